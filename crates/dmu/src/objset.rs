@@ -1,0 +1,1009 @@
+//! Object sets on disk: dnodes, block-pointer trees, and their per-txg dirty state.
+//!
+//! Theory. An object set is an array of dnodes stored as the data of object 0 (the
+//! meta-dnode) in 16 KiB blocks of 32 dnodes, rooted in an [`ObjsetPhys`] block. Each
+//! object is a tree of block pointers: level 0 holds data blocks of `blksz` bytes,
+//! levels ≥ 1 are 128 KiB indirect blocks of 1024 pointers (OpenZFS
+//! `module/zfs/dnode.c`, `dbuf.c`). A tree with `nlevels == 1` points straight at
+//! block 0; it gains a level when a block id beyond its reach is written.
+//!
+//! Dirty state has two generations per dnode: `open` (the open txg, changed by writers
+//! under a [`TxHold`]) and `syncing` (the quiesced txg being written). Reads look in
+//! open → syncing → the tree. Syncing a txg goes in three phases:
+//! 1. [`Objset::sync_collect`] (under the txg gate's write lock): move every open
+//!    record to syncing and snapshot dnode attributes, so later changes go to the next
+//!    txg.
+//! 2. [`Objset::sync_write_data`] (no object-set lock): write the level-0 blocks of the
+//!    syncing records through zio, in parallel.
+//! 3. [`Objset::sync_finish`] (object-set lock): apply frees, install the new level-0
+//!    pointers, rewrite dirty indirect blocks bottom-up, rewrite dirty dnode blocks
+//!    through object 0's tree, write the object-set root. Every replaced block is freed
+//!    (deferred) — copy-on-write, never in place (DESIGN invariant 1).
+//!
+//! The tree (root pointer, nlevels, used bytes) is changed only by phase 3, under the
+//! lock, so open-context readers always see a complete synced tree.
+//!
+//! Object ids are never reused within an import (monotonic `next_obj`); a dnode block
+//! whose 32 slots are all free becomes a hole.
+//!
+//! Limits: one mutex per object set (metadata I/O in phase 3 happens under it); clean
+//! dnodes are evicted from memory when more than [`DNODE_CACHE_MAX`] are loaded.
+//!
+//! Errors: a failed block read returns `DmuError::Io` (zio already counted it); a
+//! failed write or allocation in phase 2/3 is returned to spa, which suspends the pool.
+
+use crate::txg::TxgGate;
+use crate::{DmuError, ObjectInfo, ObjectStore, Result, SpaceInfo, TxHold};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use tarn_phys::{BlkPtr, Compression, DnodePhys, ObjectType, ObjsetPhys, BLKPTR_SIZE_BYTES, DNODE_SIZE_BYTES};
+use tarn_zio::{WriteProps, Zio, ZioError};
+
+/// Bytes per dnode block (object 0's block size).
+pub const DNODE_BLOCK_BYTES: u32 = 16 << 10;
+/// Dnodes per dnode block.
+pub const DNODES_PER_BLOCK: u64 = DNODE_BLOCK_BYTES as u64 / DNODE_SIZE_BYTES as u64;
+/// log2 of the indirect block size.
+pub const INDBLKSHIFT: u8 = 17;
+/// Block pointers per indirect block.
+pub const BPS_PER_INDIRECT: u64 = (1 << INDBLKSHIFT) / BLKPTR_SIZE_BYTES as u64;
+/// Clean dnodes kept in memory before eviction.
+pub const DNODE_CACHE_MAX: usize = 65_536;
+/// Object-set type of the MOS.
+pub const OS_TYPE_MOS: u64 = 1;
+/// Object-set type of a file system dataset.
+pub const OS_TYPE_ZFS: u64 = 2;
+
+fn zio_err(e: ZioError) -> DmuError {
+    match e {
+        ZioError::NoSpace => DmuError::NoSpace,
+        ZioError::Corrupt(c) => DmuError::Corrupt(c),
+        other => DmuError::Io(other.to_string()),
+    }
+}
+
+/// The sync-owned block tree of one object.
+#[derive(Debug, Clone, Default)]
+struct Tree {
+    root: BlkPtr,
+    nlevels: u8,
+    used_bytes: u64,
+}
+
+/// Attributes that change in open context and are snapshotted at quiesce.
+#[derive(Debug, Clone)]
+struct Attrs {
+    otype: ObjectType,
+    blksz: u32,
+    max_blksz: u32,
+    maxblkid: u64,
+    bonus_type: u8,
+    bonus: Vec<u8>,
+    freed: bool,
+}
+
+#[derive(Default)]
+struct OpenRec {
+    blocks: BTreeMap<u64, Arc<Vec<u8>>>,
+    frees: Vec<(u64, u64)>,
+}
+
+struct SyncRec {
+    blocks: BTreeMap<u64, Arc<Vec<u8>>>,
+    frees: Vec<(u64, u64)>,
+    attrs: Attrs,
+}
+
+struct Dn {
+    attrs: Attrs,
+    tree: Tree,
+    open: OpenRec,
+    syncing: Option<SyncRec>,
+}
+
+fn in_ranges(ranges: &[(u64, u64)], blkid: u64) -> bool {
+    ranges.iter().any(|&(s, e)| blkid >= s && blkid < e)
+}
+
+struct OsState {
+    meta: Tree,
+    dnodes: HashMap<u64, Dn>,
+    dirty: BTreeSet<u64>,
+    syncing: Vec<u64>,
+    next_obj: u64,
+    used_bytes: u64,
+    root: BlkPtr,
+}
+
+/// Where the current content of a level-0 block is.
+enum Src {
+    Data(Arc<Vec<u8>>),
+    Zero,
+    Bp(BlkPtr),
+}
+
+/// Everything phase 2 must write for one txg: (object, blkid, otype, bytes).
+pub struct SyncBatch {
+    txg: u64,
+    blocks: Vec<(u64, u64, ObjectType, Arc<Vec<u8>>)>,
+    written: Vec<BlkPtr>,
+    dirty_bytes: u64,
+}
+
+impl SyncBatch {
+    /// The txg being synced.
+    pub fn txg(&self) -> u64 {
+        self.txg
+    }
+    /// True when nothing in this object set changed in the txg.
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty() && self.dirty_bytes == 0
+    }
+}
+
+/// An object set: the real [`ObjectStore`].
+pub struct Objset {
+    zio: Arc<Zio>,
+    gate: Arc<TxgGate>,
+    os_type: u64,
+    compression: AtomicU8,
+    readonly: std::sync::atomic::AtomicBool,
+    st: Mutex<OsState>,
+    /// Bytes kept free for metadata when pool space runs low (1/32 of the pool, ZFS slop).
+    slop_shift: u32,
+}
+
+fn bp_type_for(otype: ObjectType) -> ObjectType {
+    otype
+}
+
+fn copies_for(otype: ObjectType, os_type: u64) -> u8 {
+    if os_type == OS_TYPE_MOS {
+        3
+    } else if otype.is_metadata() {
+        2
+    } else {
+        1
+    }
+}
+
+impl Objset {
+    /// A new, empty object set of type `os_type` (nothing on disk until synced).
+    pub fn create(zio: Arc<Zio>, gate: Arc<TxgGate>, os_type: u64) -> Arc<Objset> {
+        Arc::new(Objset {
+            zio,
+            gate,
+            os_type,
+            compression: AtomicU8::new(Compression::Off as u8),
+            readonly: false.into(),
+            st: Mutex::new(OsState {
+                meta: Tree { root: BlkPtr::HOLE, nlevels: 1, used_bytes: 0 },
+                dnodes: HashMap::new(),
+                dirty: BTreeSet::new(),
+                syncing: Vec::new(),
+                next_obj: 1,
+                used_bytes: 0,
+                root: BlkPtr::HOLE,
+            }),
+            slop_shift: 5,
+        })
+    }
+
+    /// Open the object set rooted at `root` (an [`ObjsetPhys`] block).
+    pub fn open(zio: Arc<Zio>, gate: Arc<TxgGate>, root: &BlkPtr, used_bytes: u64) -> Result<Arc<Objset>> {
+        if root.is_hole() {
+            let os = Objset::create(zio, gate, OS_TYPE_ZFS);
+            return Ok(os);
+        }
+        let data = zio.read_block(root).map_err(zio_err)?;
+        let phys = ObjsetPhys::decode(&data)?;
+        let md = &phys.meta_dnode;
+        let next_obj = ((md.maxblkid + 1) * DNODES_PER_BLOCK).max(1);
+        Ok(Arc::new(Objset {
+            zio,
+            gate,
+            os_type: phys.os_type,
+            compression: AtomicU8::new(Compression::Off as u8),
+            readonly: false.into(),
+            st: Mutex::new(OsState {
+                meta: Tree { root: md.blkptr, nlevels: md.nlevels, used_bytes: md.used_bytes },
+                dnodes: HashMap::new(),
+                dirty: BTreeSet::new(),
+                syncing: Vec::new(),
+                next_obj: if md.blkptr.is_hole() { 1 } else { next_obj },
+                used_bytes,
+                root: *root,
+            }),
+            slop_shift: 5,
+        }))
+    }
+
+    /// Set the compression used for new data blocks (the `compression` property).
+    pub fn set_compression(&self, c: Compression) {
+        self.compression.store(c as u8, Ordering::Relaxed);
+    }
+
+    /// Make this object set refuse changes (`readonly=on`).
+    pub fn set_readonly(&self, ro: bool) {
+        self.readonly.store(ro, Ordering::Relaxed);
+    }
+
+    /// Allocated bytes of all blocks of this object set as of the last sync.
+    pub fn used_bytes(&self) -> u64 {
+        self.st.lock().used_bytes
+    }
+
+    /// The root block pointer as of the last sync (hole if never synced).
+    pub fn root_bp(&self) -> BlkPtr {
+        self.st.lock().root
+    }
+
+    /// True when some object has changes not yet synced.
+    pub fn has_dirty(&self) -> bool {
+        !self.st.lock().dirty.is_empty()
+    }
+
+    fn compression(&self) -> Compression {
+        Compression::from_u8(self.compression.load(Ordering::Relaxed)).unwrap_or(Compression::Off)
+    }
+
+    // ---- tree reading -------------------------------------------------------------
+
+    /// The level-0 pointer for `blkid` in `tree` (hole if beyond the tree).
+    fn tree_lookup(&self, tree: &Tree, blkid: u64) -> Result<BlkPtr> {
+        let levels = tree.nlevels.max(1) as u32;
+        if levels == 1 {
+            return Ok(if blkid == 0 { tree.root } else { BlkPtr::HOLE });
+        }
+        let span = BPS_PER_INDIRECT.checked_pow(levels - 1).unwrap_or(u64::MAX);
+        if blkid >= span {
+            return Ok(BlkPtr::HOLE);
+        }
+        let mut bp = tree.root;
+        for level in (1..levels).rev() {
+            if bp.is_hole() {
+                return Ok(BlkPtr::HOLE);
+            }
+            if bp.level as u32 != level {
+                return Err(DmuError::Corrupt(tarn_phys::Corrupt::new("blkptr", format!("expected level {level}, found {}", bp.level))));
+            }
+            let ind = self.zio.read_block(&bp).map_err(zio_err)?;
+            let idx = (blkid / BPS_PER_INDIRECT.pow(level - 1)) % BPS_PER_INDIRECT;
+            let off = idx as usize * BLKPTR_SIZE_BYTES;
+            if ind.len() < off + BLKPTR_SIZE_BYTES {
+                return Err(DmuError::Corrupt(tarn_phys::Corrupt::new("indirect", "short indirect block")));
+            }
+            bp = BlkPtr::decode(&ind[off..off + BLKPTR_SIZE_BYTES])?;
+        }
+        Ok(bp)
+    }
+
+    fn load_dnode<'a>(&self, st: &'a mut OsState, obj: u64) -> Result<&'a mut Dn> {
+        if obj == 0 {
+            return Err(DmuError::NoSuchObject(0));
+        }
+        if !st.dnodes.contains_key(&obj) {
+            let bp = self.tree_lookup(&st.meta, obj / DNODES_PER_BLOCK)?;
+            if bp.is_hole() {
+                return Err(DmuError::NoSuchObject(obj));
+            }
+            let blk = self.zio.read_block(&bp).map_err(zio_err)?;
+            let off = (obj % DNODES_PER_BLOCK) as usize * DNODE_SIZE_BYTES;
+            if blk.len() < off + DNODE_SIZE_BYTES {
+                return Err(DmuError::Corrupt(tarn_phys::Corrupt::new("dnode", "short dnode block")));
+            }
+            let phys = DnodePhys::decode(&blk[off..off + DNODE_SIZE_BYTES])?;
+            if phys.is_free() {
+                return Err(DmuError::NoSuchObject(obj));
+            }
+            if st.dnodes.len() >= DNODE_CACHE_MAX {
+                let dirty = &st.dirty;
+                st.dnodes.retain(|id, d| dirty.contains(id) || d.syncing.is_some());
+            }
+            st.dnodes.insert(
+                obj,
+                Dn {
+                    attrs: Attrs {
+                        otype: phys.otype,
+                        blksz: phys.datablksz_bytes,
+                        max_blksz: phys.max_blksz_bytes,
+                        maxblkid: phys.maxblkid,
+                        bonus_type: phys.bonus_type,
+                        bonus: phys.bonus,
+                        freed: false,
+                    },
+                    tree: Tree { root: phys.blkptr, nlevels: phys.nlevels, used_bytes: phys.used_bytes },
+                    open: OpenRec::default(),
+                    syncing: None,
+                },
+            );
+        }
+        let dn = st.dnodes.get_mut(&obj).unwrap();
+        if dn.attrs.freed {
+            return Err(DmuError::NoSuchObject(obj));
+        }
+        Ok(dn)
+    }
+
+    fn resolve(&self, dn: &Dn, blkid: u64) -> Result<Src> {
+        if let Some(b) = dn.open.blocks.get(&blkid) {
+            return Ok(Src::Data(b.clone()));
+        }
+        if in_ranges(&dn.open.frees, blkid) {
+            return Ok(Src::Zero);
+        }
+        if let Some(s) = &dn.syncing {
+            if let Some(b) = s.blocks.get(&blkid) {
+                return Ok(Src::Data(b.clone()));
+            }
+            if in_ranges(&s.frees, blkid) {
+                return Ok(Src::Zero);
+            }
+        }
+        let bp = self.tree_lookup(&dn.tree, blkid)?;
+        Ok(if bp.is_hole() { Src::Zero } else { Src::Bp(bp) })
+    }
+
+    fn fetch(&self, src: Src, blksz: u32) -> Result<Arc<Vec<u8>>> {
+        match src {
+            Src::Data(d) => Ok(d),
+            Src::Zero => Ok(Arc::new(vec![0u8; blksz as usize])),
+            Src::Bp(bp) => self.zio.read_block(&bp).map_err(zio_err),
+        }
+    }
+
+    /// Current content of block `blkid`, exactly `blksz` bytes (zero-extended).
+    fn block_content(&self, dn: &Dn, blkid: u64) -> Result<Vec<u8>> {
+        let src = self.resolve(dn, blkid)?;
+        let mut v = self.fetch(src, dn.attrs.blksz)?.as_ref().clone();
+        v.resize(dn.attrs.blksz as usize, 0);
+        Ok(v)
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.readonly.load(Ordering::Relaxed) || self.gate.is_readonly() {
+            return Err(DmuError::ReadOnly);
+        }
+        Ok(())
+    }
+
+    /// Refuse new dirty data that might not fit in the pool (keeps 1/32 as slop for
+    /// metadata and frees, as OpenZFS's `spa_slop_shift`).
+    fn space_check(&self, len: u64) -> Result<()> {
+        let size = self.zio.size_bytes();
+        let slop = (size >> self.slop_shift).max(4 << 20);
+        let free = self.zio.free_bytes();
+        let pending = (self.gate.dirty_bytes() + len) as f64 * self.zio.inflation(128 << 10) * 1.1;
+        if (free as f64) < slop as f64 + pending {
+            return Err(DmuError::NoSpace);
+        }
+        Ok(())
+    }
+
+    fn mark_dirty(st: &mut OsState, obj: u64) {
+        st.dirty.insert(obj);
+    }
+
+    fn put_block(&self, st: &mut OsState, obj: u64, blkid: u64, data: Vec<u8>) {
+        let len = data.len() as i64;
+        let dn = st.dnodes.get_mut(&obj).unwrap();
+        let old = dn.open.blocks.insert(blkid, Arc::new(data));
+        let delta = len - old.map(|o| o.len() as i64).unwrap_or(0);
+        if blkid > dn.attrs.maxblkid {
+            dn.attrs.maxblkid = blkid;
+        }
+        Self::mark_dirty(st, obj);
+        if delta != 0 {
+            self.gate.add_dirty(delta);
+        }
+    }
+
+    // ---- sync ---------------------------------------------------------------------
+
+    /// Phase 1 (call inside [`TxgGate::quiesce`]): move open dirty state to syncing.
+    pub fn sync_collect(&self, txg: u64) -> SyncBatch {
+        let mut st = self.st.lock();
+        let dirty = std::mem::take(&mut st.dirty);
+        let mut blocks = Vec::new();
+        let mut dirty_bytes = 0u64;
+        for &obj in &dirty {
+            let dn = st.dnodes.get_mut(&obj).unwrap();
+            assert!(dn.syncing.is_none(), "object {obj} still syncing from an earlier txg");
+            let open = std::mem::take(&mut dn.open);
+            let otype = bp_type_for(dn.attrs.otype);
+            for (blkid, data) in &open.blocks {
+                dirty_bytes += data.len() as u64;
+                if !dn.attrs.freed {
+                    blocks.push((obj, *blkid, otype, data.clone()));
+                }
+            }
+            dn.syncing = Some(SyncRec { blocks: open.blocks, frees: open.frees, attrs: dn.attrs.clone() });
+        }
+        st.syncing = dirty.into_iter().collect();
+        SyncBatch { txg, blocks, written: Vec::new(), dirty_bytes: dirty_bytes.max(if st.syncing.is_empty() { 0 } else { 1 }) }
+    }
+
+    /// Phase 2: write the batch's level-0 blocks (in `threads` parallel workers).
+    pub fn sync_write_data(&self, batch: &mut SyncBatch, threads: usize) -> Result<()> {
+        let compression = self.compression();
+        let txg = batch.txg;
+        let n = batch.blocks.len();
+        let mut out: Vec<Option<std::result::Result<BlkPtr, ZioError>>> = (0..n).map(|_| None).collect();
+        let threads = threads.clamp(1, 8).min(n.max(1));
+        let chunk = n.div_ceil(threads).max(1);
+        std::thread::scope(|s| {
+            for (blocks, outs) in batch.blocks.chunks(chunk).zip(out.chunks_mut(chunk)) {
+                let zio = &self.zio;
+                let os_type = self.os_type;
+                s.spawn(move || {
+                    for ((_, _, otype, data), o) in blocks.iter().zip(outs.iter_mut()) {
+                        let comp = if *otype == ObjectType::FileData { compression } else { Compression::Lz4 };
+                        *o = Some(zio.write_block(
+                            data,
+                            WriteProps { otype: *otype, level: 0, compression: comp, copies: copies_for(*otype, os_type), txg, fill: 1 },
+                        ));
+                    }
+                });
+            }
+        });
+        let mut first_err = None;
+        for o in out {
+            match o.unwrap() {
+                Ok(bp) => batch.written.push(bp),
+                Err(e) => {
+                    batch.written.push(BlkPtr::HOLE);
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(zio_err(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Phase 3: install pointers, rewrite indirect and dnode blocks and the root.
+    /// Returns the new root pointer, or `None` if nothing changed in this txg.
+    pub fn sync_finish(&self, batch: SyncBatch) -> Result<Option<BlkPtr>> {
+        let txg = batch.txg;
+        let mut st = self.st.lock();
+        let syncing = std::mem::take(&mut st.syncing);
+        if syncing.is_empty() {
+            return Ok(None);
+        }
+        let mut installs: HashMap<u64, Vec<(u64, BlkPtr)>> = HashMap::new();
+        for ((obj, blkid, _, _), bp) in batch.blocks.iter().zip(batch.written.iter()) {
+            installs.entry(*obj).or_default().push((*blkid, *bp));
+        }
+        let mut used_delta: i64 = 0;
+        let mut dnode_updates: BTreeMap<u64, DnodePhys> = BTreeMap::new();
+        for obj in syncing {
+            let dn = st.dnodes.get_mut(&obj).unwrap();
+            let rec = dn.syncing.take().unwrap();
+            let mut tree = std::mem::take(&mut dn.tree);
+            let before = tree.used_bytes as i64;
+            if rec.attrs.freed {
+                self.free_tree(&tree, txg)?;
+                tree = Tree { root: BlkPtr::HOLE, nlevels: 1, used_bytes: 0 };
+                dnode_updates.insert(obj, DnodePhys::free());
+            } else {
+                let ins = installs.remove(&obj).unwrap_or_default();
+                self.sync_tree(&mut tree, &rec.frees, &ins, txg, bp_type_for(rec.attrs.otype))?;
+                let a = &rec.attrs;
+                dnode_updates.insert(
+                    obj,
+                    DnodePhys {
+                        otype: a.otype,
+                        indblkshift: INDBLKSHIFT,
+                        nlevels: tree.nlevels,
+                        bonus_type: a.bonus_type,
+                        datablksz_bytes: a.blksz,
+                        max_blksz_bytes: a.max_blksz,
+                        maxblkid: a.maxblkid,
+                        used_bytes: tree.used_bytes,
+                        blkptr: tree.root,
+                        bonus: a.bonus.clone(),
+                    },
+                );
+            }
+            used_delta += tree.used_bytes as i64 - before;
+            let dn = st.dnodes.get_mut(&obj).unwrap();
+            dn.tree = tree;
+            if rec.attrs.freed && dn.attrs.freed && !st.dirty.contains(&obj) {
+                st.dnodes.remove(&obj);
+            }
+        }
+        // Dnode blocks, through object 0's tree.
+        let mut by_block: BTreeMap<u64, Vec<(u64, DnodePhys)>> = BTreeMap::new();
+        for (obj, phys) in dnode_updates {
+            by_block.entry(obj / DNODES_PER_BLOCK).or_default().push((obj, phys));
+        }
+        let mut meta_installs = Vec::new();
+        for (bid, entries) in by_block {
+            let old_bp = self.tree_lookup(&st.meta, bid)?;
+            let mut blk = if old_bp.is_hole() {
+                vec![0u8; DNODE_BLOCK_BYTES as usize]
+            } else {
+                let mut v = self.zio.read_block(&old_bp).map_err(zio_err)?.as_ref().clone();
+                v.resize(DNODE_BLOCK_BYTES as usize, 0);
+                v
+            };
+            for (obj, phys) in entries {
+                let off = (obj % DNODES_PER_BLOCK) as usize * DNODE_SIZE_BYTES;
+                phys.encode_into(&mut blk[off..off + DNODE_SIZE_BYTES]);
+            }
+            let bp = if blk.iter().all(|&b| b == 0) {
+                BlkPtr::HOLE
+            } else {
+                self.zio
+                    .write_block(&blk, WriteProps { otype: ObjectType::Dnode, level: 0, compression: Compression::Lz4, copies: copies_for(ObjectType::Dnode, self.os_type), txg, fill: 1 })
+                    .map_err(zio_err)?
+            };
+            meta_installs.push((bid, bp));
+        }
+        let mut meta = std::mem::take(&mut st.meta);
+        let before = meta.used_bytes as i64;
+        self.sync_tree(&mut meta, &[], &meta_installs, txg, ObjectType::Dnode)?;
+        used_delta += meta.used_bytes as i64 - before;
+        let maxblkid = (st.next_obj.saturating_sub(1)) / DNODES_PER_BLOCK;
+        let meta_dnode = DnodePhys {
+            otype: ObjectType::Dnode,
+            indblkshift: INDBLKSHIFT,
+            nlevels: meta.nlevels,
+            bonus_type: 0,
+            datablksz_bytes: DNODE_BLOCK_BYTES,
+            max_blksz_bytes: DNODE_BLOCK_BYTES,
+            maxblkid,
+            used_bytes: meta.used_bytes,
+            blkptr: meta.root,
+            bonus: Vec::new(),
+        };
+        st.meta = meta;
+        let phys = ObjsetPhys { meta_dnode, os_type: self.os_type };
+        let root = self
+            .zio
+            .write_block(&phys.encode(), WriteProps { otype: ObjectType::Objset, level: 0, compression: Compression::Lz4, copies: copies_for(ObjectType::Objset, self.os_type), txg, fill: 1 })
+            .map_err(zio_err)?;
+        let old_root = std::mem::replace(&mut st.root, root);
+        used_delta += root.asize_total_bytes() as i64 - old_root.asize_total_bytes() as i64;
+        self.zio.free_block(&old_root, txg);
+        st.used_bytes = (st.used_bytes as i64 + used_delta).max(0) as u64;
+        drop(st);
+        self.gate.add_dirty(-(batch.dirty_bytes as i64));
+        Ok(Some(root))
+    }
+
+    /// Free every block of a tree (object deletion).
+    fn free_tree(&self, tree: &Tree, txg: u64) -> Result<()> {
+        self.free_subtree(&tree.root, txg)
+    }
+
+    fn free_subtree(&self, bp: &BlkPtr, txg: u64) -> Result<()> {
+        if bp.is_hole() {
+            return Ok(());
+        }
+        if bp.level > 0 {
+            let ind = self.zio.read_block(bp).map_err(zio_err)?;
+            for i in 0..BPS_PER_INDIRECT as usize {
+                let c = BlkPtr::decode(&ind[i * BLKPTR_SIZE_BYTES..(i + 1) * BLKPTR_SIZE_BYTES])?;
+                self.free_subtree(&c, txg)?;
+            }
+        }
+        self.zio.free_block(bp, txg);
+        Ok(())
+    }
+
+    /// Apply `frees` (level-0 block-id ranges) then `installs` to `tree`, rewriting
+    /// touched indirect blocks bottom-up.
+    fn sync_tree(&self, tree: &mut Tree, frees: &[(u64, u64)], installs: &[(u64, BlkPtr)], txg: u64, otype: ObjectType) -> Result<()> {
+        let max_install = installs.iter().map(|(b, _)| *b).max();
+        if let Some(maxb) = max_install {
+            let mut levels = tree.nlevels.max(1) as u32;
+            while levels < 8 && BPS_PER_INDIRECT.checked_pow(levels - 1).map(|s| maxb >= s).unwrap_or(false) {
+                // Grow: the old root becomes entry 0 of a new top indirect block.
+                if !tree.root.is_hole() {
+                    let mut ind = vec![0u8; 1 << INDBLKSHIFT];
+                    tree.root.encode_into(&mut ind[0..BLKPTR_SIZE_BYTES]);
+                    let fill = tree.root.fill;
+                    let bp = self
+                        .zio
+                        .write_block(&ind, WriteProps { otype: ObjectType::Indirect, level: levels as u8, compression: Compression::Lz4, copies: copies_for(ObjectType::Indirect, self.os_type), txg, fill })
+                        .map_err(zio_err)?;
+                    tree.used_bytes += bp.asize_total_bytes();
+                    tree.root = bp;
+                }
+                levels += 1;
+            }
+            tree.nlevels = levels as u8;
+        }
+        let levels = tree.nlevels.max(1) as u32;
+        let mut used = tree.used_bytes as i64;
+        if levels == 1 {
+            for &(s, e) in frees {
+                if s == 0 && e > 0 && !tree.root.is_hole() {
+                    used -= tree.root.asize_total_bytes() as i64;
+                    self.zio.free_block(&tree.root, txg);
+                    tree.root = BlkPtr::HOLE;
+                }
+            }
+            for (blkid, bp) in installs {
+                assert_eq!(*blkid, 0);
+                used -= tree.root.asize_total_bytes() as i64;
+                self.zio.free_block(&tree.root, txg);
+                used += bp.asize_total_bytes() as i64;
+                tree.root = *bp;
+            }
+            tree.used_bytes = used.max(0) as u64;
+            return Ok(());
+        }
+        // Dirty indirect blocks: (level, index) -> raw bytes.
+        let mut dirty: BTreeMap<(u32, u64), Vec<u8>> = BTreeMap::new();
+        let top = levels - 1;
+        // Load the indirect block (level, index), creating its ancestors' entries.
+        fn span(level: u32) -> u64 {
+            BPS_PER_INDIRECT.pow(level)
+        }
+        let load = |dirty: &mut BTreeMap<(u32, u64), Vec<u8>>, tree: &Tree, level: u32, index: u64| -> Result<()> {
+            // Walk from the top down to (level, index), materializing each step.
+            for l in (level..=top).rev() {
+                let idx = index / span(l - level);
+                if dirty.contains_key(&(l, idx)) {
+                    continue;
+                }
+                let bp = if l == top {
+                    tree.root
+                } else {
+                    let parent = &dirty[&(l + 1, idx / BPS_PER_INDIRECT)];
+                    let o = (idx % BPS_PER_INDIRECT) as usize * BLKPTR_SIZE_BYTES;
+                    BlkPtr::decode(&parent[o..o + BLKPTR_SIZE_BYTES])?
+                };
+                let bytes = if bp.is_hole() { vec![0u8; 1 << INDBLKSHIFT] } else { self.zio.read_block(&bp).map_err(zio_err)?.as_ref().clone() };
+                dirty.insert((l, idx), bytes);
+            }
+            Ok(())
+        };
+        // Frees: for each range, walk the level-1 blocks that overlap existing data.
+        for &(s, e) in frees {
+            let e = e.min(span(levels - 1));
+            if s >= e {
+                continue;
+            }
+            let mut l1 = s / BPS_PER_INDIRECT;
+            let last = (e - 1) / BPS_PER_INDIRECT;
+            while l1 <= last {
+                // Skip level-1 blocks that are holes without loading them.
+                let probe = self.l1_exists(tree, &dirty, top, l1)?;
+                if probe {
+                    load(&mut dirty, tree, 1, l1)?;
+                    let blk = dirty.get_mut(&(1, l1)).unwrap();
+                    let lo = s.max(l1 * BPS_PER_INDIRECT);
+                    let hi = e.min((l1 + 1) * BPS_PER_INDIRECT);
+                    for b in lo..hi {
+                        let o = (b % BPS_PER_INDIRECT) as usize * BLKPTR_SIZE_BYTES;
+                        let old = BlkPtr::decode(&blk[o..o + BLKPTR_SIZE_BYTES])?;
+                        if !old.is_hole() {
+                            used -= old.asize_total_bytes() as i64;
+                            self.zio.free_block(&old, txg);
+                            blk[o..o + BLKPTR_SIZE_BYTES].fill(0);
+                        }
+                    }
+                }
+                l1 += 1;
+            }
+        }
+        for &(blkid, bp) in installs {
+            load(&mut dirty, tree, 1, blkid / BPS_PER_INDIRECT)?;
+            let blk = dirty.get_mut(&(1, blkid / BPS_PER_INDIRECT)).unwrap();
+            let o = (blkid % BPS_PER_INDIRECT) as usize * BLKPTR_SIZE_BYTES;
+            let old = BlkPtr::decode(&blk[o..o + BLKPTR_SIZE_BYTES])?;
+            if !old.is_hole() {
+                used -= old.asize_total_bytes() as i64;
+                self.zio.free_block(&old, txg);
+            }
+            used += bp.asize_total_bytes() as i64;
+            bp.encode_into(&mut blk[o..o + BLKPTR_SIZE_BYTES]);
+        }
+        // Write dirty indirect blocks bottom-up.
+        for level in 1..=top {
+            let keys: Vec<u64> = dirty.range((level, 0)..(level + 1, 0)).map(|((_, i), _)| *i).collect();
+            for idx in keys {
+                let blk = dirty.remove(&(level, idx)).unwrap();
+                let mut fill = 0u64;
+                for i in 0..BPS_PER_INDIRECT as usize {
+                    let c = &blk[i * BLKPTR_SIZE_BYTES..(i + 1) * BLKPTR_SIZE_BYTES];
+                    if c[64..72] != [0u8; 8] {
+                        fill += u64::from_le_bytes(c[72..80].try_into().unwrap());
+                    }
+                }
+                let empty = blk.iter().all(|&b| b == 0);
+                let new_bp = if empty {
+                    BlkPtr::HOLE
+                } else {
+                    self.zio
+                        .write_block(&blk, WriteProps { otype: ObjectType::Indirect, level: level as u8, compression: Compression::Lz4, copies: copies_for(ObjectType::Indirect, self.os_type), txg, fill })
+                        .map_err(zio_err)?
+                };
+                used += new_bp.asize_total_bytes() as i64;
+                if level == top {
+                    used -= tree.root.asize_total_bytes() as i64;
+                    self.zio.free_block(&tree.root, txg);
+                    tree.root = new_bp;
+                } else {
+                    let pidx = idx / BPS_PER_INDIRECT;
+                    if !dirty.contains_key(&(level + 1, pidx)) {
+                        load(&mut dirty, tree, level + 1, pidx)?;
+                    }
+                    let parent = dirty.get_mut(&(level + 1, pidx)).unwrap();
+                    let o = (idx % BPS_PER_INDIRECT) as usize * BLKPTR_SIZE_BYTES;
+                    let old = BlkPtr::decode(&parent[o..o + BLKPTR_SIZE_BYTES])?;
+                    if !old.is_hole() {
+                        used -= old.asize_total_bytes() as i64;
+                        self.zio.free_block(&old, txg);
+                    }
+                    new_bp.encode_into(&mut parent[o..o + BLKPTR_SIZE_BYTES]);
+                }
+            }
+        }
+        let _ = otype;
+        tree.used_bytes = used.max(0) as u64;
+        Ok(())
+    }
+
+    /// Whether level-1 block `l1` of `tree` exists (or is already loaded).
+    fn l1_exists(&self, tree: &Tree, dirty: &BTreeMap<(u32, u64), Vec<u8>>, top: u32, l1: u64) -> Result<bool> {
+        if dirty.contains_key(&(1, l1)) {
+            return Ok(true);
+        }
+        // Find the pointer to (1, l1) by walking down from the root.
+        let mut bp = tree.root;
+        for l in (2..=top).rev() {
+            if bp.is_hole() {
+                return Ok(false);
+            }
+            let idx_here = l1 / BPS_PER_INDIRECT.pow(l - 1);
+            let child = (l1 / BPS_PER_INDIRECT.pow(l - 2)) % BPS_PER_INDIRECT;
+            let blk = match dirty.get(&(l, idx_here)) {
+                Some(b) => std::borrow::Cow::Borrowed(b.as_slice()),
+                None => std::borrow::Cow::Owned(self.zio.read_block(&bp).map_err(zio_err)?.as_ref().clone()),
+            };
+            let o = child as usize * BLKPTR_SIZE_BYTES;
+            bp = BlkPtr::decode(&blk[o..o + BLKPTR_SIZE_BYTES])?;
+        }
+        Ok(!bp.is_hole())
+    }
+}
+
+impl ObjectStore for Objset {
+    fn hold_tx(&self) -> Result<TxHold> {
+        self.check_writable()?;
+        self.gate.hold()
+    }
+
+    fn create_object(&self, _tx: &TxHold, otype: ObjectType, blksz_bytes: u32, max_blksz_bytes: u32, bonus: &[u8]) -> Result<u64> {
+        self.check_writable()?;
+        if bonus.len() > tarn_phys::DNODE_BONUS_SIZE_BYTES {
+            return Err(DmuError::Invalid("bonus too long"));
+        }
+        let valid = |b: u32| (512..=tarn_phys::MAX_BLOCK_SIZE_BYTES).contains(&b) && b % 512 == 0;
+        if !valid(blksz_bytes) || !valid(max_blksz_bytes) || max_blksz_bytes < blksz_bytes {
+            return Err(DmuError::Invalid("block size"));
+        }
+        let mut st = self.st.lock();
+        let obj = st.next_obj;
+        st.next_obj += 1;
+        st.dnodes.insert(
+            obj,
+            Dn {
+                attrs: Attrs { otype, blksz: blksz_bytes, max_blksz: max_blksz_bytes, maxblkid: 0, bonus_type: 1, bonus: bonus.to_vec(), freed: false },
+                tree: Tree { root: BlkPtr::HOLE, nlevels: 1, used_bytes: 0 },
+                open: OpenRec::default(),
+                syncing: None,
+            },
+        );
+        Self::mark_dirty(&mut st, obj);
+        Ok(obj)
+    }
+
+    fn free_object(&self, _tx: &TxHold, obj: u64) -> Result<()> {
+        self.check_writable()?;
+        let mut st = self.st.lock();
+        let dn = self.load_dnode(&mut st, obj)?;
+        dn.attrs.freed = true;
+        let released: i64 = dn.open.blocks.values().map(|b| b.len() as i64).sum();
+        dn.open.blocks.clear();
+        Self::mark_dirty(&mut st, obj);
+        drop(st);
+        self.gate.add_dirty(-released);
+        Ok(())
+    }
+
+    fn read(&self, obj: u64, offset_bytes: u64, buf: &mut [u8]) -> Result<()> {
+        let mut pos = 0usize;
+        while pos < buf.len() {
+            let off = offset_bytes + pos as u64;
+            let (src, blksz, in_blk) = {
+                let mut st = self.st.lock();
+                let dn = self.load_dnode(&mut st, obj)?;
+                let blksz = dn.attrs.blksz as u64;
+                let blkid = off / blksz;
+                (self.resolve(dn, blkid)?, blksz, (off % blksz) as usize)
+            };
+            let n = (blksz as usize - in_blk).min(buf.len() - pos);
+            let dst = &mut buf[pos..pos + n];
+            match src {
+                Src::Zero => dst.fill(0),
+                other => {
+                    let data = self.fetch(other, blksz as u32)?;
+                    let avail = data.len().saturating_sub(in_blk).min(n);
+                    dst[..avail].copy_from_slice(&data[in_blk..in_blk + avail]);
+                    dst[avail..].fill(0);
+                }
+            }
+            pos += n;
+        }
+        Ok(())
+    }
+
+    fn write(&self, _tx: &TxHold, obj: u64, offset_bytes: u64, data: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.space_check(data.len() as u64)?;
+        let end = offset_bytes + data.len() as u64;
+        let mut st = self.st.lock();
+        let dn = self.load_dnode(&mut st, obj)?;
+        // Grow the single first block while the object has only one (ZFS behaviour).
+        if dn.attrs.maxblkid == 0 && dn.attrs.blksz < dn.attrs.max_blksz && end > dn.attrs.blksz as u64 {
+            let new_blksz = if end <= dn.attrs.max_blksz as u64 { (end.div_ceil(512) * 512) as u32 } else { dn.attrs.max_blksz };
+            let mut b0 = self.block_content(dn, 0)?;
+            b0.resize(new_blksz as usize, 0);
+            let had = !matches!(self.resolve(dn, 0)?, Src::Zero);
+            dn.attrs.blksz = new_blksz;
+            if had || dn.open.blocks.contains_key(&0) {
+                self.put_block(&mut st, obj, 0, b0);
+            }
+        }
+        let mut pos = 0usize;
+        while pos < data.len() {
+            let dn = st.dnodes.get_mut(&obj).unwrap();
+            let blksz = dn.attrs.blksz as u64;
+            let off = offset_bytes + pos as u64;
+            let blkid = off / blksz;
+            let in_blk = (off % blksz) as usize;
+            let n = (blksz as usize - in_blk).min(data.len() - pos);
+            let block = if n == blksz as usize {
+                data[pos..pos + n].to_vec()
+            } else {
+                let mut b = match dn.open.blocks.get_mut(&blkid) {
+                    Some(existing) => {
+                        let v = Arc::make_mut(existing);
+                        v.resize(blksz as usize, 0);
+                        v[in_blk..in_blk + n].copy_from_slice(&data[pos..pos + n]);
+                        pos += n;
+                        if blkid > dn.attrs.maxblkid {
+                            dn.attrs.maxblkid = blkid;
+                        }
+                        continue;
+                    }
+                    None => self.block_content(dn, blkid)?,
+                };
+                b[in_blk..in_blk + n].copy_from_slice(&data[pos..pos + n]);
+                b
+            };
+            self.put_block(&mut st, obj, blkid, block);
+            pos += n;
+        }
+        Self::mark_dirty(&mut st, obj);
+        Ok(())
+    }
+
+    fn free_range(&self, _tx: &TxHold, obj: u64, offset_bytes: u64, len_bytes: u64) -> Result<()> {
+        self.check_writable()?;
+        let mut st = self.st.lock();
+        let dn = self.load_dnode(&mut st, obj)?;
+        let blksz = dn.attrs.blksz as u64;
+        let obj_end = (dn.attrs.maxblkid + 1) * blksz;
+        let end = if len_bytes == u64::MAX { obj_end.max(offset_bytes) } else { offset_bytes.saturating_add(len_bytes).min(obj_end.max(offset_bytes)) };
+        if end <= offset_bytes {
+            if len_bytes == u64::MAX {
+                dn.attrs.maxblkid = if offset_bytes == 0 { 0 } else { (offset_bytes - 1) / blksz };
+                Self::mark_dirty(&mut st, obj);
+            }
+            return Ok(());
+        }
+        let first_full = offset_bytes.div_ceil(blksz);
+        let last_full = end / blksz; // exclusive
+        // Partial head and tail: zero in place.
+        let mut partial = Vec::new();
+        if offset_bytes % blksz != 0 {
+            let b = offset_bytes / blksz;
+            partial.push((b, (offset_bytes % blksz) as usize, ((b + 1) * blksz).min(end)));
+        }
+        if end % blksz != 0 && end / blksz >= first_full && (end / blksz) * blksz >= offset_bytes && (offset_bytes / blksz != end / blksz || offset_bytes % blksz == 0) {
+            let b = end / blksz;
+            partial.push((b, 0, end));
+        }
+        for (b, from, to_abs) in partial {
+            let dn = st.dnodes.get_mut(&obj).unwrap();
+            if matches!(self.resolve(dn, b)?, Src::Zero) {
+                continue;
+            }
+            let mut blk = self.block_content(dn, b)?;
+            let to = (to_abs - b * blksz) as usize;
+            blk[from..to].fill(0);
+            self.put_block(&mut st, obj, b, blk);
+        }
+        let dn = st.dnodes.get_mut(&obj).unwrap();
+        let mut released = 0i64;
+        if first_full < last_full {
+            let doomed: Vec<u64> = dn.open.blocks.range(first_full..last_full).map(|(k, _)| *k).collect();
+            for k in doomed {
+                released += dn.open.blocks.remove(&k).map(|b| b.len() as i64).unwrap_or(0);
+            }
+            dn.open.frees.push((first_full, last_full));
+        }
+        if len_bytes == u64::MAX {
+            dn.attrs.maxblkid = if offset_bytes == 0 { 0 } else { (offset_bytes - 1) / blksz };
+            let keep_to = dn.attrs.maxblkid;
+            let doomed: Vec<u64> = dn.open.blocks.range(keep_to + 1..).map(|(k, _)| *k).collect();
+            for k in doomed {
+                released += dn.open.blocks.remove(&k).map(|b| b.len() as i64).unwrap_or(0);
+            }
+            if offset_bytes == 0 {
+                // Truncate to zero frees block 0 too.
+                released += dn.open.blocks.remove(&0).map(|b| b.len() as i64).unwrap_or(0);
+                dn.open.frees.push((0, u64::MAX));
+            } else {
+                dn.open.frees.push((keep_to + 1, u64::MAX));
+            }
+        }
+        Self::mark_dirty(&mut st, obj);
+        drop(st);
+        if released != 0 {
+            self.gate.add_dirty(-released);
+        }
+        Ok(())
+    }
+
+    fn bonus(&self, obj: u64) -> Result<Vec<u8>> {
+        let mut st = self.st.lock();
+        Ok(self.load_dnode(&mut st, obj)?.attrs.bonus.clone())
+    }
+
+    fn set_bonus(&self, _tx: &TxHold, obj: u64, bonus: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        if bonus.len() > tarn_phys::DNODE_BONUS_SIZE_BYTES {
+            return Err(DmuError::Invalid("bonus too long"));
+        }
+        let mut st = self.st.lock();
+        let dn = self.load_dnode(&mut st, obj)?;
+        dn.attrs.bonus = bonus.to_vec();
+        Self::mark_dirty(&mut st, obj);
+        Ok(())
+    }
+
+    fn object_info(&self, obj: u64) -> Result<ObjectInfo> {
+        let mut st = self.st.lock();
+        let dn = self.load_dnode(&mut st, obj)?;
+        let dirty: u64 = dn.open.blocks.values().map(|b| b.len() as u64).sum();
+        Ok(ObjectInfo { otype: dn.attrs.otype, datablksz_bytes: dn.attrs.blksz, maxblkid: dn.attrs.maxblkid, used_bytes: dn.tree.used_bytes.max(dirty) })
+    }
+
+    fn wait_synced(&self) -> Result<()> {
+        let txg = self.gate.open_txg();
+        self.gate.wait_synced(txg)
+    }
+
+    fn space(&self) -> SpaceInfo {
+        let size = self.zio.size_bytes();
+        let slop = (size >> self.slop_shift).max(4 << 20);
+        SpaceInfo { used_bytes: self.used_bytes(), avail_bytes: self.zio.free_bytes().saturating_sub(slop) }
+    }
+
+    fn is_readonly(&self) -> bool {
+        self.readonly.load(Ordering::Relaxed) || self.gate.is_readonly()
+    }
+}

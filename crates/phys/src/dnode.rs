@@ -1,0 +1,228 @@
+//! Dnodes and object-set roots (ZFS `dnode_phys_t`, `objset_phys_t`;
+//! OpenZFS `include/sys/dnode.h`, `include/sys/dmu_objset.h`).
+//!
+//! [`DnodePhys`] layout (512 bytes):
+//!
+//! | off | size | field |
+//! |----:|-----:|-------|
+//! | 0   | 1    | object type (0 = free slot) |
+//! | 1   | 1    | indblkshift (log2 of indirect block size) |
+//! | 2   | 1    | nlevels (1 = the block pointer points at data) |
+//! | 3   | 1    | nblkptr (always 1 in format 1) |
+//! | 4   | 1    | bonus type (0 none, 1 znode, 2 dsl dataset) |
+//! | 5   | 3    | reserved, zero |
+//! | 8   | 2    | data block size in 512-byte sectors |
+//! | 10  | 2    | bonus length in bytes (≤ 320) |
+//! | 12  | 2    | max data block size in 512-byte sectors (the first block may grow to it) |
+//! | 14  | 2    | reserved, zero |
+//! | 16  | 8    | maxblkid (highest level-0 block id ever written; 0 when empty) |
+//! | 24  | 8    | used_bytes (allocated bytes of all blocks of the object) |
+//! | 32  | 32   | reserved, zero |
+//! | 64  | 128  | top block pointer |
+//! | 192 | 320  | bonus buffer |
+//!
+//! [`ObjsetPhys`] layout (2048 bytes): meta-dnode @0 (512), objset type u64 @512,
+//! reserved to 1024, ZIL header area @1024..1216 (zero until the ZIL issue),
+//! reserved zero to 2048.
+
+use crate::blkptr::{BlkPtr, ObjectType};
+use crate::le::*;
+use crate::Corrupt;
+
+/// Bytes per dnode.
+pub const DNODE_SIZE_BYTES: usize = 512;
+/// Bytes of bonus buffer per dnode.
+pub const DNODE_BONUS_SIZE_BYTES: usize = 320;
+/// Bytes of an encoded object-set root.
+pub const OBJSET_PHYS_SIZE_BYTES: usize = 2048;
+
+/// One object's header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnodePhys {
+    /// Object type; `ObjectType::None` marks a free slot.
+    pub otype: ObjectType,
+    /// log2 of the indirect block size (17 = 128 KiB).
+    pub indblkshift: u8,
+    /// Levels of the block tree; 1 means `blkptr` points at a data block.
+    pub nlevels: u8,
+    /// Bonus buffer type (0 none, 1 znode attributes, 2 dataset record).
+    pub bonus_type: u8,
+    /// Data block size in bytes (multiple of 512, ≤ 1 MiB).
+    pub datablksz_bytes: u32,
+    /// Largest size the single first block may grow to (the dataset's recordsize at creation).
+    pub max_blksz_bytes: u32,
+    /// Highest level-0 block id that exists.
+    pub maxblkid: u64,
+    /// Allocated bytes of the object's blocks.
+    pub used_bytes: u64,
+    /// Root of the block tree.
+    pub blkptr: BlkPtr,
+    /// Bonus bytes (length ≤ 320).
+    pub bonus: Vec<u8>,
+}
+
+impl DnodePhys {
+    /// A free dnode slot.
+    pub fn free() -> Self {
+        DnodePhys {
+            otype: ObjectType::None,
+            indblkshift: 17,
+            nlevels: 1,
+            bonus_type: 0,
+            datablksz_bytes: 512,
+            max_blksz_bytes: 512,
+            maxblkid: 0,
+            used_bytes: 0,
+            blkptr: BlkPtr::HOLE,
+            bonus: Vec::new(),
+        }
+    }
+
+    /// True for a free slot.
+    pub fn is_free(&self) -> bool {
+        self.otype == ObjectType::None
+    }
+
+    /// Encode into `b[..512]`. Panics if the bonus is longer than 320 bytes (a bug).
+    pub fn encode_into(&self, b: &mut [u8]) {
+        assert!(self.bonus.len() <= DNODE_BONUS_SIZE_BYTES, "bonus too long");
+        let b = &mut b[..DNODE_SIZE_BYTES];
+        b.fill(0);
+        if self.is_free() {
+            return;
+        }
+        b[0] = self.otype as u8;
+        b[1] = self.indblkshift;
+        b[2] = self.nlevels;
+        b[3] = 1;
+        b[4] = self.bonus_type;
+        put_u16(b, 8, (self.datablksz_bytes >> 9) as u16);
+        put_u16(b, 10, self.bonus.len() as u16);
+        put_u16(b, 12, (self.max_blksz_bytes >> 9) as u16);
+        put_u64(b, 16, self.maxblkid);
+        put_u64(b, 24, self.used_bytes);
+        self.blkptr.encode_into(&mut b[64..192]);
+        b[192..192 + self.bonus.len()].copy_from_slice(&self.bonus);
+    }
+
+    /// Decode and validate 512 bytes.
+    pub fn decode(b: &[u8]) -> Result<Self, Corrupt> {
+        if b.len() < DNODE_SIZE_BYTES {
+            return Err(Corrupt::new("dnode", "short buffer"));
+        }
+        let b = &b[..DNODE_SIZE_BYTES];
+        if b[0] == 0 {
+            if b.iter().any(|&x| x != 0) {
+                return Err(Corrupt::new("dnode", "free slot with non-zero bytes"));
+            }
+            return Ok(Self::free());
+        }
+        let otype = ObjectType::from_u8(b[0])?;
+        let bonuslen = u16_at(b, 10) as usize;
+        if bonuslen > DNODE_BONUS_SIZE_BYTES {
+            return Err(Corrupt::new("dnode", format!("bonus length {bonuslen}")));
+        }
+        let nlevels = b[2];
+        if nlevels == 0 || nlevels > 8 || b[3] != 1 {
+            return Err(Corrupt::new("dnode", format!("nlevels {nlevels} / nblkptr {}", b[3])));
+        }
+        let sectors = u16_at(b, 8) as u32;
+        if sectors == 0 || sectors > 2048 {
+            return Err(Corrupt::new("dnode", format!("block size {sectors} sectors")));
+        }
+        if !(9..=17).contains(&b[1]) {
+            return Err(Corrupt::new("dnode", format!("indblkshift {}", b[1])));
+        }
+        let max_sectors = u16_at(b, 12) as u32;
+        if max_sectors == 0 || max_sectors > 2048 {
+            return Err(Corrupt::new("dnode", format!("max block size {max_sectors} sectors")));
+        }
+        if b[5..8].iter().chain(&b[14..16]).chain(&b[32..64]).any(|&x| x != 0) {
+            return Err(Corrupt::new("dnode", "reserved bytes not zero"));
+        }
+        Ok(DnodePhys {
+            otype,
+            indblkshift: b[1],
+            nlevels,
+            bonus_type: b[4],
+            datablksz_bytes: sectors << 9,
+            max_blksz_bytes: max_sectors << 9,
+            maxblkid: u64_at(b, 16),
+            used_bytes: u64_at(b, 24),
+            blkptr: BlkPtr::decode(&b[64..192])?,
+            bonus: b[192..192 + bonuslen].to_vec(),
+        })
+    }
+}
+
+/// Root of an object set: its meta-dnode (whose data is the dnode array).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjsetPhys {
+    /// The meta-dnode (object 0's header).
+    pub meta_dnode: DnodePhys,
+    /// 1 = MOS (pool metadata), 2 = file system dataset.
+    pub os_type: u64,
+}
+
+impl ObjsetPhys {
+    /// Encode to 2048 bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; OBJSET_PHYS_SIZE_BYTES];
+        self.meta_dnode.encode_into(&mut b[0..512]);
+        put_u64(&mut b, 512, self.os_type);
+        b
+    }
+
+    /// Decode and validate.
+    pub fn decode(b: &[u8]) -> Result<Self, Corrupt> {
+        if b.len() < OBJSET_PHYS_SIZE_BYTES {
+            return Err(Corrupt::new("objset", "short buffer"));
+        }
+        let os_type = u64_at(b, 512);
+        if !(1..=2).contains(&os_type) {
+            return Err(Corrupt::new("objset", format!("type {os_type}")));
+        }
+        if b[520..OBJSET_PHYS_SIZE_BYTES].iter().any(|&x| x != 0) {
+            return Err(Corrupt::new("objset", "reserved bytes not zero"));
+        }
+        Ok(ObjsetPhys { meta_dnode: DnodePhys::decode(&b[0..512])?, os_type })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::blkptr::Dva;
+
+    #[test]
+    fn dnode_roundtrip_and_offsets() {
+        let mut d = DnodePhys::free();
+        d.otype = ObjectType::FileData;
+        d.nlevels = 2;
+        d.datablksz_bytes = 128 << 10;
+        d.max_blksz_bytes = 128 << 10;
+        d.maxblkid = 77;
+        d.used_bytes = 999;
+        d.bonus = vec![5; 100];
+        d.bonus_type = 1;
+        d.blkptr.dva[0] = Dva { vdev: 0, asize_bytes: 512, offset_bytes: 4096 };
+        d.blkptr.lsize_bytes = 512;
+        d.blkptr.psize_bytes = 512;
+        d.blkptr.birth_txg = 3;
+        let mut b = [0u8; 512];
+        d.encode_into(&mut b);
+        assert_eq!(u16::from_le_bytes([b[8], b[9]]), 256);
+        assert_eq!(b[192], 5);
+        assert_eq!(DnodePhys::decode(&b).unwrap(), d);
+        let os = ObjsetPhys { meta_dnode: d, os_type: 2 };
+        assert_eq!(ObjsetPhys::decode(&os.encode()).unwrap(), os);
+    }
+
+    #[test]
+    fn free_slot_is_zero() {
+        let mut b = [1u8; 512];
+        DnodePhys::free().encode_into(&mut b);
+        assert!(b.iter().all(|&x| x == 0));
+        assert!(DnodePhys::decode(&b).unwrap().is_free());
+    }
+}

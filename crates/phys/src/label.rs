@@ -1,0 +1,185 @@
+//! Vdev labels (ZFS `vdev_label_t`, OpenZFS `include/sys/vdev_impl.h`).
+//!
+//! Every leaf carries four 256 KiB labels: L0 at 0, L1 at 256 KiB, L2 and L3 in the
+//! last 512 KiB of the device (size rounded down to 256 KiB). The allocatable area
+//! is `[DATA_START_BYTES, label_area_end)`: the first 4 MiB hold L0, L1 and a
+//! reserved boot region, as in ZFS.
+//!
+//! One label:
+//!
+//! | off     | size    | content |
+//! |--------:|--------:|---------|
+//! | 0       | 8 KiB   | reserved, zero |
+//! | 8 KiB   | 64      | config header: magic "TARNLABL" u64, version u64, json_len u64, reserved u64, BLAKE3 of the JSON (32) |
+//! | 8K+64   | ≤ 120 KiB−64 | config, UTF-8 JSON ([`LabelConfig`]) |
+//! | 128 KiB | 128 KiB | uberblock ring: 32 slots × 4 KiB, slot = txg % 32 |
+//!
+//! The config is JSON (our stand-in for ZFS's packed nvlist): small, read once at
+//! import, versioned by `version` and `features_for_read`.
+
+use crate::le::*;
+use crate::Corrupt;
+use serde::{Deserialize, Serialize};
+
+/// Size of one label.
+pub const LABEL_SIZE_BYTES: u64 = 256 << 10;
+/// Start of the allocatable area on every leaf.
+pub const DATA_START_BYTES: u64 = 4 << 20;
+/// Offset of the config header inside a label.
+pub const CONFIG_OFFSET_BYTES: u64 = 8 << 10;
+/// Maximum JSON config length.
+pub const CONFIG_MAX_BYTES: usize = (120 << 10) - 64;
+/// Offset of the uberblock ring inside a label.
+pub const UBERBLOCK_RING_OFFSET_BYTES: u64 = 128 << 10;
+/// Slots in the uberblock ring.
+pub const UBERBLOCK_RING_SLOTS: u64 = 32;
+/// "TARNLABL" as a little-endian u64.
+pub const LABEL_MAGIC: u64 = u64::from_le_bytes(*b"TARNLABL");
+
+/// Offsets of the four labels on a device of `device_size_bytes`.
+pub fn label_offsets(device_size_bytes: u64) -> [u64; 4] {
+    let size = device_size_bytes / LABEL_SIZE_BYTES * LABEL_SIZE_BYTES;
+    [0, LABEL_SIZE_BYTES, size - 2 * LABEL_SIZE_BYTES, size - LABEL_SIZE_BYTES]
+}
+
+/// End (exclusive) of the allocatable area of a device of `device_size_bytes`.
+pub fn data_end_bytes(device_size_bytes: u64) -> u64 {
+    label_offsets(device_size_bytes)[2]
+}
+
+/// Pool state recorded in the label (ZFS `pool_state_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolState {
+    /// Imported (or was, when the host died).
+    Active,
+    /// Cleanly exported.
+    Exported,
+    /// Destroyed with `zpool destroy`.
+    Destroyed,
+}
+
+/// A node of the vdev tree as stored in the label (ZFS's `vdev_tree` nvlist).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VdevConfig {
+    /// "root", "mirror", "raidz", "file" or "disk".
+    pub kind: String,
+    /// Index among siblings (for a top-level vdev: its id in DVAs).
+    pub id: u64,
+    /// Random 64-bit identity.
+    pub guid: u64,
+    /// Leaf path at last import (leaves only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Parity count for raidz (1..=3), 0 otherwise.
+    #[serde(default)]
+    pub nparity: u8,
+    /// log2 of the sector size (9 or 12); top-level vdevs.
+    #[serde(default)]
+    pub ashift: u8,
+    /// Allocatable bytes of a top-level vdev.
+    #[serde(default)]
+    pub asize_bytes: u64,
+    /// Children (mirror/raidz/root).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<VdevConfig>,
+}
+
+impl VdevConfig {
+    /// All leaves beneath (or self if a leaf), depth-first.
+    pub fn leaves(&self) -> Vec<&VdevConfig> {
+        if self.children.is_empty() {
+            return vec![self];
+        }
+        self.children.iter().flat_map(|c| c.leaves()).collect()
+    }
+}
+
+/// The label's config (ZFS label nvlist: name, guids, txg, state, vdev_tree).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LabelConfig {
+    /// Format version; import refuses a newer one.
+    pub version: u64,
+    /// Pool name.
+    pub name: String,
+    /// Pool GUID.
+    pub pool_guid: u64,
+    /// This leaf's GUID.
+    pub guid: u64,
+    /// GUID of this leaf's top-level vdev.
+    pub top_guid: u64,
+    /// Txg at which this config was written.
+    pub txg: u64,
+    /// Pool state.
+    pub state: PoolState,
+    /// Host that last imported the pool.
+    pub hostname: String,
+    /// Features an importer must understand to read the pool (none in format 1).
+    #[serde(default)]
+    pub features_for_read: Vec<String>,
+    /// The whole pool's vdev tree (kind "root").
+    pub vdev_tree: VdevConfig,
+}
+
+/// Encode the config header + JSON into the 120 KiB config area.
+pub fn encode_config(cfg: &LabelConfig) -> Result<Vec<u8>, Corrupt> {
+    let json = serde_json::to_vec(cfg).map_err(|e| Corrupt::new("label", e.to_string()))?;
+    if json.len() > CONFIG_MAX_BYTES {
+        return Err(Corrupt::new("label", "config too large"));
+    }
+    let mut b = vec![0u8; 64 + json.len()];
+    put_u64(&mut b, 0, LABEL_MAGIC);
+    put_u64(&mut b, 8, cfg.version);
+    put_u64(&mut b, 16, json.len() as u64);
+    b[32..64].copy_from_slice(blake3::hash(&json).as_bytes());
+    b[64..].copy_from_slice(&json);
+    Ok(b)
+}
+
+/// Decode the config area (starting at the header). Checks magic and checksum;
+/// the caller checks the version against [`crate::TARN_FORMAT_VERSION`].
+pub fn decode_config(b: &[u8]) -> Result<LabelConfig, Corrupt> {
+    if b.len() < 64 || u64_at(b, 0) != LABEL_MAGIC {
+        return Err(Corrupt::new("label", "bad magic"));
+    }
+    let len = u64_at(b, 16) as usize;
+    if len > CONFIG_MAX_BYTES || 64 + len > b.len() {
+        return Err(Corrupt::new("label", "bad config length"));
+    }
+    let json = &b[64..64 + len];
+    if blake3::hash(json).as_bytes() != &b[32..64] {
+        return Err(Corrupt::new("label", "config checksum mismatch"));
+    }
+    serde_json::from_slice(json).map_err(|e| Corrupt::new("label", format!("config: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn offsets() {
+        let o = label_offsets(64 << 20);
+        assert_eq!(o, [0, 256 << 10, (64 << 20) - (512 << 10), (64 << 20) - (256 << 10)]);
+        assert_eq!(label_offsets((64 << 20) + 1000), o);
+    }
+    #[test]
+    fn config_roundtrip_and_damage() {
+        let cfg = LabelConfig {
+            version: 1,
+            name: "tank".into(),
+            pool_guid: 1,
+            guid: 2,
+            top_guid: 3,
+            txg: 4,
+            state: PoolState::Active,
+            hostname: "h".into(),
+            features_for_read: vec![],
+            vdev_tree: VdevConfig { kind: "root".into(), id: 0, guid: 1, path: None, nparity: 0, ashift: 0, asize_bytes: 0, children: vec![] },
+        };
+        let mut b = encode_config(&cfg).unwrap();
+        assert_eq!(decode_config(&b).unwrap(), cfg);
+        let n = b.len();
+        b[n - 3] ^= 0x20;
+        assert!(decode_config(&b).is_err());
+    }
+}

@@ -1,0 +1,89 @@
+//! # phys — every persistent byte layout in Tarn
+//!
+//! Theory: this crate owns the on-disk format and nothing else. Each structure has an
+//! in-memory Rust type and a fixed little-endian encoding produced by `encode` and
+//! checked by `decode`, which returns [`Corrupt`] instead of panicking on bad input.
+//! The layouts are documented byte for byte in `docs/format.md`; the unit tests
+//! assert the sizes and offsets stated there.
+//!
+//! Structures (ZFS names, our layouts):
+//! - [`Dva`] (16 B) and [`BlkPtr`] (128 B): where a block lives and how to verify it
+//!   (256-bit checksum, birth txg, logical/physical size, up to three DVAs). ZFS
+//!   `blkptr_t`, see OpenZFS `include/sys/spa.h`.
+//! - [`DnodePhys`] (512 B): an object's header, one top-level block pointer and a
+//!   320-byte bonus buffer. ZFS `dnode_phys_t`.
+//! - [`ObjsetPhys`] (2 KiB): the root of an object set: its meta-dnode.
+//! - [`UberblockPhys`] (one 4 KiB ring slot): txg, timestamp, GUID sum, the MOS root
+//!   and the pool space map, self-checksummed.
+//! - [`label`]: the 256 KiB vdev label (config + uberblock ring), four copies per leaf.
+//!
+//! Invariants: decode(encode(x)) == x for every valid x (property-tested); a structure
+//! with a wrong magic, bad self-checksum, unknown enum value or non-zero reserved
+//! bytes is rejected with `Corrupt`.
+//!
+//! Called by: every engine crate. Calls: nothing but hash/compression libraries.
+
+pub mod blkptr;
+pub mod checksum;
+pub mod compress;
+pub mod dnode;
+pub mod label;
+pub mod uberblock;
+
+pub use blkptr::{BlkPtr, Dva, ObjectType, BLKPTR_SIZE_BYTES, DVA_SIZE_BYTES};
+pub use checksum::{Checksum, ChecksumAlg};
+pub use compress::Compression;
+pub use dnode::{DnodePhys, ObjsetPhys, DNODE_BONUS_SIZE_BYTES, DNODE_SIZE_BYTES, OBJSET_PHYS_SIZE_BYTES};
+pub use uberblock::{UberblockPhys, UBERBLOCK_MAGIC, UBERBLOCK_SLOT_SIZE_BYTES};
+
+/// Format version written into labels and uberblocks. An import refuses a pool whose
+/// version is greater (invariant 9 in DESIGN.md).
+pub const TARN_FORMAT_VERSION: u64 = 1;
+
+/// Smallest leaf device accepted by `zpool create`, as in OpenZFS (`SPA_MINDEVSIZE`).
+pub const MIN_DEVICE_SIZE_BYTES: u64 = 64 << 20;
+
+/// Largest logical block (the `recordsize` maximum we accept): 1 MiB.
+pub const MAX_BLOCK_SIZE_BYTES: u32 = 1 << 20;
+
+/// Smallest block: one 512-byte sector (`SPA_MINBLOCKSIZE`).
+pub const MIN_BLOCK_SIZE_BYTES: u32 = 512;
+
+/// A decode failure: the bytes are not a valid encoding of `kind`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("corrupt {kind}: {detail}")]
+pub struct Corrupt {
+    /// Which structure failed to decode (e.g. "blkptr", "uberblock").
+    pub kind: &'static str,
+    /// What was wrong with it.
+    pub detail: String,
+}
+
+impl Corrupt {
+    /// Build a `Corrupt` for structure `kind`.
+    pub fn new(kind: &'static str, detail: impl Into<String>) -> Self {
+        Corrupt { kind, detail: detail.into() }
+    }
+}
+
+/// Little-endian field access on a byte slice; callers have checked the length.
+pub(crate) mod le {
+    pub fn u16_at(b: &[u8], off: usize) -> u16 {
+        u16::from_le_bytes(b[off..off + 2].try_into().unwrap())
+    }
+    pub fn u32_at(b: &[u8], off: usize) -> u32 {
+        u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
+    }
+    pub fn u64_at(b: &[u8], off: usize) -> u64 {
+        u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
+    }
+    pub fn put_u16(b: &mut [u8], off: usize, v: u16) {
+        b[off..off + 2].copy_from_slice(&v.to_le_bytes());
+    }
+    pub fn put_u32(b: &mut [u8], off: usize, v: u32) {
+        b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    pub fn put_u64(b: &mut [u8], off: usize, v: u64) {
+        b[off..off + 8].copy_from_slice(&v.to_le_bytes());
+    }
+}

@@ -1,0 +1,100 @@
+//! The uberblock (ZFS `uberblock_t`, OpenZFS `include/sys/uberblock_impl.h`).
+//!
+//! One 4 KiB slot of the label's uberblock ring; slot index is `txg % 32`. The
+//! newest slot that decodes and whose GUID sum matches the pool wins at import;
+//! older ones allow rewind (`zpool import -F` / `-T`).
+//!
+//! | off  | size | field |
+//! |-----:|-----:|-------|
+//! | 0    | 8    | magic `UBERBLOCK_MAGIC` |
+//! | 8    | 8    | format version |
+//! | 16   | 8    | txg |
+//! | 24   | 8    | guid_sum (sum of all leaf GUIDs, wrapping) |
+//! | 32   | 8    | timestamp, seconds since the epoch |
+//! | 40   | 8    | reserved, zero |
+//! | 48   | 128  | root block pointer (the MOS object set) |
+//! | 176  | 128  | space map block pointer |
+//! | 304  | 3760 | reserved, zero |
+//! | 4064 | 32   | BLAKE3 of bytes 0..4064 |
+
+use crate::blkptr::BlkPtr;
+use crate::le::*;
+use crate::Corrupt;
+
+/// "tarnuber" read as a little-endian u64.
+pub const UBERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"tarnuber");
+/// One ring slot.
+pub const UBERBLOCK_SLOT_SIZE_BYTES: usize = 4096;
+const SUM_OFF: usize = UBERBLOCK_SLOT_SIZE_BYTES - 32;
+
+/// The root of everything for one txg.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UberblockPhys {
+    /// Format version that wrote it.
+    pub version: u64,
+    /// The txg this uberblock completes.
+    pub txg: u64,
+    /// Wrapping sum of leaf GUIDs; must match the config at import.
+    pub guid_sum: u64,
+    /// Seconds since the epoch at sync.
+    pub timestamp_s: u64,
+    /// The MOS object set root.
+    pub rootbp: BlkPtr,
+    /// The pool space map block.
+    pub spacemap_bp: BlkPtr,
+}
+
+impl UberblockPhys {
+    /// Encode to one 4 KiB slot with the self-checksum filled in.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; UBERBLOCK_SLOT_SIZE_BYTES];
+        put_u64(&mut b, 0, UBERBLOCK_MAGIC);
+        put_u64(&mut b, 8, self.version);
+        put_u64(&mut b, 16, self.txg);
+        put_u64(&mut b, 24, self.guid_sum);
+        put_u64(&mut b, 32, self.timestamp_s);
+        self.rootbp.encode_into(&mut b[48..176]);
+        self.spacemap_bp.encode_into(&mut b[176..304]);
+        let sum = blake3::hash(&b[..SUM_OFF]);
+        b[SUM_OFF..].copy_from_slice(sum.as_bytes());
+        b
+    }
+
+    /// Decode a slot; an empty (all-zero) slot, bad magic or bad checksum is `Corrupt`.
+    pub fn decode(b: &[u8]) -> Result<Self, Corrupt> {
+        if b.len() < UBERBLOCK_SLOT_SIZE_BYTES {
+            return Err(Corrupt::new("uberblock", "short buffer"));
+        }
+        if u64_at(b, 0) != UBERBLOCK_MAGIC {
+            return Err(Corrupt::new("uberblock", "bad magic"));
+        }
+        if blake3::hash(&b[..SUM_OFF]).as_bytes() != &b[SUM_OFF..UBERBLOCK_SLOT_SIZE_BYTES] {
+            return Err(Corrupt::new("uberblock", "checksum mismatch"));
+        }
+        if u64_at(b, 40) != 0 || b[304..SUM_OFF].iter().any(|&x| x != 0) {
+            return Err(Corrupt::new("uberblock", "reserved bytes not zero"));
+        }
+        Ok(UberblockPhys {
+            version: u64_at(b, 8),
+            txg: u64_at(b, 16),
+            guid_sum: u64_at(b, 24),
+            timestamp_s: u64_at(b, 32),
+            rootbp: BlkPtr::decode(&b[48..176])?,
+            spacemap_bp: BlkPtr::decode(&b[176..304])?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn roundtrip_and_detect_damage() {
+        let ub = UberblockPhys { version: 1, txg: 42, guid_sum: 7, timestamp_s: 1000, rootbp: BlkPtr::HOLE, spacemap_bp: BlkPtr::HOLE };
+        let mut b = ub.encode();
+        assert_eq!(UberblockPhys::decode(&b).unwrap(), ub);
+        b[17] ^= 1;
+        assert!(UberblockPhys::decode(&b).is_err());
+        assert!(UberblockPhys::decode(&vec![0u8; 4096]).is_err());
+    }
+}

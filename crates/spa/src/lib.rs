@@ -1,0 +1,187 @@
+//! # spa — the storage pool: lifecycle, config, labels, uberblocks, txg sync; and the DSL
+//!
+//! Theory. A pool is a tree of vdevs (root → top-level vdevs → leaves) plus the MOS
+//! (meta object set) that describes its datasets. `spa` owns the pool's lifecycle:
+//! - **create** validates the whole request before writing a byte (names, vdev specs,
+//!   device sizes, labels of pools the devices already belong to), then writes labels,
+//!   an empty MOS and the root dataset, and syncs txg 1;
+//! - **import** reads labels from every device under the search directories, groups
+//!   them by pool GUID, rebuilds the vdev tree from the newest config (missing leaves
+//!   are UNAVAIL), and picks the newest uberblock whose GUID sum matches (or the one
+//!   asked for with `-T`, or an older one with `-F` when the newest cannot be opened);
+//! - **sync** (a thread per pool, `sync.rs`) turns each txg into a new tree: quiesce,
+//!   write dataset data and metadata, update dataset records in the MOS, write the
+//!   MOS, write the space map (which records its own allocation), flush all leaves,
+//!   write the uberblock into every label's ring, flush again. Only then is the txg
+//!   durable (DESIGN "Transaction groups"). A failed sync suspends the pool.
+//! - **export/destroy** sync, mark the labels, and release the device locks.
+//!
+//! The DSL half (`dsl.rs`) keeps the dataset directory: names, properties with
+//! inheritance, and per-dataset records (`DslDatasetPhys` in a MOS object's bonus)
+//! pointing at each dataset's object set.
+//!
+//! Locks (in order): txg hold → `admin` (MOS changes) → object-set locks. The sync
+//! thread never takes a txg hold.
+//!
+//! Called by: cli (daemon), tests. Calls: dmu, zio, metaslab, vdev, phys.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+mod dsl;
+mod names;
+mod pool;
+mod sync;
+
+pub use dsl::{recordsize_bytes, DATASET_PROPS};
+pub use names::{validate_dataset_name, validate_pool_name};
+pub use pool::Pool;
+pub use tarn_dmu::ObjectStore;
+
+/// Errors surfaced to `zpool`/`zfs`. Display strings follow OpenZFS wording where
+/// OpenZFS has one (the CLI prints them after "cannot create 'tank': ").
+#[derive(Debug, thiserror::Error)]
+pub enum SpaError {
+    /// Bad vdev specification or argument; the string is the whole message.
+    #[error("{0}")]
+    Invalid(String),
+    /// `pool already exists` / `dataset already exists`.
+    #[error("{0} already exists")]
+    Exists(String),
+    /// `no such pool` / `dataset does not exist`.
+    #[error("{0}")]
+    NotFound(String),
+    /// A device is part of another pool (`-f` overrides when that pool is exported).
+    #[error("{path} is part of {state} pool '{pool}'")]
+    InUse {
+        /// Device path.
+        path: String,
+        /// Pool name in its label.
+        pool: String,
+        /// "active", "exported" or "destroyed".
+        state: String,
+    },
+    /// Device smaller than 64 MiB.
+    #[error("{0} is too small (minimum 64M)")]
+    TooSmall(String),
+    /// Dataset has children and -r was not given.
+    #[error("filesystem has children\nuse '-r' to destroy the following datasets:\n{0}")]
+    HasChildren(String),
+    /// Pool label is newer than this software.
+    #[error("pool '{0}' uses a newer on-disk format (version {1}); this Tarn supports version {2}")]
+    NewerVersion(String, u64, u64),
+    /// Label or metadata damaged beyond use.
+    #[error("{0}")]
+    Corrupt(String),
+    /// Out of space.
+    #[error("out of space")]
+    NoSpace,
+    /// Busy (device locked, dataset mounted, ...).
+    #[error("{0}")]
+    Busy(String),
+    /// I/O error.
+    #[error("I/O error: {0}")]
+    Io(String),
+}
+
+/// Result alias.
+pub type Result<T> = std::result::Result<T, SpaError>;
+
+/// One top-level vdev as given on the `zpool create` command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopSpec {
+    /// A single leaf (striped with the other top-level vdevs).
+    Leaf(PathBuf),
+    /// N-way mirror (N ≥ 2).
+    Mirror(Vec<PathBuf>),
+    /// raidz with `nparity` (1..=3) and more than `nparity` leaves.
+    Raidz {
+        /// Parity columns.
+        nparity: u8,
+        /// Leaves.
+        leaves: Vec<PathBuf>,
+    },
+}
+
+/// Arguments of `zpool create`.
+#[derive(Debug, Clone)]
+pub struct CreateSpec {
+    /// Pool name (validated by [`validate_pool_name`]).
+    pub name: String,
+    /// Top-level vdevs.
+    pub vdevs: Vec<TopSpec>,
+    /// log2 sector size, 9 or 12 (default 12).
+    pub ashift: u8,
+    /// `-f`: use devices that belong to an exported or destroyed pool.
+    pub force: bool,
+    /// Pool properties from `-o` (e.g. `comment`).
+    pub pool_props: BTreeMap<String, String>,
+    /// Root dataset properties from `-O` and `-m` (mountpoint).
+    pub fs_props: BTreeMap<String, String>,
+}
+
+/// How to pick the uberblock at import.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rewind {
+    /// The newest valid uberblock.
+    None,
+    /// `-F`: if the newest cannot be opened, try older ones.
+    Recover,
+    /// `-T txg`: exactly this txg.
+    Txg(u64),
+}
+
+/// A pool found by reading labels.
+#[derive(Debug, Clone)]
+pub struct ImportCandidate {
+    /// Pool name.
+    pub name: String,
+    /// Pool GUID.
+    pub guid: u64,
+    /// "ONLINE", "DEGRADED", "UNAVAIL", ...
+    pub health: String,
+    /// Label state ("exported", "active", "destroyed").
+    pub state: String,
+    /// Status tree (leaves with their health).
+    pub config: VdevStatus,
+    /// Directories holding its leaves.
+    pub dirs: Vec<PathBuf>,
+}
+
+/// One node of `zpool status` config.
+#[derive(Debug, Clone)]
+pub struct VdevStatus {
+    /// Display name: pool name, "mirror-0", "raidz2-1" or the leaf path.
+    pub name: String,
+    /// "ONLINE", "DEGRADED", "FAULTED", "UNAVAIL", "OFFLINE".
+    pub state: String,
+    /// READ errors.
+    pub read_errors: u64,
+    /// WRITE errors.
+    pub write_errors: u64,
+    /// CKSUM errors.
+    pub checksum_errors: u64,
+    /// Allocated bytes (top-level vdevs; 0 for leaves).
+    pub alloc_bytes: u64,
+    /// Size in bytes.
+    pub size_bytes: u64,
+    /// Children.
+    pub children: Vec<VdevStatus>,
+}
+
+/// `zfs list` row and property access.
+#[derive(Debug, Clone)]
+pub struct DatasetInfo {
+    /// Full name (`tank/home`).
+    pub name: String,
+    /// USED bytes (this dataset and descendants).
+    pub used_bytes: u64,
+    /// AVAIL bytes.
+    pub avail_bytes: u64,
+    /// REFER bytes (referenced by this dataset).
+    pub refer_bytes: u64,
+    /// Effective properties: name → (value, source) where source is "default",
+    /// "local", "inherited from X" or "-".
+    pub props: BTreeMap<String, (String, String)>,
+}
+

@@ -1,0 +1,143 @@
+//! The txg sync thread and one txg's sync (see the crate theory statement).
+
+use crate::dsl::DslDatasetPhys;
+use crate::pool::{dmu_err, now_s, Pool};
+use crate::{Result, SpaError};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+use tarn_dmu::{ObjectStore, TxHold};
+use tarn_phys::{ObjectType, UberblockPhys, TARN_FORMAT_VERSION};
+use tarn_vdev::label;
+use tarn_zio::WriteProps;
+
+/// Seconds between txg syncs when nobody asks for one (ZFS `zfs_txg_timeout`).
+pub const TXG_TIMEOUT_S: u64 = 5;
+
+impl Pool {
+    pub(crate) fn start_sync_thread(self: &Arc<Self>) {
+        let weak: Weak<Pool> = Arc::downgrade(self);
+        let h = std::thread::Builder::new()
+            .name(format!("txg_sync:{}", self.name))
+            .spawn(move || {
+                let mut last = Instant::now();
+                loop {
+                    let Some(p) = weak.upgrade() else { break };
+                    if p.stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let asked = p.gate.wait_for_work(Duration::from_millis(500));
+                    if p.stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let due = last.elapsed() >= Duration::from_secs(TXG_TIMEOUT_S);
+                    if asked || (due && p.has_dirty()) {
+                        if let Err(e) = p.sync_once() {
+                            tracing::error!("pool {}: txg sync failed, suspending: {e}", p.name);
+                            p.gate.suspend();
+                        }
+                        last = Instant::now();
+                    } else if due {
+                        last = Instant::now();
+                    }
+                }
+            })
+            .expect("spawn sync thread");
+        *self.sync_thread.lock() = Some(h);
+    }
+
+    pub(crate) fn stop_sync_thread(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.gate.request_sync(0);
+        if let Some(h) = self.sync_thread.lock().take() {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+
+    fn has_dirty(&self) -> bool {
+        self.gate.dirty_bytes() > 0 || self.mos.has_dirty() || self.objsets.lock().values().any(|o| o.has_dirty())
+    }
+
+    /// Sync one txg: everything changed under holds of the open txg becomes durable.
+    pub(crate) fn sync_once(&self) -> Result<()> {
+        let _s = self.sync_lock.lock();
+        let objsets: Vec<(u64, Arc<tarn_dmu::objset::Objset>)> = self.objsets.lock().iter().map(|(k, v)| (*k, v.clone())).collect();
+        let mut batches = Vec::new();
+        let txg = self.gate.quiesce(|t| {
+            for (id, os) in &objsets {
+                batches.push((*id, os.clone(), os.sync_collect(t)));
+            }
+        });
+        let any = batches.iter().any(|(_, _, b)| !b.is_empty()) || self.mos.has_dirty();
+        if !any {
+            self.gate.mark_synced(txg);
+            return Ok(());
+        }
+        let tx = TxHold { txg, _guard: None };
+        for (id, os, mut b) in batches {
+            os.sync_write_data(&mut b, 2).map_err(dmu_err)?;
+            if let Some(root) = os.sync_finish(b).map_err(dmu_err)? {
+                let _a = self.admin.lock();
+                // The dataset may have been destroyed meanwhile.
+                if let Ok(bonus) = self.mos.bonus(id) {
+                    let mut phys = DslDatasetPhys::decode(&bonus)?;
+                    phys.rootbp = root;
+                    phys.used_bytes = os.used_bytes();
+                    self.mos.set_bonus(&tx, id, &phys.encode()).map_err(dmu_err)?;
+                }
+            }
+        }
+        let mos_root = {
+            let _a = self.admin.lock();
+            let mut mb = self.mos.sync_collect(txg);
+            self.mos.sync_write_data(&mut mb, 1).map_err(dmu_err)?;
+            self.mos.sync_finish(mb).map_err(dmu_err)?
+        };
+        let rootbp = mos_root.unwrap_or_else(|| self.mos.root_bp());
+        // The space map records its own allocation: allocate first, encode after.
+        let old = *self.spacemap_bp.lock();
+        self.zio.free_block(&old, txg);
+        let est = self.zio.with_space(|s| s.encode().len()) as u64 + 8 + 1024;
+        let psize = est.div_ceil(4096) * 4096;
+        let props = WriteProps { otype: ObjectType::SpaceMap, level: 0, compression: tarn_phys::Compression::Off, copies: 3, txg, fill: 1 };
+        let smbp = self
+            .zio
+            .write_block_with(psize, props, || {
+                let e = self.zio.with_space(|s| s.encode());
+                let mut v = (e.len() as u64).to_le_bytes().to_vec();
+                v.extend_from_slice(&e);
+                v
+            })
+            .map_err(|e| SpaError::Io(e.to_string()))?;
+        self.zio.flush().map_err(|e| SpaError::Io(e.to_string()))?;
+        let ub = UberblockPhys {
+            version: TARN_FORMAT_VERSION,
+            txg,
+            guid_sum: Self::guid_sum(&self.config.lock()),
+            timestamp_s: now_s(),
+            rootbp,
+            spacemap_bp: smbp,
+        };
+        let mut written = 0;
+        for t in &self.top {
+            for leaf in t.leaves() {
+                let tarn_vdev::VdevKind::Leaf(Some(l)) = &leaf.kind else { continue };
+                match label::write_uberblock(l, &ub).and_then(|_| l.flush()) {
+                    Ok(()) => written += 1,
+                    Err(_) => {
+                        leaf.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        if written == 0 {
+            return Err(SpaError::Io(format!("txg {txg}: no leaf accepted the uberblock")));
+        }
+        *self.spacemap_bp.lock() = smbp;
+        self.zio.with_space(|s| s.sync_done(txg));
+        self.gate.mark_synced(txg);
+        Ok(())
+    }
+}

@@ -1,0 +1,277 @@
+//! Engine-level pool tests on file vdevs: create, write through the DMU, sync,
+//! export/import, rewind (-T), checksum damage, bad input, ENOSPC.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use tarn_dmu::{ObjectStore, ObjectType};
+use tarn_spa::{CreateSpec, Pool, Rewind, SpaError, TopSpec};
+
+fn mkfile(dir: &Path, name: &str, size: u64) -> PathBuf {
+    let p = dir.join(name);
+    let f = std::fs::File::create(&p).unwrap();
+    f.set_len(size).unwrap();
+    p
+}
+
+fn spec(name: &str, vdevs: Vec<TopSpec>) -> CreateSpec {
+    CreateSpec { name: name.into(), vdevs, ashift: 12, force: false, pool_props: BTreeMap::new(), fs_props: BTreeMap::new() }
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e3779b97f4a7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Write `data` into a new object of `os`; returns the object id.
+fn put(os: &dyn ObjectStore, data: &[u8]) -> u64 {
+    let tx = os.hold_tx().unwrap();
+    let obj = os.create_object(&tx, ObjectType::FileData, 512, 128 << 10, &(data.len() as u64).to_le_bytes()).unwrap();
+    os.write(&tx, obj, 0, data).unwrap();
+    obj
+}
+
+fn get(os: &dyn ObjectStore, obj: u64) -> Vec<u8> {
+    let len = u64::from_le_bytes(os.bonus(obj).unwrap()[..8].try_into().unwrap());
+    let mut buf = vec![0u8; len as usize];
+    os.read(obj, 0, &mut buf).unwrap();
+    buf
+}
+
+#[test]
+fn mirror_roundtrip_export_import() {
+    let d = tempfile::tempdir().unwrap();
+    let a = mkfile(d.path(), "a.img", 96 << 20);
+    let b = mkfile(d.path(), "b.img", 96 << 20);
+    let pool = Pool::create(&spec("rt1", vec![TopSpec::Mirror(vec![a.clone(), b.clone()])])).unwrap();
+    pool.create_dataset("rt1/home", &BTreeMap::new()).unwrap();
+    let os = pool.objset("rt1/home").unwrap();
+    let small = pattern(1, 3000);
+    let big = pattern(2, 5 << 20);
+    let o1 = put(&*os, &small);
+    let o2 = put(&*os, &big);
+    // Overwrite part of the big object and make a hole.
+    {
+        let tx = os.hold_tx().unwrap();
+        os.write(&tx, o2, 1 << 20, &[7u8; 100]).unwrap();
+        os.free_range(&tx, o2, 3 << 20, 256 << 10).unwrap();
+    }
+    os.wait_synced().unwrap();
+    let mut expect = big.clone();
+    expect[1 << 20..(1 << 20) + 100].fill(7);
+    expect[3 << 20..(3 << 20) + (256 << 10)].fill(0);
+    assert_eq!(get(&*os, o2), expect);
+    drop(os);
+    pool.export().unwrap();
+    drop(pool);
+
+    let found = Pool::find_importable(&[d.path().to_path_buf()]).unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].name, "rt1");
+    assert_eq!(found[0].state, "exported");
+    let pool = Pool::import("rt1", &[d.path().to_path_buf()], Rewind::None, None).unwrap();
+    let names: Vec<String> = pool.list_datasets().unwrap().into_iter().map(|d| d.name).collect();
+    assert_eq!(names, vec!["rt1", "rt1/home"]);
+    let os = pool.objset("rt1/home").unwrap();
+    assert_eq!(get(&*os, o1), small);
+    assert_eq!(get(&*os, o2), expect);
+    assert!(pool.alloc_bytes() > (4 << 20), "allocated {}", pool.alloc_bytes());
+    drop(os);
+    pool.export().unwrap();
+}
+
+#[test]
+fn raidz_survives_missing_leaves() {
+    for nparity in 1..=3u8 {
+        let d = tempfile::tempdir().unwrap();
+        let leaves: Vec<PathBuf> = (0..5).map(|i| mkfile(d.path(), &format!("r{i}.img"), 80 << 20)).collect();
+        let name = format!("rz{nparity}");
+        let pool = Pool::create(&spec(&name, vec![TopSpec::Raidz { nparity, leaves: leaves.clone() }])).unwrap();
+        let os = pool.objset(&name).unwrap();
+        let data = pattern(nparity as u64, 3 << 20);
+        let o = put(&*os, &data);
+        os.wait_synced().unwrap();
+        drop(os);
+        pool.export().unwrap();
+        drop(pool);
+        for l in leaves.iter().take(nparity as usize) {
+            std::fs::remove_file(l).unwrap();
+        }
+        let pool = Pool::import(&name, &[d.path().to_path_buf()], Rewind::None, None).unwrap();
+        assert_eq!(pool.health(), "DEGRADED");
+        let os = pool.objset(&name).unwrap();
+        assert_eq!(get(&*os, o), data, "raidz{nparity} with {nparity} leaves missing");
+        drop(os);
+        pool.export().unwrap();
+    }
+}
+
+#[test]
+fn rewind_to_older_txg() {
+    let d = tempfile::tempdir().unwrap();
+    let a = mkfile(d.path(), "a.img", 80 << 20);
+    let pool = Pool::create(&spec("rw1", vec![TopSpec::Leaf(a)])).unwrap();
+    let os = pool.objset("rw1").unwrap();
+    let v1 = pattern(10, 200_000);
+    let o = put(&*os, &v1);
+    os.wait_synced().unwrap();
+    let txg1 = pool.synced_txg();
+    for round in 0..3u8 {
+        let tx = os.hold_tx().unwrap();
+        os.write(&tx, o, 0, &vec![round + 1; 200_000]).unwrap();
+        drop(tx);
+        os.wait_synced().unwrap();
+    }
+    assert!(pool.synced_txg() > txg1);
+    drop(os);
+    pool.export().unwrap();
+    drop(pool);
+    let pool = Pool::import("rw1", &[d.path().to_path_buf()], Rewind::Txg(txg1), None).unwrap();
+    let os = pool.objset("rw1").unwrap();
+    assert_eq!(get(&*os, o), v1, "txg {txg1} tree intact after later txgs");
+    drop(os);
+    pool.export().unwrap();
+    drop(pool);
+    // The rewind discarded the newer uberblocks: a plain import now sees the old data.
+    let pool = Pool::import("rw1", &[d.path().to_path_buf()], Rewind::None, None).unwrap();
+    let os = pool.objset("rw1").unwrap();
+    assert_eq!(get(&*os, o), v1);
+    drop(os);
+    pool.export().unwrap();
+}
+
+#[test]
+fn corruption_on_single_disk_is_eio_and_counted() {
+    let d = tempfile::tempdir().unwrap();
+    let a = mkfile(d.path(), "a.img", 80 << 20);
+    let pool = Pool::create(&spec("ck1", vec![TopSpec::Leaf(a.clone())])).unwrap();
+    let os = pool.objset("ck1").unwrap();
+    let data = vec![0x5au8; 1 << 20];
+    let o = put(&*os, &data);
+    os.wait_synced().unwrap();
+    drop(os);
+    pool.export().unwrap();
+    drop(pool);
+    // Flip every 0x5a run in the data area: file data has a single copy.
+    let mut img = std::fs::read(&a).unwrap();
+    let mut flipped = 0;
+    for i in (4 << 20)..img.len() - 4096 {
+        if img[i..i + 64].iter().all(|&x| x == 0x5a) {
+            img[i] ^= 0xff;
+            flipped += 1;
+        }
+    }
+    assert!(flipped > 0);
+    std::fs::write(&a, &img).unwrap();
+    let pool = Pool::import("ck1", &[d.path().to_path_buf()], Rewind::None, None).unwrap();
+    let os = pool.objset("ck1").unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let r = os.read(o, 0, &mut buf);
+    assert!(r.is_err(), "corrupt data must not be returned");
+    assert!(pool.data_errors() > 0);
+    let st = pool.status();
+    assert!(st.children[0].checksum_errors > 0, "CKSUM counted on the leaf");
+    drop(os);
+    pool.export().unwrap();
+}
+
+#[test]
+fn bad_input_changes_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let a = mkfile(d.path(), "a.img", 80 << 20);
+    let b = mkfile(d.path(), "b.img", 80 << 20);
+    let small = mkfile(d.path(), "small.img", 32 << 20);
+    let bad = |s: CreateSpec| Pool::create(&s).err().expect("must fail").to_string();
+    assert!(bad(spec("t1", vec![TopSpec::Mirror(vec![a.clone()])])).contains("mirror requires at least 2"));
+    assert!(bad(spec("t1", vec![TopSpec::Raidz { nparity: 2, leaves: vec![a.clone(), b.clone()] }])).contains("raidz2 requires at least 3"));
+    assert!(bad(spec("t1", vec![TopSpec::Mirror(vec![a.clone(), a.clone()])])).contains("more than once"));
+    assert!(matches!(Pool::create(&spec("t1", vec![TopSpec::Leaf(small)])), Err(SpaError::TooSmall(_))));
+    assert!(bad(spec("1bad", vec![TopSpec::Leaf(a.clone())])).contains("must begin with a letter"));
+    // Nothing was written: no labels on a or b.
+    assert!(Pool::find_importable(&[d.path().to_path_buf()]).unwrap().is_empty());
+    // A device of an exported pool needs -f.
+    let p = Pool::create(&spec("t2", vec![TopSpec::Leaf(a.clone())])).unwrap();
+    assert!(matches!(p.create_dataset("t2/x/y", &BTreeMap::new()), Err(SpaError::NotFound(_))));
+    p.create_dataset("t2/x", &BTreeMap::new()).unwrap();
+    p.create_dataset("t2/x/y", &BTreeMap::new()).unwrap();
+    assert!(matches!(p.destroy_dataset("t2/x", false), Err(SpaError::HasChildren(_))));
+    assert_eq!(p.list_datasets().unwrap().len(), 3);
+    assert_eq!(p.destroy_dataset("t2/x", true).unwrap(), vec!["t2/x/y".to_string(), "t2/x".to_string()]);
+    p.export().unwrap();
+    drop(p);
+    match Pool::create(&spec("t3", vec![TopSpec::Leaf(a.clone())])) {
+        Err(SpaError::InUse { pool, state, .. }) => {
+            assert_eq!(pool, "t2");
+            assert_eq!(state, "exported");
+        }
+        other => panic!("expected InUse, got {:?}", other.map(|_| ())),
+    }
+    // t2 still imports intact.
+    let p = Pool::import("t2", &[d.path().to_path_buf()], Rewind::None, None).unwrap();
+    assert_eq!(p.list_datasets().unwrap().len(), 1);
+    p.export().unwrap();
+}
+
+#[test]
+fn full_pool_enospc_then_free() {
+    let d = tempfile::tempdir().unwrap();
+    let a = mkfile(d.path(), "a.img", 80 << 20);
+    let pool = Pool::create(&spec("full1", vec![TopSpec::Leaf(a)])).unwrap();
+    let os = pool.objset("full1").unwrap();
+    let tx = os.hold_tx().unwrap();
+    let obj = os.create_object(&tx, ObjectType::FileData, 512, 128 << 10, &[]).unwrap();
+    drop(tx);
+    let chunk = pattern(3, 1 << 20);
+    let mut written = 0u64;
+    let mut hit = false;
+    for i in 0..200u64 {
+        let tx = os.hold_tx().unwrap();
+        match os.write(&tx, obj, i << 20, &chunk) {
+            Ok(()) => written += 1,
+            Err(tarn_dmu::DmuError::NoSpace) => {
+                hit = true;
+                break;
+            }
+            Err(e) => panic!("unexpected {e}"),
+        }
+        drop(tx);
+        if i % 8 == 0 {
+            os.wait_synced().unwrap();
+        }
+    }
+    assert!(hit, "a full pool must return ENOSPC");
+    assert!(written > 40, "only {written} MiB fit");
+    os.wait_synced().unwrap();
+    // Free everything; after the deferred-free window space returns.
+    let tx = os.hold_tx().unwrap();
+    os.free_object(&tx, obj).unwrap();
+    drop(tx);
+    for _ in 0..6 {
+        let tx = os.hold_tx().unwrap();
+        let o = os.create_object(&tx, ObjectType::FileData, 512, 512, &[]).unwrap();
+        drop(tx);
+        let _ = o;
+        os.wait_synced().unwrap();
+    }
+    let tx = os.hold_tx().unwrap();
+    let obj2 = os.create_object(&tx, ObjectType::FileData, 512, 128 << 10, &[]).unwrap();
+    os.write(&tx, obj2, 0, &chunk).unwrap();
+    drop(tx);
+    os.wait_synced().unwrap();
+    drop(os);
+    pool.export().unwrap();
+    drop(pool);
+    let pool = Pool::import("full1", &[d.path().to_path_buf()], Rewind::None, None).unwrap();
+    let os = pool.objset("full1").unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    os.read(obj2, 0, &mut buf).unwrap();
+    assert_eq!(buf, chunk);
+    drop(os);
+    pool.export().unwrap();
+}

@@ -1,0 +1,169 @@
+//! Leaf devices: a regular file or a block device, opened with an exclusive lock.
+//!
+//! Theory: a [`Leaf`] is an open file descriptor plus the device size, and nothing
+//! else. It owns no layout: callers address it with raw device offsets (labels use
+//! [`Leaf::pread`]/[`Leaf::pwrite`] directly; the vdev tree adds `DATA_START_BYTES`).
+//!
+//! Invariants:
+//! - the descriptor holds `flock(LOCK_EX)` for as long as the `Leaf` lives (checked in
+//!   [`Leaf::open`]; the kernel drops the lock when the descriptor is closed on drop), so
+//!   two imports — in two processes, or twice in one process — cannot share a device;
+//! - `size_bytes >= LEAF_MIN_SIZE_BYTES`, so every label offset is inside the device
+//!   (checked in [`Leaf::open`]).
+//!
+//! Errors: every OS error becomes [`VdevError::Io`] carrying the path; a short read
+//! past the end of a regular file is an `Io` error (`UnexpectedEof`), never zeros.
+//! `flush` is `fdatasync`; a failed flush is reported and never retried here.
+//!
+//! Called by: `tree` (leaf vdev nodes), `label`, and spa (open at create/import).
+
+use crate::VdevError;
+use std::fs::OpenOptions;
+use std::os::unix::fs::{FileExt, FileTypeExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use tarn_phys::label::{DATA_START_BYTES, LABEL_SIZE_BYTES};
+
+/// `BLKGETSIZE64` from `<linux/fs.h>`: device size in bytes as a u64.
+const BLKGETSIZE64: u64 = 0x8008_1272;
+
+/// Smallest device `Leaf::open` accepts: the front reserve (L0, L1, boot area) plus
+/// the two trailing labels. Pool creation enforces the larger
+/// `tarn_phys::MIN_DEVICE_SIZE_BYTES`.
+pub const LEAF_MIN_SIZE_BYTES: u64 = DATA_START_BYTES + 2 * LABEL_SIZE_BYTES;
+
+/// An open leaf device.
+pub struct Leaf {
+    /// Path as given.
+    pub path: String,
+    /// Device size in bytes.
+    pub size_bytes: u64,
+    file: std::fs::File,
+}
+
+impl std::fmt::Debug for Leaf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leaf").field("path", &self.path).field("size_bytes", &self.size_bytes).finish()
+    }
+}
+
+impl Leaf {
+    /// Open `path` read-write with an exclusive non-blocking `flock`; `Busy` if another
+    /// process holds it. Block devices get their size from BLKGETSIZE64.
+    ///
+    /// Errors: `Busy` when the lock is held (also by another open of the same path in
+    /// this process: `flock` locks belong to the open file description); `Io` when the
+    /// path cannot be opened, is neither a regular file nor a block device, or is
+    /// smaller than [`LEAF_MIN_SIZE_BYTES`].
+    pub fn open(path: &Path) -> Result<Leaf, VdevError> {
+        let path_str = path.display().to_string();
+        let io = |source: std::io::Error| VdevError::Io { path: path_str.clone(), source };
+        let file = OpenOptions::new().read(true).write(true).open(path).map_err(io)?;
+        // SAFETY: `file` owns a valid descriptor for the duration of the call.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                return Err(VdevError::Busy { path: path_str });
+            }
+            return Err(io(err));
+        }
+        let meta = file.metadata().map_err(io)?;
+        let size_bytes = if meta.file_type().is_block_device() {
+            let mut size: u64 = 0;
+            // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which is live.
+            let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64 as _, &mut size as *mut u64) };
+            if rc != 0 {
+                return Err(io(std::io::Error::last_os_error()));
+            }
+            size
+        } else if meta.file_type().is_file() {
+            meta.len()
+        } else {
+            return Err(io(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file or block device")));
+        };
+        if size_bytes < LEAF_MIN_SIZE_BYTES {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("device is {size_bytes} bytes; at least {LEAF_MIN_SIZE_BYTES} needed"),
+            )));
+        }
+        Ok(Leaf { path: path_str, size_bytes, file })
+    }
+
+    /// Raw positional read of `buf.len()` bytes at a device offset (labels use this
+    /// directly). Errors: `Io`, including `UnexpectedEof` past the end of the device.
+    pub fn pread(&self, device_offset_bytes: u64, buf: &mut [u8]) -> Result<(), VdevError> {
+        self.file.read_exact_at(buf, device_offset_bytes).map_err(|source| self.io(source))
+    }
+
+    /// Raw positional write of all of `data` at a device offset. Not durable until
+    /// [`Leaf::flush`]. Errors: `Io`.
+    pub fn pwrite(&self, device_offset_bytes: u64, data: &[u8]) -> Result<(), VdevError> {
+        self.file.write_all_at(data, device_offset_bytes).map_err(|source| self.io(source))
+    }
+
+    /// Release the exclusive lock early (export/destroy: the pool no longer uses the
+    /// device even if some in-memory handle still refers to it).
+    pub fn unlock(&self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a valid descriptor owned by self.file.
+        unsafe {
+            libc::flock(self.file.as_raw_fd(), libc::LOCK_UN);
+        }
+    }
+
+    /// fdatasync. Errors: `Io`; the caller must treat a failed flush as lost writes.
+    pub fn flush(&self) -> Result<(), VdevError> {
+        self.file.sync_data().map_err(|source| self.io(source))
+    }
+
+    fn io(&self, source: std::io::Error) -> VdevError {
+        VdevError::Io { path: self.path.clone(), source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn make_file(dir: &tempfile::TempDir, name: &str, size: u64) -> std::path::PathBuf {
+        let p = dir.path().join(name);
+        std::fs::File::create(&p).unwrap().set_len(size).unwrap();
+        p
+    }
+
+    #[test]
+    fn open_reports_size_and_second_open_is_busy() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = make_file(&dir, "a", 80 << 20);
+        let leaf = Leaf::open(&p).unwrap();
+        assert_eq!(leaf.size_bytes, 80 << 20);
+        assert!(matches!(Leaf::open(&p), Err(VdevError::Busy { .. })));
+        drop(leaf);
+        // The lock goes with the descriptor.
+        Leaf::open(&p).unwrap();
+    }
+
+    #[test]
+    fn pread_pwrite_roundtrip_and_eof_is_io() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = make_file(&dir, "a", 80 << 20);
+        let leaf = Leaf::open(&p).unwrap();
+        leaf.pwrite(12345, b"hello").unwrap();
+        leaf.flush().unwrap();
+        let mut b = [0u8; 5];
+        leaf.pread(12345, &mut b).unwrap();
+        assert_eq!(&b, b"hello");
+        let mut big = vec![0u8; 8192];
+        assert!(matches!(leaf.pread((80 << 20) - 4096, &mut big), Err(VdevError::Io { .. })));
+    }
+
+    #[test]
+    fn missing_and_tiny_devices_are_io_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(Leaf::open(&dir.path().join("nope")), Err(VdevError::Io { .. })));
+        let p = make_file(&dir, "tiny", 1 << 20);
+        assert!(matches!(Leaf::open(&p), Err(VdevError::Io { .. })));
+    }
+}

@@ -1,0 +1,73 @@
+//! # vdev — virtual devices
+//!
+//! Theory: a top-level vdev presents one flat address space `[0, asize_bytes)` to the
+//! allocator and the zio pipeline, and hides how bytes reach leaves:
+//! - a **leaf** (file or block device) maps offset `o` to device offset
+//!   `DATA_START_BYTES + o` (labels and the boot area are outside the address space);
+//! - a **mirror** writes every child and reads any child;
+//! - a **raidz** vdev of `n` children with `p` parity stores each block in whole rows
+//!   across all children (variable width per block: rows = ceil(sectors / (n-p)), so
+//!   there is never a read-modify-write and no write hole). Offsets and sizes are
+//!   multiples of `n << ashift`; child offset = `offset / n`. Columns 0..p hold parity
+//!   P (XOR), Q (GF(2^8) generator 2), R (generator 4), as in OpenZFS
+//!   `module/zfs/vdev_raidz.c`; data columns are filled column-major.
+//!
+//! Reads take a `verify` callback (the zio layer's checksum check): a vdev returns the
+//! first candidate that verifies — a mirror tries each child, raidz first the plain
+//! data columns and then every combination of up to `p` missing columns rebuilt from
+//! parity — and rewrites copies that failed when a good one was found (self-healing).
+//! Each node counts READ/WRITE/CKSUM errors for `zpool status`.
+//!
+//! Invariants: a write returns Ok when at least one usable child accepted it (mirror,
+//! as ZFS does; failures on the others are counted as WRITE errors) / when at most p
+//! columns failed or were skipped (raidz); leaves are opened with an exclusive `flock`
+//! so a second opener — another process, or another open in this one — gets `Busy`.
+//!
+//! Modules: [`leaf`] (the OS device), [`tree`] (node ops, states, counters), [`raidz`]
+//! (pure GF(2^8) parity math and column mapping), [`label`] (label and uberblock-ring
+//! I/O; the byte layouts belong to `tarn_phys::label`).
+//!
+//! Called by: zio (read/write/flush), spa (open/label I/O). Calls: the OS (pread/pwrite).
+
+pub mod leaf;
+pub mod raidz;
+pub mod tree;
+
+pub use leaf::Leaf;
+pub use tree::{Vdev, VdevKind, VdevState, VdevStats};
+
+/// Errors from vdev I/O and opening.
+#[derive(Debug, thiserror::Error)]
+pub enum VdevError {
+    /// An OS-level I/O error on a leaf.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        /// Leaf path.
+        path: String,
+        /// Underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No candidate copy/reconstruction passed `verify`.
+    #[error("checksum mismatch at offset {offset_bytes} on vdev {vdev}")]
+    Checksum {
+        /// Top-level vdev id.
+        vdev: u32,
+        /// Offset in the top-level address space.
+        offset_bytes: u64,
+    },
+    /// Too many children are unavailable to satisfy the request.
+    #[error("vdev {vdev} has too many unavailable children")]
+    Unavailable {
+        /// Top-level vdev id.
+        vdev: u32,
+    },
+    /// Device is already locked by another process.
+    #[error("{path} is in use by another process")]
+    Busy {
+        /// Leaf path.
+        path: String,
+    },
+}
+
+pub mod label;

@@ -1,0 +1,846 @@
+//! The vdev tree node: leaf, mirror, raidz, with states and error counters.
+//!
+//! Theory: a [`Vdev`] is one node; interior nodes own their children through `Arc`s
+//! and never look below them except through [`Vdev::read`]/[`Vdev::write`] (so a
+//! child could itself be interior). Every node presents `[0, asize_bytes)`:
+//! - leaf: offset `o` is device offset `DATA_START_BYTES + o`; reads call `verify`
+//!   and count a CKSUM error on the leaf when it fails;
+//! - mirror: the same offset on every child;
+//! - raidz: column `c` of a block at `o` lives on child `c` at `o / n`
+//!   (see [`crate::raidz`] for the parity math and column layout).
+//!
+//! States: a leaf is ONLINE when open, UNAVAIL when its device is missing (`None`),
+//! OFFLINE when the administrator set [`Vdev::set_offline`]. A mirror is ONLINE when
+//! every child is, DEGRADED while any child is usable, else UNAVAIL; a raidz is
+//! DEGRADED with up to `p` unusable children, else UNAVAIL. States are computed on
+//! demand from the leaves; nothing is cached.
+//!
+//! Errors and healing: I/O failures count READ/WRITE on the leaf that saw them; a
+//! copy or column proven wrong by a verified alternative counts CKSUM on its child
+//! and is rewritten with the good bytes (heal write failures are only counted). An
+//! interior node that cannot produce verified data counts the error on itself and
+//! returns `Checksum` (something was read but nothing verified), else the first `Io`
+//! error, else `Unavailable`. UNAVAIL/OFFLINE leaves fail with `Unavailable` and
+//! count nothing. Writes succeed when at least one mirror child, or all but at most
+//! `p` raidz columns, were written.
+//!
+//! Invariants: offsets and lengths must lie in `[0, asize_bytes)` and raidz offsets
+//! must be multiples of `n << ashift` (checked at every read/write; violations are
+//! `Io` errors of kind `InvalidInput`, since a corrupt DVA can produce them).
+//! No locks: counters are atomics and the leaves use positional I/O.
+//!
+//! Called by: zio (read/write/flush), spa (tree construction, status).
+
+use crate::raidz::{self, Geometry};
+use crate::{Leaf, VdevError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use tarn_phys::label::{data_end_bytes, DATA_START_BYTES};
+
+/// Health of a vdev, spelled as `zpool status` prints it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VdevState {
+    /// Working.
+    Online,
+    /// Working with reduced redundancy (some children not online).
+    Degraded,
+    /// Too many errors; not used.
+    Faulted,
+    /// Could not be opened (missing device).
+    Unavail,
+    /// Taken offline by the administrator.
+    Offline,
+}
+
+impl VdevState {
+    /// The word `zpool status` prints ("ONLINE", "DEGRADED", ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VdevState::Online => "ONLINE",
+            VdevState::Degraded => "DEGRADED",
+            VdevState::Faulted => "FAULTED",
+            VdevState::Unavail => "UNAVAIL",
+            VdevState::Offline => "OFFLINE",
+        }
+    }
+
+    /// True for states that can serve I/O (ONLINE, DEGRADED).
+    pub fn is_usable(self) -> bool {
+        matches!(self, VdevState::Online | VdevState::Degraded)
+    }
+}
+
+/// Per-vdev counters (atomic; read by `zpool status` / `iostat`).
+#[derive(Debug, Default)]
+pub struct VdevStats {
+    /// Completed read operations.
+    pub read_ops: AtomicU64,
+    /// Completed write operations.
+    pub write_ops: AtomicU64,
+    /// Bytes read.
+    pub read_bytes: AtomicU64,
+    /// Bytes written.
+    pub write_bytes: AtomicU64,
+    /// Read I/O errors (READ column).
+    pub read_errors: AtomicU64,
+    /// Write I/O errors (WRITE column).
+    pub write_errors: AtomicU64,
+    /// Checksum errors attributed to this vdev (CKSUM column).
+    pub checksum_errors: AtomicU64,
+}
+
+fn bump(c: &AtomicU64, by: u64) {
+    c.fetch_add(by, Ordering::Relaxed);
+}
+
+/// What kind of node this is.
+pub enum VdevKind {
+    /// A leaf device; `None` when it could not be opened (UNAVAIL).
+    Leaf(Option<Leaf>),
+    /// N-way mirror.
+    Mirror(Vec<Arc<Vdev>>),
+    /// raidz with `nparity` parity columns.
+    Raidz {
+        /// 1, 2 or 3.
+        nparity: u8,
+        /// Children in column order.
+        children: Vec<Arc<Vdev>>,
+    },
+}
+
+/// One node of the vdev tree. Top-level vdevs have `id` = their index in DVAs.
+pub struct Vdev {
+    /// Index among siblings; for top-level vdevs, the DVA vdev id.
+    pub id: u32,
+    /// Stable identity (also stored in labels).
+    pub guid: u64,
+    /// log2 sector size (9 or 12), same for the whole top-level vdev.
+    pub ashift: u8,
+    /// Leaf path for leaves (also kept when UNAVAIL), None otherwise.
+    pub path: Option<String>,
+    /// Node kind and children.
+    pub kind: VdevKind,
+    /// Error and I/O counters.
+    pub stats: VdevStats,
+    /// Administratively offline (leaves only; `zpool offline`).
+    offline: AtomicBool,
+}
+
+/// What one raidz column read produced.
+enum Column {
+    Read(Vec<u8>),
+    /// Child reported an I/O error (it counted it); rewrite after a good read.
+    Failed,
+    /// Child is UNAVAIL/OFFLINE; neither read nor rewritten.
+    Absent,
+}
+
+impl Vdev {
+    fn new(id: u32, guid: u64, ashift: u8, path: Option<String>, kind: VdevKind) -> Vdev {
+        assert!((9..=16).contains(&ashift), "ashift {ashift}");
+        Vdev { id, guid, ashift, path, kind, stats: VdevStats::default(), offline: AtomicBool::new(false) }
+    }
+
+    /// Build a leaf node from an opened (or missing) leaf.
+    pub fn new_leaf(id: u32, guid: u64, ashift: u8, path: String, leaf: Option<Leaf>) -> Vdev {
+        Vdev::new(id, guid, ashift, Some(path), VdevKind::Leaf(leaf))
+    }
+
+    /// Build a mirror node. Panics (a bug) with no children.
+    pub fn new_mirror(id: u32, guid: u64, ashift: u8, children: Vec<Arc<Vdev>>) -> Vdev {
+        assert!(!children.is_empty(), "mirror needs children");
+        Vdev::new(id, guid, ashift, None, VdevKind::Mirror(children))
+    }
+
+    /// Build a raidz node (`nparity` 1..=3, `children.len() > nparity`). Panics (a bug)
+    /// otherwise, or with more than 255 children.
+    pub fn new_raidz(id: u32, guid: u64, ashift: u8, nparity: u8, children: Vec<Arc<Vdev>>) -> Vdev {
+        assert!((1..=3).contains(&nparity), "nparity {nparity}");
+        assert!(children.len() > nparity as usize && children.len() <= 255, "raidz{nparity} with {} children", children.len());
+        Vdev::new(id, guid, ashift, None, VdevKind::Raidz { nparity, children })
+    }
+
+    /// Mark a leaf administratively offline (or back online). No effect on interior
+    /// nodes. An offline leaf fails I/O with `Unavailable` without counting errors.
+    pub fn set_offline(&self, offline: bool) {
+        self.offline.store(offline, Ordering::Relaxed);
+    }
+
+    fn sector_bytes(&self) -> u64 {
+        1u64 << self.ashift
+    }
+
+    fn geometry(&self) -> Option<Geometry> {
+        match &self.kind {
+            VdevKind::Raidz { nparity, children } => {
+                Some(Geometry { ncols: children.len(), nparity: *nparity as usize, sector_bytes: self.sector_bytes() })
+            }
+            _ => None,
+        }
+    }
+
+    /// Bytes of allocatable address space (for a leaf: device data area; mirror:
+    /// smallest child; raidz: n × smallest child, rounded down to `n << ashift`).
+    ///
+    /// An UNAVAIL leaf has 0 bytes; interior nodes take the minimum over their usable
+    /// children only (0 when none is usable), so spa should prefer the `asize_bytes`
+    /// recorded in the label config for a degraded vdev.
+    pub fn asize_bytes(&self) -> u64 {
+        let s = self.sector_bytes();
+        match &self.kind {
+            VdevKind::Leaf(None) => 0,
+            VdevKind::Leaf(Some(l)) => (data_end_bytes(l.size_bytes).saturating_sub(DATA_START_BYTES)) / s * s,
+            VdevKind::Mirror(ch) => min_usable_asize(ch) / s * s,
+            VdevKind::Raidz { children, .. } => {
+                let n = children.len() as u64;
+                min_usable_asize(children) * n / (n * s) * (n * s)
+            }
+        }
+    }
+
+    /// Required alignment of allocations on this top-level vdev (sector; raidz: n sectors).
+    pub fn alloc_align_bytes(&self) -> u64 {
+        match &self.kind {
+            VdevKind::Raidz { children, .. } => children.len() as u64 * self.sector_bytes(),
+            _ => self.sector_bytes(),
+        }
+    }
+
+    /// Allocated size needed to store `psize_bytes` (rounded to sectors; raidz adds parity and whole rows).
+    pub fn psize_to_asize(&self, psize_bytes: u64) -> u64 {
+        match self.geometry() {
+            Some(g) => g.asize_bytes(psize_bytes),
+            None => psize_bytes.div_ceil(self.sector_bytes()) * self.sector_bytes(),
+        }
+    }
+
+    fn invalid(&self, msg: String) -> VdevError {
+        VdevError::Io { path: self.display_name(), source: std::io::Error::new(std::io::ErrorKind::InvalidInput, msg) }
+    }
+
+    /// Check that `[offset, offset + asize)` is aligned and inside the address space.
+    fn check_range(&self, offset_bytes: u64, psize_bytes: u64) -> Result<(), VdevError> {
+        let align = self.alloc_align_bytes();
+        let asize = self.psize_to_asize(psize_bytes);
+        let end = offset_bytes.checked_add(asize);
+        if !offset_bytes.is_multiple_of(align) || end.is_none_or(|e| e > self.asize_bytes()) {
+            return Err(self.invalid(format!(
+                "I/O at offset {offset_bytes} asize {asize} outside [0, {}) or not {align}-aligned",
+                self.asize_bytes()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Write `data` at `offset_bytes` (data.len() == psize; padded internally to asize).
+    ///
+    /// Leaf: the padding is zeros. Mirror: Ok when at least one usable child took it.
+    /// Raidz: Ok when at most `p` columns failed. Errors: `Unavailable` when no (or too
+    /// few) children are usable, else the first child's `Io` error; `Io`/`InvalidInput`
+    /// for a misaligned or out-of-range request. Not durable until [`Vdev::flush`].
+    pub fn write(&self, offset_bytes: u64, data: &[u8]) -> Result<(), VdevError> {
+        if !self.state().is_usable() {
+            return Err(VdevError::Unavailable { vdev: self.id });
+        }
+        self.check_range(offset_bytes, data.len() as u64)?;
+        let r = match &self.kind {
+            VdevKind::Leaf(leaf) => {
+                let leaf = leaf.as_ref().expect("usable leaf is open");
+                let asize = self.psize_to_asize(data.len() as u64) as usize;
+                let r = if asize == data.len() {
+                    leaf.pwrite(DATA_START_BYTES + offset_bytes, data)
+                } else {
+                    let mut padded = vec![0u8; asize];
+                    padded[..data.len()].copy_from_slice(data);
+                    leaf.pwrite(DATA_START_BYTES + offset_bytes, &padded)
+                };
+                if r.is_err() {
+                    bump(&self.stats.write_errors, 1);
+                }
+                r
+            }
+            VdevKind::Mirror(children) => {
+                let mut first_err = None;
+                let mut ok = 0;
+                for c in children.iter().filter(|c| c.state().is_usable()) {
+                    match c.write(offset_bytes, data) {
+                        Ok(()) => ok += 1,
+                        Err(e) => {
+                            first_err.get_or_insert(e);
+                        }
+                    }
+                }
+                if ok > 0 {
+                    Ok(())
+                } else {
+                    Err(first_err.unwrap_or(VdevError::Unavailable { vdev: self.id }))
+                }
+            }
+            VdevKind::Raidz { nparity, children } => {
+                let g = self.geometry().expect("raidz geometry");
+                let cols = g.columns(data);
+                let child_off = offset_bytes / children.len() as u64;
+                let mut first_err = None;
+                let mut failed = 0;
+                for (c, col) in children.iter().zip(&cols) {
+                    if !c.state().is_usable() {
+                        failed += 1;
+                        continue;
+                    }
+                    if let Err(e) = c.write(child_off, col) {
+                        failed += 1;
+                        first_err.get_or_insert(e);
+                    }
+                }
+                if failed <= *nparity as usize {
+                    Ok(())
+                } else {
+                    Err(first_err.unwrap_or(VdevError::Unavailable { vdev: self.id }))
+                }
+            }
+        };
+        match &r {
+            Ok(()) => {
+                bump(&self.stats.write_ops, 1);
+                bump(&self.stats.write_bytes, data.len() as u64);
+            }
+            Err(_) if !matches!(self.kind, VdevKind::Leaf(_)) => bump(&self.stats.write_errors, 1),
+            Err(_) => {}
+        }
+        r
+    }
+
+    /// Read `psize_bytes` at `offset_bytes`, returning the first candidate for which
+    /// `verify` is true; heal failed copies when a good one is found.
+    ///
+    /// Errors: `Checksum` when data was read but no candidate verified; otherwise the
+    /// first `Io` error, or `Unavailable` when too few children are usable.
+    pub fn read(&self, offset_bytes: u64, psize_bytes: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>, VdevError> {
+        if !self.state().is_usable() {
+            return Err(VdevError::Unavailable { vdev: self.id });
+        }
+        self.check_range(offset_bytes, psize_bytes)?;
+        let r = match &self.kind {
+            VdevKind::Leaf(leaf) => self.read_leaf(leaf.as_ref().expect("usable leaf is open"), offset_bytes, psize_bytes, verify),
+            VdevKind::Mirror(children) => self.read_mirror(children, offset_bytes, psize_bytes, verify),
+            VdevKind::Raidz { children, .. } => self.read_raidz(children, offset_bytes, psize_bytes, verify),
+        };
+        match &r {
+            Ok(_) => {
+                bump(&self.stats.read_ops, 1);
+                bump(&self.stats.read_bytes, psize_bytes);
+            }
+            // Leaves counted their own errors in read_leaf.
+            Err(_) if matches!(self.kind, VdevKind::Leaf(_)) => {}
+            Err(VdevError::Checksum { .. }) => bump(&self.stats.checksum_errors, 1),
+            Err(VdevError::Io { .. }) => bump(&self.stats.read_errors, 1),
+            Err(_) => {}
+        }
+        r
+    }
+
+    fn read_leaf(&self, leaf: &Leaf, offset_bytes: u64, psize_bytes: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>, VdevError> {
+        let mut buf = vec![0u8; psize_bytes as usize];
+        if let Err(e) = leaf.pread(DATA_START_BYTES + offset_bytes, &mut buf) {
+            bump(&self.stats.read_errors, 1);
+            return Err(e);
+        }
+        if !verify(&buf) {
+            bump(&self.stats.checksum_errors, 1);
+            return Err(VdevError::Checksum { vdev: self.id, offset_bytes });
+        }
+        Ok(buf)
+    }
+
+    fn read_mirror(
+        &self,
+        children: &[Arc<Vdev>],
+        offset_bytes: u64,
+        psize_bytes: u64,
+        verify: &dyn Fn(&[u8]) -> bool,
+    ) -> Result<Vec<u8>, VdevError> {
+        let mut bad: Vec<&Arc<Vdev>> = Vec::new();
+        let mut saw_checksum = false;
+        let mut first_io = None;
+        for c in children.iter().filter(|c| c.state().is_usable()) {
+            match c.read(offset_bytes, psize_bytes, verify) {
+                Ok(data) => {
+                    for b in bad {
+                        // Self-heal; a failure is counted by the child.
+                        let _ = b.write(offset_bytes, &data);
+                    }
+                    return Ok(data);
+                }
+                Err(VdevError::Unavailable { .. }) => {}
+                Err(e) => {
+                    match e {
+                        VdevError::Checksum { .. } => saw_checksum = true,
+                        e => {
+                            first_io.get_or_insert(e);
+                        }
+                    }
+                    bad.push(c);
+                }
+            }
+        }
+        if saw_checksum {
+            Err(VdevError::Checksum { vdev: self.id, offset_bytes })
+        } else {
+            Err(first_io.unwrap_or(VdevError::Unavailable { vdev: self.id }))
+        }
+    }
+
+    fn read_raidz(
+        &self,
+        children: &[Arc<Vdev>],
+        offset_bytes: u64,
+        psize_bytes: u64,
+        verify: &dyn Fn(&[u8]) -> bool,
+    ) -> Result<Vec<u8>, VdevError> {
+        let g = self.geometry().expect("raidz geometry");
+        let (n, p) = (g.ncols, g.nparity);
+        let col_bytes = g.column_bytes(psize_bytes) as u64;
+        let child_off = offset_bytes / n as u64;
+        let mut first_io = None;
+        let read: Vec<Column> = children
+            .iter()
+            .map(|c| {
+                if !c.state().is_usable() {
+                    return Column::Absent;
+                }
+                match c.read(child_off, col_bytes, &|_| true) {
+                    Ok(b) => Column::Read(b),
+                    Err(VdevError::Unavailable { .. }) => Column::Absent,
+                    Err(e) => {
+                        first_io.get_or_insert(e);
+                        Column::Failed
+                    }
+                }
+            })
+            .collect();
+        let missing: Vec<usize> = (0..n).filter(|&c| !matches!(read[c], Column::Read(_))).collect();
+        if missing.len() > p {
+            return Err(first_io.unwrap_or(VdevError::Unavailable { vdev: self.id }));
+        }
+        let base: Vec<Vec<u8>> = read
+            .iter()
+            .map(|c| match c {
+                Column::Read(b) => b.clone(),
+                _ => vec![0u8; col_bytes as usize],
+            })
+            .collect();
+        let present: Vec<usize> = (0..n).filter(|c| !missing.contains(c)).collect();
+        let mut good: Option<Vec<u8>> = None;
+        // Fewest erasures first: the known-missing columns, then each combination of
+        // suspected-bad columns on top, up to p in all.
+        'search: for k in 0..=(p - missing.len()) {
+            for extra in raidz::combinations(&present, k) {
+                let erased: Vec<usize> = missing.iter().chain(&extra).copied().collect();
+                let mut cols = base.clone();
+                if erased.iter().any(|&c| c >= p) {
+                    if raidz::reconstruct(&mut cols, p, &erased).is_err() {
+                        continue;
+                    }
+                } else if k > 0 {
+                    // Only parity erased: the data is what the k = 0 attempt saw.
+                    continue;
+                }
+                let data = g.assemble(&cols, psize_bytes);
+                if verify(&data) {
+                    good = Some(data);
+                    break 'search;
+                }
+            }
+        }
+        let Some(data) = good else {
+            return Err(VdevError::Checksum { vdev: self.id, offset_bytes });
+        };
+        // The verified data fixes every column: zero padding, then parity. Any column
+        // read back different is wrong (CKSUM on its child); rewrite it.
+        let cols = g.columns(&data);
+        for (c, child) in children.iter().enumerate() {
+            let heal = match &read[c] {
+                Column::Read(b) if *b != cols[c] => {
+                    bump(&child.stats.checksum_errors, 1);
+                    true
+                }
+                Column::Failed => true,
+                _ => false,
+            };
+            if heal {
+                let _ = child.write(child_off, &cols[c]);
+            }
+        }
+        Ok(data)
+    }
+
+    /// fsync/fdatasync every leaf below. Ok if at least one usable leaf flushed;
+    /// otherwise the first `Io` error, or `Unavailable` when no leaf is usable.
+    pub fn flush(&self) -> Result<(), VdevError> {
+        let mut ok = 0;
+        let mut first_err = None;
+        for l in self.leaves() {
+            if let (VdevKind::Leaf(Some(leaf)), true) = (&l.kind, l.state().is_usable()) {
+                match leaf.flush() {
+                    Ok(()) => ok += 1,
+                    Err(e) => {
+                        bump(&l.stats.write_errors, 1);
+                        first_err.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        if ok > 0 {
+            Ok(())
+        } else {
+            Err(first_err.unwrap_or(VdevError::Unavailable { vdev: self.id }))
+        }
+    }
+
+    /// Current state, computed from children for interior nodes.
+    pub fn state(&self) -> VdevState {
+        match &self.kind {
+            VdevKind::Leaf(None) => VdevState::Unavail,
+            VdevKind::Leaf(Some(_)) if self.offline.load(Ordering::Relaxed) => VdevState::Offline,
+            VdevKind::Leaf(Some(_)) => VdevState::Online,
+            VdevKind::Mirror(children) => {
+                let states: Vec<VdevState> = children.iter().map(|c| c.state()).collect();
+                if states.iter().all(|&s| s == VdevState::Online) {
+                    VdevState::Online
+                } else if states.iter().any(|s| s.is_usable()) {
+                    VdevState::Degraded
+                } else {
+                    VdevState::Unavail
+                }
+            }
+            VdevKind::Raidz { nparity, children } => {
+                let states: Vec<VdevState> = children.iter().map(|c| c.state()).collect();
+                let unusable = states.iter().filter(|s| !s.is_usable()).count();
+                if states.iter().all(|&s| s == VdevState::Online) {
+                    VdevState::Online
+                } else if unusable <= *nparity as usize {
+                    VdevState::Degraded
+                } else {
+                    VdevState::Unavail
+                }
+            }
+        }
+    }
+
+    /// Children (empty for leaves).
+    pub fn children(&self) -> &[Arc<Vdev>] {
+        match &self.kind {
+            VdevKind::Leaf(_) => &[],
+            VdevKind::Mirror(children) | VdevKind::Raidz { children, .. } => children,
+        }
+    }
+
+    /// All leaves beneath (self for a leaf), depth-first in child order.
+    pub fn leaves(&self) -> Vec<&Vdev> {
+        match &self.kind {
+            VdevKind::Leaf(_) => vec![self],
+            _ => self.children().iter().flat_map(|c| c.leaves()).collect(),
+        }
+    }
+
+    /// Type word for `zpool status`: "mirror-0", "raidz1-0", or the leaf path.
+    pub fn display_name(&self) -> String {
+        match &self.kind {
+            VdevKind::Leaf(_) => self.path.clone().unwrap_or_default(),
+            VdevKind::Mirror(_) => format!("mirror-{}", self.id),
+            VdevKind::Raidz { nparity, .. } => format!("raidz{}-{}", nparity, self.id),
+        }
+    }
+}
+
+/// Smallest `asize_bytes` among usable children (0 if none is usable).
+fn min_usable_asize(children: &[Arc<Vdev>]) -> u64 {
+    children.iter().filter(|c| c.state().is_usable()).map(|c| c.asize_bytes()).min().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+    use std::path::{Path, PathBuf};
+
+    const DEV_BYTES: u64 = 80 << 20;
+
+    fn files(dir: &tempfile::TempDir, n: usize) -> Vec<PathBuf> {
+        (0..n)
+            .map(|i| {
+                let p = dir.path().join(format!("d{i}"));
+                std::fs::File::create(&p).unwrap().set_len(DEV_BYTES).unwrap();
+                p
+            })
+            .collect()
+    }
+
+    /// A leaf node; `None` models a missing device (UNAVAIL).
+    fn leaf(i: usize, p: &Path, present: bool) -> Arc<Vdev> {
+        let l = if present { Some(Leaf::open(p).unwrap()) } else { None };
+        Arc::new(Vdev::new_leaf(i as u32, 100 + i as u64, 9, p.display().to_string(), l))
+    }
+
+    fn raidz(paths: &[PathBuf], p: u8, missing: &[usize]) -> Vdev {
+        let ch = paths.iter().enumerate().map(|(i, path)| leaf(i, path, !missing.contains(&i))).collect();
+        Vdev::new_raidz(0, 1, 9, p, ch)
+    }
+
+    fn mirror(paths: &[PathBuf], missing: &[usize]) -> Vdev {
+        let ch = paths.iter().enumerate().map(|(i, path)| leaf(i, path, !missing.contains(&i))).collect();
+        Vdev::new_mirror(0, 1, 9, ch)
+    }
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8).collect()
+    }
+
+    fn raw_read(p: &Path, leaf_off: u64, len: usize) -> Vec<u8> {
+        let mut b = vec![0u8; len];
+        std::fs::File::open(p).unwrap().read_exact_at(&mut b, DATA_START_BYTES + leaf_off).unwrap();
+        b
+    }
+
+    fn corrupt(p: &Path, leaf_off: u64, len: usize) {
+        let mut b = raw_read(p, leaf_off, len);
+        b.iter_mut().for_each(|x| *x = !*x);
+        std::fs::OpenOptions::new().write(true).open(p).unwrap().write_all_at(&b, DATA_START_BYTES + leaf_off).unwrap();
+    }
+
+    fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn leaf_io_padding_stats_and_checksum() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = files(&dir, 1);
+        let v = leaf(0, &paths[0], true);
+        assert_eq!(v.state(), VdevState::Online);
+        assert_eq!(v.asize_bytes(), DEV_BYTES - (512 << 10) - DATA_START_BYTES);
+        assert_eq!(v.display_name(), paths[0].display().to_string());
+        let data = pattern(1000, 1);
+        v.write(4096, &data).unwrap();
+        let ok = |b: &[u8]| b == &data[..];
+        assert_eq!(v.read(4096, 1000, &ok).unwrap(), data);
+        assert_eq!(raw_read(&paths[0], 4096, 1024)[1000..], [0u8; 24]);
+        assert_eq!((get(&v.stats.read_ops), get(&v.stats.read_bytes)), (1, 1000));
+        assert_eq!((get(&v.stats.write_ops), get(&v.stats.write_bytes)), (1, 1000));
+        corrupt(&paths[0], 4096, 10);
+        assert!(matches!(v.read(4096, 1000, &ok), Err(VdevError::Checksum { vdev: 0, offset_bytes: 4096 })));
+        assert_eq!(get(&v.stats.checksum_errors), 1);
+        // Misaligned and out-of-range requests are refused, not issued.
+        assert!(matches!(v.read(100, 10, &ok), Err(VdevError::Io { .. })));
+        assert!(matches!(v.write(v.asize_bytes(), &data), Err(VdevError::Io { .. })));
+        assert_eq!(get(&v.stats.read_errors), 0);
+        v.flush().unwrap();
+        v.set_offline(true);
+        assert_eq!(v.state(), VdevState::Offline);
+        assert!(matches!(v.read(4096, 1000, &ok), Err(VdevError::Unavailable { .. })));
+    }
+
+    #[test]
+    fn unavail_leaf_fails_without_counting() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = files(&dir, 1);
+        let v = leaf(0, &paths[0], false);
+        assert_eq!(v.state(), VdevState::Unavail);
+        assert_eq!(v.asize_bytes(), 0);
+        assert!(matches!(v.write(0, &[1, 2, 3]), Err(VdevError::Unavailable { vdev: 0 })));
+        assert!(matches!(v.read(0, 3, &|_| true), Err(VdevError::Unavailable { vdev: 0 })));
+        assert!(matches!(v.flush(), Err(VdevError::Unavailable { .. })));
+        assert_eq!(get(&v.stats.read_errors) + get(&v.stats.write_errors) + get(&v.stats.checksum_errors), 0);
+    }
+
+    #[test]
+    fn sizes_and_alignment() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = files(&dir, 5);
+        let l = leaf(0, &paths[0], true);
+        let leaf_asize = l.asize_bytes();
+        assert_eq!(l.psize_to_asize(1), 512);
+        assert_eq!(l.psize_to_asize(512), 512);
+        assert_eq!(l.psize_to_asize(513), 1024);
+        assert_eq!(l.alloc_align_bytes(), 512);
+        drop(l);
+        let m = mirror(&paths[..2], &[]);
+        assert_eq!(m.asize_bytes(), leaf_asize);
+        assert_eq!(m.psize_to_asize(700), 1024);
+        assert_eq!(m.display_name(), "mirror-0");
+        drop(m);
+        let r = raidz(&paths, 1, &[]);
+        assert_eq!(r.display_name(), "raidz1-0");
+        assert_eq!(r.alloc_align_bytes(), 5 * 512);
+        assert_eq!(r.asize_bytes(), 5 * leaf_asize / 2560 * 2560);
+        assert_eq!(r.psize_to_asize(1), 2560);
+        assert_eq!(r.psize_to_asize(4 * 512), 2560);
+        assert_eq!(r.psize_to_asize(4096), 2 * 2560);
+        assert_eq!(r.leaves().len(), 5);
+        assert_eq!(r.children().len(), 5);
+    }
+
+    #[test]
+    fn mirror_reads_heal_bad_copies() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = files(&dir, 3);
+        let m = mirror(&paths, &[]);
+        let data = pattern(8192, 7);
+        let ok = |b: &[u8]| b == &data[..];
+        m.write(65536, &data).unwrap();
+        corrupt(&paths[0], 65536 + 100, 50);
+        assert_eq!(m.read(65536, 8192, &ok).unwrap(), data);
+        let ch = m.children();
+        assert_eq!(get(&ch[0].stats.checksum_errors), 1);
+        assert_eq!(get(&ch[1].stats.checksum_errors), 0);
+        assert_eq!(raw_read(&paths[0], 65536, 8192), data, "child 0 healed");
+        assert_eq!(get(&m.stats.checksum_errors), 0);
+        assert_eq!(get(&m.stats.read_ops), 1);
+        m.read(65536, 8192, &ok).unwrap();
+        assert_eq!(get(&ch[0].stats.checksum_errors), 1, "no new errors after heal");
+        // Every copy bad: a checksum error on the mirror.
+        for p in &paths {
+            corrupt(p, 65536, 1);
+        }
+        assert!(matches!(m.read(65536, 8192, &ok), Err(VdevError::Checksum { vdev: 0, offset_bytes: 65536 })));
+        assert_eq!(get(&m.stats.checksum_errors), 1);
+        m.flush().unwrap();
+    }
+
+    #[test]
+    fn mirror_degraded_and_unavail() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = files(&dir, 2);
+        let data = pattern(3000, 3);
+        let ok = |b: &[u8]| b == &data[..];
+        {
+            let m = mirror(&paths, &[0]);
+            assert_eq!(m.state(), VdevState::Degraded);
+            assert_eq!(m.asize_bytes(), m.children()[1].asize_bytes());
+            m.write(0, &data).unwrap();
+            assert_eq!(m.read(0, 3000, &ok).unwrap(), data);
+            m.flush().unwrap();
+        }
+        let m = mirror(&paths, &[0, 1]);
+        assert_eq!(m.state(), VdevState::Unavail);
+        assert!(matches!(m.read(0, 3000, &ok), Err(VdevError::Unavailable { vdev: 0 })));
+        assert!(matches!(m.flush(), Err(VdevError::Unavailable { .. })));
+    }
+
+    /// Write blocks of several sizes with every leaf present; return them.
+    fn write_blocks(paths: &[PathBuf], p: u8) -> Vec<(u64, Vec<u8>)> {
+        let r = raidz(paths, p, &[]);
+        let align = r.alloc_align_bytes();
+        let blocks: Vec<(u64, Vec<u8>)> =
+            [1usize, 3 * 512 + 7, 65536 + 5].iter().enumerate().map(|(i, &len)| (align * 100 * (i as u64 + 1), pattern(len, i as u8))).collect();
+        for (off, data) in &blocks {
+            r.write(*off, data).unwrap();
+        }
+        r.flush().unwrap();
+        blocks
+    }
+
+    #[test]
+    fn raidz_reads_with_missing_leaves() {
+        for p in 1..=3u8 {
+            let n = p as usize + 3;
+            let dir = tempfile::tempdir().unwrap();
+            let paths = files(&dir, n);
+            let blocks = write_blocks(&paths, p);
+            let missing_sets: Vec<Vec<usize>> = vec![(0..p as usize).collect(), (n - p as usize..n).collect(), vec![1]];
+            for missing in missing_sets {
+                let r = raidz(&paths, p, &missing);
+                assert_eq!(r.state(), VdevState::Degraded, "raidz{p} missing {missing:?}");
+                for (off, data) in &blocks {
+                    let ok = |b: &[u8]| b == &data[..];
+                    assert_eq!(&r.read(*off, data.len() as u64, &ok).unwrap(), data, "raidz{p} missing {missing:?}");
+                }
+                assert_eq!(get(&r.stats.read_ops), blocks.len() as u64);
+                assert!(r.leaves().iter().all(|l| get(&l.stats.checksum_errors) == 0));
+            }
+            let too_many: Vec<usize> = (0..=p as usize).collect();
+            let r = raidz(&paths, p, &too_many);
+            assert_eq!(r.state(), VdevState::Unavail);
+            let (off, data) = &blocks[1];
+            assert!(matches!(r.read(*off, data.len() as u64, &|_| true), Err(VdevError::Unavailable { vdev: 0 })));
+            assert!(matches!(r.write(*off, data), Err(VdevError::Unavailable { vdev: 0 })));
+        }
+    }
+
+    #[test]
+    fn raidz_reconstructs_and_heals_corrupt_columns() {
+        for p in 1..=3u8 {
+            let n = p as usize + 3;
+            let dir = tempfile::tempdir().unwrap();
+            let paths = files(&dir, n);
+            let blocks = write_blocks(&paths, p);
+            let r = raidz(&paths, p, &[]);
+            // Corrupt p columns, including a parity and a data column where p > 1.
+            let bad: Vec<usize> = (0..p as usize).map(|i| (i * 2 + 1) % n).collect();
+            for (round, (off, data)) in blocks.iter().enumerate() {
+                let col = r.psize_to_asize(data.len() as u64) / n as u64;
+                let child_off = off / n as u64;
+                let good_cols: Vec<Vec<u8>> = paths.iter().map(|pa| raw_read(pa, child_off, col as usize)).collect();
+                for &c in &bad {
+                    corrupt(&paths[c], child_off, col as usize);
+                }
+                let ok = |b: &[u8]| b == &data[..];
+                assert_eq!(&r.read(*off, data.len() as u64, &ok).unwrap(), data, "raidz{p} bad {bad:?}");
+                for (c, l) in r.children().iter().enumerate() {
+                    let want = if bad.contains(&c) { round as u64 + 1 } else { 0 };
+                    assert_eq!(get(&l.stats.checksum_errors), want, "raidz{p} child {c}");
+                }
+                for (c, pa) in paths.iter().enumerate() {
+                    assert_eq!(raw_read(pa, child_off, col as usize), good_cols[c], "raidz{p} column {c} healed");
+                }
+            }
+            // p + 1 bad columns cannot be repaired.
+            let (off, data) = &blocks[2];
+            let col = (r.psize_to_asize(data.len() as u64) / n as u64) as usize;
+            for pa in &paths[..=p as usize] {
+                corrupt(pa, off / n as u64, col);
+            }
+            let ok = |b: &[u8]| b == &data[..];
+            assert!(matches!(r.read(*off, data.len() as u64, &ok), Err(VdevError::Checksum { vdev: 0, .. })));
+            assert_eq!(get(&r.stats.checksum_errors), 1);
+        }
+    }
+
+    #[test]
+    fn raidz_missing_plus_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = files(&dir, 6);
+        let blocks = write_blocks(&paths, 2);
+        let r = raidz(&paths, 2, &[4]);
+        let (off, data) = &blocks[2];
+        let col = (r.psize_to_asize(data.len() as u64) / 6) as usize;
+        corrupt(&paths[3], off / 6, col);
+        let ok = |b: &[u8]| b == &data[..];
+        assert_eq!(&r.read(*off, data.len() as u64, &ok).unwrap(), data);
+        assert_eq!(get(&r.children()[3].stats.checksum_errors), 1);
+        assert_eq!(get(&r.children()[4].stats.checksum_errors), 0);
+    }
+
+    #[test]
+    fn raidz_degraded_write_then_resilver_on_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = files(&dir, 4);
+        let data = pattern(10_000, 9);
+        let ok = |b: &[u8]| b == &data[..];
+        let off = 4 * 512 * 10;
+        {
+            let r = raidz(&paths, 1, &[2]);
+            r.write(off, &data).unwrap();
+            assert_eq!(get(&r.stats.write_ops), 1);
+            assert_eq!(get(&r.children()[2].stats.write_ops), 0);
+        }
+        // The device comes back with a stale (zero) column; a read repairs it.
+        let r = raidz(&paths, 1, &[]);
+        assert_eq!(r.state(), VdevState::Online);
+        assert_eq!(r.read(off, data.len() as u64, &ok).unwrap(), data);
+        assert_eq!(get(&r.children()[2].stats.checksum_errors), 1);
+        assert_eq!(get(&r.children()[2].stats.write_ops), 1, "healed");
+        assert_eq!(r.read(off, data.len() as u64, &ok).unwrap(), data);
+        assert_eq!(get(&r.children()[2].stats.checksum_errors), 1);
+    }
+}

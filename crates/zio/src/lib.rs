@@ -1,0 +1,369 @@
+//! # zio — the block I/O pipeline
+//!
+//! Theory: every block the pool stores passes through here. A write is
+//! *compress → checksum → allocate → issue*: the logical bytes are compressed when the
+//! dataset asks for it and it saves ≥ 1/8 (`Compression::compress`), the physical bytes
+//! are checksummed (BLAKE3), `copies` DVAs are allocated — metadata gets ditto copies
+//! on distinct top-level vdevs when the pool has several (DESIGN invariant 5) — and the
+//! bytes are written to each DVA's top-level vdev. The result is a [`BlkPtr`] that the
+//! caller stores in the parent block, so the checksum always lives one level up
+//! (invariant 4). A read is *issue → verify → decompress*: each DVA is tried in turn;
+//! the vdev itself tries mirror sides and raidz reconstructions with our checksum as
+//! the oracle (invariant 6). Only when every copy fails does the read return
+//! [`ZioError::Checksum`] or [`ZioError::Io`], and `data_errors` counts it.
+//!
+//! Owns: the pool's [`SpaceMap`] (behind a mutex) and a small read cache of verified
+//! logical blocks keyed by (DVA, birth txg) — the stand-in for the ARC, bounded in
+//! bytes (`cache_max_bytes`), evicting the oldest insertions first.
+//!
+//! Frees are deferred ([`tarn_metaslab::TXG_DEFER_SIZE`]) so that the last few
+//! uberblocks stay importable for rewind.
+//!
+//! Locks (in order): `space`, then `cache`; neither is held across I/O.
+//!
+//! Called by: dmu (block trees), spa (space map, uberblock bookkeeping).
+//! Calls: metaslab, vdev.
+
+use parking_lot::{Mutex, RwLock};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tarn_metaslab::SpaceMap;
+use tarn_phys::{BlkPtr, ChecksumAlg, Compression, Dva, ObjectType};
+use tarn_vdev::{Vdev, VdevError};
+
+/// Errors of the I/O pipeline.
+#[derive(Debug, thiserror::Error)]
+pub enum ZioError {
+    /// No top-level vdev has room for the block.
+    #[error("out of space")]
+    NoSpace,
+    /// Every copy failed verification.
+    #[error("checksum error reading block (vdev {vdev}, offset {offset_bytes}, birth txg {birth_txg})")]
+    Checksum {
+        /// First DVA's top-level vdev.
+        vdev: u32,
+        /// First DVA's offset.
+        offset_bytes: u64,
+        /// Birth txg of the block.
+        birth_txg: u64,
+    },
+    /// I/O errors on every copy, or a write that no copy accepted.
+    #[error("I/O error: {0}")]
+    Io(String),
+    /// A block verified but its content failed to decode/decompress.
+    #[error(transparent)]
+    Corrupt(#[from] tarn_phys::Corrupt),
+}
+
+/// Result alias.
+pub type Result<T> = std::result::Result<T, ZioError>;
+
+/// What a caller asks of a block write.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteProps {
+    /// Object type recorded in the block pointer.
+    pub otype: ObjectType,
+    /// Indirection level recorded in the block pointer.
+    pub level: u8,
+    /// Compression to try.
+    pub compression: Compression,
+    /// Number of DVAs (1..=3).
+    pub copies: u8,
+    /// Birth txg.
+    pub txg: u64,
+    /// Fill count to record.
+    pub fill: u64,
+}
+
+/// Bounded cache of verified logical blocks (the ARC's stand-in).
+struct BlockCache {
+    map: HashMap<(Dva, u64), Arc<Vec<u8>>>,
+    order: VecDeque<(Dva, u64)>,
+    bytes: u64,
+    max_bytes: u64,
+}
+
+impl BlockCache {
+    fn get(&self, key: &(Dva, u64)) -> Option<Arc<Vec<u8>>> {
+        self.map.get(key).cloned()
+    }
+    fn insert(&mut self, key: (Dva, u64), data: Arc<Vec<u8>>) {
+        if self.max_bytes == 0 || data.len() as u64 > self.max_bytes / 4 {
+            return;
+        }
+        if self.map.insert(key, data.clone()).is_none() {
+            self.bytes += data.len() as u64;
+            self.order.push_back(key);
+        }
+        while self.bytes > self.max_bytes {
+            let Some(k) = self.order.pop_front() else { break };
+            if let Some(d) = self.map.remove(&k) {
+                self.bytes -= d.len() as u64;
+            }
+        }
+    }
+    fn remove(&mut self, key: &(Dva, u64)) {
+        if let Some(d) = self.map.remove(key) {
+            self.bytes -= d.len() as u64;
+        }
+    }
+}
+
+/// The pool's I/O pipeline: top-level vdevs, their free space, and the read cache.
+pub struct Zio {
+    vdevs: RwLock<Vec<Arc<Vdev>>>,
+    space: Mutex<SpaceMap>,
+    cache: Mutex<BlockCache>,
+    /// Reads that failed on every copy since the pool was opened.
+    pub data_errors: AtomicU64,
+    /// Blocks written since open (for tests and `zpool iostat`).
+    pub blocks_written: AtomicU64,
+}
+
+impl Zio {
+    /// Build a pipeline over top-level vdevs (index = DVA vdev id) and their space map.
+    /// `cache_max_bytes` bounds the read cache.
+    pub fn new(vdevs: Vec<Arc<Vdev>>, space: SpaceMap, cache_max_bytes: u64) -> Zio {
+        Zio {
+            vdevs: RwLock::new(vdevs),
+            space: Mutex::new(space),
+            cache: Mutex::new(BlockCache { map: HashMap::new(), order: VecDeque::new(), bytes: 0, max_bytes: cache_max_bytes }),
+            data_errors: AtomicU64::new(0),
+            blocks_written: AtomicU64::new(0),
+        }
+    }
+
+    /// The top-level vdevs.
+    pub fn vdevs(&self) -> Vec<Arc<Vdev>> {
+        self.vdevs.read().clone()
+    }
+
+    /// Run `f` with the space map locked (spa uses this to encode/inspect it).
+    pub fn with_space<R>(&self, f: impl FnOnce(&mut SpaceMap) -> R) -> R {
+        f(&mut self.space.lock())
+    }
+
+    /// Allocated bytes on top-level vdev `vdev` for a block of `psize_bytes`.
+    pub fn asize_of(&self, vdev: u32, psize_bytes: u64) -> u64 {
+        self.vdevs.read()[vdev as usize].psize_to_asize(psize_bytes)
+    }
+
+    /// Worst-case allocated/physical ratio over all top-level vdevs for a `psize` block
+    /// (used by the write throttle to reserve space before accepting dirty data).
+    pub fn inflation(&self, psize_bytes: u64) -> f64 {
+        let v = self.vdevs.read();
+        v.iter().map(|d| d.psize_to_asize(psize_bytes) as f64 / psize_bytes as f64).fold(1.0, f64::max)
+    }
+
+    /// Allocate `copies` DVAs for a block of `psize_bytes`; distinct top-level vdevs
+    /// when possible, otherwise far apart on the same one.
+    fn allocate(&self, psize_bytes: u64, copies: u8) -> Result<[Dva; 3]> {
+        let vdevs = self.vdevs.read();
+        let mut space = self.space.lock();
+        let mut out = [Dva::default(); 3];
+        let mut used: Vec<u32> = Vec::new();
+        for i in 0..copies.clamp(1, 3) as usize {
+            let pick = space.pick_vdev(&used).or_else(|| if i > 0 { space.pick_vdev(&[]) } else { None });
+            let Some(v) = pick else { break };
+            let asize = vdevs[v as usize].psize_to_asize(psize_bytes);
+            let vs = &mut space.vdevs[v as usize];
+            let off = match used.iter().position(|&u| u == v) {
+                Some(j) => vs.alloc_near(asize, out[j].offset_bytes),
+                None => vs.alloc(asize),
+            };
+            let off = match off {
+                Some(o) => o,
+                None => {
+                    // Try any other vdev with room before giving up on this copy.
+                    let mut found = None;
+                    for (k, d) in vdevs.iter().enumerate() {
+                        let a = d.psize_to_asize(psize_bytes);
+                        if let Some(o) = space.vdevs[k].alloc(a) {
+                            found = Some((k as u32, a, o));
+                            break;
+                        }
+                    }
+                    match found {
+                        Some((k, a, o)) => {
+                            out[i] = Dva { vdev: k, asize_bytes: a, offset_bytes: o };
+                            used.push(k);
+                            continue;
+                        }
+                        None => break,
+                    }
+                }
+            };
+            out[i] = Dva { vdev: v, asize_bytes: asize, offset_bytes: off };
+            used.push(v);
+        }
+        if out[0].is_empty() {
+            return Err(ZioError::NoSpace);
+        }
+        Ok(out)
+    }
+
+    /// Write one block. `data` is the logical content (its length is the lsize).
+    /// Returns the block pointer to store in the parent.
+    pub fn write_block(&self, data: &[u8], props: WriteProps) -> Result<BlkPtr> {
+        assert!(!data.is_empty() && data.len() <= u32::MAX as usize, "block size out of range");
+        let compressed = props.compression.compress(data);
+        let (payload, compression): (&[u8], Compression) = match &compressed {
+            Some(c) => (c.as_slice(), props.compression),
+            None => (data, Compression::Off),
+        };
+        let checksum_alg = ChecksumAlg::Blake3;
+        let checksum = checksum_alg.compute(payload);
+        let dva = self.allocate(payload.len() as u64, props.copies)?;
+        let vdevs = self.vdevs();
+        let mut ok = 0;
+        let mut last_err = None;
+        for d in dva.iter().filter(|d| !d.is_empty()) {
+            match vdevs[d.vdev as usize].write(d.offset_bytes, payload) {
+                Ok(()) => ok += 1,
+                Err(e) => last_err = Some(e),
+            }
+        }
+        if ok == 0 {
+            let bp = BlkPtr { dva, ..BlkPtr::HOLE };
+            self.free_now(&bp);
+            return Err(ZioError::Io(last_err.map(|e| e.to_string()).unwrap_or_default()));
+        }
+        self.blocks_written.fetch_add(1, Ordering::Relaxed);
+        Ok(BlkPtr {
+            dva,
+            lsize_bytes: data.len() as u32,
+            psize_bytes: payload.len() as u32,
+            otype: props.otype,
+            level: props.level,
+            checksum_alg,
+            compression,
+            birth_txg: props.txg,
+            fill: props.fill,
+            checksum,
+        })
+    }
+
+    /// Write a block whose content depends on the allocation itself (the pool space
+    /// map must record its own DVAs): allocate `copies` DVAs for `psize_bytes`, then
+    /// call `fill` (which must return at most `psize_bytes`; it is zero-padded), then
+    /// checksum and write. Compression is off for such blocks.
+    pub fn write_block_with(&self, psize_bytes: u64, props: WriteProps, fill: impl FnOnce() -> Vec<u8>) -> Result<BlkPtr> {
+        let dva = self.allocate(psize_bytes, props.copies)?;
+        let mut payload = fill();
+        assert!(payload.len() as u64 <= psize_bytes, "self-describing block outgrew its allocation");
+        payload.resize(psize_bytes as usize, 0);
+        let checksum = ChecksumAlg::Blake3.compute(&payload);
+        let vdevs = self.vdevs();
+        let mut ok = 0;
+        let mut last_err = None;
+        for d in dva.iter().filter(|d| !d.is_empty()) {
+            match vdevs[d.vdev as usize].write(d.offset_bytes, &payload) {
+                Ok(()) => ok += 1,
+                Err(e) => last_err = Some(e),
+            }
+        }
+        if ok == 0 {
+            return Err(ZioError::Io(last_err.map(|e| e.to_string()).unwrap_or_default()));
+        }
+        Ok(BlkPtr {
+            dva,
+            lsize_bytes: psize_bytes as u32,
+            psize_bytes: psize_bytes as u32,
+            otype: props.otype,
+            level: props.level,
+            checksum_alg: ChecksumAlg::Blake3,
+            compression: Compression::Off,
+            birth_txg: props.txg,
+            fill: props.fill,
+            checksum,
+        })
+    }
+
+    /// Drop every cached block (after a rewind or for cold-cache measurements).
+    pub fn clear_cache(&self) {
+        let mut c = self.cache.lock();
+        c.map.clear();
+        c.order.clear();
+        c.bytes = 0;
+    }
+
+    /// Read and verify a block, returning its logical bytes (`lsize_bytes` long).
+    /// Holes read as zeros.
+    pub fn read_block(&self, bp: &BlkPtr) -> Result<Arc<Vec<u8>>> {
+        if bp.is_hole() {
+            return Ok(Arc::new(vec![0u8; bp.lsize_bytes as usize]));
+        }
+        let key = (bp.dva[0], bp.birth_txg);
+        if let Some(d) = self.cache.lock().get(&key) {
+            return Ok(d);
+        }
+        let vdevs = self.vdevs();
+        let verify = |b: &[u8]| bp.checksum_alg.compute(b) == bp.checksum;
+        let mut err: Option<VdevError> = None;
+        for d in bp.dvas() {
+            let Some(v) = vdevs.get(d.vdev as usize) else { continue };
+            match v.read(d.offset_bytes, bp.psize_bytes as u64, &verify) {
+                Ok(phys) => {
+                    let logical = Arc::new(bp.compression.decompress(&phys, bp.lsize_bytes as usize)?);
+                    self.cache.lock().insert(key, logical.clone());
+                    return Ok(logical);
+                }
+                Err(e) => err = Some(e),
+            }
+        }
+        self.data_errors.fetch_add(1, Ordering::Relaxed);
+        match err {
+            Some(VdevError::Checksum { .. }) | None => Err(ZioError::Checksum {
+                vdev: bp.dva[0].vdev,
+                offset_bytes: bp.dva[0].offset_bytes,
+                birth_txg: bp.birth_txg,
+            }),
+            Some(e) => Err(ZioError::Io(e.to_string())),
+        }
+    }
+
+    /// Free a block's DVAs, deferred until `txg + TXG_DEFER_SIZE` has synced.
+    pub fn free_block(&self, bp: &BlkPtr, txg: u64) {
+        if bp.is_hole() {
+            return;
+        }
+        self.cache.lock().remove(&(bp.dva[0], bp.birth_txg));
+        let mut space = self.space.lock();
+        for d in bp.dvas() {
+            space.vdevs[d.vdev as usize].free(txg, d.offset_bytes, d.asize_bytes);
+        }
+    }
+
+    /// Free a block immediately (it was never referenced by a synced uberblock).
+    pub fn free_now(&self, bp: &BlkPtr) {
+        let mut space = self.space.lock();
+        for d in bp.dvas() {
+            space.vdevs[d.vdev as usize].free_now(d.offset_bytes, d.asize_bytes);
+        }
+    }
+
+    /// Flush every top-level vdev (fdatasync on every leaf). Errors if any vdev failed
+    /// to flush entirely.
+    pub fn flush(&self) -> Result<()> {
+        for v in self.vdevs() {
+            v.flush().map_err(|e| ZioError::Io(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Free bytes now allocatable.
+    pub fn free_bytes(&self) -> u64 {
+        self.space.lock().free_bytes()
+    }
+
+    /// Allocated bytes (including deferred frees).
+    pub fn alloc_bytes(&self) -> u64 {
+        self.space.lock().alloc_bytes()
+    }
+
+    /// Total allocatable bytes.
+    pub fn size_bytes(&self) -> u64 {
+        self.space.lock().asize_bytes()
+    }
+}
