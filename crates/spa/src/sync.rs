@@ -22,11 +22,12 @@ impl Pool {
             .spawn(move || {
                 let mut last = Instant::now();
                 loop {
+                    // Hold only the gate while waiting, so an abandoned pool is freed
+                    // (and its leaves unlocked) promptly.
+                    let Some(gate) = weak.upgrade().map(|p| p.gate.clone()) else { break };
+                    let asked = gate.wait_for_work(Duration::from_millis(500));
+                    drop(gate);
                     let Some(p) = weak.upgrade() else { break };
-                    if p.stop.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    let asked = p.gate.wait_for_work(Duration::from_millis(500));
                     if p.stop.load(Ordering::SeqCst) {
                         break;
                     }

@@ -100,6 +100,9 @@ impl Leaf {
     /// Raw positional write of all of `data` at a device offset. Not durable until
     /// [`Leaf::flush`]. Errors: `Io`.
     pub fn pwrite(&self, device_offset_bytes: u64, data: &[u8]) -> Result<(), VdevError> {
+        if crate::inject::drop_write(&self.path) {
+            return Ok(());
+        }
         self.file.write_all_at(data, device_offset_bytes).map_err(|source| self.io(source))
     }
 
@@ -115,6 +118,9 @@ impl Leaf {
 
     /// fdatasync. Errors: `Io`; the caller must treat a failed flush as lost writes.
     pub fn flush(&self) -> Result<(), VdevError> {
+        if crate::inject::is_cut(&self.path) {
+            return Ok(());
+        }
         self.file.sync_data().map_err(|source| self.io(source))
     }
 

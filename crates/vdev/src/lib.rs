@@ -29,6 +29,7 @@
 //!
 //! Called by: zio (read/write/flush), spa (open/label I/O). Calls: the OS (pread/pwrite).
 
+pub mod inject;
 pub mod leaf;
 pub mod raidz;
 pub mod tree;
