@@ -1,0 +1,657 @@
+//! # fuse — the kernel's FUSE requests, translated to `tarn-zpl` calls
+//!
+//! Theory: this crate is a thin, stateless adapter. Each `fuser::Filesystem` callback
+//! converts its arguments (inode numbers, names, flags, times), makes one call into
+//! [`tarn_zpl::Fs`], and converts the answer back; the only state is the `Arc<Fs>`.
+//! It is the only place in Tarn where errno values appear ([`errno`]).
+//!
+//! Inode numbers: the zpl inode number is the object id, and the kernel insists that
+//! the root is inode 1 (`FUSE_ROOT_ID`). Object 1 is the master node, never a file, so
+//! the mapping "kernel 1 <-> zpl root, every other number unchanged" is a bijection.
+//!
+//! Handles: file handles are not used (always 0); the zpl keeps open counts per inode,
+//! which is what unlinked-but-open files need. `open`/`create` bump the count and
+//! `release` drops it; the kernel sends exactly one release per successful open.
+//!
+//! Directory offsets are the zpl readdir cursors (0 = start, "." and ".." first); they
+//! stay valid while the directory changes, as `seekdir`/`telldir` require.
+//!
+//! Caching: entries and attributes are cached by the kernel for [`TTL`] (1 s). The
+//! daemon is the only writer, so the only staleness is across hard links and that
+//! second; NFS-like tools that need more should mount with a shorter TTL (future work).
+//!
+//! Locks: none here; the zpl serialises. Threads: `MountOptions::threads` fuser workers
+//! (with `clone_fd` when more than one), each calling into the zpl concurrently.
+//!
+//! Crash / EIO / ENOSPC: zpl errors are mapped to errno and returned to the caller;
+//! nothing is retried. If the daemon dies, a mount made with `auto_unmount` is
+//! removed by `fusermount`; otherwise it stays as "Transport endpoint is not
+//! connected" until `umount`.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
+    SessionACL, TimeOrNow, WriteFlags,
+};
+use tarn_zpl::{Attr, FileKind, Fs, SetAttr, SetTime, Timespec, ZplError};
+
+/// How long the kernel may cache entries and attributes.
+pub const TTL: Duration = Duration::from_secs(1);
+/// Largest write request asked of the kernel (it caps this at max_pages_limit pages).
+pub const MAX_WRITE_BYTES: u32 = 1 << 20;
+/// Entries fetched from the zpl per batch while filling a readdir reply.
+const READDIR_BATCH: usize = 128;
+
+/// Options of one FUSE mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountOptions {
+    /// Source name shown in /proc/mounts (the dataset name).
+    pub fsname: String,
+    /// Mount read-only.
+    pub readonly: bool,
+    /// Let users other than the mounting one in (`allow_other`).
+    pub allow_other: bool,
+    /// Have `fusermount` unmount when the daemon exits (needs the `fusermount`
+    /// binary from Debian's `fuse` package).
+    pub auto_unmount: bool,
+    /// Let the kernel check permissions from mode/uid/gid (`default_permissions`).
+    pub default_permissions: bool,
+    /// Worker threads serving requests (at least 1).
+    pub threads: usize,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            fsname: "tarn".into(),
+            readonly: false,
+            allow_other: false,
+            auto_unmount: false,
+            default_permissions: true,
+            threads: 2,
+        }
+    }
+}
+
+/// A live FUSE mount; unmounted by [`Mount::unmount`] or when dropped.
+#[derive(Debug)]
+pub struct Mount {
+    session: Option<fuser::BackgroundSession>,
+    mountpoint: PathBuf,
+}
+
+impl Mount {
+    /// Unmount and wait for the session's threads to finish.
+    pub fn unmount(mut self) -> io::Result<()> {
+        match self.session.take() {
+            Some(s) => s.umount_and_join(),
+            None => Ok(()),
+        }
+    }
+
+    /// Where the file system is mounted.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Some(s) = self.session.take() {
+            if let Err(e) = s.umount_and_join() {
+                tracing::warn!(mountpoint = %self.mountpoint.display(), error = %e, "unmount on drop failed");
+            }
+        }
+    }
+}
+
+/// Mount `fs` on `mountpoint` (created if missing) and serve it from background
+/// threads until the returned [`Mount`] is unmounted or dropped.
+pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> io::Result<Mount> {
+    std::fs::create_dir_all(mountpoint)?;
+    let mut cfg = Config::default();
+    cfg.mount_options = vec![
+        MountOption::FSName(opts.fsname.clone()),
+        MountOption::Subtype("tarn".into()),
+    ];
+    cfg.mount_options.push(if opts.readonly {
+        MountOption::RO
+    } else {
+        MountOption::RW
+    });
+    if opts.default_permissions {
+        cfg.mount_options.push(MountOption::DefaultPermissions);
+    }
+    if opts.auto_unmount {
+        cfg.mount_options.push(MountOption::AutoUnmount);
+    }
+    cfg.acl = if opts.allow_other {
+        SessionACL::All
+    } else if opts.auto_unmount {
+        // fuser refuses auto_unmount with acl == Owner; root-and-owner is the narrowest.
+        SessionACL::RootAndOwner
+    } else {
+        SessionACL::Owner
+    };
+    let threads = opts.threads.max(1);
+    cfg.n_threads = Some(threads);
+    cfg.clone_fd = threads > 1;
+    let root = fs.root();
+    let session = fuser::spawn_mount(TarnFuse { fs, root }, mountpoint, &cfg)?;
+    Ok(Mount {
+        session: Some(session),
+        mountpoint: mountpoint.to_path_buf(),
+    })
+}
+
+/// The errno for a zpl error.
+pub fn errno(e: &ZplError) -> i32 {
+    match e {
+        ZplError::NotFound => libc::ENOENT,
+        ZplError::Exists => libc::EEXIST,
+        ZplError::NotDir => libc::ENOTDIR,
+        ZplError::IsDir => libc::EISDIR,
+        ZplError::NotEmpty => libc::ENOTEMPTY,
+        ZplError::NoSpace => libc::ENOSPC,
+        ZplError::ReadOnly => libc::EROFS,
+        ZplError::NameTooLong => libc::ENAMETOOLONG,
+        ZplError::Invalid(_) => libc::EINVAL,
+        ZplError::CrossDevice => libc::EXDEV,
+        ZplError::TooManyLinks => libc::EMLINK,
+        ZplError::Perm => libc::EPERM,
+        ZplError::FileTooBig => libc::EFBIG,
+        ZplError::NotSupported => libc::EOPNOTSUPP,
+        ZplError::Io(_) | ZplError::Corrupt { .. } => libc::EIO,
+    }
+}
+
+fn err(e: ZplError) -> Errno {
+    if matches!(e, ZplError::Io(_) | ZplError::Corrupt { .. }) {
+        tracing::warn!(error = %e, "I/O error returned to the kernel");
+    }
+    Errno::from_i32(errno(&e))
+}
+
+fn file_type(k: FileKind) -> FileType {
+    match k {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::BlockDev => FileType::BlockDevice,
+        FileKind::CharDev => FileType::CharDevice,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+    }
+}
+
+/// The `fuser::Filesystem` over one zpl file system.
+struct TarnFuse {
+    fs: Arc<Fs>,
+    root: u64,
+}
+
+impl TarnFuse {
+    fn zino(&self, ino: INodeNo) -> u64 {
+        if ino == INodeNo::ROOT {
+            self.root
+        } else {
+            ino.0
+        }
+    }
+
+    fn kino(&self, ino: u64) -> INodeNo {
+        if ino == self.root {
+            INodeNo::ROOT
+        } else {
+            INodeNo(ino)
+        }
+    }
+
+    fn fattr(&self, a: &Attr) -> FileAttr {
+        FileAttr {
+            ino: self.kino(a.ino),
+            size: a.size,
+            blocks: a.blocks,
+            atime: a.atime.to_system_time(),
+            mtime: a.mtime.to_system_time(),
+            ctime: a.ctime.to_system_time(),
+            crtime: a.crtime.to_system_time(),
+            kind: file_type(a.kind),
+            perm: a.perm,
+            nlink: a.nlink,
+            uid: a.uid,
+            gid: a.gid,
+            rdev: a.rdev as u32,
+            blksize: a.blksize,
+            flags: 0,
+        }
+    }
+
+    fn entry(&self, r: Result<Attr, ZplError>, reply: ReplyEntry) {
+        match r {
+            Ok(a) => reply.entry(&TTL, &self.fattr(&a), Generation(a.gen)),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn empty(r: Result<(), ZplError>, reply: ReplyEmpty) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+}
+
+fn set_time(t: TimeOrNow) -> SetTime {
+    match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(t) => SetTime::At(Timespec::from_system_time(t)),
+    }
+}
+
+impl Filesystem for TarnFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        if let Err(nearest) = config.set_max_write(MAX_WRITE_BYTES) {
+            let _ = config.set_max_write(nearest);
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.entry(self.fs.lookup(self.zino(parent), name.as_bytes()), reply);
+    }
+
+    fn forget(&self, _req: &Request, _ino: INodeNo, _nlookup: u64) {}
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(self.zino(ino)) {
+            Ok(a) => reply.attr(&TTL, &self.fattr(&a)),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let s = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(set_time),
+            mtime: mtime.map(set_time),
+            ctime: ctime.map(Timespec::from_system_time),
+        };
+        match self.fs.setattr(self.zino(ino), s) {
+            Ok(a) => reply.attr(&TTL, &self.fattr(&a)),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(self.zino(ino)) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        // The kernel has already applied the umask to `mode` (no FUSE_DONT_MASK).
+        self.entry(
+            self.fs.mknod(
+                self.zino(parent),
+                name.as_bytes(),
+                mode,
+                req.uid(),
+                req.gid(),
+                u64::from(rdev),
+            ),
+            reply,
+        );
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        self.entry(
+            self.fs.mkdir(
+                self.zino(parent),
+                name.as_bytes(),
+                mode,
+                req.uid(),
+                req.gid(),
+            ),
+            reply,
+        );
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(self.fs.unlink(self.zino(parent), name.as_bytes()), reply);
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(self.fs.rmdir(self.zino(parent), name.as_bytes()), reply);
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        self.entry(
+            self.fs.symlink(
+                self.zino(parent),
+                link_name.as_bytes(),
+                target.as_os_str().as_bytes(),
+                req.uid(),
+                req.gid(),
+            ),
+            reply,
+        );
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let mut zflags = 0;
+        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            zflags |= tarn_zpl::RENAME_NOREPLACE;
+        }
+        if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+            zflags |= tarn_zpl::RENAME_EXCHANGE;
+        }
+        if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+            reply.error(Errno::from_i32(libc::EINVAL));
+            return;
+        }
+        Self::empty(
+            self.fs.rename(
+                self.zino(parent),
+                name.as_bytes(),
+                self.zino(newparent),
+                newname.as_bytes(),
+                zflags,
+            ),
+            reply,
+        );
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        self.entry(
+            self.fs
+                .link(self.zino(ino), self.zino(newparent), newname.as_bytes()),
+            reply,
+        );
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // O_TRUNC arrives as a separate setattr(size = 0) from the kernel.
+        match self.fs.open_file(self.zino(ino)) {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs.read(self.zino(ino), offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs.write(self.zino(ino), offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(self.fs.release_file(self.zino(ino)), reply);
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(self.fs.fsync(self.zino(ino)), reply);
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.getattr(self.zino(ino)) {
+            Ok(a) if a.kind == FileKind::Dir => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(_) => reply.error(Errno::from_i32(libc::ENOTDIR)),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let dir = self.zino(ino);
+        let mut cursor = offset;
+        loop {
+            let batch = match self.fs.readdir(dir, cursor, READDIR_BATCH) {
+                Ok(b) => b,
+                Err(e) => return reply.error(err(e)),
+            };
+            if batch.is_empty() {
+                break;
+            }
+            for e in batch {
+                if reply.add(
+                    self.kino(e.ino),
+                    e.next_cursor,
+                    file_type(e.kind),
+                    OsStr::from_bytes(&e.name),
+                ) {
+                    return reply.ok();
+                }
+                cursor = e.next_cursor;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(self.fs.fsync(self.zino(ino)), reply);
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+            ),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let a = match self.fs.create(
+            self.zino(parent),
+            name.as_bytes(),
+            mode,
+            req.uid(),
+            req.gid(),
+        ) {
+            Ok(a) => a,
+            Err(e) => return reply.error(err(e)),
+        };
+        match self.fs.open_file(a.ino) {
+            Ok(()) => reply.created(
+                &TTL,
+                &self.fattr(&a),
+                Generation(a.gen),
+                FileHandle(0),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        _length: u64,
+        _mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errno_mapping() {
+        assert_eq!(errno(&ZplError::NotFound), libc::ENOENT);
+        assert_eq!(errno(&ZplError::NotEmpty), libc::ENOTEMPTY);
+        assert_eq!(errno(&ZplError::ReadOnly), libc::EROFS);
+        assert_eq!(errno(&ZplError::Invalid("x")), libc::EINVAL);
+        assert_eq!(
+            errno(&ZplError::Corrupt {
+                object: 3,
+                what: "x"
+            }),
+            libc::EIO
+        );
+        assert_eq!(file_type(FileKind::Symlink), FileType::Symlink);
+    }
+}

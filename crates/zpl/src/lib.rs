@@ -1,0 +1,1263 @@
+//! # zpl — the ZFS POSIX layer: files, directories, links and attributes
+//!
+//! Theory: a file system is one DMU object set ([`ObjectStore`]). Every inode is one
+//! object and its inode number *is* the object id. The POSIX attributes of an object
+//! live in its bonus buffer as a [`znode::ZnodePhys`]; a regular file's bytes are the
+//! object's data; a symlink's target is its data; a directory is a ZAP
+//! ([`tarn_dmu::zap`]) from name to `object | kind << 60` (ZFS's `ZFS_DIRENT_MAKE`), so
+//! `readdir` learns the file types without loading any inode.
+//!
+//! On-disk structures owned here (see `docs/format.md`):
+//! - object 1, the *master node*: a ZAP holding `"VERSION" -> 1`, `"ROOT" -> root
+//!   directory object` and `"DELETE_QUEUE" -> delete queue object`;
+//! - the *delete queue*: a ZAP from the hex object id to the object id of every file
+//!   that was unlinked while still open (ZFS's unlinked set);
+//! - directories (`ObjectType::DirZap`), files (`FileData`, created with 512-byte
+//!   blocks and a first block that may grow to `recordsize`), symlinks (`Symlink`),
+//!   special files (`FileData` with no data), each with a 128-byte znode bonus.
+//!
+//! States of an object: *linked* (links > 0, reachable by name) → *unlinked-open*
+//! (links == 0, open count > 0, listed in the delete queue) → *freed*. A linked file
+//! whose last name goes while nobody has it open is freed at once. `Fs::open` frees
+//! everything left in the delete queue: after a crash no handle survives.
+//!
+//! Invariants:
+//! - A directory's `links` is 2 + its subdirectories and its `size` is 2 + entries
+//!   (maintained by every namespace operation; checked by the tests' `fsck`).
+//! - A directory's `parent` names the directory holding its entry; `rename` refuses to
+//!   move a directory into its own subtree by walking `parent` up to the root
+//!   (bounded by [`MAX_DEPTH`]; a longer chain is reported as `Corrupt`).
+//! - Every mutating operation holds one [`TxHold`] across all its DMU calls, so it lands
+//!   in one txg: a crash shows either all of it or none of it. All checks that can fail
+//!   with an expected error (exists, not empty, ...) run before the first change; after
+//!   the first change only media errors and ENOSPC can interrupt an operation.
+//!
+//! Locks, in the order they are taken (a `TxHold` is always obtained *before* any lock,
+//! so that a thread throttled in `hold_tx` never holds a lock that the txg sync might
+//! wait for through another thread's hold):
+//! 1. `ns` (RwLock): namespace operations (create, unlink, rename, setattr, release
+//!    that frees) take it exclusively; lookups, readdir, getattr, read and write take
+//!    it shared.
+//! 2. `stripes[ino % N]` (RwLock): serializes data reads/writes and znode updates of one
+//!    file against each other, so writes to different files do not block each other.
+//! 3. `open` (Mutex): the open-count table; held only briefly.
+//!
+//! Crash: the txg model gives atomicity; unlinked-open files are reclaimed from the
+//! delete queue at the next open. EIO / corruption: returned as `Io` / `Corrupt` to the
+//! caller, never retried; a znode that fails validation is never trusted. ENOSPC:
+//! returned as `NoSpace`, the operation's earlier changes in the same tx stay (as in
+//! ZFS, a tx cannot be rolled back; the pre-checks make this rare).
+//!
+//! Limits: no xattrs, ACLs or ZIL yet (fsync forces a txg sync); names ≤ 255 bytes;
+//! symlink targets ≤ 4095 bytes; file size ≤ i64::MAX; object ids < 2^60.
+
+pub mod error;
+pub mod znode;
+
+use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use tarn_dmu::{zap, DmuError, ObjectStore, ObjectType, TxHold};
+
+pub use error::ZplError;
+pub use znode::{FileKind, Timespec, ZnodePhys};
+use znode::{S_IFMT, S_IPERM, S_ISGID};
+
+/// Result alias of the POSIX layer.
+pub type Result<T> = std::result::Result<T, ZplError>;
+
+/// Object id of the master node.
+pub const MASTER_NODE_OBJ: u64 = 1;
+/// ZPL on-disk version stored under `"VERSION"` in the master node.
+pub const ZPL_VERSION: u64 = 1;
+/// Longest name, in bytes.
+pub const NAME_MAX_BYTES: usize = 255;
+/// Longest symlink target, in bytes.
+pub const SYMLINK_MAX_BYTES: usize = 4095;
+/// Largest file size (off_t).
+pub const FILE_SIZE_MAX_BYTES: u64 = i64::MAX as u64;
+/// Largest link count reported (st_nlink is 32 bits in FUSE).
+pub const LINK_MAX: u64 = u32::MAX as u64;
+/// Bound on parent-chain walks (rename loop check).
+pub const MAX_DEPTH: usize = 1 << 16;
+/// `rename` flag: fail with `Exists` if the target exists.
+pub const RENAME_NOREPLACE: u32 = 1;
+/// `rename` flag: atomically swap source and target (both must exist).
+pub const RENAME_EXCHANGE: u32 = 2;
+
+const DIRENT_OBJ_MASK: u64 = (1 << 60) - 1;
+const STRIPES: usize = 64;
+/// Block size new files start with; the first block grows up to recordsize.
+const FILE_BLKSZ_MIN_BYTES: u32 = 512;
+/// The readdir cursors 0 and 1 are "." and ".."; ZAP cursors are shifted by this.
+const DIR_CURSOR_BASE: u64 = 2;
+/// Readdir cursors stay below this (they are `off_t` in the kernel); it means "end".
+const DIR_CURSOR_END: u64 = i64::MAX as u64;
+const RELATIME_SECS: i64 = 24 * 3600;
+
+/// Mount-time and `zfs set` properties of a file system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZplOptions {
+    /// Refuse every change with [`ZplError::ReadOnly`].
+    pub readonly: bool,
+    /// Update access times on read (relatime-style: at most once a day, or when
+    /// atime ≤ mtime/ctime).
+    pub atime: bool,
+    /// Largest block size of new files (power of two, 512 B ..= 1 MiB).
+    pub recordsize_bytes: u32,
+}
+
+impl Default for ZplOptions {
+    fn default() -> Self {
+        ZplOptions {
+            readonly: false,
+            atime: true,
+            recordsize_bytes: 128 * 1024,
+        }
+    }
+}
+
+/// Attributes of one inode, as `stat` shows them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attr {
+    /// Inode number (= object id).
+    pub ino: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Allocated space in 512-byte units.
+    pub blocks: u64,
+    /// Last access.
+    pub atime: Timespec,
+    /// Last modification.
+    pub mtime: Timespec,
+    /// Last status change.
+    pub ctime: Timespec,
+    /// Creation.
+    pub crtime: Timespec,
+    /// File type.
+    pub kind: FileKind,
+    /// Permission bits (`mode & 0o7777`).
+    pub perm: u16,
+    /// Hard links.
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Device number (special files).
+    pub rdev: u64,
+    /// Preferred I/O size.
+    pub blksize: u32,
+    /// Generation number (creation txg).
+    pub gen: u64,
+}
+
+/// A time to set: the current time or a given one (`utimensat`'s `UTIME_NOW`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetTime {
+    /// The current time.
+    Now,
+    /// A given time.
+    At(Timespec),
+}
+
+/// Attributes to change in [`Fs::setattr`]; `None` leaves a field alone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// New permission bits (the type bits are ignored).
+    pub mode: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New size (regular files only): truncate down frees, up is sparse.
+    pub size: Option<u64>,
+    /// New access time.
+    pub atime: Option<SetTime>,
+    /// New modification time.
+    pub mtime: Option<SetTime>,
+    /// New change time (otherwise it becomes now).
+    pub ctime: Option<Timespec>,
+}
+
+/// One entry returned by [`Fs::readdir`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Entry name.
+    pub name: Vec<u8>,
+    /// Inode number.
+    pub ino: u64,
+    /// File type.
+    pub kind: FileKind,
+    /// Cursor that continues the listing after this entry.
+    pub next_cursor: u64,
+}
+
+/// File-system statistics for `statfs`, in 4096-byte blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatFs {
+    /// Total blocks (used + available).
+    pub blocks: u64,
+    /// Free blocks.
+    pub bfree: u64,
+    /// Blocks available to unprivileged users.
+    pub bavail: u64,
+    /// Total inodes (estimate: used + free).
+    pub files: u64,
+    /// Free inodes (estimate: one dnode of 512 bytes per file from free space).
+    pub ffree: u64,
+    /// Block size (4096).
+    pub bsize: u32,
+    /// Fragment size (4096).
+    pub frsize: u32,
+    /// Longest name (255).
+    pub namelen: u32,
+}
+
+/// A mounted-or-not POSIX file system on one object set. `Send + Sync`; share it as
+/// `Arc<Fs>`.
+pub struct Fs {
+    os: Arc<dyn ObjectStore>,
+    opts: RwLock<ZplOptions>,
+    root: u64,
+    delete_queue: u64,
+    ns: RwLock<()>,
+    stripes: Vec<RwLock<()>>,
+    open: Mutex<HashMap<u64, u32>>,
+}
+
+impl std::fmt::Debug for Fs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fs")
+            .field("root", &self.root)
+            .field("opts", &*self.opts.read())
+            .finish()
+    }
+}
+
+/// Bring `recordsize_bytes` into range: a power of two from 512 B to 1 MiB (rounded
+/// down), as `zfs set recordsize` would have refused anything else.
+fn sanitize_opts(mut opts: ZplOptions) -> ZplOptions {
+    let r = opts.recordsize_bytes.clamp(512, 1 << 20);
+    opts.recordsize_bytes = 1 << (31 - r.leading_zeros());
+    opts
+}
+
+fn validate_name(name: &[u8]) -> Result<()> {
+    if name.len() > NAME_MAX_BYTES {
+        return Err(ZplError::NameTooLong);
+    }
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+        return Err(ZplError::Invalid("name empty or contains '/' or NUL"));
+    }
+    Ok(())
+}
+
+fn is_dot(name: &[u8]) -> bool {
+    name == b"." || name == b".."
+}
+
+fn dirent_make(obj: u64, kind: FileKind) -> u64 {
+    debug_assert!(obj <= DIRENT_OBJ_MASK);
+    obj | kind.dirent_code() << 60
+}
+
+fn dirent_split(dir: u64, value: u64) -> Result<(u64, FileKind)> {
+    let kind = FileKind::from_dirent_code(value >> 60).ok_or(ZplError::Corrupt {
+        object: dir,
+        what: "directory entry has unknown type",
+    })?;
+    Ok((value & DIRENT_OBJ_MASK, kind))
+}
+
+fn dq_name(obj: u64) -> Vec<u8> {
+    format!("{obj:x}").into_bytes()
+}
+
+/// One namespace operation in progress: the tx hold plus every znode it has loaded,
+/// written back together by [`Op::commit`]. Loading each znode once means that an
+/// operation touching the same inode twice (rename within one directory, a directory
+/// that is both parent and target) sees its own changes.
+struct Op<'a> {
+    fs: &'a Fs,
+    tx: TxHold,
+    nodes: BTreeMap<u64, (ZnodePhys, bool)>,
+    now: Timespec,
+}
+
+impl<'a> Op<'a> {
+    fn new(fs: &'a Fs, tx: TxHold) -> Op<'a> {
+        Op {
+            fs,
+            tx,
+            nodes: BTreeMap::new(),
+            now: Timespec::now(),
+        }
+    }
+
+    fn get(&mut self, ino: u64) -> Result<&ZnodePhys> {
+        if !self.nodes.contains_key(&ino) {
+            let z = self.fs.load(ino)?;
+            self.nodes.insert(ino, (z, false));
+        }
+        Ok(&self.nodes[&ino].0)
+    }
+
+    fn get_mut(&mut self, ino: u64) -> Result<&mut ZnodePhys> {
+        self.get(ino)?;
+        let e = self.nodes.get_mut(&ino).expect("just loaded");
+        e.1 = true;
+        Ok(&mut e.0)
+    }
+
+    fn get_dir(&mut self, ino: u64) -> Result<&ZnodePhys> {
+        let z = self.get(ino)?;
+        if !z.is_dir() {
+            return Err(ZplError::NotDir);
+        }
+        Ok(z)
+    }
+
+    /// Directory `dir` gained (`+1`) or lost (`-1`) an entry: size and times.
+    fn dir_changed(&mut self, dir: u64, delta: i64) -> Result<()> {
+        let now = self.now;
+        let d = self.get_mut(dir)?;
+        d.size = d.size.checked_add_signed(delta).ok_or(ZplError::Corrupt {
+            object: dir,
+            what: "directory size underflow",
+        })?;
+        d.mtime = now;
+        d.ctime = now;
+        Ok(())
+    }
+
+    fn add_links(&mut self, ino: u64, delta: i64) -> Result<()> {
+        let now = self.now;
+        let z = self.get_mut(ino)?;
+        z.links = z.links.checked_add_signed(delta).ok_or(ZplError::Corrupt {
+            object: ino,
+            what: "link count underflow",
+        })?;
+        z.ctime = now;
+        Ok(())
+    }
+
+    /// Free `ino` (all links gone) or, if it is open, move it to the delete queue.
+    fn drop_inode(&mut self, ino: u64) -> Result<()> {
+        let open = self.fs.open.lock().get(&ino).copied().unwrap_or(0);
+        if open > 0 {
+            zap::update(
+                &*self.fs.os,
+                &self.tx,
+                self.fs.delete_queue,
+                &dq_name(ino),
+                ino,
+            )?;
+        } else {
+            self.fs.os.free_object(&self.tx, ino)?;
+            self.nodes.remove(&ino);
+        }
+        Ok(())
+    }
+
+    fn commit(self) -> Result<()> {
+        for (ino, (z, dirty)) in &self.nodes {
+            if *dirty {
+                self.fs.os.set_bonus(&self.tx, *ino, &z.encode())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What [`Fs::create_node`] makes.
+enum NewNode<'a> {
+    Dir,
+    File,
+    Special(FileKind, u64),
+    Symlink(&'a [u8]),
+}
+
+impl Fs {
+    /// Open the file system in `os`, formatting an empty object set (master node,
+    /// root directory 0o40755 owned by 0:0, empty delete queue) and freeing every
+    /// object left in the delete queue by a crash.
+    pub fn open(os: Arc<dyn ObjectStore>, opts: ZplOptions) -> Result<Arc<Fs>> {
+        let opts = sanitize_opts(opts);
+        match os.object_info(MASTER_NODE_OBJ) {
+            Ok(_) => {}
+            Err(DmuError::NoSuchObject(_)) => {
+                if opts.readonly || os.is_readonly() {
+                    return Err(ZplError::ReadOnly);
+                }
+                Fs::format(&*os)?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let corrupt = |what| ZplError::Corrupt {
+            object: MASTER_NODE_OBJ,
+            what,
+        };
+        let version = zap::lookup(&*os, MASTER_NODE_OBJ, b"VERSION")?
+            .ok_or(corrupt("master node has no VERSION"))?;
+        if version != ZPL_VERSION {
+            return Err(corrupt("unsupported ZPL version"));
+        }
+        let root = zap::lookup(&*os, MASTER_NODE_OBJ, b"ROOT")?
+            .ok_or(corrupt("master node has no ROOT"))?;
+        let delete_queue = zap::lookup(&*os, MASTER_NODE_OBJ, b"DELETE_QUEUE")?
+            .ok_or(corrupt("master node has no DELETE_QUEUE"))?;
+        let fs = Fs {
+            os,
+            opts: RwLock::new(opts),
+            root,
+            delete_queue,
+            ns: RwLock::new(()),
+            stripes: (0..STRIPES).map(|_| RwLock::new(())).collect(),
+            open: Mutex::new(HashMap::new()),
+        };
+        if !fs.load(root)?.is_dir() {
+            return Err(ZplError::Corrupt {
+                object: root,
+                what: "root is not a directory",
+            });
+        }
+        if fs.check_writable().is_ok() {
+            fs.process_delete_queue()?;
+        }
+        Ok(Arc::new(fs))
+    }
+
+    fn format(os: &dyn ObjectStore) -> Result<()> {
+        let tx = os.hold_tx()?;
+        let master = zap::create(os, &tx, ObjectType::Zap)?;
+        if master != MASTER_NODE_OBJ {
+            return Err(ZplError::Corrupt {
+                object: master,
+                what: "object set not empty: master node is not object 1",
+            });
+        }
+        let root = zap::create(os, &tx, ObjectType::DirZap)?;
+        let now = Timespec::now();
+        let z = ZnodePhys {
+            mode: FileKind::Dir.mode_bits() | 0o755,
+            uid: 0,
+            gid: 0,
+            links: 2,
+            size: 2,
+            parent: root,
+            gen: tx.txg,
+            rdev: 0,
+            flags: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            crtime: now,
+        };
+        os.set_bonus(&tx, root, &z.encode())?;
+        let dq = zap::create(os, &tx, ObjectType::Zap)?;
+        zap::add(os, &tx, MASTER_NODE_OBJ, b"VERSION", ZPL_VERSION)?;
+        zap::add(os, &tx, MASTER_NODE_OBJ, b"ROOT", root)?;
+        zap::add(os, &tx, MASTER_NODE_OBJ, b"DELETE_QUEUE", dq)?;
+        Ok(())
+    }
+
+    fn process_delete_queue(&self) -> Result<()> {
+        let tx = self.os.hold_tx()?;
+        let _ns = self.ns.write();
+        loop {
+            let batch = zap::list(&*self.os, self.delete_queue, 0, 256)?;
+            if batch.is_empty() {
+                return Ok(());
+            }
+            for e in batch {
+                tracing::info!(
+                    object = e.value,
+                    "freeing unlinked object left in the delete queue"
+                );
+                match self.os.free_object(&tx, e.value) {
+                    Ok(()) | Err(DmuError::NoSuchObject(_)) => {}
+                    Err(err) => return Err(err.into()),
+                }
+                zap::remove(&*self.os, &tx, self.delete_queue, &e.name)?;
+            }
+        }
+    }
+
+    /// Change the properties of a mounted file system (`zfs set`).
+    /// `recordsize_bytes` is rounded down to a power of two in 512 B ..= 1 MiB.
+    pub fn set_options(&self, opts: ZplOptions) {
+        *self.opts.write() = sanitize_opts(opts);
+    }
+
+    /// Current properties.
+    pub fn options(&self) -> ZplOptions {
+        *self.opts.read()
+    }
+
+    /// Inode number of the root directory.
+    pub fn root(&self) -> u64 {
+        self.root
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.opts.read().readonly || self.os.is_readonly() {
+            return Err(ZplError::ReadOnly);
+        }
+        Ok(())
+    }
+
+    fn stripe(&self, ino: u64) -> &RwLock<()> {
+        &self.stripes[(ino % STRIPES as u64) as usize]
+    }
+
+    fn load(&self, ino: u64) -> Result<ZnodePhys> {
+        if ino == MASTER_NODE_OBJ || ino == self.delete_queue {
+            return Err(ZplError::NotFound);
+        }
+        let b = self.os.bonus(ino)?;
+        ZnodePhys::decode(ino, &b)
+    }
+
+    fn attr_of(&self, ino: u64, z: &ZnodePhys) -> Result<Attr> {
+        let info = self.os.object_info(ino)?;
+        Ok(Attr {
+            ino,
+            size: z.size,
+            blocks: info.used_bytes.div_ceil(512),
+            atime: z.atime,
+            mtime: z.mtime,
+            ctime: z.ctime,
+            crtime: z.crtime,
+            kind: z.kind(),
+            perm: (z.mode & S_IPERM) as u16,
+            nlink: z.links.min(LINK_MAX) as u32,
+            uid: z.uid,
+            gid: z.gid,
+            rdev: z.rdev,
+            blksize: info.datablksz_bytes.max(4096),
+            gen: z.gen,
+        })
+    }
+
+    /// Look `name` up in directory `dir` ("." and ".." included).
+    pub fn lookup(&self, dir: u64, name: &[u8]) -> Result<Attr> {
+        let _ns = self.ns.read();
+        let d = self.load(dir)?;
+        if !d.is_dir() {
+            return Err(ZplError::NotDir);
+        }
+        let ino = match name {
+            b"." => dir,
+            b".." => d.parent,
+            _ => {
+                validate_name(name)?;
+                let v = zap::lookup(&*self.os, dir, name)?.ok_or(ZplError::NotFound)?;
+                dirent_split(dir, v)?.0
+            }
+        };
+        let _s = self.stripe(ino).read();
+        let z = self.load(ino)?;
+        self.attr_of(ino, &z)
+    }
+
+    /// Attributes of `ino`.
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        let _ns = self.ns.read();
+        let _s = self.stripe(ino).read();
+        let z = self.load(ino)?;
+        self.attr_of(ino, &z)
+    }
+
+    /// Change attributes of `ino` (chmod, chown, truncate, utimens).
+    pub fn setattr(&self, ino: u64, s: SetAttr) -> Result<Attr> {
+        self.check_writable()?;
+        let tx = self.os.hold_tx()?;
+        let _ns = self.ns.write();
+        let mut op = Op::new(self, tx);
+        let z = op.get(ino)?.clone();
+        if let Some(size) = s.size {
+            match z.kind() {
+                FileKind::File => {}
+                FileKind::Dir => return Err(ZplError::IsDir),
+                _ => return Err(ZplError::Invalid("truncate of a non-regular file")),
+            }
+            if size > FILE_SIZE_MAX_BYTES {
+                return Err(ZplError::FileTooBig);
+            }
+            if size < z.size {
+                self.truncate_down(&op.tx, ino, size, z.size)?;
+            }
+        }
+        let now = op.now;
+        let zm = op.get_mut(ino)?;
+        if let Some(m) = s.mode {
+            zm.mode = (zm.mode & S_IFMT) | (m & S_IPERM);
+        }
+        if let Some(u) = s.uid {
+            zm.uid = u;
+        }
+        if let Some(g) = s.gid {
+            zm.gid = g;
+        }
+        if let Some(size) = s.size {
+            zm.size = size;
+            zm.mtime = now;
+        }
+        let pick = |t: SetTime| match t {
+            SetTime::Now => now,
+            SetTime::At(t) => t,
+        };
+        if let Some(t) = s.atime {
+            zm.atime = pick(t);
+        }
+        if let Some(t) = s.mtime {
+            zm.mtime = pick(t);
+        }
+        zm.ctime = s.ctime.unwrap_or(now);
+        let out = zm.clone();
+        op.commit()?;
+        self.attr_of(ino, &out)
+    }
+
+    /// Free everything of `ino` past `new_size`, zeroing the tail of the last partial
+    /// block first so that a later truncate up or sparse write reads zeros there.
+    fn truncate_down(&self, tx: &TxHold, ino: u64, new_size: u64, old_size: u64) -> Result<()> {
+        let blksz = u64::from(self.os.object_info(ino)?.datablksz_bytes);
+        if !new_size.is_multiple_of(blksz) {
+            let tail_end = (new_size / blksz + 1) * blksz;
+            let end = tail_end.min(old_size);
+            if end > new_size {
+                self.os
+                    .write(tx, ino, new_size, &vec![0u8; (end - new_size) as usize])?;
+            }
+        }
+        self.os.free_range(tx, ino, new_size, u64::MAX)?;
+        Ok(())
+    }
+
+    fn create_node(
+        &self,
+        dir: u64,
+        name: &[u8],
+        mut mode: u32,
+        uid: u32,
+        mut gid: u32,
+        what: NewNode<'_>,
+    ) -> Result<Attr> {
+        self.check_writable()?;
+        if is_dot(name) {
+            return Err(ZplError::Exists);
+        }
+        validate_name(name)?;
+        let kind = match what {
+            NewNode::Dir => FileKind::Dir,
+            NewNode::File => FileKind::File,
+            NewNode::Special(k, _) => k,
+            NewNode::Symlink(t) => {
+                if t.len() > SYMLINK_MAX_BYTES {
+                    return Err(ZplError::NameTooLong);
+                }
+                if t.is_empty() {
+                    return Err(ZplError::NotFound);
+                }
+                FileKind::Symlink
+            }
+        };
+        let recordsize = self.opts.read().recordsize_bytes;
+        let tx = self.os.hold_tx()?;
+        let _ns = self.ns.write();
+        let mut op = Op::new(self, tx);
+        let d = op.get_dir(dir)?.clone();
+        if d.links == 0 {
+            return Err(ZplError::NotFound);
+        }
+        if zap::lookup(&*self.os, dir, name)?.is_some() {
+            return Err(ZplError::Exists);
+        }
+        if kind == FileKind::Dir && d.links >= LINK_MAX {
+            return Err(ZplError::TooManyLinks);
+        }
+        if d.mode & S_ISGID != 0 {
+            gid = d.gid;
+            if kind == FileKind::Dir {
+                mode |= S_ISGID;
+            }
+        }
+        if kind == FileKind::Symlink {
+            mode = 0o777;
+        }
+        let now = op.now;
+        let mut z = ZnodePhys {
+            mode: kind.mode_bits() | (mode & S_IPERM),
+            uid,
+            gid,
+            links: 1,
+            size: 0,
+            parent: dir,
+            gen: op.tx.txg,
+            rdev: 0,
+            flags: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            crtime: now,
+        };
+        let os = &*self.os;
+        let ino = match what {
+            NewNode::Dir => {
+                z.links = 2;
+                z.size = DIR_CURSOR_BASE;
+                let ino = zap::create(os, &op.tx, ObjectType::DirZap)?;
+                os.set_bonus(&op.tx, ino, &z.encode())?;
+                ino
+            }
+            NewNode::File => os.create_object(
+                &op.tx,
+                ObjectType::FileData,
+                FILE_BLKSZ_MIN_BYTES,
+                recordsize,
+                &z.encode(),
+            )?,
+            NewNode::Special(_, rdev) => {
+                z.rdev = rdev;
+                os.create_object(
+                    &op.tx,
+                    ObjectType::FileData,
+                    FILE_BLKSZ_MIN_BYTES,
+                    FILE_BLKSZ_MIN_BYTES,
+                    &z.encode(),
+                )?
+            }
+            NewNode::Symlink(target) => {
+                z.size = target.len() as u64;
+                let ino = os.create_object(
+                    &op.tx,
+                    ObjectType::Symlink,
+                    FILE_BLKSZ_MIN_BYTES,
+                    4096,
+                    &z.encode(),
+                )?;
+                os.write(&op.tx, ino, 0, target)?;
+                ino
+            }
+        };
+        if ino > DIRENT_OBJ_MASK {
+            return Err(ZplError::Corrupt {
+                object: ino,
+                what: "object id exceeds 60 bits",
+            });
+        }
+        zap::add(os, &op.tx, dir, name, dirent_make(ino, kind))?;
+        op.dir_changed(dir, 1)?;
+        if kind == FileKind::Dir {
+            op.add_links(dir, 1)?;
+        }
+        op.commit()?;
+        self.attr_of(ino, &z)
+    }
+
+    /// Create a regular file `name` in `dir` (fails with `Exists` if present).
+    pub fn create(&self, dir: u64, name: &[u8], mode: u32, uid: u32, gid: u32) -> Result<Attr> {
+        self.create_node(dir, name, mode, uid, gid, NewNode::File)
+    }
+
+    /// Create a regular file, device node, FIFO or socket; the type comes from the
+    /// S_IFMT bits of `mode` (0 means a regular file).
+    pub fn mknod(
+        &self,
+        dir: u64,
+        name: &[u8],
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u64,
+    ) -> Result<Attr> {
+        let what = match FileKind::from_mode(mode) {
+            None if mode & S_IFMT == 0 => NewNode::File,
+            Some(FileKind::File) => NewNode::File,
+            Some(k @ (FileKind::BlockDev | FileKind::CharDev)) => NewNode::Special(k, rdev),
+            Some(k @ (FileKind::Fifo | FileKind::Socket)) => NewNode::Special(k, 0),
+            _ => {
+                return Err(ZplError::Invalid(
+                    "mknod of a directory, symlink or unknown type",
+                ))
+            }
+        };
+        self.create_node(dir, name, mode, uid, gid, what)
+    }
+
+    /// Create directory `name` in `dir`.
+    pub fn mkdir(&self, dir: u64, name: &[u8], mode: u32, uid: u32, gid: u32) -> Result<Attr> {
+        self.create_node(dir, name, mode, uid, gid, NewNode::Dir)
+    }
+
+    /// Create symlink `name` in `dir` pointing at `target`.
+    pub fn symlink(
+        &self,
+        dir: u64,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
+        self.create_node(dir, name, 0o777, uid, gid, NewNode::Symlink(target))
+    }
+
+    /// The target of symlink `ino`.
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        let _ns = self.ns.read();
+        let z = self.load(ino)?;
+        if z.kind() != FileKind::Symlink {
+            return Err(ZplError::Invalid("readlink of a non-symlink"));
+        }
+        if z.size > SYMLINK_MAX_BYTES as u64 {
+            return Err(ZplError::Corrupt {
+                object: ino,
+                what: "symlink target too long",
+            });
+        }
+        let mut buf = vec![0u8; z.size as usize];
+        self.os.read(ino, 0, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// Add hard link `newname` in `newdir` to `ino`.
+    pub fn link(&self, ino: u64, newdir: u64, newname: &[u8]) -> Result<Attr> {
+        self.check_writable()?;
+        if is_dot(newname) {
+            return Err(ZplError::Exists);
+        }
+        validate_name(newname)?;
+        let tx = self.os.hold_tx()?;
+        let _ns = self.ns.write();
+        let mut op = Op::new(self, tx);
+        op.get_dir(newdir)?;
+        let z = op.get(ino)?.clone();
+        if z.is_dir() {
+            return Err(ZplError::Perm);
+        }
+        if z.links == 0 {
+            return Err(ZplError::NotFound);
+        }
+        if z.links >= LINK_MAX {
+            return Err(ZplError::TooManyLinks);
+        }
+        if zap::lookup(&*self.os, newdir, newname)?.is_some() {
+            return Err(ZplError::Exists);
+        }
+        zap::add(
+            &*self.os,
+            &op.tx,
+            newdir,
+            newname,
+            dirent_make(ino, z.kind()),
+        )?;
+        op.dir_changed(newdir, 1)?;
+        op.add_links(ino, 1)?;
+        let out = op.get(ino)?.clone();
+        op.commit()?;
+        self.attr_of(ino, &out)
+    }
+
+    /// Look `name` up in `dir` for a change: the entry's inode and kind.
+    fn entry(&self, dir: u64, name: &[u8]) -> Result<Option<(u64, FileKind)>> {
+        match zap::lookup(&*self.os, dir, name)? {
+            Some(v) => Ok(Some(dirent_split(dir, v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Remove the non-directory `name` from `dir`; the inode is freed when its last
+    /// link goes and nobody has it open.
+    pub fn unlink(&self, dir: u64, name: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        if is_dot(name) {
+            return Err(ZplError::IsDir);
+        }
+        validate_name(name)?;
+        let tx = self.os.hold_tx()?;
+        let _ns = self.ns.write();
+        let mut op = Op::new(self, tx);
+        op.get_dir(dir)?;
+        let (ino, kind) = self.entry(dir, name)?.ok_or(ZplError::NotFound)?;
+        if kind == FileKind::Dir {
+            return Err(ZplError::IsDir);
+        }
+        op.get(ino)?;
+        zap::remove(&*self.os, &op.tx, dir, name)?;
+        op.dir_changed(dir, -1)?;
+        op.add_links(ino, -1)?;
+        if op.get(ino)?.links == 0 {
+            op.drop_inode(ino)?;
+        }
+        op.commit()
+    }
+
+    /// Remove the empty directory `name` from `dir`.
+    pub fn rmdir(&self, dir: u64, name: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        match name {
+            b"." => return Err(ZplError::Invalid("rmdir of '.'")),
+            b".." => return Err(ZplError::NotEmpty),
+            _ => validate_name(name)?,
+        }
+        let tx = self.os.hold_tx()?;
+        let _ns = self.ns.write();
+        let mut op = Op::new(self, tx);
+        op.get_dir(dir)?;
+        let (ino, kind) = self.entry(dir, name)?.ok_or(ZplError::NotFound)?;
+        if kind != FileKind::Dir {
+            return Err(ZplError::NotDir);
+        }
+        if zap::count(&*self.os, ino)? != 0 {
+            return Err(ZplError::NotEmpty);
+        }
+        zap::remove(&*self.os, &op.tx, dir, name)?;
+        op.dir_changed(dir, -1)?;
+        op.add_links(dir, -1)?;
+        self.os.free_object(&op.tx, ino)?;
+        op.nodes.remove(&ino);
+        op.commit()
+    }
+
+    /// True if `ancestor` is `dir` or on the parent chain from `dir` to the root.
+    fn is_ancestor(&self, op: &mut Op<'_>, ancestor: u64, dir: u64) -> Result<bool> {
+        let mut cur = dir;
+        for _ in 0..MAX_DEPTH {
+            if cur == ancestor {
+                return Ok(true);
+            }
+            if cur == self.root {
+                return Ok(false);
+            }
+            cur = op.get(cur)?.parent;
+        }
+        Err(ZplError::Corrupt {
+            object: dir,
+            what: "parent chain longer than MAX_DEPTH",
+        })
+    }
+
+    /// Rename `dir/name` to `newdir/newname`. `flags`: [`RENAME_NOREPLACE`],
+    /// [`RENAME_EXCHANGE`]. Replaces an existing target as POSIX rename does.
+    pub fn rename(
+        &self,
+        dir: u64,
+        name: &[u8],
+        newdir: u64,
+        newname: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        self.check_writable()?;
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
+            || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
+        {
+            return Err(ZplError::Invalid("unknown or conflicting rename flags"));
+        }
+        if is_dot(name) || is_dot(newname) {
+            return Err(ZplError::Invalid("rename of '.' or '..'"));
+        }
+        validate_name(name)?;
+        validate_name(newname)?;
+        let tx = self.os.hold_tx()?;
+        let _ns = self.ns.write();
+        let mut op = Op::new(self, tx);
+        op.get_dir(dir)?;
+        op.get_dir(newdir)?;
+        let (src, src_kind) = self.entry(dir, name)?.ok_or(ZplError::NotFound)?;
+        let dst = self.entry(newdir, newname)?;
+        if flags & RENAME_NOREPLACE != 0 && dst.is_some() {
+            return Err(ZplError::Exists);
+        }
+        if flags & RENAME_EXCHANGE != 0 && dst.is_none() {
+            return Err(ZplError::NotFound);
+        }
+        if let Some((d, _)) = dst {
+            if d == src {
+                // Same inode (the same name, or two hard links): POSIX says do nothing.
+                return Ok(());
+            }
+        }
+        let src_dir = src_kind == FileKind::Dir;
+        if src_dir && dir != newdir && self.is_ancestor(&mut op, src, newdir)? {
+            return Err(ZplError::Invalid(
+                "cannot move a directory into its own subtree",
+            ));
+        }
+        let os = &*self.os;
+        if flags & RENAME_EXCHANGE != 0 {
+            let (dst, dst_kind) = dst.expect("checked above");
+            let dst_dir = dst_kind == FileKind::Dir;
+            if dst_dir && dir != newdir && self.is_ancestor(&mut op, dst, dir)? {
+                return Err(ZplError::Invalid(
+                    "cannot move a directory into its own subtree",
+                ));
+            }
+            zap::update(os, &op.tx, dir, name, dirent_make(dst, dst_kind))?;
+            zap::update(os, &op.tx, newdir, newname, dirent_make(src, src_kind))?;
+            if dir != newdir {
+                let delta = i64::from(src_dir) - i64::from(dst_dir);
+                if delta != 0 {
+                    op.add_links(dir, -delta)?;
+                    op.add_links(newdir, delta)?;
+                }
+            }
+            op.get_mut(src)?.parent = newdir;
+            op.get_mut(dst)?.parent = dir;
+            op.add_links(src, 0)?;
+            op.add_links(dst, 0)?;
+            op.dir_changed(dir, 0)?;
+            op.dir_changed(newdir, 0)?;
+            return op.commit();
+        }
+        // Plain rename, possibly over an existing target.
+        if let Some((dst, dst_kind)) = dst {
+            let dst_dir = dst_kind == FileKind::Dir;
+            if src_dir && !dst_dir {
+                return Err(ZplError::NotDir);
+            }
+            if !src_dir && dst_dir {
+                return Err(ZplError::IsDir);
+            }
+            if dst_dir && zap::count(os, dst)? != 0 {
+                return Err(ZplError::NotEmpty);
+            }
+            op.get(dst)?;
+            zap::remove(os, &op.tx, newdir, newname)?;
+            op.dir_changed(newdir, -1)?;
+            if dst_dir {
+                op.add_links(newdir, -1)?;
+                os.free_object(&op.tx, dst)?;
+                op.nodes.remove(&dst);
+            } else {
+                op.add_links(dst, -1)?;
+                if op.get(dst)?.links == 0 {
+                    op.drop_inode(dst)?;
+                }
+            }
+        }
+        zap::remove(os, &op.tx, dir, name)?;
+        op.dir_changed(dir, -1)?;
+        zap::add(os, &op.tx, newdir, newname, dirent_make(src, src_kind))?;
+        op.dir_changed(newdir, 1)?;
+        if src_dir && dir != newdir {
+            op.add_links(dir, -1)?;
+            op.add_links(newdir, 1)?;
+        }
+        op.get_mut(src)?.parent = newdir;
+        op.add_links(src, 0)?;
+        op.commit()
+    }
+
+    /// Note an open handle on `ino` (the inode stays alive while unlinked).
+    pub fn open_file(&self, ino: u64) -> Result<()> {
+        let _ns = self.ns.read();
+        self.load(ino)?;
+        *self.open.lock().entry(ino).or_insert(0) += 1;
+        Ok(())
+    }
+
+    /// Drop an open handle on `ino`; the last release of an unlinked inode frees it.
+    pub fn release_file(&self, ino: u64) -> Result<()> {
+        {
+            let _ns = self.ns.write();
+            let mut open = self.open.lock();
+            let Some(n) = open.get_mut(&ino) else {
+                return Err(ZplError::Invalid("release of an inode that is not open"));
+            };
+            *n -= 1;
+            if *n > 0 {
+                return Ok(());
+            }
+            open.remove(&ino);
+            drop(open);
+            match self.load(ino) {
+                Ok(z) if z.links == 0 => {}
+                Ok(_) | Err(ZplError::NotFound) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+            if self.check_writable().is_err() {
+                // Stays in the delete queue; freed at the next writable open.
+                return Ok(());
+            }
+        }
+        // Last handle on an unlinked inode: free it. The tx hold comes before the
+        // lock (see the lock order), so re-check after taking the lock again.
+        let tx = self.os.hold_tx()?;
+        let _ns = self.ns.write();
+        if self.open.lock().contains_key(&ino) {
+            return Ok(());
+        }
+        match self.load(ino) {
+            Ok(z) if z.links == 0 => {}
+            Ok(_) | Err(ZplError::NotFound) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        self.os.free_object(&tx, ino)?;
+        match zap::remove(&*self.os, &tx, self.delete_queue, &dq_name(ino)) {
+            Ok(()) | Err(DmuError::NotFound) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Read up to `size` bytes of file `ino` at `offset` (short at end of file; holes
+    /// read as zeros).
+    pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let (buf, touch) = {
+            let _ns = self.ns.read();
+            let _s = self.stripe(ino).read();
+            let z = self.load(ino)?;
+            match z.kind() {
+                FileKind::File => {}
+                FileKind::Dir => return Err(ZplError::IsDir),
+                _ => return Err(ZplError::Invalid("read of a special file")),
+            }
+            let n = z.size.saturating_sub(offset).min(u64::from(size)) as usize;
+            let mut buf = vec![0u8; n];
+            if n > 0 {
+                self.os.read(ino, offset, &mut buf)?;
+            }
+            (buf, self.atime_due(&z))
+        };
+        if touch {
+            // Best effort: a failed atime update never fails the read.
+            if let Err(e) = self.touch_atime(ino) {
+                tracing::debug!(ino, error = %e, "atime update failed");
+            }
+        }
+        Ok(buf)
+    }
+
+    fn atime_due(&self, z: &ZnodePhys) -> bool {
+        let o = *self.opts.read();
+        if !o.atime || o.readonly || self.os.is_readonly() {
+            return false;
+        }
+        z.atime <= z.mtime
+            || z.atime <= z.ctime
+            || Timespec::now().sec - z.atime.sec >= RELATIME_SECS
+    }
+
+    fn touch_atime(&self, ino: u64) -> Result<()> {
+        let tx = self.os.hold_tx()?;
+        let _ns = self.ns.read();
+        let _s = self.stripe(ino).write();
+        let mut z = self.load(ino)?;
+        if self.atime_due(&z) {
+            z.atime = Timespec::now();
+            self.os.set_bonus(&tx, ino, &z.encode())?;
+        }
+        Ok(())
+    }
+
+    /// Write `data` to file `ino` at `offset`, extending it; returns bytes written.
+    pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        self.check_writable()?;
+        let len =
+            u32::try_from(data.len()).map_err(|_| ZplError::Invalid("write larger than 4 GiB"))?;
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= FILE_SIZE_MAX_BYTES)
+            .ok_or(ZplError::FileTooBig)?;
+        let tx = self.os.hold_tx()?;
+        let _ns = self.ns.read();
+        let _s = self.stripe(ino).write();
+        let mut z = self.load(ino)?;
+        match z.kind() {
+            FileKind::File => {}
+            FileKind::Dir => return Err(ZplError::IsDir),
+            _ => return Err(ZplError::Invalid("write to a special file")),
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        self.os.write(&tx, ino, offset, data)?;
+        let now = Timespec::now();
+        z.size = z.size.max(end);
+        z.mtime = now;
+        z.ctime = now;
+        self.os.set_bonus(&tx, ino, &z.encode())?;
+        Ok(len)
+    }
+
+    /// List directory `dir` from `cursor` (0 = start): ".", "..", then the entries,
+    /// at most `max`. Cursors stay valid while entries are added and removed.
+    pub fn readdir(&self, dir: u64, cursor: u64, max: usize) -> Result<Vec<DirEntry>> {
+        let _ns = self.ns.read();
+        let d = self.load(dir)?;
+        if !d.is_dir() {
+            return Err(ZplError::NotDir);
+        }
+        let mut out = Vec::new();
+        if cursor == 0 && out.len() < max {
+            out.push(DirEntry {
+                name: b".".to_vec(),
+                ino: dir,
+                kind: FileKind::Dir,
+                next_cursor: 1,
+            });
+        }
+        if cursor <= 1 && out.len() < max {
+            out.push(DirEntry {
+                name: b"..".to_vec(),
+                ino: d.parent,
+                kind: FileKind::Dir,
+                next_cursor: DIR_CURSOR_BASE,
+            });
+        }
+        if out.len() >= max {
+            return Ok(out);
+        }
+        if cursor >= DIR_CURSOR_END {
+            return Ok(out);
+        }
+        let zc = cursor.saturating_sub(DIR_CURSOR_BASE);
+        for e in zap::list(&*self.os, dir, zc, max - out.len())? {
+            let (ino, kind) = dirent_split(dir, e.value)?;
+            // ZAP cursors are at most 2^63 - 2; the one entry that could map past
+            // i64::MAX is the last possible key, after which nothing can follow.
+            let next_cursor = e
+                .next_cursor
+                .saturating_add(DIR_CURSOR_BASE)
+                .min(DIR_CURSOR_END);
+            out.push(DirEntry {
+                name: e.name,
+                ino,
+                kind,
+                next_cursor,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Make every change to `ino` made so far durable.
+    pub fn fsync(&self, ino: u64) -> Result<()> {
+        let _ = ino;
+        self.os.wait_synced()?;
+        Ok(())
+    }
+
+    /// File-system statistics.
+    pub fn statfs(&self) -> Result<StatFs> {
+        let sp = self.os.space();
+        let ffree = sp.avail_bytes / 512;
+        Ok(StatFs {
+            blocks: (sp.used_bytes + sp.avail_bytes) / 4096,
+            bfree: sp.avail_bytes / 4096,
+            bavail: sp.avail_bytes / 4096,
+            files: ffree + sp.used_bytes / 4096,
+            ffree,
+            bsize: 4096,
+            frsize: 4096,
+            namelen: NAME_MAX_BYTES as u32,
+        })
+    }
+
+    /// Number of inodes currently open (for tests and `zdb`).
+    pub fn open_count(&self, ino: u64) -> u32 {
+        self.open.lock().get(&ino).copied().unwrap_or(0)
+    }
+}
