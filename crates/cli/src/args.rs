@@ -1,0 +1,426 @@
+//! # args — OpenZFS command-line syntax
+//!
+//! Theory: `zpool` and `zfs` use POSIX `getopt` with GNU permutation: single-letter
+//! options, clustered (`-Hp`), an option's argument either attached (`-ofoo`) or the
+//! next word (`-o foo`), options anywhere before `--`. [`getopt`] reproduces that and
+//! reports the two OpenZFS errors ("invalid option 'x'", "missing argument for 'o'
+//! option"), which the callers turn into usage text and exit status 2.
+//!
+//! The vdev grammar of `zpool create` is parsed here too ([`parse_vdev_words`]): a
+//! sequence of groups, each either a bare device or a type word (`mirror`, `raidz`,
+//! `raidz1..3`) followed by its devices. Nothing here touches the file system; path
+//! resolution against the client's working directory is [`resolve_device`], pure too.
+//! Dataset property values are checked by [`check_fs_prop`] so that bad input is refused
+//! with OpenZFS wording before the pool is asked.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use crate::format::parse_size;
+
+/// Options and operands after [`getopt`].
+#[derive(Debug, Default, Clone)]
+pub struct Parsed {
+    /// Flags and their arguments in command-line order.
+    pub opts: Vec<(char, Option<String>)>,
+    /// Operands (everything that is not an option), in order.
+    pub operands: Vec<String>,
+}
+
+impl Parsed {
+    /// True when the flag was given.
+    pub fn has(&self, c: char) -> bool {
+        self.opts.iter().any(|(o, _)| *o == c)
+    }
+    /// Every argument of a repeated option (`-o a=b -o c=d`).
+    pub fn all(&self, c: char) -> Vec<String> {
+        self.opts.iter().filter(|(o, _)| *o == c).filter_map(|(_, a)| a.clone()).collect()
+    }
+    /// The last argument of an option.
+    pub fn last(&self, c: char) -> Option<String> {
+        self.all(c).pop()
+    }
+}
+
+/// Parse `args` against `spec`, a getopt string ("fm:o:" = `-f`, `-m ARG`, `-o ARG`).
+/// Errors carry the OpenZFS message.
+pub fn getopt(args: &[String], spec: &str) -> Result<Parsed, String> {
+    let mut parsed = Parsed::default();
+    let takes_arg = |c: char| -> Option<bool> {
+        let mut it = spec.chars().peekable();
+        while let Some(x) = it.next() {
+            let arg = it.peek() == Some(&':');
+            if arg {
+                it.next();
+            }
+            if x == c {
+                return Some(arg);
+            }
+        }
+        None
+    };
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        if a == "--" {
+            parsed.operands.extend(args[i + 1..].iter().cloned());
+            break;
+        }
+        if a.len() > 1 && a.starts_with('-') {
+            let chars: Vec<char> = a[1..].chars().collect();
+            let mut j = 0;
+            while j < chars.len() {
+                let c = chars[j];
+                match takes_arg(c) {
+                    None => return Err(format!("invalid option '{c}'")),
+                    Some(false) => parsed.opts.push((c, None)),
+                    Some(true) => {
+                        let rest: String = chars[j + 1..].iter().collect();
+                        if !rest.is_empty() {
+                            parsed.opts.push((c, Some(rest)));
+                        } else if i + 1 < args.len() {
+                            i += 1;
+                            parsed.opts.push((c, Some(args[i].clone())));
+                        } else {
+                            return Err(format!("missing argument for '{c}' option"));
+                        }
+                        break;
+                    }
+                }
+                j += 1;
+            }
+        } else {
+            parsed.operands.push(a.clone());
+        }
+        i += 1;
+    }
+    Ok(parsed)
+}
+
+/// Split `prop=value`; error text as OpenZFS prints it.
+pub fn split_prop(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((p, v)) if !p.is_empty() => Ok((p.to_string(), v.to_string())),
+        _ => Err(format!("missing '=' for property=value argument '{s}'")),
+    }
+}
+
+/// A top-level vdev as typed, before path resolution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VdevWords {
+    /// A bare device.
+    Leaf(String),
+    /// `mirror a b ...`.
+    Mirror(Vec<String>),
+    /// `raidzN a b c ...`.
+    Raidz(u8, Vec<String>),
+}
+
+/// Is `w` a vdev type keyword (and which)?
+fn vdev_keyword(w: &str) -> Option<Result<VdevKind, String>> {
+    match w {
+        "mirror" => Some(Ok(VdevKind::Mirror)),
+        "raidz" | "raidz1" => Some(Ok(VdevKind::Raidz(1))),
+        "raidz2" => Some(Ok(VdevKind::Raidz(2))),
+        "raidz3" => Some(Ok(VdevKind::Raidz(3))),
+        "log" | "cache" | "spare" | "special" | "dedup" => {
+            Some(Err(format!("invalid vdev specification: '{w}' vdevs are not supported yet")))
+        }
+        _ if w.starts_with("raidz") || w.starts_with("draid") => {
+            Some(Err(format!("invalid vdev specification: unknown vdev type '{w}'")))
+        }
+        _ => None,
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum VdevKind {
+    Mirror,
+    Raidz(u8),
+}
+
+/// Parse the vdev words of `zpool create` into groups, checking device counts.
+pub fn parse_vdev_words(words: &[String]) -> Result<Vec<VdevWords>, String> {
+    if words.is_empty() {
+        return Err("missing vdev specification".into());
+    }
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < words.len() {
+        match vdev_keyword(&words[i]) {
+            Some(Err(e)) => return Err(e),
+            Some(Ok(kind)) => {
+                let type_word = words[i].clone();
+                let mut devs = Vec::new();
+                i += 1;
+                while i < words.len() && vdev_keyword(&words[i]).is_none() {
+                    devs.push(words[i].clone());
+                    i += 1;
+                }
+                match kind {
+                    VdevKind::Mirror => {
+                        if devs.len() < 2 {
+                            return Err("invalid vdev specification: mirror requires at least 2 devices".into());
+                        }
+                        out.push(VdevWords::Mirror(devs));
+                    }
+                    VdevKind::Raidz(p) => {
+                        let min = p as usize + 1;
+                        if devs.len() < min {
+                            let name = if type_word == "raidz" { "raidz".to_string() } else { format!("raidz{p}") };
+                            return Err(format!("invalid vdev specification: {name} requires at least {min} devices"));
+                        }
+                        out.push(VdevWords::Raidz(p, devs));
+                    }
+                }
+            }
+            None => {
+                out.push(VdevWords::Leaf(words[i].clone()));
+                i += 1;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// OpenZFS's replication-level check: mixing disks, mirrors and raidz of different
+/// widths is refused without `-f`. Returns the reason line.
+pub fn replication_mismatch(groups: &[VdevWords]) -> Option<String> {
+    fn describe(g: &VdevWords) -> (String, usize) {
+        match g {
+            VdevWords::Leaf(_) => ("disk".into(), 1),
+            VdevWords::Mirror(d) => ("mirror".into(), d.len()),
+            VdevWords::Raidz(p, d) => (format!("raidz{p}"), d.len()),
+        }
+    }
+    let (t0, n0) = describe(groups.first()?);
+    for g in &groups[1..] {
+        let (t, n) = describe(g);
+        if t != t0 {
+            return Some(format!("mismatched replication level: both {t0} and {t} vdevs are present"));
+        }
+        if n != n0 {
+            let what = if t == "mirror" { "mirror" } else { t.as_str() };
+            return Some(format!("mismatched replication level: both {n0}-way and {n}-way {what} vdevs are present"));
+        }
+    }
+    None
+}
+
+/// Lexically normalize a path (remove `.`, fold `..`), without touching the disk.
+pub fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+/// Resolve a device word the way OpenZFS does: absolute paths as they are; a word
+/// containing '/' relative to the client's `cwd`; a bare name is `/dev/NAME`, unless
+/// it does not exist there and does exist relative to `cwd` (or will be created with
+/// `-o size`: `create_missing`), in which case it is a file in `cwd`.
+pub fn resolve_device(word: &str, cwd: &Path, create_missing: bool) -> PathBuf {
+    let p = Path::new(word);
+    if p.is_absolute() {
+        return normalize(p);
+    }
+    if word.contains('/') {
+        return normalize(&cwd.join(p));
+    }
+    let dev = Path::new("/dev").join(word);
+    if dev.exists() {
+        return dev;
+    }
+    let local = cwd.join(word);
+    if local.exists() || create_missing {
+        return normalize(&local);
+    }
+    dev
+}
+
+/// The dataset properties the CLI knows, in `zfs get all` order.
+pub const FS_PROPS: [&str; 6] = ["recordsize", "mountpoint", "compression", "atime", "readonly", "canmount"];
+
+/// Short column header of a dataset property for `zfs list -o`.
+pub fn fs_prop_header(p: &str) -> String {
+    match p {
+        "used" => "USED".into(),
+        "available" | "avail" => "AVAIL".into(),
+        "referenced" | "refer" => "REFER".into(),
+        "recordsize" => "RECSIZE".into(),
+        "compression" => "COMPRESS".into(),
+        "readonly" => "RDONLY".into(),
+        other => other.to_ascii_uppercase(),
+    }
+}
+
+/// Canonical name of a property alias (`avail` → `available`, `recsize` → `recordsize`).
+pub fn canonical_fs_prop(p: &str) -> &str {
+    match p {
+        "avail" => "available",
+        "refer" => "referenced",
+        "recsize" => "recordsize",
+        "compress" => "compression",
+        "rdonly" => "readonly",
+        other => other,
+    }
+}
+
+/// Check a dataset property assignment. Returns the value to store (recordsize is
+/// normalized to bytes as a decimal string) or the OpenZFS error text.
+pub fn check_fs_prop(prop: &str, value: &str) -> Result<(String, String), String> {
+    let prop = canonical_fs_prop(prop);
+    let onoff = |v: &str| -> Result<String, String> {
+        match v {
+            "on" | "off" => Ok(v.to_string()),
+            _ => Err(format!("'{prop}' must be one of 'on | off'")),
+        }
+    };
+    let v = match prop {
+        "mountpoint" => {
+            if value == "none" || value == "legacy" || value.starts_with('/') {
+                if value.starts_with('/') {
+                    normalize(Path::new(value)).to_string_lossy().into_owned()
+                } else {
+                    value.to_string()
+                }
+            } else {
+                return Err("'mountpoint' must be an absolute path, 'none', or 'legacy'".into());
+            }
+        }
+        "recordsize" => match parse_size(value) {
+            Some(n) if n.is_power_of_two() && (512..=(1 << 20)).contains(&n) => n.to_string(),
+            _ => return Err("'recordsize' must be power of 2 from 512B to 1M".into()),
+        },
+        "atime" | "readonly" => onoff(value)?,
+        "canmount" => match value {
+            "on" | "off" | "noauto" => value.to_string(),
+            _ => return Err("'canmount' must be one of 'on | off | noauto'".into()),
+        },
+        "compression" => match value {
+            "on" => "lz4".to_string(),
+            "off" | "lz4" => value.to_string(),
+            _ => return Err("'compression' must be one of 'on | off | lz4'".into()),
+        },
+        "used" | "available" | "referenced" | "type" | "mounted" | "name" => {
+            return Err(format!("'{prop}' is readonly"));
+        }
+        _ => return Err(format!("invalid property '{prop}'")),
+    };
+    Ok((prop.to_string(), v))
+}
+
+/// Check every `-o prop=value` of `zfs create`.
+pub fn check_fs_props(opts: &[String]) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for o in opts {
+        let (p, v) = split_prop(o)?;
+        let (p, v) = check_fs_prop(&p, &v)?;
+        if out.insert(p.clone(), v).is_some() {
+            return Err(format!("property '{p}' specified multiple times"));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn getopt_clusters_and_arguments() {
+        let p = getopt(&s(&["-fo", "ashift=9", "-osize=1G", "tank", "-m", "/mnt", "mirror", "a", "b"]), "fm:o:O:R:").unwrap();
+        assert!(p.has('f'));
+        assert_eq!(p.all('o'), vec!["ashift=9", "size=1G"]);
+        assert_eq!(p.last('m').as_deref(), Some("/mnt"));
+        assert_eq!(p.operands, s(&["tank", "mirror", "a", "b"]));
+        assert_eq!(getopt(&s(&["-x"]), "f").unwrap_err(), "invalid option 'x'");
+        assert_eq!(getopt(&s(&["-o"]), "o:").unwrap_err(), "missing argument for 'o' option");
+        let p = getopt(&s(&["-H", "--", "-weird"]), "H").unwrap();
+        assert_eq!(p.operands, s(&["-weird"]));
+    }
+
+    #[test]
+    fn vdev_grammar() {
+        assert_eq!(
+            parse_vdev_words(&s(&["mirror", "a", "b", "mirror", "c", "d"])).unwrap(),
+            vec![VdevWords::Mirror(s(&["a", "b"])), VdevWords::Mirror(s(&["c", "d"]))]
+        );
+        assert_eq!(parse_vdev_words(&s(&["raidz2", "a", "b", "c"])).unwrap(), vec![VdevWords::Raidz(2, s(&["a", "b", "c"]))]);
+        assert_eq!(parse_vdev_words(&s(&["a", "b"])).unwrap(), vec![VdevWords::Leaf("a".into()), VdevWords::Leaf("b".into())]);
+        assert_eq!(
+            parse_vdev_words(&s(&["mirror", "a"])).unwrap_err(),
+            "invalid vdev specification: mirror requires at least 2 devices"
+        );
+        assert_eq!(
+            parse_vdev_words(&s(&["raidz2", "a", "b"])).unwrap_err(),
+            "invalid vdev specification: raidz2 requires at least 3 devices"
+        );
+        assert_eq!(
+            parse_vdev_words(&s(&["raidz", "a"])).unwrap_err(),
+            "invalid vdev specification: raidz requires at least 2 devices"
+        );
+        assert_eq!(
+            parse_vdev_words(&s(&["raidz4", "a", "b", "c", "d", "e"])).unwrap_err(),
+            "invalid vdev specification: unknown vdev type 'raidz4'"
+        );
+        assert!(parse_vdev_words(&[]).is_err());
+    }
+
+    #[test]
+    fn replication_levels() {
+        let g = parse_vdev_words(&s(&["mirror", "a", "b", "c"])).unwrap();
+        assert_eq!(replication_mismatch(&g), None);
+        let g = parse_vdev_words(&s(&["mirror", "a", "b", "c"])).unwrap();
+        assert!(replication_mismatch(&g).is_none());
+        let g = parse_vdev_words(&s(&["mirror", "a", "b", "raidz", "c", "d", "e"])).unwrap();
+        assert_eq!(
+            replication_mismatch(&g).unwrap(),
+            "mismatched replication level: both mirror and raidz1 vdevs are present"
+        );
+        let g = parse_vdev_words(&s(&["mirror", "a", "b", "mirror", "c", "d", "e"])).unwrap();
+        assert_eq!(
+            replication_mismatch(&g).unwrap(),
+            "mismatched replication level: both 2-way and 3-way mirror vdevs are present"
+        );
+    }
+
+    #[test]
+    fn device_resolution() {
+        let cwd = Path::new("/work/x");
+        assert_eq!(resolve_device("/srv/a", cwd, false), PathBuf::from("/srv/a"));
+        assert_eq!(resolve_device("./v/a", cwd, false), PathBuf::from("/work/x/v/a"));
+        assert_eq!(resolve_device("../v/./a", cwd, false), PathBuf::from("/work/v/a"));
+        assert_eq!(resolve_device("null", cwd, false), PathBuf::from("/dev/null"));
+        assert_eq!(resolve_device("nosuchdisk-xyz", cwd, false), PathBuf::from("/dev/nosuchdisk-xyz"));
+        assert_eq!(resolve_device("nosuchdisk-xyz", cwd, true), PathBuf::from("/work/x/nosuchdisk-xyz"));
+    }
+
+    #[test]
+    fn fs_prop_checks() {
+        assert_eq!(check_fs_prop("recordsize", "128K").unwrap().1, "131072");
+        assert_eq!(check_fs_prop("recsize", "512").unwrap(), ("recordsize".into(), "512".into()));
+        assert!(check_fs_prop("recordsize", "3K").is_err());
+        assert!(check_fs_prop("recordsize", "2M").is_err());
+        assert_eq!(check_fs_prop("atime", "yes").unwrap_err(), "'atime' must be one of 'on | off'");
+        assert_eq!(check_fs_prop("mountpoint", "/a/./b/").unwrap().1, "/a/b");
+        assert!(check_fs_prop("mountpoint", "rel").is_err());
+        assert_eq!(check_fs_prop("compression", "on").unwrap().1, "lz4");
+        assert_eq!(check_fs_prop("canmount", "noauto").unwrap().1, "noauto");
+        assert_eq!(check_fs_prop("foo", "bar").unwrap_err(), "invalid property 'foo'");
+        assert_eq!(check_fs_prop("used", "1").unwrap_err(), "'used' is readonly");
+        assert!(check_fs_props(&s(&["atime=off", "atime=on"])).is_err());
+        assert!(check_fs_props(&s(&["atime"])).is_err());
+    }
+}

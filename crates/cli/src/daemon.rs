@@ -1,0 +1,494 @@
+//! # daemon — the process that hosts imported pools and their mounts
+//!
+//! Theory: the daemon is the one process in which a pool is open (the pool layer holds
+//! an exclusive lock on every leaf). It owns:
+//!
+//! * `State::pools`: pool name → [`PoolEntry`] (the `Arc<Pool>`, the altroot given at
+//!   create/import time, and the live [`Mounted`] datasets keyed by dataset name);
+//! * `$TARN_STATE_DIR/known_dirs`: directories that held leaves of pools it created or
+//!   imported (one path a line), searched by default by `zpool import`;
+//! * `$TARN_STATE_DIR/daemon.pid` and the socket `$TARN_SOCKET` (mode 0600, or
+//!   `$TARN_SOCKET_MODE` in octal) with an exclusive `flock` on `<socket>.lock`.
+//!
+//! States: starting (lock taken, socket bound) → serving → stopping (SIGTERM, SIGINT or
+//! a `daemon --stop` request: every dataset unmounted children first, every pool
+//! exported, socket and pid file removed) → exit 0. A second daemon for the same
+//! socket finds the socket answering (or the lock held) and exits with "tarn daemon
+//! already running".
+//!
+//! Locks: one mutex around `State`, held for a whole command, so commands are
+//! serialized (they are short; file I/O through FUSE never takes it). Order: state
+//! mutex → pool internals (inside spa) → FUSE session teardown on unmount.
+//!
+//! Each connection is served by its own thread; a panic while running a command (a
+//! bug, or an unimplemented engine path) is caught, logged, and answered as
+//! "internal error" with exit 1, leaving the daemon up.
+//!
+//! Crash: with `kill -9` the pools are left "active" on disk (import them again, the
+//! last synced txg wins) and FUSE mounts vanish through `auto_unmount`.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::io::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tarn_spa::{DatasetInfo, Pool};
+
+use crate::format::parse_size;
+use crate::mounts::{self, MountOpts, Mounted};
+use crate::proto::{self, Request, Response};
+
+/// One imported pool and what the daemon mounted from it.
+pub struct PoolEntry {
+    /// The open pool.
+    pub pool: Arc<Pool>,
+    /// `-R altroot` given at create/import (prefixes every mountpoint).
+    pub altroot: Option<PathBuf>,
+    /// Mounted datasets by name.
+    pub mounts: BTreeMap<String, Mounted>,
+}
+
+/// Everything the daemon holds, behind one mutex.
+pub struct State {
+    /// Imported pools by name.
+    pub pools: BTreeMap<String, PoolEntry>,
+    /// `$TARN_STATE_DIR`.
+    pub state_dir: PathBuf,
+}
+
+/// The per-command context: the client's cwd and the command line (for history).
+pub struct Ctx {
+    /// Client working directory.
+    pub cwd: PathBuf,
+    /// Full argv after `tarn`.
+    pub argv: Vec<String>,
+}
+
+impl Ctx {
+    /// The command line as `zpool history` records it.
+    pub fn command_line(&self) -> String {
+        self.argv.join(" ")
+    }
+}
+
+impl State {
+    /// Empty state for `state_dir`.
+    pub fn new(state_dir: PathBuf) -> State {
+        State { pools: BTreeMap::new(), state_dir }
+    }
+
+    /// Directories remembered for `zpool import`.
+    pub fn known_dirs(&self) -> Vec<PathBuf> {
+        std::fs::read_to_string(self.state_dir.join("known_dirs"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(PathBuf::from)
+            .collect()
+    }
+
+    /// Remember the directories of these leaves (deduplicated).
+    pub fn remember_dirs<I: IntoIterator<Item = PathBuf>>(&self, leaves: I) {
+        let mut dirs = self.known_dirs();
+        let mut changed = false;
+        for leaf in leaves {
+            if let Some(d) = leaf.parent() {
+                if d.as_os_str().is_empty() || d == Path::new("/dev") {
+                    continue;
+                }
+                if !dirs.iter().any(|x| x == d) {
+                    dirs.push(d.to_path_buf());
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            let text: String = dirs.iter().map(|d| format!("{}\n", d.display())).collect();
+            let _ = std::fs::create_dir_all(&self.state_dir);
+            let _ = std::fs::write(self.state_dir.join("known_dirs"), text);
+        }
+    }
+
+    /// Unmount every dataset of every pool and export every pool (shutdown).
+    pub fn export_all(&mut self) {
+        let names: Vec<String> = self.pools.keys().cloned().collect();
+        for name in names {
+            if let Some(mut entry) = self.pools.remove(&name) {
+                for e in unmount_all(&mut entry, true) {
+                    tracing::warn!("{e}");
+                }
+                if let Err(e) = entry.pool.export() {
+                    tracing::error!("export of {name} failed: {e}");
+                } else {
+                    tracing::info!("exported {name}");
+                }
+            }
+        }
+    }
+}
+
+/// `"{what}: {e}"`. The pool layer words some errors as a whole message
+/// ("cannot use 'x': invalid character ..."): its own "cannot … 'x': " prefix is
+/// replaced by `what`, so the verb is the command's; "invalid vdev specification"
+/// messages stand alone as in OpenZFS.
+pub fn cannot(what: &str, e: impl std::fmt::Display) -> String {
+    let s = e.to_string();
+    if s.starts_with("invalid vdev specification") {
+        return s;
+    }
+    if s.starts_with("cannot ") {
+        if let Some(i) = s.find("': ") {
+            return format!("{what}: {}", &s[i + 3..]);
+        }
+        return s;
+    }
+    format!("{what}: {s}")
+}
+
+/// Leaf paths of a status tree.
+pub fn leaves(v: &tarn_spa::VdevStatus) -> Vec<PathBuf> {
+    if v.children.is_empty() {
+        return vec![PathBuf::from(&v.name)];
+    }
+    v.children.iter().flat_map(leaves).collect()
+}
+
+/// The value of a dataset property ("" when the pool layer does not report it).
+pub fn prop<'a>(info: &'a DatasetInfo, name: &str) -> &'a str {
+    info.props.get(name).map(|(v, _)| v.as_str()).unwrap_or("")
+}
+
+/// Where a dataset mounts (altroot applied), or None for `none`/`legacy`/unset.
+pub fn effective_mountpoint(info: &DatasetInfo, altroot: Option<&Path>) -> Option<PathBuf> {
+    let mp = prop(info, "mountpoint");
+    if !mp.starts_with('/') {
+        return None;
+    }
+    Some(match altroot {
+        Some(root) => root.join(mp.trim_start_matches('/')),
+        None => PathBuf::from(mp),
+    })
+}
+
+/// The mountpoint as `zfs list`/`zfs get` show it (altroot applied; "none"/"legacy").
+pub fn shown_mountpoint(info: &DatasetInfo, altroot: Option<&Path>) -> String {
+    match effective_mountpoint(info, altroot) {
+        Some(p) => p.display().to_string(),
+        None => {
+            let v = prop(info, "mountpoint");
+            if v.is_empty() {
+                "-".into()
+            } else {
+                v.to_string()
+            }
+        }
+    }
+}
+
+/// zpl options from the effective properties.
+pub fn mount_opts(info: &DatasetInfo) -> MountOpts {
+    let rs = parse_size(prop(info, "recordsize")).filter(|n| n.is_power_of_two() && (512..=1 << 20).contains(n));
+    MountOpts {
+        readonly: prop(info, "readonly") == "on",
+        atime: prop(info, "atime") != "off",
+        recordsize_bytes: rs.unwrap_or(128 << 10) as u32,
+    }
+}
+
+/// `canmount` ("on" when unset).
+pub fn canmount(info: &DatasetInfo) -> &str {
+    match prop(info, "canmount") {
+        "" => "on",
+        v => v,
+    }
+}
+
+/// Mount one dataset; the error is the whole message for the user.
+pub fn mount_one(entry: &mut PoolEntry, info: &DatasetInfo, explicit: bool) -> Result<(), String> {
+    let name = &info.name;
+    if entry.mounts.contains_key(name) {
+        return Err(format!("cannot mount '{name}': filesystem already mounted"));
+    }
+    match canmount(info) {
+        "off" => return Err(format!("cannot mount '{name}': 'canmount' property is set to 'off'")),
+        "noauto" if !explicit => return Ok(()),
+        _ => {}
+    }
+    let mp = match effective_mountpoint(info, entry.altroot.as_deref()) {
+        Some(p) => p,
+        None if prop(info, "mountpoint") == "legacy" => {
+            return Err(format!("cannot mount '{name}': legacy mountpoint\nuse mount(8) to mount this filesystem"));
+        }
+        None => return Err(format!("cannot mount '{name}': no mountpoint set")),
+    };
+    if entry.mounts.values().any(|m| m.mountpoint == mp) {
+        return Err(format!("cannot mount '{}': mountpoint is in use", mp.display()));
+    }
+    let os = entry.pool.objset(name).map_err(|e| cannot(&format!("cannot mount '{name}'"), e))?;
+    let m = mounts::mount(os, name, &mp, mount_opts(info)).map_err(|e| format!("cannot mount '{}': {e}", mp.display()))?;
+    tracing::info!("mounted {name} at {}", mp.display());
+    entry.mounts.insert(name.clone(), m);
+    Ok(())
+}
+
+/// Unmount one dataset if mounted (and its mounted descendants first).
+pub fn unmount_one(entry: &mut PoolEntry, name: &str) -> Result<(), String> {
+    let prefix = format!("{name}/");
+    let mut victims: Vec<String> =
+        entry.mounts.keys().filter(|k| k.as_str() == name || k.starts_with(&prefix)).cloned().collect();
+    victims.sort();
+    for v in victims.into_iter().rev() {
+        if let Some(m) = entry.mounts.remove(&v) {
+            let mp = m.mountpoint.clone();
+            m.unmount().map_err(|e| format!("cannot unmount '{}': {e}", mp.display()))?;
+            tracing::info!("unmounted {v} from {}", mp.display());
+        }
+    }
+    Ok(())
+}
+
+/// Mount every dataset of the pool that should be (parents first). Returns the errors.
+pub fn mount_all(entry: &mut PoolEntry) -> Vec<String> {
+    let infos = match entry.pool.list_datasets() {
+        Ok(i) => i,
+        Err(e) => return vec![format!("cannot list datasets: {e}")],
+    };
+    let mut errors = Vec::new();
+    for info in &infos {
+        if entry.mounts.contains_key(&info.name)
+            || canmount(info) != "on"
+            || effective_mountpoint(info, entry.altroot.as_deref()).is_none()
+        {
+            continue;
+        }
+        if let Err(e) = mount_one(entry, info, false) {
+            errors.push(e);
+        }
+    }
+    errors
+}
+
+/// Unmount every dataset of the pool, children first. `force`: keep going on errors.
+pub fn unmount_all(entry: &mut PoolEntry, force: bool) -> Vec<String> {
+    let names: Vec<String> = entry.mounts.keys().rev().cloned().collect();
+    let mut errors = Vec::new();
+    for n in names {
+        if let Err(e) = unmount_one(entry, &n) {
+            errors.push(e);
+            if !force {
+                break;
+            }
+        }
+    }
+    errors
+}
+
+/// Run one request against the state (the state lock is held by the caller).
+pub fn dispatch(st: &mut State, req: &Request) -> Response {
+    let ctx = Ctx { cwd: PathBuf::from(&req.cwd), argv: req.argv.clone() };
+    let Some(family) = req.argv.first() else {
+        return Response::usage("usage: tarn zpool|zfs|daemon ...");
+    };
+    let rest = &req.argv[1..];
+    match family.as_str() {
+        "zpool" => crate::zpool::run(st, &ctx, rest),
+        "zfs" => crate::zfs::run(st, &ctx, rest),
+        "daemon" => Response::ok("tarn daemon running\n"),
+        other => Response::usage(format!("unrecognized command '{other}'\nusage: tarn zpool|zfs|daemon ...")),
+    }
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".into()
+    }
+}
+
+/// The running daemon.
+pub struct Daemon {
+    state: Mutex<State>,
+    socket: PathBuf,
+    pid_file: PathBuf,
+}
+
+impl Daemon {
+    fn handle(&self, mut stream: UnixStream) {
+        let mut buf = Vec::new();
+        if let Err(e) = stream.read_to_end(&mut buf) {
+            tracing::warn!("read request: {e}");
+            return;
+        }
+        let req: Request = match serde_json::from_slice(&buf) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = write_response(&mut stream, &Response::usage(format!("bad request: {e}")));
+                return;
+            }
+        };
+        tracing::info!("request: {}", req.argv.join(" "));
+        let stop = req.argv.first().map(String::as_str) == Some("daemon") && req.argv.iter().any(|a| a == "--stop");
+        if stop {
+            let _ = write_response(&mut stream, &Response::ok("tarn daemon stopping\n"));
+            drop(stream);
+            self.shutdown();
+        }
+        let resp = {
+            let mut st = self.state.lock();
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dispatch(&mut st, &req))) {
+                Ok(r) => r,
+                Err(p) => {
+                    let msg = panic_message(&*p);
+                    tracing::error!("command {:?} panicked: {msg}", req.argv);
+                    Response::err(format!("internal error: {msg}"))
+                }
+            }
+        };
+        if let Err(e) = write_response(&mut stream, &resp) {
+            tracing::warn!("write response: {e}");
+        }
+    }
+
+    /// Unmount, export, remove socket and pid file, exit 0.
+    pub fn shutdown(&self) -> ! {
+        tracing::info!("shutting down");
+        {
+            let mut st = self.state.lock();
+            let st = &mut *st;
+            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| st.export_all())) {
+                tracing::error!("export at shutdown panicked: {}", panic_message(&*p));
+            }
+        }
+        let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_file(&self.pid_file);
+        tracing::info!("stopped");
+        std::process::exit(0)
+    }
+}
+
+fn write_response(stream: &mut UnixStream, resp: &Response) -> std::io::Result<()> {
+    let mut body = serde_json::to_vec(resp)?;
+    body.push(b'\n');
+    stream.write_all(&body)
+}
+
+fn socket_mode() -> u32 {
+    std::env::var("TARN_SOCKET_MODE")
+        .ok()
+        .and_then(|s| u32::from_str_radix(s.trim_start_matches("0o"), 8).ok())
+        .filter(|m| *m <= 0o777)
+        .unwrap_or(0o600)
+}
+
+/// `tarn daemon --foreground`: serve until stopped. Returns the exit status on a
+/// failure to start.
+pub fn run_foreground() -> i32 {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TARN_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let socket = proto::socket_path();
+    let state_dir = proto::state_dir();
+    if UnixStream::connect(&socket).is_ok() {
+        eprintln!("tarn daemon already running");
+        return 1;
+    }
+    if let Some(dir) = socket.parent() {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            eprintln!("cannot create {}: {e}", dir.display());
+            return 1;
+        }
+    }
+    if let Err(e) = std::fs::create_dir_all(&state_dir) {
+        eprintln!("cannot create {}: {e}", state_dir.display());
+        return 1;
+    }
+    // Exclusive lock beside the socket: the loser of a start race exits here.
+    let mut lock_name = socket.clone().into_os_string();
+    lock_name.push(".lock");
+    let lock = match std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_name) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("cannot open {}: {e}", PathBuf::from(&lock_name).display());
+            return 1;
+        }
+    };
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        eprintln!("tarn daemon already running");
+        return 1;
+    }
+    std::mem::forget(lock); // held until the process exits
+    let _ = std::fs::remove_file(&socket);
+    let listener = match UnixListener::bind(&socket) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("cannot bind {}: {e}", socket.display());
+            return 1;
+        }
+    };
+    let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(socket_mode()));
+    let pid_file = state_dir.join("daemon.pid");
+    let _ = std::fs::write(&pid_file, format!("{}\n", std::process::id()));
+
+    // Block SIGTERM/SIGINT/SIGHUP in every thread (set before any thread is spawned)
+    // and take them synchronously in one thread that runs the clean shutdown.
+    // SAFETY: plain libc signal-mask calls on a zeroed sigset_t.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    let daemon = Arc::new(Daemon { state: Mutex::new(State::new(state_dir)), socket: socket.clone(), pid_file });
+    {
+        let d = daemon.clone();
+        std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || loop {
+                let mut sig: libc::c_int = 0;
+                // SAFETY: waits on the blocked set; sig is a valid out pointer.
+                let rc = unsafe { libc::sigwait(&set, &mut sig) };
+                if rc == 0 {
+                    tracing::info!("signal {sig}");
+                    d.shutdown();
+                }
+            })
+            .expect("spawn signal thread");
+    }
+    tracing::info!("tarn daemon serving {} (pid {})", socket.display(), std::process::id());
+    for conn in listener.incoming() {
+        match conn {
+            Ok(stream) => {
+                let d = daemon.clone();
+                let _ = std::thread::Builder::new().name("conn".into()).spawn(move || d.handle(stream));
+            }
+            Err(e) => tracing::warn!("accept: {e}"),
+        }
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cannot_rewords_prefixes() {
+        assert_eq!(cannot("cannot create 'a'", "dataset already exists"), "cannot create 'a': dataset already exists");
+        assert_eq!(cannot("cannot create 'a/b*'", "cannot use 'a/b*': invalid character '*' in name"), "cannot create 'a/b*': invalid character '*' in name");
+        assert_eq!(cannot("cannot create 'a'", "invalid vdev specification: x"), "invalid vdev specification: x");
+    }
+}

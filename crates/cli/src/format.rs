@@ -1,0 +1,511 @@
+//! # format — OpenZFS-compatible text output
+//!
+//! Theory: every table `zpool`/`zfs` prints is a list of rows of cells computed first,
+//! then laid out in one pass, so column widths are the maximum over the header and
+//! every row (OpenZFS collects all rows before printing too). Three layouts exist:
+//!
+//! * human tables (`zpool list`, `zfs list`, `zfs get`, `zpool get`): header in capitals,
+//!   two spaces between columns, each column left- or right-justified as OpenZFS does
+//!   (names and strings left, numbers right); the last column, when left-justified, is
+//!   not padded (no trailing blanks); numeric columns are at least 5 wide;
+//! * scripted (`-H`): no header, one tab between fields, nothing padded;
+//! * the `zpool status` / `zpool import` configuration trees, whose name column is as
+//!   wide as the widest name plus its indentation (two spaces per level), at least 10.
+//!
+//! Sizes are printed like `zfs_nicebytes`: 1024-based, suffixes K M G T P E, at most
+//! five characters ("1.88G", "63.5G", "960M"), exact multiples without decimals
+//! ("128K"), values under 1024 as "512B" (and "0B"). With `-p` the raw number is
+//! printed instead. This module is pure: no pool, no I/O, so it is unit tested alone.
+
+use tarn_spa::{ImportCandidate, VdevStatus};
+
+const SUFFIXES: [&str; 7] = ["B", "K", "M", "G", "T", "P", "E"];
+
+/// `zfs_nicenum` without a byte suffix for small values (counters: "0", "12", "1.50K").
+pub fn nicenum(n: u64) -> String {
+    nice(n, false)
+}
+
+/// `zfs_nicebytes`: "0B", "512B", "128K", "1.88G".
+pub fn nicebytes(n: u64) -> String {
+    nice(n, true)
+}
+
+fn nice(n: u64, bytes: bool) -> String {
+    let mut index = 0usize;
+    let mut v = n;
+    while v >= 1024 && index < SUFFIXES.len() - 1 {
+        v /= 1024;
+        index += 1;
+    }
+    if index == 0 {
+        return if bytes { format!("{n}B") } else { format!("{n}") };
+    }
+    let unit = SUFFIXES[index];
+    let div = 1u128 << (10 * index);
+    if (n as u128).is_multiple_of(div) {
+        return format!("{}{unit}", (n as u128) / div);
+    }
+    let value = n as f64 / div as f64;
+    // Most precision that fits in five characters, suffix included.
+    for precision in (0..=2).rev() {
+        let s = format!("{value:.precision$}{unit}");
+        if s.len() <= 5 {
+            return s;
+        }
+    }
+    format!("{value:.0}{unit}")
+}
+
+/// Parse a human size ("256M", "4G", "1.5G", "512", "128k", "64MiB") into bytes.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    if s.is_empty() {
+        return None;
+    }
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, suffix) = s.split_at(split);
+    if num.is_empty() {
+        return None;
+    }
+    let suffix = suffix.trim().to_ascii_uppercase();
+    let suffix = suffix.strip_suffix("IB").map(|x| x.to_string()).unwrap_or(suffix);
+    let suffix = if suffix.len() == 2 && suffix.ends_with('B') { suffix[..1].to_string() } else { suffix };
+    let shift = match suffix.as_str() {
+        "" | "B" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        "P" => 50,
+        "E" => 60,
+        _ => return None,
+    };
+    if num.contains('.') {
+        let v: f64 = num.parse().ok()?;
+        let bytes = v * (1u128 << shift) as f64;
+        if !(0.0..1.8e19).contains(&bytes) {
+            return None;
+        }
+        Some(bytes as u64)
+    } else {
+        let v: u128 = num.parse().ok()?;
+        let bytes = v << shift;
+        u64::try_from(bytes).ok()
+    }
+}
+
+/// Horizontal placement of a column's cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Align {
+    /// Padded on the right.
+    Left,
+    /// Padded on the left (numbers).
+    Right,
+}
+
+/// One column of a table: header text, alignment, minimum width.
+#[derive(Debug, Clone)]
+pub struct Column {
+    /// Header ("NAME", "SIZE", ...).
+    pub header: String,
+    /// Alignment of header and cells.
+    pub align: Align,
+    /// Minimum width (5 for OpenZFS numeric columns).
+    pub min_width: usize,
+}
+
+impl Column {
+    /// A left-aligned column.
+    pub fn left(header: &str) -> Column {
+        Column { header: header.to_string(), align: Align::Left, min_width: 0 }
+    }
+    /// A right-aligned numeric column (at least 5 wide).
+    pub fn right(header: &str) -> Column {
+        Column { header: header.to_string(), align: Align::Right, min_width: 5 }
+    }
+}
+
+/// Lay out a table. `scripted` (`-H`): no header, tab-separated, no padding.
+pub fn table(columns: &[Column], rows: &[Vec<String>], scripted: bool) -> String {
+    let mut out = String::new();
+    if scripted {
+        for row in rows {
+            out.push_str(&row.join("\t"));
+            out.push('\n');
+        }
+        return out;
+    }
+    let mut widths: Vec<usize> = columns.iter().map(|c| c.header.chars().count().max(c.min_width)).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if i < widths.len() {
+                widths[i] = widths[i].max(cell.chars().count());
+            }
+        }
+    }
+    let header: Vec<String> = columns.iter().map(|c| c.header.clone()).collect();
+    for line in std::iter::once(&header).chain(rows.iter()) {
+        let mut s = String::new();
+        for (i, col) in columns.iter().enumerate() {
+            let cell = line.get(i).map(String::as_str).unwrap_or("");
+            let last = i + 1 == columns.len();
+            if i > 0 {
+                s.push_str("  ");
+            }
+            let pad = widths[i].saturating_sub(cell.chars().count());
+            match col.align {
+                Align::Right => {
+                    s.push_str(&" ".repeat(pad));
+                    s.push_str(cell);
+                }
+                Align::Left => {
+                    s.push_str(cell);
+                    if !last {
+                        s.push_str(&" ".repeat(pad));
+                    }
+                }
+            }
+        }
+        out.push_str(&s);
+        out.push('\n');
+    }
+    out
+}
+
+fn tree_width(v: &VdevStatus, depth: usize) -> usize {
+    let own = v.name.chars().count() + depth;
+    v.children.iter().map(|c| tree_width(c, depth + 2)).fold(own, usize::max)
+}
+
+fn is_leaf(v: &VdevStatus) -> bool {
+    v.children.is_empty()
+}
+
+fn status_rows(v: &VdevStatus, depth: usize, width: usize, root: bool, out: &mut String) {
+    let pad = width.saturating_sub(v.name.chars().count() + depth);
+    out.push_str(&format!(
+        "\t{}{}{}  {:<8} {:>5} {:>5} {:>5}",
+        " ".repeat(depth),
+        v.name,
+        " ".repeat(pad),
+        v.state,
+        nicenum(v.read_errors),
+        nicenum(v.write_errors),
+        nicenum(v.checksum_errors)
+    ));
+    if !root && is_leaf(v) && (v.state == "UNAVAIL" || v.state == "FAULTED") {
+        out.push_str("  cannot open");
+    }
+    out.push('\n');
+    for c in &v.children {
+        status_rows(c, depth + 2, width, false, out);
+    }
+}
+
+/// The `config:` tree of `zpool status` (header line and one line per vdev).
+pub fn status_config(root: &VdevStatus) -> String {
+    let width = tree_width(root, 0).max(10);
+    let mut out = format!("\t{:<width$}  {:<8} {:>5} {:>5} {:>5}\n", "NAME", "STATE", "READ", "WRITE", "CKSUM");
+    status_rows(root, 0, width, true, &mut out);
+    out
+}
+
+fn any_errors(v: &VdevStatus) -> bool {
+    v.read_errors + v.write_errors + v.checksum_errors > 0 || v.children.iter().any(any_errors)
+}
+
+/// `status:`/`action:`/`see:` lines for a pool in this state (empty when healthy).
+pub fn status_explanation(health: &str, root: &VdevStatus, data_errors: u64) -> String {
+    match health {
+        "DEGRADED" => "status: One or more devices could not be opened.  Sufficient replicas exist for\n\
+                       \tthe pool to continue functioning in a degraded state.\n\
+                       action: Attach the missing device and online it using 'zpool online'.\n   \
+                       see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-2Q\n"
+            .to_string(),
+        "UNAVAIL" | "FAULTED" => "status: One or more devices could not be opened.  There are insufficient\n\
+                                  \treplicas for the pool to continue functioning.\n\
+                                  action: Attach the missing device and online it using 'zpool online'.\n   \
+                                  see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-3C\n"
+            .to_string(),
+        "SUSPENDED" => "status: One or more devices are faulted in response to IO failures.\n\
+                        action: Make sure the affected devices are connected, then run 'zpool clear'.\n   \
+                        see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-HC\n"
+            .to_string(),
+        _ if data_errors > 0 => "status: One or more devices has experienced an error resulting in data\n\
+                                 \tcorruption.  Applications may be affected.\n\
+                                 action: Restore the file in question if possible.  Otherwise restore the\n\
+                                 \tentire pool from backup.\n   \
+                                 see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-8A\n"
+            .to_string(),
+        _ if any_errors(root) => "status: One or more devices has experienced an unrecoverable error.  An\n\
+                                  \tattempt was made to correct the error.  Applications are unaffected.\n\
+                                  action: Determine if the device needs to be replaced, and clear the errors\n\
+                                  \tusing 'zpool clear' or replace the device with 'zpool replace'.\n   \
+                                  see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-9P\n"
+            .to_string(),
+        _ => String::new(),
+    }
+}
+
+/// One pool's whole `zpool status` block (without the blank line between pools).
+pub fn pool_status(name: &str, health: &str, root: &VdevStatus, data_errors: u64) -> String {
+    let mut out = format!("  pool: {name}\n state: {health}\n");
+    out.push_str(&status_explanation(health, root, data_errors));
+    out.push_str("config:\n\n");
+    out.push_str(&status_config(root));
+    out.push('\n');
+    if data_errors == 0 {
+        out.push_str("errors: No known data errors\n");
+    } else {
+        out.push_str(&format!("errors: {data_errors} data errors, use '-v' for a list\n"));
+    }
+    out
+}
+
+/// True when `zpool status -x` would leave this pool out.
+pub fn pool_is_healthy(health: &str, root: &VdevStatus, data_errors: u64) -> bool {
+    health == "ONLINE" && data_errors == 0 && !any_errors(root)
+}
+
+fn import_rows(v: &VdevStatus, depth: usize, width: usize, out: &mut String) {
+    let pad = width.saturating_sub(v.name.chars().count() + depth);
+    out.push_str(&format!("\t{}{}{}  {}", " ".repeat(depth), v.name, " ".repeat(pad), v.state));
+    if depth > 0 && is_leaf(v) && (v.state == "UNAVAIL" || v.state == "FAULTED") {
+        out.push_str("  cannot open");
+    }
+    out.push('\n');
+    for c in &v.children {
+        import_rows(c, depth + 2, width, out);
+    }
+}
+
+/// One candidate of `zpool import` (no name): the OpenZFS listing.
+pub fn import_candidate(c: &ImportCandidate) -> String {
+    let mut out = format!("   pool: {}\n     id: {}\n  state: {}\n", c.name, c.guid, c.health);
+    let active = c.state == "active";
+    let destroyed = c.state == "destroyed";
+    match c.health.as_str() {
+        "ONLINE" if active => {
+            out.push_str(
+                "status: The pool was last accessed by another system.\n \
+                 action: The pool can be imported using its name or numeric identifier and\n\
+                 \tthe '-f' flag.\n   \
+                 see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-EY\n",
+            );
+        }
+        "ONLINE" if destroyed => {
+            out.push_str(
+                "status: The pool was destroyed, but can be imported using the '-Df' flags.\n \
+                 action: The pool can be imported using its name or numeric identifier and\n\
+                 \tthe '-D' and '-f' flags.\n",
+            );
+        }
+        "ONLINE" => {
+            out.push_str(" action: The pool can be imported using its name or numeric identifier.\n");
+        }
+        "DEGRADED" => {
+            out.push_str(
+                "status: One or more devices are missing from the system.\n \
+                 action: The pool can be imported despite missing or damaged devices.  The\n\
+                 \tfault tolerance of the pool may be compromised if imported.\n   \
+                 see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-2Q\n",
+            );
+        }
+        _ => {
+            out.push_str(
+                "status: One or more devices are missing from the system.\n \
+                 action: The pool cannot be imported. Attach the missing\n\
+                 \tdevices and try again.\n   \
+                 see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-3C\n",
+            );
+        }
+    }
+    out.push_str(" config:\n\n");
+    let width = tree_width(&c.config, 0).max(10);
+    import_rows(&c.config, 0, width, &mut out);
+    out
+}
+
+/// `zfs mount` with no arguments: one "name  mountpoint" line per mounted dataset.
+pub fn mount_list(mounts: &[(String, String)]) -> String {
+    mounts.iter().map(|(n, m)| format!("{n:<30}  {m}\n")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(name: &str, state: &str, children: Vec<VdevStatus>) -> VdevStatus {
+        VdevStatus {
+            name: name.into(),
+            state: state.into(),
+            read_errors: 0,
+            write_errors: 0,
+            checksum_errors: 0,
+            alloc_bytes: 0,
+            size_bytes: 0,
+            children,
+        }
+    }
+
+    #[test]
+    fn nicebytes_matches_openzfs() {
+        assert_eq!(nicebytes(0), "0B");
+        assert_eq!(nicebytes(512), "512B");
+        assert_eq!(nicebytes(1023), "1023B");
+        assert_eq!(nicebytes(1024), "1K");
+        assert_eq!(nicebytes(128 << 10), "128K");
+        assert_eq!(nicebytes(1536), "1.50K");
+        assert_eq!(nicebytes(24 * 1024 + 512), "24.5K");
+        assert_eq!(nicebytes((1.88 * (1u64 << 30) as f64) as u64), "1.88G");
+        assert_eq!(nicebytes((63.5 * (1u64 << 30) as f64) as u64), "63.5G");
+        assert_eq!(nicebytes(960 << 20), "960M");
+        assert_eq!(nicebytes((959.7 * (1u64 << 20) as f64) as u64), "960M");
+        assert_eq!(nicebytes(1 << 40), "1T");
+        assert_eq!(nicebytes(u64::MAX), "16.0E");
+        assert_eq!(nicenum(0), "0");
+        assert_eq!(nicenum(12), "12");
+        assert_eq!(nicenum(2048), "2K");
+    }
+
+    #[test]
+    fn nicebytes_never_longer_than_five() {
+        let mut n = 1u64;
+        while n < u64::MAX / 3 {
+            let s = nicebytes(n);
+            assert!(s.len() <= 5, "{n} -> {s}");
+            n = n * 3 + 7;
+        }
+    }
+
+    #[test]
+    fn parse_size_units() {
+        assert_eq!(parse_size("256M"), Some(256 << 20));
+        assert_eq!(parse_size("4G"), Some(4 << 30));
+        assert_eq!(parse_size("4g"), Some(4 << 30));
+        assert_eq!(parse_size("128K"), Some(128 << 10));
+        assert_eq!(parse_size("64MiB"), Some(64 << 20));
+        assert_eq!(parse_size("64MB"), Some(64 << 20));
+        assert_eq!(parse_size("1.5G"), Some(3 << 29));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("abc"), None);
+        assert_eq!(parse_size("12Q"), None);
+        assert_eq!(parse_size(""), None);
+    }
+
+    #[test]
+    fn zpool_list_layout() {
+        let cols = vec![
+            Column::left("NAME"),
+            Column::right("SIZE"),
+            Column::right("ALLOC"),
+            Column::right("FREE"),
+            Column::right("CAP"),
+            Column { header: "HEALTH".into(), align: Align::Right, min_width: 8 },
+            Column::left("ALTROOT"),
+        ];
+        let rows = vec![vec!["tank", "1.88G", "111K", "1.87G", "0%", "ONLINE", "-"]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>()];
+        let s = table(&cols, &rows, false);
+        assert_eq!(
+            s,
+            "NAME   SIZE  ALLOC   FREE    CAP    HEALTH  ALTROOT\n\
+             tank  1.88G   111K  1.87G     0%    ONLINE  -\n"
+        );
+        let h = table(&cols, &rows, true);
+        assert_eq!(h, "tank\t1.88G\t111K\t1.87G\t0%\tONLINE\t-\n");
+    }
+
+    #[test]
+    fn zfs_list_layout() {
+        let cols = vec![
+            Column::left("NAME"),
+            Column::right("USED"),
+            Column::right("AVAIL"),
+            Column::right("REFER"),
+            Column::left("MOUNTPOINT"),
+        ];
+        let rows: Vec<Vec<String>> = vec![
+            vec!["tank", "150K", "1.75G", "24K", "/tank"],
+            vec!["tank/home", "24K", "1.75G", "24K", "/tank/home"],
+        ]
+        .into_iter()
+        .map(|r| r.into_iter().map(String::from).collect())
+        .collect();
+        assert_eq!(
+            table(&cols, &rows, false),
+            "NAME        USED  AVAIL  REFER  MOUNTPOINT\n\
+             tank        150K  1.75G    24K  /tank\n\
+             tank/home    24K  1.75G    24K  /tank/home\n"
+        );
+    }
+
+    #[test]
+    fn status_tree_mirror() {
+        let root = v("tank", "ONLINE", vec![v("mirror-0", "ONLINE", vec![v("/srv/a", "ONLINE", vec![]), v("/srv/b", "ONLINE", vec![])])]);
+        let s = pool_status("tank", "ONLINE", &root, 0);
+        assert_eq!(
+            s,
+            "  pool: tank\n state: ONLINE\nconfig:\n\n\
+             \tNAME        STATE     READ WRITE CKSUM\n\
+             \ttank        ONLINE       0     0     0\n\
+             \t  mirror-0  ONLINE       0     0     0\n\
+             \t    /srv/a  ONLINE       0     0     0\n\
+             \t    /srv/b  ONLINE       0     0     0\n\n\
+             errors: No known data errors\n"
+        );
+        assert!(pool_is_healthy("ONLINE", &root, 0));
+    }
+
+    #[test]
+    fn status_tree_long_names_and_degraded() {
+        let mut b = v("/tmp/scratch/vdevs/b", "UNAVAIL", vec![]);
+        b.read_errors = 3;
+        let root = v("tank", "DEGRADED", vec![v("mirror-0", "DEGRADED", vec![v("/tmp/scratch/vdevs/a", "ONLINE", vec![]), b])]);
+        let s = pool_status("tank", "DEGRADED", &root, 2);
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(lines[2], "status: One or more devices could not be opened.  Sufficient replicas exist for");
+        assert_eq!(lines[3], "\tthe pool to continue functioning in a degraded state.");
+        assert_eq!(lines[4], "action: Attach the missing device and online it using 'zpool online'.");
+        assert!(lines[5].starts_with("   see: "));
+        assert_eq!(lines[6], "config:");
+        // width = 4 + 20 = 24
+        assert_eq!(lines[8], format!("\t{:<24}  STATE     READ WRITE CKSUM", "NAME"));
+        assert_eq!(lines[9], format!("\t{:<24}  DEGRADED     0     0     0", "tank"));
+        assert_eq!(lines[12], "\t    /tmp/scratch/vdevs/b  UNAVAIL      3     0     0  cannot open");
+        assert_eq!(lines.last().unwrap(), &"errors: 2 data errors, use '-v' for a list");
+        assert!(!pool_is_healthy("DEGRADED", &root, 0));
+    }
+
+    #[test]
+    fn import_listing() {
+        let root = v("tank", "ONLINE", vec![v("mirror-0", "ONLINE", vec![v("/srv/a", "ONLINE", vec![]), v("/srv/b", "ONLINE", vec![])])]);
+        let c = ImportCandidate {
+            name: "tank".into(),
+            guid: 1234,
+            health: "ONLINE".into(),
+            state: "exported".into(),
+            config: root,
+            dirs: vec![],
+        };
+        assert_eq!(
+            import_candidate(&c),
+            "   pool: tank\n     id: 1234\n  state: ONLINE\n \
+             action: The pool can be imported using its name or numeric identifier.\n \
+             config:\n\n\
+             \ttank        ONLINE\n\
+             \t  mirror-0  ONLINE\n\
+             \t    /srv/a  ONLINE\n\
+             \t    /srv/b  ONLINE\n"
+        );
+    }
+
+    #[test]
+    fn mount_listing() {
+        let s = mount_list(&[("tank".into(), "/tank".into())]);
+        assert_eq!(s, format!("{:<30}  /tank\n", "tank"));
+    }
+}

@@ -1,0 +1,24 @@
+//! # tarn-cli — the `tarn` binary: `zpool`/`zfs` command families and the daemon
+//!
+//! Theory: the binary has two roles. As a client (`tarn zpool …`, `tarn zfs …`, or
+//! invoked through a `zpool`/`zfs` symlink) it is thin: it forwards its argv and cwd to
+//! the daemon over a Unix socket ([`proto`]) and prints the answer, starting the daemon
+//! when none answers. As the daemon (`tarn daemon`) it holds every imported pool, runs
+//! commands against them ([`zpool`], [`zfs`]) one at a time under one lock, and owns
+//! the FUSE mounts of their datasets ([`mounts`]). A pool is open in exactly one
+//! process, the daemon; the engine crates never depend on this one.
+//!
+//! Output follows OpenZFS byte for byte where Tarn implements the same command
+//! ([`format`]); argument syntax is OpenZFS's getopt ([`args`]).
+//!
+//! Limits: commands are serialized in the daemon (a slow `zpool export` delays a
+//! concurrent `zfs list`); the daemon answers only local clients that may open the
+//! socket (mode 0600 by default: root).
+
+pub mod args;
+pub mod daemon;
+pub mod format;
+pub mod mounts;
+pub mod proto;
+pub mod zfs;
+pub mod zpool;

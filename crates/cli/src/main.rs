@@ -1,0 +1,105 @@
+//! # tarn — entry point
+//!
+//! Theory: pick the role from argv. `argv[0]` named `zpool` or `zfs` (a symlink) means
+//! that command family; otherwise the first argument chooses: `zpool`, `zfs`, or
+//! `daemon [--foreground|--stop]`. Everything but `daemon` is forwarded to the daemon
+//! (see `tarn_cli::proto`); the process exits with the status the daemon returns.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use tarn_cli::{daemon, proto};
+
+const USAGE: &str = "usage: tarn zpool <command> [args...]\n       tarn zfs <command> [args...]\n       tarn daemon [--foreground | --stop]\n";
+
+fn main() {
+    let mut args: Vec<String> = std::env::args().collect();
+    let argv0 = args.remove(0);
+    let base = Path::new(&argv0).file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    if base == "zpool" || base == "zfs" {
+        args.insert(0, base);
+    }
+    let code = match args.first().map(String::as_str) {
+        None | Some("-h") | Some("--help") | Some("help") => {
+            eprint!("{USAGE}");
+            2
+        }
+        Some("daemon") => run_daemon(&args[1..]),
+        Some("zpool") | Some("zfs") => forward(args),
+        Some(other) => {
+            eprint!("tarn: unknown command '{other}'\n{USAGE}");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+fn forward(argv: Vec<String>) -> i32 {
+    match proto::run_remote(argv) {
+        Ok(resp) => {
+            print!("{}", resp.stdout);
+            eprint!("{}", resp.stderr);
+            let _ = std::io::stdout().flush();
+            resp.code
+        }
+        Err(e) => {
+            eprintln!(
+                "tarn: cannot reach the daemon at {}: {e} (see {})",
+                proto::socket_path().display(),
+                proto::state_dir().join("daemon.log").display()
+            );
+            1
+        }
+    }
+}
+
+fn run_daemon(args: &[String]) -> i32 {
+    match args.first().map(String::as_str) {
+        Some("--foreground") | Some("-f") => daemon::run_foreground(),
+        Some("--stop") => match std::os::unix::net::UnixStream::connect(proto::socket_path()) {
+            Ok(s) => {
+                let req = proto::Request { argv: vec!["daemon".into(), "--stop".into()], cwd: "/".into() };
+                match proto::exchange(s, &req) {
+                    Ok(r) => {
+                        print!("{}", r.stdout);
+                        // Wait until the socket is gone (shutdown finished).
+                        for _ in 0..200 {
+                            if !proto::socket_path().exists() {
+                                break;
+                            }
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                        r.code
+                    }
+                    Err(e) => {
+                        eprintln!("tarn: {e}");
+                        1
+                    }
+                }
+            }
+            Err(_) => {
+                eprintln!("tarn daemon is not running");
+                1
+            }
+        },
+        None => {
+            // Background start: same as the client's auto-start, then wait for the socket.
+            if std::os::unix::net::UnixStream::connect(proto::socket_path()).is_ok() {
+                eprintln!("tarn daemon already running");
+                return 1;
+            }
+            match proto::connect_or_start(Duration::from_secs(10)) {
+                Ok(_) => 0,
+                Err(e) => {
+                    eprintln!("tarn: daemon did not start: {e}");
+                    1
+                }
+            }
+        }
+        Some(other) => {
+            eprint!("tarn daemon: unknown option '{other}'\n{USAGE}");
+            2
+        }
+    }
+}

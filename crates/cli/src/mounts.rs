@@ -1,0 +1,124 @@
+//! # mounts — dataset mounts (zpl + FUSE) behind one small type
+//!
+//! Theory: a mounted dataset is its object set opened by `tarn_zpl::Fs` and served at
+//! a directory by `tarn_fuse`. [`Mounted`] owns both halves; dropping the FUSE handle
+//! is the only way a mount ends besides [`Mounted::unmount`] (and, when the daemon is
+//! killed, `auto_unmount`: fusermount notices the closed channel and unmounts).
+//! Option changes that zpl can apply live (readonly, atime, recordsize) go through
+//! [`Mounted::set_options`]; a mountpoint change is an unmount plus a mount, done by
+//! the daemon.
+//!
+//! Built without the `fuse` feature (while zpl/fuse are unfinished), [`mount`] fails
+//! with a clear message and nothing else changes, so pool commands keep working.
+//!
+//! The mountpoint directory is created (with parents) when missing, as OpenZFS does.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tarn_spa::ObjectStore;
+
+/// Options of one mount, from the dataset's effective properties.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MountOpts {
+    /// `readonly=on`.
+    pub readonly: bool,
+    /// `atime=on`.
+    pub atime: bool,
+    /// `recordsize` in bytes.
+    pub recordsize_bytes: u32,
+}
+
+/// A live mount.
+pub struct Mounted {
+    /// Where it is mounted.
+    pub mountpoint: PathBuf,
+    /// Options it runs with.
+    pub opts: MountOpts,
+    imp: imp::Handle,
+}
+
+impl std::fmt::Debug for Mounted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mounted").field("mountpoint", &self.mountpoint).field("opts", &self.opts).finish()
+    }
+}
+
+/// Mount dataset `name` (object set `os`) at `mountpoint`.
+pub fn mount(os: Arc<dyn ObjectStore>, name: &str, mountpoint: &Path, opts: MountOpts) -> Result<Mounted, String> {
+    std::fs::create_dir_all(mountpoint).map_err(|e| format!("failed to create mountpoint: {e}"))?;
+    let imp = imp::mount(os, name, mountpoint, opts)?;
+    Ok(Mounted { mountpoint: mountpoint.to_path_buf(), opts, imp })
+}
+
+impl Mounted {
+    /// Apply readonly/atime/recordsize to the live file system.
+    pub fn set_options(&mut self, opts: MountOpts) -> Result<(), String> {
+        if opts != self.opts {
+            imp::set_options(&self.imp, opts)?;
+            self.opts = opts;
+        }
+        Ok(())
+    }
+    /// Unmount (flushes through zpl first).
+    pub fn unmount(self) -> Result<(), String> {
+        imp::unmount(self.imp)
+    }
+}
+
+#[cfg(feature = "fuse")]
+mod imp {
+    use super::*;
+
+    pub struct Handle {
+        fs: Arc<tarn_zpl::Fs>,
+        mount: tarn_fuse::Mount,
+    }
+
+    fn zpl_opts(o: MountOpts) -> tarn_zpl::ZplOptions {
+        tarn_zpl::ZplOptions { readonly: o.readonly, atime: o.atime, recordsize_bytes: o.recordsize_bytes as _ }
+    }
+
+    pub fn mount(os: Arc<dyn ObjectStore>, name: &str, mountpoint: &Path, opts: MountOpts) -> Result<Handle, String> {
+        let fs = tarn_zpl::Fs::open(os, zpl_opts(opts)).map_err(|e| format!("{e}"))?;
+        let mo = tarn_fuse::MountOptions {
+            fsname: name.to_string(),
+            readonly: opts.readonly,
+            allow_other: true,
+            auto_unmount: true,
+            default_permissions: true,
+            threads: 2,
+        };
+        let mount = tarn_fuse::mount(fs.clone(), mountpoint, &mo).map_err(|e| format!("{e}"))?;
+        Ok(Handle { fs, mount })
+    }
+
+    pub fn set_options(h: &Handle, opts: MountOpts) -> Result<(), String> {
+        #[allow(clippy::let_unit_value)]
+        let _ = h.fs.set_options(zpl_opts(opts));
+        Ok(())
+    }
+
+    pub fn unmount(h: Handle) -> Result<(), String> {
+        h.mount.unmount().map_err(|e| format!("{e}"))
+    }
+}
+
+#[cfg(not(feature = "fuse"))]
+mod imp {
+    use super::*;
+
+    pub struct Handle;
+
+    pub fn mount(_os: Arc<dyn ObjectStore>, _name: &str, _mountpoint: &Path, _opts: MountOpts) -> Result<Handle, String> {
+        Err("this tarn was built without FUSE support (feature 'fuse')".into())
+    }
+
+    pub fn set_options(_h: &Handle, _opts: MountOpts) -> Result<(), String> {
+        Ok(())
+    }
+
+    pub fn unmount(_h: Handle) -> Result<(), String> {
+        Ok(())
+    }
+}

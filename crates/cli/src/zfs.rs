@@ -1,0 +1,833 @@
+//! # zfs — the dataset command family, run inside the daemon
+//!
+//! Theory: datasets and their properties live in the pool (spa/dsl stores, inherits
+//! and reports them); this module adds what only the daemon knows — which datasets
+//! are mounted and where — and keeps the two in line. Every change of a property
+//! that affects a mount goes through [`reconcile`]: for the changed dataset and its
+//! descendants, mounts whose mountpoint moved (or that may no longer be mounted) are
+//! unmounted children first, then remounted parents first; live ones get the new
+//! readonly/atime/recordsize through `set_options`. As in OpenZFS, a dataset that was
+//! not mounted is mounted by a mountpoint change only when its old mountpoint was
+//! `none`/`legacy`.
+//!
+//! Checks (names, property values, parent existence, children without `-r`) happen
+//! before the pool is asked, so a refused command changes nothing. The caller holds
+//! the daemon's state lock.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use tarn_spa::DatasetInfo;
+
+use crate::args::{self, canonical_fs_prop, getopt, split_prop, FS_PROPS};
+use crate::daemon::{self, Ctx, PoolEntry, State};
+use crate::format::{self, nicebytes, parse_size, table, Column};
+use crate::proto::Response;
+
+const USAGE: &str = "usage: zfs command args ...\nwhere 'command' is one of the following:\n\n\
+\tcreate [-pu] [-o property=value] ... <filesystem>\n\
+\tdestroy [-fnrv] <filesystem>\n\n\
+\tlist [-Hp] [-r|-d max] [-o property[,...]] [-s property]...\n\t    [-S property]... [-t type[,...]] [filesystem] ...\n\n\
+\tset <property=value> ... <filesystem> ...\n\
+\tget [-rHp] [-d max] [-o \"all\" | field[,...]]\n\t    [-t type[,...]] [-s source[,...]]\n\t    <\"all\" | property[,...]> [filesystem] ...\n\
+\tinherit [-r] <property> <filesystem> ...\n\n\
+\tmount\n\tmount [-a | <filesystem>]\n\
+\tunmount [-f] <-a | filesystem|mountpoint>\n";
+
+fn usage_of(sub: &str) -> String {
+    let lines: Vec<&str> = USAGE.lines().filter(|l| l.trim_start().starts_with(sub)).collect();
+    if lines.is_empty() {
+        USAGE.to_string()
+    } else {
+        format!("usage:\n{}\n", lines.join("\n"))
+    }
+}
+
+fn bad_usage(sub: &str, msg: &str) -> Response {
+    Response::usage(format!("{msg}\n{}", usage_of(sub)))
+}
+
+/// Run `zfs ARGS`.
+pub fn run(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let Some(sub) = args.first() else {
+        return Response::usage(USAGE);
+    };
+    let rest = &args[1..];
+    match sub.as_str() {
+        "create" => create(st, ctx, rest),
+        "destroy" => destroy(st, ctx, rest),
+        "list" => list(st, rest),
+        "get" => get(st, rest),
+        "set" => set(st, ctx, rest),
+        "inherit" => inherit(st, ctx, rest),
+        "mount" => mount(st, rest),
+        "unmount" | "umount" => unmount(st, ctx, rest),
+        "-?" | "help" | "--help" => Response::ok(USAGE),
+        other => Response::usage(format!("unrecognized command '{other}'\n{USAGE}")),
+    }
+}
+
+fn pool_of(name: &str) -> &str {
+    name.split('/').next().unwrap_or(name)
+}
+
+fn parent_of(name: &str) -> Option<&str> {
+    name.rfind('/').map(|i| &name[..i])
+}
+
+fn is_descendant(name: &str, of: &str) -> bool {
+    name.len() > of.len() && name.starts_with(of) && name.as_bytes()[of.len()] == b'/'
+}
+
+fn depth(name: &str) -> usize {
+    name.matches('/').count()
+}
+
+fn datasets(entry: &PoolEntry) -> Result<Vec<DatasetInfo>, String> {
+    entry.pool.list_datasets().map_err(|e| e.to_string())
+}
+
+fn find<'a>(infos: &'a [DatasetInfo], name: &str) -> Option<&'a DatasetInfo> {
+    infos.iter().find(|i| i.name == name)
+}
+
+fn no_dataset(name: &str) -> Response {
+    Response::err(format!("cannot open '{name}': dataset does not exist"))
+}
+
+fn history_note(entry: &PoolEntry, ctx: &Ctx) {
+    if let Err(e) = entry.pool.log_history(&ctx.command_line()) {
+        tracing::warn!("history: {e}");
+    }
+}
+
+fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "puo:") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("create", &e),
+    };
+    let name = match p.operands.as_slice() {
+        [n] => n.clone(),
+        [] => return bad_usage("create", "missing filesystem argument"),
+        _ => return bad_usage("create", "too many arguments"),
+    };
+    let fail = |m: String| Response::err(daemon::cannot(&format!("cannot create '{name}'"), m));
+    if !name.contains('/') && tarn_spa::validate_pool_name(&name).is_ok() {
+        return fail("missing dataset name".into());
+    }
+    if let Err(e) = tarn_spa::validate_dataset_name(&name) {
+        return fail(e.to_string());
+    }
+    let props = match args::check_fs_props(&p.all('o')) {
+        Ok(x) => x,
+        Err(e) => return fail(e),
+    };
+    let pool = pool_of(&name).to_string();
+    let Some(entry) = st.pools.get_mut(&pool) else {
+        return fail(format!("no such pool '{pool}'"));
+    };
+    let infos = match datasets(entry) {
+        Ok(i) => i,
+        Err(e) => return fail(e),
+    };
+    if find(&infos, &name).is_some() {
+        return fail("dataset already exists".into());
+    }
+    // Ancestors to create first (-p), shallowest first.
+    let mut missing = Vec::new();
+    let mut cur = parent_of(&name);
+    while let Some(a) = cur {
+        if find(&infos, a).is_some() {
+            break;
+        }
+        missing.push(a.to_string());
+        cur = parent_of(a);
+    }
+    if !missing.is_empty() && !p.has('p') {
+        return fail("parent does not exist".into());
+    }
+    missing.reverse();
+    for a in &missing {
+        if let Err(e) = entry.pool.create_dataset(a, &BTreeMap::new()) {
+            return Response::err(daemon::cannot(&format!("cannot create '{a}'"), e));
+        }
+    }
+    if let Err(e) = entry.pool.create_dataset(&name, &props) {
+        return fail(e.to_string());
+    }
+    history_note(entry, ctx);
+    if p.has('u') {
+        return Response::ok("");
+    }
+    let infos = match datasets(entry) {
+        Ok(i) => i,
+        Err(e) => return Response::err(format!("filesystem successfully created, but not mounted: {e}")),
+    };
+    let mut errors = Vec::new();
+    for n in missing.iter().chain(std::iter::once(&name)) {
+        let Some(info) = find(&infos, n) else { continue };
+        if daemon::canmount(info) != "on" || daemon::effective_mountpoint(info, entry.altroot.as_deref()).is_none() {
+            continue;
+        }
+        if let Err(e) = daemon::mount_one(entry, info, false) {
+            errors.push(e);
+        }
+    }
+    if errors.is_empty() {
+        Response::ok("")
+    } else {
+        Response::err(format!("{}\nfilesystem successfully created, but not mounted", errors.join("\n")))
+    }
+}
+
+fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "rRfnv") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("destroy", &e),
+    };
+    let name = match p.operands.as_slice() {
+        [n] => n.clone(),
+        [] => return bad_usage("destroy", "missing dataset argument"),
+        _ => return bad_usage("destroy", "too many arguments"),
+    };
+    let recursive = p.has('r') || p.has('R');
+    let Some(entry) = st.pools.get_mut(pool_of(&name)) else {
+        return no_dataset(&name);
+    };
+    let infos = match datasets(entry) {
+        Ok(i) => i,
+        Err(e) => return Response::err(daemon::cannot(&format!("cannot destroy '{name}'"), e)),
+    };
+    if find(&infos, &name).is_none() {
+        return no_dataset(&name);
+    }
+    let is_root = !name.contains('/');
+    if is_root && !recursive {
+        return Response::err(format!(
+            "cannot destroy '{name}': operation does not apply to pools\n\
+             use 'zfs destroy -r {name}' to destroy all datasets in the pool\n\
+             use 'zpool destroy {name}' to destroy the pool itself"
+        ));
+    }
+    let children: Vec<String> = infos.iter().filter(|i| is_descendant(&i.name, &name)).map(|i| i.name.clone()).collect();
+    if !children.is_empty() && !recursive {
+        return Response::err(format!(
+            "cannot destroy '{name}': filesystem has children\nuse '-r' to destroy the following datasets:\n{}",
+            children.join("\n")
+        ));
+    }
+    let mut victims = children.clone();
+    if !is_root {
+        victims.push(name.clone());
+    }
+    victims.sort();
+    if p.has('n') {
+        let out: String = victims.iter().rev().map(|v| format!("would destroy {v}\n")).collect();
+        return Response::ok(if p.has('v') { out } else { String::new() });
+    }
+    for v in victims.iter().rev() {
+        if let Err(e) = daemon::unmount_one(entry, v) {
+            if !p.has('f') {
+                return Response::err(e);
+            }
+        }
+    }
+    let result = if is_root {
+        let direct: Vec<&String> = children.iter().filter(|c| depth(c) == 1).collect();
+        direct.into_iter().try_for_each(|c| entry.pool.destroy_dataset(c, true).map(|_| ()))
+    } else {
+        entry.pool.destroy_dataset(&name, recursive).map(|_| ())
+    };
+    if let Err(e) = result {
+        return Response::err(daemon::cannot(&format!("cannot destroy '{name}'"), e));
+    }
+    history_note(entry, ctx);
+    let out: String = if p.has('v') { victims.iter().rev().map(|v| format!("will destroy {v}\n")).collect() } else { String::new() };
+    Response::ok(out)
+}
+
+/// A `zfs list`/`zfs get` value for property `prop` of `info`, with its source.
+fn value_of(entry: &PoolEntry, info: &DatasetInfo, prop: &str, parsable: bool) -> Option<(String, String)> {
+    let num = |n: u64| if parsable { n.to_string() } else { nicebytes(n) };
+    let ro = "-".to_string();
+    Some(match prop {
+        "name" => (info.name.clone(), ro),
+        "type" => ("filesystem".into(), ro),
+        "used" => (num(info.used_bytes), ro),
+        "available" => (num(info.avail_bytes), ro),
+        "referenced" => (num(info.refer_bytes), ro),
+        "mounted" => ((if entry.mounts.contains_key(&info.name) { "yes" } else { "no" }).into(), ro),
+        "mountpoint" => {
+            let (_, src) = info.props.get("mountpoint").cloned().unwrap_or_default();
+            (daemon::shown_mountpoint(info, entry.altroot.as_deref()), if src.is_empty() { "default".into() } else { src })
+        }
+        "recordsize" => {
+            let (v, src) = info.props.get("recordsize")?.clone();
+            let v = match parse_size(&v) {
+                Some(n) => num(n),
+                None => v,
+            };
+            (v, src)
+        }
+        "creation" if !parsable => {
+            let (v, src) = info.props.get("creation")?.clone();
+            (v.parse::<i64>().map(ctime).unwrap_or(v), src)
+        }
+        other => info.props.get(other)?.clone(),
+    })
+}
+
+/// A time as OpenZFS prints `creation` ("Sun Nov 23  1:20 2026", local time).
+pub fn ctime(secs: i64) -> String {
+    // SAFETY: localtime_r/strftime write only into the buffers given.
+    unsafe {
+        let t: libc::time_t = secs as libc::time_t;
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            return secs.to_string();
+        }
+        let mut buf = [0u8; 64];
+        let n = libc::strftime(buf.as_mut_ptr() as *mut libc::c_char, buf.len(), c"%a %b %e %H:%M %Y".as_ptr(), &tm);
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+}
+
+fn is_numeric(prop: &str) -> bool {
+    matches!(prop, "used" | "available" | "referenced" | "recordsize")
+}
+
+fn known_prop(prop: &str) -> bool {
+    matches!(prop, "name" | "type" | "used" | "available" | "referenced" | "mounted") || FS_PROPS.contains(&prop)
+}
+
+/// Datasets selected by the operands of list/get (with -r / -d).
+fn select(
+    st: &State,
+    operands: &[String],
+    recursive: bool,
+    max_depth: Option<usize>,
+    resp: &mut Response,
+) -> Vec<(String, DatasetInfo)> {
+    let mut out = Vec::new();
+    let recursive = recursive || max_depth.is_some();
+    let limit = max_depth.unwrap_or(usize::MAX);
+    if operands.is_empty() {
+        for (pool, entry) in &st.pools {
+            match datasets(entry) {
+                Ok(infos) => {
+                    for i in infos {
+                        if max_depth.is_none() || depth(&i.name) <= limit {
+                            out.push((pool.clone(), i));
+                        }
+                    }
+                }
+                Err(e) => {
+                    resp.stderr.push_str(&format!("cannot list '{pool}': {e}\n"));
+                    resp.code = 1;
+                }
+            }
+        }
+        return out;
+    }
+    for name in operands {
+        let name = name.trim_end_matches('/');
+        let pool = pool_of(name);
+        let infos = match st.pools.get(pool).map(datasets) {
+            Some(Ok(i)) => i,
+            _ => {
+                resp.stderr.push_str(&format!("cannot open '{name}': dataset does not exist\n"));
+                resp.code = 1;
+                continue;
+            }
+        };
+        if find(&infos, name).is_none() {
+            resp.stderr.push_str(&format!("cannot open '{name}': dataset does not exist\n"));
+            resp.code = 1;
+            continue;
+        }
+        let base = depth(name);
+        for i in infos {
+            let take = i.name == name || (recursive && is_descendant(&i.name, name) && depth(&i.name) - base <= limit);
+            if take && !out.iter().any(|(_, o): &(String, DatasetInfo)| o.name == i.name) {
+                out.push((pool.to_string(), i));
+            }
+        }
+    }
+    out
+}
+
+fn type_filter(t: Option<String>) -> Result<bool, String> {
+    let Some(t) = t else { return Ok(true) };
+    let mut fs = false;
+    for w in t.split(',') {
+        match w {
+            "filesystem" | "fs" | "all" => fs = true,
+            "snapshot" | "snap" | "volume" | "vol" | "bookmark" => {}
+            other => return Err(format!("invalid type '{other}'")),
+        }
+    }
+    Ok(fs)
+}
+
+fn parse_depth(p: &args::Parsed) -> Result<Option<usize>, String> {
+    match p.last('d') {
+        None => Ok(None),
+        Some(d) => d.parse::<usize>().map(Some).map_err(|_| format!("invalid depth '{d}'")),
+    }
+}
+
+fn list(st: &mut State, args: &[String]) -> Response {
+    let p = match getopt(args, "Hprd:o:s:S:t:") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("list", &e),
+    };
+    let max_depth = match parse_depth(&p) {
+        Ok(d) => d,
+        Err(e) => return bad_usage("list", &e),
+    };
+    let want_fs = match type_filter(p.last('t')) {
+        Ok(x) => x,
+        Err(e) => return bad_usage("list", &e),
+    };
+    let cols_arg = p.last('o').unwrap_or_else(|| "name,used,avail,refer,mountpoint".into());
+    let props: Vec<String> = cols_arg.split(',').map(|c| canonical_fs_prop(c).to_string()).collect();
+    for pr in &props {
+        if !known_prop(pr) {
+            return bad_usage("list", &format!("invalid property '{pr}'"));
+        }
+    }
+    let mut resp = Response::ok("");
+    let mut selected = if want_fs { select(st, &p.operands, p.has('r'), max_depth, &mut resp) } else { Vec::new() };
+    // -s / -S: sort by a property (numbers numerically), stable; name order otherwise.
+    let sorts: Vec<(char, String)> = p
+        .opts
+        .iter()
+        .filter(|(c, _)| *c == 's' || *c == 'S')
+        .filter_map(|(c, a)| a.clone().map(|a| (*c, canonical_fs_prop(&a).to_string())))
+        .collect();
+    for (c, key) in sorts.iter().rev() {
+        let key_of = |(pool, i): &(String, DatasetInfo)| -> (u64, String) {
+            let v = st.pools.get(pool).and_then(|e| value_of(e, i, key, true)).map(|x| x.0).unwrap_or_default();
+            (v.parse::<u64>().unwrap_or(0), v)
+        };
+        selected.sort_by(|a, b| {
+            let (ka, kb) = (key_of(a), key_of(b));
+            let ord = if is_numeric(key) { ka.0.cmp(&kb.0) } else { ka.1.cmp(&kb.1) };
+            if *c == 'S' {
+                ord.reverse()
+            } else {
+                ord
+            }
+        });
+    }
+    let rows: Vec<Vec<String>> = selected
+        .iter()
+        .map(|(pool, info)| {
+            let entry = &st.pools[pool];
+            props.iter().map(|pr| value_of(entry, info, pr, p.has('p')).map(|x| x.0).unwrap_or_else(|| "-".into())).collect()
+        })
+        .collect();
+    if rows.is_empty() {
+        if resp.code == 0 {
+            resp.stderr = "no datasets available\n".into();
+        }
+        return resp;
+    }
+    let cols: Vec<Column> = props
+        .iter()
+        .map(|pr| {
+            let h = args::fs_prop_header(pr);
+            if is_numeric(pr) {
+                Column::right(&h)
+            } else {
+                Column::left(&h)
+            }
+        })
+        .collect();
+    resp.stdout = table(&cols, &rows, p.has('H'));
+    resp
+}
+
+fn get(st: &mut State, args: &[String]) -> Response {
+    let p = match getopt(args, "Hprd:o:s:t:") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("get", &e),
+    };
+    let max_depth = match parse_depth(&p) {
+        Ok(d) => d,
+        Err(e) => return bad_usage("get", &e),
+    };
+    let want_fs = match type_filter(p.last('t')) {
+        Ok(x) => x,
+        Err(e) => return bad_usage("get", &e),
+    };
+    let Some(props_arg) = p.operands.first() else {
+        return bad_usage("get", "missing property argument");
+    };
+    let fields: Vec<String> = match p.last('o') {
+        Some(o) if o != "all" => o.split(',').map(String::from).collect(),
+        _ => vec!["name".into(), "property".into(), "value".into(), "source".into()],
+    };
+    for f in &fields {
+        if !["name", "property", "value", "received", "source"].contains(&f.as_str()) {
+            return bad_usage("get", &format!("invalid field '{f}'"));
+        }
+    }
+    let sources: Option<Vec<String>> = p.last('s').map(|s| s.split(',').map(String::from).collect());
+    if let Some(srcs) = &sources {
+        for s in srcs {
+            if !["local", "default", "inherited", "temporary", "received", "none"].contains(&s.as_str()) {
+                return bad_usage("get", &format!("invalid source '{s}'"));
+            }
+        }
+    }
+    let all = props_arg == "all";
+    let wanted: Vec<String> = if all {
+        Vec::new()
+    } else {
+        let mut v = Vec::new();
+        for pr in props_arg.split(',') {
+            let c = canonical_fs_prop(pr).to_string();
+            if !known_prop(&c) {
+                return bad_usage("get", &format!("bad property list: invalid property '{pr}'"));
+            }
+            v.push(c);
+        }
+        v
+    };
+    let mut resp = Response::ok("");
+    let selected = if want_fs { select(st, &p.operands[1..], p.has('r'), max_depth, &mut resp) } else { Vec::new() };
+    let mut rows = Vec::new();
+    for (pool, info) in &selected {
+        let entry = &st.pools[pool];
+        let props: Vec<String> = if all {
+            let mut v: Vec<String> =
+                ["type", "used", "available", "referenced", "mounted"].iter().map(|s| s.to_string()).collect();
+            v.extend(FS_PROPS.iter().map(|s| s.to_string()));
+            v.extend(info.props.keys().filter(|k| !v.contains(k)).cloned().collect::<Vec<_>>());
+            v
+        } else {
+            wanted.clone()
+        };
+        for pr in &props {
+            let (value, source) = value_of(entry, info, pr, p.has('p')).unwrap_or_else(|| ("-".into(), "-".into()));
+            if let Some(srcs) = &sources {
+                let kind = if source == "-" { "none" } else { source.split_whitespace().next().unwrap_or("") };
+                if !srcs.iter().any(|s| s == kind) {
+                    continue;
+                }
+            }
+            rows.push(
+                fields
+                    .iter()
+                    .map(|f| match f.as_str() {
+                        "name" => info.name.clone(),
+                        "property" => pr.clone(),
+                        "value" => value.clone(),
+                        "received" => "-".into(),
+                        _ => source.clone(),
+                    })
+                    .collect(),
+            );
+        }
+    }
+    if !rows.is_empty() {
+        let cols: Vec<Column> = fields.iter().map(|f| Column::left(&f.to_ascii_uppercase())).collect();
+        resp.stdout = table(&cols, &rows, p.has('H'));
+    }
+    resp
+}
+
+/// Mount state before a property change: name → (mountpoint property, was mounted).
+type Before = BTreeMap<String, String>;
+
+fn snapshot_before(entry: &PoolEntry, root: &str) -> Before {
+    datasets(entry)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|i| i.name == root || is_descendant(&i.name, root))
+        .map(|i| (i.name.clone(), daemon::prop(&i, "mountpoint").to_string()))
+        .collect()
+}
+
+/// Bring mounts of `root` and its descendants in line with their properties.
+pub fn reconcile(entry: &mut PoolEntry, root: &str, before: &Before) -> Vec<String> {
+    let infos = match datasets(entry) {
+        Ok(i) => i,
+        Err(e) => return vec![e],
+    };
+    let subtree: Vec<&DatasetInfo> = infos.iter().filter(|i| i.name == root || is_descendant(&i.name, root)).collect();
+    let mut errors = Vec::new();
+    let mut remount = Vec::new();
+    // Phase 1, children first: unmount what moved or may no longer be mounted.
+    for info in subtree.iter().rev() {
+        let Some(m) = entry.mounts.get(&info.name) else { continue };
+        let want = daemon::effective_mountpoint(info, entry.altroot.as_deref());
+        let can = daemon::canmount(info);
+        if want.as_ref() != Some(&m.mountpoint) || can == "off" {
+            match daemon::unmount_one(entry, &info.name) {
+                Ok(()) => {
+                    if want.is_some() && can != "off" {
+                        remount.push(info.name.clone());
+                    }
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+    }
+    // Phase 2, parents first: remount, mount newly mountable, update live options.
+    for info in &subtree {
+        if let Some(m) = entry.mounts.get_mut(&info.name) {
+            if let Err(e) = m.set_options(daemon::mount_opts(info)) {
+                errors.push(format!("cannot set options of '{}': {e}", info.name));
+            }
+            continue;
+        }
+        let was = before.get(&info.name).map(String::as_str).unwrap_or("");
+        let newly = (was == "none" || was == "legacy")
+            && daemon::canmount(info) == "on"
+            && daemon::effective_mountpoint(info, entry.altroot.as_deref()).is_some();
+        if remount.contains(&info.name) || newly {
+            if let Err(e) = daemon::mount_one(entry, info, true) {
+                errors.push(e);
+            }
+        }
+    }
+    errors
+}
+
+fn set(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let (assignments, names): (Vec<&String>, Vec<&String>) = args.iter().partition(|a| a.contains('='));
+    if assignments.is_empty() {
+        return bad_usage("set", "missing property=value argument(s)");
+    }
+    if names.is_empty() {
+        return bad_usage("set", "missing dataset name(s)");
+    }
+    let mut checked = Vec::new();
+    for a in &assignments {
+        let r = split_prop(a).and_then(|(k, v)| args::check_fs_prop(&k, &v));
+        match r {
+            Ok(kv) => checked.push(kv),
+            Err(e) => return Response::err(format!("cannot set property for '{}': {e}", names[0])),
+        }
+    }
+    let mut resp = Response::ok("");
+    for name in names {
+        let Some(entry) = st.pools.get_mut(pool_of(name)) else {
+            resp.stderr.push_str(&format!("cannot open '{name}': dataset does not exist\n"));
+            resp.code = 1;
+            continue;
+        };
+        let before = snapshot_before(entry, name);
+        if !before.contains_key(name.as_str()) {
+            resp.stderr.push_str(&format!("cannot open '{name}': dataset does not exist\n"));
+            resp.code = 1;
+            continue;
+        }
+        let mut ok = true;
+        for (k, v) in &checked {
+            if let Err(e) = entry.pool.set_dataset_prop(name, k, v) {
+                resp.stderr.push_str(&format!("{}\n", daemon::cannot(&format!("cannot set property for '{name}'"), e)));
+                resp.code = 1;
+                ok = false;
+                break;
+            }
+        }
+        if ok {
+            history_note(entry, ctx);
+        }
+        for e in reconcile(entry, name, &before) {
+            resp.stderr.push_str(&format!("{e}\n"));
+            resp.code = 1;
+        }
+    }
+    resp
+}
+
+fn inherit(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "rS") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("inherit", &e),
+    };
+    let (prop, names) = match p.operands.split_first() {
+        Some((pr, rest)) if !rest.is_empty() => (canonical_fs_prop(pr).to_string(), rest.to_vec()),
+        _ => return bad_usage("inherit", "missing property or dataset argument"),
+    };
+    if matches!(prop.as_str(), "used" | "available" | "referenced" | "type" | "mounted" | "name") {
+        return Response::err(format!("'{prop}' property is read-only"));
+    }
+    if !FS_PROPS.contains(&prop.as_str()) {
+        return bad_usage("inherit", &format!("invalid property '{prop}'"));
+    }
+    let mut resp = Response::ok("");
+    for name in names {
+        let Some(entry) = st.pools.get_mut(pool_of(&name)) else {
+            resp.stderr.push_str(&format!("cannot open '{name}': dataset does not exist\n"));
+            resp.code = 1;
+            continue;
+        };
+        let before = snapshot_before(entry, &name);
+        if !before.contains_key(&name) {
+            resp.stderr.push_str(&format!("cannot open '{name}': dataset does not exist\n"));
+            resp.code = 1;
+            continue;
+        }
+        let targets: Vec<String> = if p.has('r') { before.keys().cloned().collect() } else { vec![name.clone()] };
+        for t in targets {
+            if let Err(e) = entry.pool.inherit_dataset_prop(&t, &prop) {
+                resp.stderr.push_str(&format!("{}\n", daemon::cannot(&format!("cannot inherit {prop} for '{t}'"), e)));
+                resp.code = 1;
+            }
+        }
+        history_note(entry, ctx);
+        for e in reconcile(entry, &name, &before) {
+            resp.stderr.push_str(&format!("{e}\n"));
+            resp.code = 1;
+        }
+    }
+    resp
+}
+
+fn mount(st: &mut State, args: &[String]) -> Response {
+    let p = match getopt(args, "aOo:v") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("mount", &e),
+    };
+    if p.has('a') {
+        let mut resp = Response::ok("");
+        for entry in st.pools.values_mut() {
+            for e in daemon::mount_all(entry) {
+                resp.stderr.push_str(&format!("{e}\n"));
+                resp.code = 1;
+            }
+        }
+        return resp;
+    }
+    if p.operands.is_empty() {
+        let mut all: Vec<(String, String)> = st
+            .pools
+            .values()
+            .flat_map(|e| e.mounts.iter().map(|(n, m)| (n.clone(), m.mountpoint.display().to_string())))
+            .collect();
+        all.sort();
+        return Response::ok(format::mount_list(&all));
+    }
+    let mut resp = Response::ok("");
+    for name in &p.operands {
+        let Some(entry) = st.pools.get_mut(pool_of(name)) else {
+            resp.stderr.push_str(&format!("cannot open '{name}': dataset does not exist\n"));
+            resp.code = 1;
+            continue;
+        };
+        let infos = match datasets(entry) {
+            Ok(i) => i,
+            Err(e) => return Response::err(format!("cannot mount '{name}': {e}")),
+        };
+        let Some(info) = find(&infos, name) else {
+            resp.stderr.push_str(&format!("cannot open '{name}': dataset does not exist\n"));
+            resp.code = 1;
+            continue;
+        };
+        if let Err(e) = daemon::mount_one(entry, info, true) {
+            resp.stderr.push_str(&format!("{e}\n"));
+            resp.code = 1;
+        }
+    }
+    resp
+}
+
+fn unmount(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "af") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("unmount", &e),
+    };
+    let mut resp = Response::ok("");
+    if p.has('a') {
+        for entry in st.pools.values_mut() {
+            for e in daemon::unmount_all(entry, p.has('f')) {
+                resp.stderr.push_str(&format!("{e}\n"));
+                resp.code = 1;
+            }
+        }
+        return resp;
+    }
+    if p.operands.is_empty() {
+        return bad_usage("unmount", "missing filesystem argument");
+    }
+    for target in &p.operands {
+        // A path names the dataset mounted there; otherwise it is a dataset name.
+        let by_path = if target.starts_with('/') || target.starts_with('.') {
+            let path = args::normalize(&ctx.cwd.join(target));
+            st.pools.iter().find_map(|(pool, e)| {
+                e.mounts.iter().find(|(_, m)| m.mountpoint == path).map(|(n, _)| (pool.clone(), n.clone()))
+            })
+        } else {
+            None
+        };
+        let (pool, name) = match by_path {
+            Some(x) => x,
+            None if target.starts_with('/') => {
+                resp.stderr.push_str(&format!("cannot unmount '{target}': not a mountpoint\n"));
+                resp.code = 1;
+                continue;
+            }
+            None => (pool_of(target).to_string(), target.clone()),
+        };
+        let Some(entry) = st.pools.get_mut(&pool) else {
+            resp.stderr.push_str(&format!("cannot open '{name}': dataset does not exist\n"));
+            resp.code = 1;
+            continue;
+        };
+        if !entry.mounts.contains_key(&name) {
+            let exists = datasets(entry).map(|i| find(&i, &name).is_some()).unwrap_or(false);
+            let msg = if exists {
+                format!("cannot unmount '{name}': not currently mounted")
+            } else {
+                format!("cannot open '{name}': dataset does not exist")
+            };
+            resp.stderr.push_str(&format!("{msg}\n"));
+            resp.code = 1;
+            continue;
+        }
+        if let Err(e) = daemon::unmount_one(entry, &name) {
+            resp.stderr.push_str(&format!("{e}\n"));
+            resp.code = 1;
+        }
+    }
+    resp
+}
+
+/// Paths helper for tests: the default mountpoint OpenZFS gives `name` when nothing
+/// is set (`/` + name).
+pub fn default_mountpoint(name: &str) -> PathBuf {
+    PathBuf::from("/").join(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn name_helpers() {
+        assert_eq!(pool_of("tank/a/b"), "tank");
+        assert_eq!(parent_of("tank/a/b"), Some("tank/a"));
+        assert_eq!(parent_of("tank"), None);
+        assert!(is_descendant("tank/a/b", "tank/a"));
+        assert!(!is_descendant("tank/ab", "tank/a"));
+        assert!(!is_descendant("tank/a", "tank/a"));
+        assert_eq!(depth("tank/a/b"), 2);
+        assert_eq!(default_mountpoint("tank/a"), PathBuf::from("/tank/a"));
+        let c = ctime(0);
+        assert!(c.ends_with("1970") || c.ends_with("1969"), "{c}");
+        assert_eq!(c.split_whitespace().count(), 5, "{c}");
+    }
+
+    #[test]
+    fn types() {
+        assert!(type_filter(None).unwrap());
+        assert!(type_filter(Some("filesystem".into())).unwrap());
+        assert!(!type_filter(Some("snapshot".into())).unwrap());
+        assert!(type_filter(Some("bogus".into())).is_err());
+    }
+}

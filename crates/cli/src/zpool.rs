@@ -1,0 +1,737 @@
+//! # zpool — the pool command family, run inside the daemon
+//!
+//! Theory: each subcommand parses its arguments (OpenZFS getopt syntax), checks
+//! everything it can before touching any device, calls the pool layer once, then
+//! brings the daemon's tables (pool map, mounts, known_dirs) in line and records the
+//! command in the pool history. A failure before the pool call changes nothing; a
+//! failure of the pool call leaves the daemon's tables as they were (`zpool create`
+//! also removes the vdev files it created for `-o size`). Messages follow OpenZFS
+//! wording; exit status 1 for failures, 2 for usage errors.
+//!
+//! The caller holds the daemon's state lock for the whole command.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use tarn_spa::{CreateSpec, Pool, Rewind, SpaError, TopSpec, VdevStatus};
+
+use crate::args::{self, getopt, split_prop, VdevWords};
+use crate::daemon::{self, Ctx, PoolEntry, State};
+use crate::format::{self, nicebytes, table, Align, Column};
+use crate::proto::Response;
+
+/// Smallest vdev OpenZFS accepts.
+pub const MIN_DEVICE_BYTES: u64 = 64 << 20;
+
+const USAGE: &str = "usage: zpool command args ...\nwhere 'command' is one of the following:\n\n\
+\tcreate [-fn] [-m mountpoint] [-o property=value] ... \n\t    [-O file-system-property=value] ... [-R root] <pool> <vdev> ...\n\
+\tdestroy [-f] <pool>\n\n\
+\timport [-d dir] [-D]\n\timport [-d dir]... [-fFN] [-R root] [-T txg] [-o property=value] ...\n\t    <pool | id> [newpool]\n\
+\texport [-f] <pool> ...\n\n\
+\tlist [-Hp] [-o property[,...]] [pool] ...\n\
+\tstatus [-vx] [pool] ...\n\
+\thistory [pool] ...\n\n\
+\tget [-Hp] [-o \"all\" | field[,...]] <\"all\" | property[,...]> <pool> ...\n\
+\tset <property=value> <pool>\n";
+
+fn usage_of(sub: &str) -> String {
+    let line = USAGE.lines().filter(|l| l.trim_start().starts_with(sub)).collect::<Vec<_>>();
+    if line.is_empty() {
+        USAGE.to_string()
+    } else {
+        format!("usage:\n{}\n", line.join("\n"))
+    }
+}
+
+fn bad_usage(sub: &str, msg: &str) -> Response {
+    Response::usage(format!("{msg}\n{}", usage_of(sub)))
+}
+
+/// Run `zpool ARGS`.
+pub fn run(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let Some(sub) = args.first() else {
+        return Response::usage(USAGE);
+    };
+    let rest = &args[1..];
+    match sub.as_str() {
+        "create" => create(st, ctx, rest),
+        "destroy" => destroy(st, ctx, rest),
+        "list" => list(st, rest),
+        "status" => status(st, rest),
+        "export" => export(st, rest),
+        "import" => import(st, ctx, rest),
+        "get" => get(st, rest),
+        "set" => set(st, ctx, rest),
+        "history" => history(st, rest),
+        "-?" | "help" | "--help" => Response::ok(USAGE),
+        other => Response::usage(format!("unrecognized command '{other}'\n{USAGE}")),
+    }
+}
+
+fn history_note(entry: &PoolEntry, ctx: &Ctx) {
+    if let Err(e) = entry.pool.log_history(&ctx.command_line()) {
+        tracing::warn!("history: {e}");
+    }
+}
+
+/// Finish a command whose main step succeeded but where mounting reported errors.
+fn with_mount_errors(mut resp: Response, errors: Vec<String>) -> Response {
+    if !errors.is_empty() {
+        for e in errors {
+            resp.stderr.push_str(&e);
+            resp.stderr.push('\n');
+        }
+        resp.code = 1;
+    }
+    resp
+}
+
+struct PlannedLeaf {
+    path: PathBuf,
+    create: bool,
+}
+
+fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "fnm:o:O:R:") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("create", &e),
+    };
+    let Some(name) = p.operands.first().cloned() else {
+        return bad_usage("create", "missing pool name argument");
+    };
+    if p.operands.len() < 2 {
+        return bad_usage("create", "missing vdev specification");
+    }
+    let fail = |msg: String| Response::err(daemon::cannot(&format!("cannot create '{name}'"), msg));
+    if let Err(e) = tarn_spa::validate_pool_name(&name) {
+        return fail(e.to_string());
+    }
+    let force = p.has('f');
+    let mut ashift = 12u8;
+    let mut size_bytes: Option<u64> = None;
+    let mut altroot = p.last('R').map(PathBuf::from);
+    let mut pool_props = BTreeMap::new();
+    for o in p.all('o') {
+        let (k, v) = match split_prop(&o) {
+            Ok(kv) => kv,
+            Err(e) => return bad_usage("create", &e),
+        };
+        match k.as_str() {
+            "ashift" => match v.as_str() {
+                "9" => ashift = 9,
+                "12" => ashift = 12,
+                _ => return fail(format!("property 'ashift' number {v} is invalid (use 9 or 12)")),
+            },
+            "size" => match format::parse_size(&v) {
+                Some(n) => size_bytes = Some(n),
+                None => return fail(format!("bad size '{v}'")),
+            },
+            "altroot" => altroot = Some(PathBuf::from(v)),
+            "cachefile" => {}
+            "comment" => {
+                pool_props.insert(k, v);
+            }
+            _ => return fail(format!("property '{k}' is not a valid pool property")),
+        }
+    }
+    if let Some(r) = &altroot {
+        if !r.is_absolute() {
+            return fail(format!("invalid alternate root '{}': must be an absolute path", r.display()));
+        }
+    }
+    let mut fs_props = BTreeMap::new();
+    for o in p.all('O') {
+        let checked = split_prop(&o).and_then(|(k, v)| args::check_fs_prop(&k, &v));
+        match checked {
+            Ok((k, v)) => {
+                fs_props.insert(k, v);
+            }
+            Err(e) => return fail(e),
+        }
+    }
+    if let Some(m) = p.last('m') {
+        match args::check_fs_prop("mountpoint", &m) {
+            Ok((k, v)) => {
+                fs_props.insert(k, v);
+            }
+            Err(e) => return fail(e),
+        }
+    }
+    if st.pools.contains_key(&name) {
+        return fail("pool already exists".into());
+    }
+    let groups = match args::parse_vdev_words(&p.operands[1..]) {
+        Ok(g) => g,
+        Err(e) => return Response::err(e),
+    };
+    // Resolve and check every leaf before anything is created.
+    let mut planned: Vec<PlannedLeaf> = Vec::new();
+    let mut seen: BTreeMap<PathBuf, ()> = BTreeMap::new();
+    let mut resolve = |w: &str| -> Result<PathBuf, Response> {
+        let path = args::resolve_device(w, &ctx.cwd, size_bytes.is_some());
+        let key = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+        if seen.insert(key, ()).is_some() {
+            return Err(Response::err(format!("invalid vdev specification: {} is used twice", path.display())));
+        }
+        match std::fs::metadata(&path) {
+            Ok(md) => {
+                use std::os::unix::fs::FileTypeExt;
+                let ft = md.file_type();
+                if ft.is_dir() {
+                    return Err(Response::err(format!("cannot open '{}': Is a directory", path.display())));
+                }
+                if !(ft.is_file() || ft.is_block_device()) {
+                    return Err(Response::err(format!(
+                        "cannot use '{}': must be a block device or regular file",
+                        path.display()
+                    )));
+                }
+                if ft.is_file() && md.len() < MIN_DEVICE_BYTES {
+                    return Err(fail("one or more devices is less than the minimum size (64M)".into()));
+                }
+                planned.push(PlannedLeaf { path: path.clone(), create: false });
+            }
+            Err(_) => {
+                let parent_ok = path.parent().map(|d| d.is_dir()).unwrap_or(false);
+                if size_bytes.is_none() || !parent_ok {
+                    return Err(Response::err(format!("cannot open '{}': No such file or directory", path.display())));
+                }
+                planned.push(PlannedLeaf { path: path.clone(), create: true });
+            }
+        }
+        Ok(path)
+    };
+    let mut tops = Vec::new();
+    for g in &groups {
+        let top = match g {
+            VdevWords::Leaf(w) => resolve(w).map(TopSpec::Leaf),
+            VdevWords::Mirror(ws) => ws.iter().map(|w| resolve(w)).collect::<Result<Vec<_>, _>>().map(TopSpec::Mirror),
+            VdevWords::Raidz(n, ws) => ws
+                .iter()
+                .map(|w| resolve(w))
+                .collect::<Result<Vec<_>, _>>()
+                .map(|leaves| TopSpec::Raidz { nparity: *n, leaves }),
+        };
+        match top {
+            Ok(t) => tops.push(t),
+            Err(r) => return r,
+        }
+    }
+    if let Some(n) = size_bytes {
+        if n < MIN_DEVICE_BYTES && planned.iter().any(|l| l.create) {
+            return fail("one or more devices is less than the minimum size (64M)".into());
+        }
+    }
+    if !force {
+        if let Some(why) = args::replication_mismatch(&groups) {
+            return Response::err(format!("invalid vdev specification\nuse '-f' to override the following errors:\n{why}"));
+        }
+    }
+    if p.has('n') {
+        let mut out = format!("would create '{name}' with the following layout:\n\n\t{name}\n");
+        for t in &tops {
+            match t {
+                TopSpec::Leaf(l) => out.push_str(&format!("\t  {}\n", l.display())),
+                TopSpec::Mirror(ls) | TopSpec::Raidz { leaves: ls, .. } => {
+                    let word = match t {
+                        TopSpec::Mirror(_) => "mirror".to_string(),
+                        TopSpec::Raidz { nparity, .. } => format!("raidz{nparity}"),
+                        TopSpec::Leaf(_) => unreachable!(),
+                    };
+                    out.push_str(&format!("\t  {word}\n"));
+                    for l in ls {
+                        out.push_str(&format!("\t    {}\n", l.display()));
+                    }
+                }
+            }
+        }
+        return Response::ok(out);
+    }
+    // Create the missing file vdevs (Tarn's `-o size`), removed again on failure.
+    let mut created: Vec<PathBuf> = Vec::new();
+    let cleanup = |created: &[PathBuf]| {
+        for c in created {
+            let _ = std::fs::remove_file(c);
+        }
+    };
+    for l in planned.iter().filter(|l| l.create) {
+        let r = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&l.path)
+            .and_then(|f| f.set_len(size_bytes.unwrap_or(0)));
+        if let Err(e) = r {
+            cleanup(&created);
+            return Response::err(format!("cannot create '{}': {e}", l.path.display()));
+        }
+        created.push(l.path.clone());
+    }
+    let spec = CreateSpec { name: name.clone(), vdevs: tops, ashift, force, pool_props, fs_props };
+    let pool = match Pool::create(&spec) {
+        Ok(p) => p,
+        Err(e) => {
+            cleanup(&created);
+            return Response::err(create_error(&name, e));
+        }
+    };
+    let mut entry = PoolEntry { pool, altroot, mounts: BTreeMap::new() };
+    st.remember_dirs(planned.iter().map(|l| l.path.clone()));
+    history_note(&entry, ctx);
+    let errors = daemon::mount_all(&mut entry);
+    st.pools.insert(name, entry);
+    with_mount_errors(Response::ok(""), errors)
+}
+
+fn create_error(name: &str, e: SpaError) -> String {
+    match e {
+        SpaError::InUse { path, pool, state } if state == "active" => format!(
+            "invalid vdev specification\nthe following errors must be manually repaired:\n{path} is part of active pool '{pool}'"
+        ),
+        SpaError::InUse { path, pool, state } => {
+            format!("invalid vdev specification\nuse '-f' to override the following errors:\n{path} is part of {state} pool '{pool}'")
+        }
+        SpaError::TooSmall(_) => format!("cannot create '{name}': one or more devices is less than the minimum size (64M)"),
+        SpaError::Exists(_) => format!("cannot create '{name}': pool already exists"),
+        SpaError::Invalid(m) if m.starts_with("invalid vdev specification") => m,
+        other => daemon::cannot(&format!("cannot create '{name}'"), other),
+    }
+}
+
+fn no_such_pool(name: &str) -> Response {
+    Response::err(format!("cannot open '{name}': no such pool"))
+}
+
+fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "f") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("destroy", &e),
+    };
+    let name = match p.operands.as_slice() {
+        [n] => n.clone(),
+        [] => return bad_usage("destroy", "missing pool argument"),
+        _ => return bad_usage("destroy", "too many arguments"),
+    };
+    let Some(entry) = st.pools.get_mut(&name) else {
+        return no_such_pool(&name);
+    };
+    let errors = daemon::unmount_all(entry, p.has('f'));
+    if !errors.is_empty() && !p.has('f') {
+        return Response::err(format!("{}\ncannot destroy '{name}': could not unmount datasets", errors.join("\n")));
+    }
+    history_note(entry, ctx);
+    if let Err(e) = entry.pool.destroy() {
+        return Response::err(daemon::cannot(&format!("cannot destroy '{name}'"), e));
+    }
+    st.pools.remove(&name);
+    Response::ok("")
+}
+
+fn pool_column(c: &str) -> Option<(&'static str, Column)> {
+    Some(match c {
+        "name" => ("name", Column::left("NAME")),
+        "size" => ("size", Column::right("SIZE")),
+        "alloc" | "allocated" => ("allocated", Column::right("ALLOC")),
+        "free" => ("free", Column::right("FREE")),
+        "cap" | "capacity" => ("capacity", Column::right("CAP")),
+        "health" => ("health", Column { header: "HEALTH".into(), align: Align::Right, min_width: 8 }),
+        "altroot" => ("altroot", Column::left("ALTROOT")),
+        "guid" => ("guid", Column::right("GUID")),
+        "comment" => ("comment", Column::left("COMMENT")),
+        "ashift" => ("ashift", Column::right("ASHIFT")),
+        "version" => ("version", Column::right("VERSION")),
+        "readonly" => ("readonly", Column::left("RDONLY")),
+        _ => return None,
+    })
+}
+
+/// Value of a pool property; `parsable`: exact numbers.
+fn pool_value(name: &str, entry: &PoolEntry, prop: &str, parsable: bool) -> (String, String) {
+    let size = entry.pool.size_bytes();
+    let alloc = entry.pool.alloc_bytes();
+    let num = |n: u64| if parsable { n.to_string() } else { nicebytes(n) };
+    let ro = "-".to_string();
+    match prop {
+        "name" => (name.to_string(), ro),
+        "size" => (num(size), ro),
+        "allocated" => (num(alloc), ro),
+        "free" => (num(size.saturating_sub(alloc)), ro),
+        "capacity" => {
+            let cap = alloc.saturating_mul(100).checked_div(size).unwrap_or(0);
+            (if parsable { cap.to_string() } else { format!("{cap}%") }, ro)
+        }
+        "health" => (entry.pool.health(), ro),
+        "guid" => (entry.pool.guid().to_string(), ro),
+        "altroot" => match &entry.altroot {
+            Some(r) => (r.display().to_string(), "local".into()),
+            None => ("-".into(), "default".into()),
+        },
+        other => entry.pool.get_prop(other).unwrap_or_else(|_| ("-".into(), "-".into())),
+    }
+}
+
+fn list(st: &mut State, args: &[String]) -> Response {
+    let p = match getopt(args, "Hpo:") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("list", &e),
+    };
+    let cols_arg = p.last('o').unwrap_or_else(|| "name,size,alloc,free,cap,health,altroot".into());
+    let mut props = Vec::new();
+    let mut cols = Vec::new();
+    for c in cols_arg.split(',') {
+        match pool_column(c) {
+            Some((prop, col)) => {
+                props.push(prop);
+                cols.push(col);
+            }
+            None => return bad_usage("list", &format!("invalid property '{c}'")),
+        }
+    }
+    let mut resp = Response::ok("");
+    let names: Vec<String> = if p.operands.is_empty() { st.pools.keys().cloned().collect() } else { p.operands.clone() };
+    let mut rows = Vec::new();
+    for n in &names {
+        match st.pools.get(n) {
+            Some(entry) => rows.push(props.iter().map(|pr| pool_value(n, entry, pr, p.has('p')).0).collect()),
+            None => {
+                resp.stderr.push_str(&format!("cannot open '{n}': no such pool\n"));
+                resp.code = 1;
+            }
+        }
+    }
+    if rows.is_empty() && p.operands.is_empty() {
+        resp.stdout = "no pools available\n".into();
+        return resp;
+    }
+    if !rows.is_empty() {
+        resp.stdout = table(&cols, &rows, p.has('H'));
+    }
+    resp
+}
+
+fn status(st: &mut State, args: &[String]) -> Response {
+    let p = match getopt(args, "vxpP") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("status", &e),
+    };
+    let mut resp = Response::ok("");
+    if st.pools.is_empty() && p.operands.is_empty() {
+        resp.stdout = "no pools available\n".into();
+        return resp;
+    }
+    let names: Vec<String> = if p.operands.is_empty() { st.pools.keys().cloned().collect() } else { p.operands.clone() };
+    let mut blocks = Vec::new();
+    for n in &names {
+        let Some(entry) = st.pools.get(n) else {
+            resp.stderr.push_str(&format!("cannot open '{n}': no such pool\n"));
+            resp.code = 1;
+            continue;
+        };
+        let health = entry.pool.health();
+        let tree = entry.pool.status();
+        let errs = entry.pool.data_errors();
+        if p.has('x') && format::pool_is_healthy(&health, &tree, errs) {
+            if !p.operands.is_empty() {
+                blocks.push(format!("pool '{n}' is healthy\n"));
+            }
+            continue;
+        }
+        blocks.push(format::pool_status(n, &health, &tree, errs));
+    }
+    if p.has('x') && blocks.is_empty() && resp.code == 0 {
+        resp.stdout = "all pools are healthy\n".into();
+        return resp;
+    }
+    resp.stdout = blocks.join("\n");
+    resp
+}
+
+fn export(st: &mut State, args: &[String]) -> Response {
+    let p = match getopt(args, "fa") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("export", &e),
+    };
+    let names: Vec<String> = if p.has('a') { st.pools.keys().cloned().collect() } else { p.operands.clone() };
+    if names.is_empty() {
+        return bad_usage("export", "missing pool argument");
+    }
+    let mut resp = Response::ok("");
+    for name in names {
+        let Some(entry) = st.pools.get_mut(&name) else {
+            resp.stderr.push_str(&format!("cannot open '{name}': no such pool\n"));
+            resp.code = 1;
+            continue;
+        };
+        let errors = daemon::unmount_all(entry, p.has('f'));
+        if !errors.is_empty() && !p.has('f') {
+            resp.stderr.push_str(&format!("{}\n", errors.join("\n")));
+            resp.code = 1;
+            continue;
+        }
+        if let Err(e) = entry.pool.export() {
+            resp.stderr.push_str(&format!("{}\n", daemon::cannot(&format!("cannot export '{name}'"), e)));
+            resp.code = 1;
+            continue;
+        }
+        st.pools.remove(&name);
+    }
+    resp
+}
+
+fn import_dirs(st: &State, p: &args::Parsed) -> Vec<PathBuf> {
+    let given = p.all('d');
+    if !given.is_empty() {
+        return given.into_iter().map(PathBuf::from).collect();
+    }
+    let mut dirs = vec![PathBuf::from("/dev")];
+    for d in st.known_dirs() {
+        if !dirs.contains(&d) {
+            dirs.push(d);
+        }
+    }
+    dirs
+}
+
+fn import(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "ad:DfFmnNo:R:T:c:") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("import", &e),
+    };
+    let dirs: Vec<PathBuf> =
+        import_dirs(st, &p).into_iter().map(|d| if d.is_absolute() { d } else { args::normalize(&ctx.cwd.join(d)) }).collect();
+    let rewind = match (p.last('T'), p.has('F')) {
+        (Some(t), _) => match t.parse::<u64>() {
+            Ok(n) => Rewind::Txg(n),
+            Err(_) => return bad_usage("import", &format!("invalid txg value '{t}'")),
+        },
+        (None, true) => Rewind::Recover,
+        (None, false) => Rewind::None,
+    };
+    let altroot = p.last('R').map(PathBuf::from);
+    let show_destroyed = p.has('D');
+    if p.operands.is_empty() || p.has('a') {
+        let candidates = match Pool::find_importable(&dirs) {
+            Ok(c) => c,
+            Err(e) => return Response::err(format!("cannot search for pools: {e}")),
+        };
+        let imported: Vec<u64> = st.pools.values().map(|e| e.pool.guid()).collect();
+        let candidates: Vec<_> = candidates
+            .into_iter()
+            .filter(|c| !imported.contains(&c.guid))
+            .filter(|c| (c.state == "destroyed") == show_destroyed)
+            .collect();
+        if !p.has('a') {
+            if candidates.is_empty() {
+                return Response { stdout: String::new(), stderr: "no pools available to import\n".into(), code: 1 };
+            }
+            let blocks: Vec<String> = candidates.iter().map(format::import_candidate).collect();
+            return Response::ok(blocks.join("\n"));
+        }
+        let mut resp = Response::ok("");
+        for c in candidates {
+            let r = import_one(st, ctx, &c.guid.to_string(), None, &dirs, rewind, altroot.clone(), p.has('N'));
+            resp.stdout.push_str(&r.stdout);
+            resp.stderr.push_str(&r.stderr);
+            resp.code = resp.code.max(r.code);
+        }
+        return resp;
+    }
+    let (which, new_name) = match p.operands.as_slice() {
+        [w] => (w.clone(), None),
+        [w, n] => (w.clone(), Some(n.clone())),
+        _ => return bad_usage("import", "too many arguments"),
+    };
+    import_one(st, ctx, &which, new_name.as_deref(), &dirs, rewind, altroot, p.has('N'))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn import_one(
+    st: &mut State,
+    ctx: &Ctx,
+    which: &str,
+    new_name: Option<&str>,
+    dirs: &[PathBuf],
+    rewind: Rewind,
+    altroot: Option<PathBuf>,
+    no_mount: bool,
+) -> Response {
+    if let Some(n) = new_name {
+        if let Err(e) = tarn_spa::validate_pool_name(n) {
+            return Response::err(daemon::cannot(&format!("cannot import '{which}'"), e));
+        }
+    }
+    let target = new_name.unwrap_or(which);
+    if st.pools.contains_key(target) {
+        return Response::err(format!(
+            "cannot import '{which}': a pool with that name already exists\n\
+             use the form 'zpool import <pool | id> <newpool>' to give it a new name"
+        ));
+    }
+    let pool = match Pool::import(which, dirs, rewind, new_name) {
+        Ok(p) => p,
+        Err(SpaError::NotFound(_)) => return Response::err(format!("cannot import '{which}': no such pool available")),
+        Err(e) => return Response::err(daemon::cannot(&format!("cannot import '{which}'"), e)),
+    };
+    let name = pool.name();
+    if st.pools.contains_key(&name) {
+        // Imported by GUID into a name we already have: give it back.
+        let _ = pool.export();
+        return Response::err(format!(
+            "cannot import '{which}': a pool with that name already exists\n\
+             use the form 'zpool import <pool | id> <newpool>' to give it a new name"
+        ));
+    }
+    let mut entry = PoolEntry { pool, altroot, mounts: BTreeMap::new() };
+    st.remember_dirs(daemon::leaves(&entry.pool.status()));
+    history_note(&entry, ctx);
+    let errors = if no_mount { Vec::new() } else { daemon::mount_all(&mut entry) };
+    st.pools.insert(name, entry);
+    with_mount_errors(Response::ok(""), errors)
+}
+
+const POOL_PROPS_ALL: [&str; 11] =
+    ["size", "capacity", "altroot", "health", "guid", "version", "free", "allocated", "readonly", "ashift", "comment"];
+
+fn get(st: &mut State, args: &[String]) -> Response {
+    let p = match getopt(args, "Hpo:") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("get", &e),
+    };
+    let Some(props_arg) = p.operands.first() else {
+        return bad_usage("get", "missing property argument");
+    };
+    let fields: Vec<String> = match p.last('o') {
+        Some(o) if o == "all" => vec!["name".into(), "property".into(), "value".into(), "source".into()],
+        Some(o) => o.split(',').map(String::from).collect(),
+        None => vec!["name".into(), "property".into(), "value".into(), "source".into()],
+    };
+    for f in &fields {
+        if !["name", "property", "value", "source"].contains(&f.as_str()) {
+            return bad_usage("get", &format!("invalid field '{f}'"));
+        }
+    }
+    let props: Vec<String> = if props_arg == "all" {
+        POOL_PROPS_ALL.iter().map(|s| s.to_string()).collect()
+    } else {
+        let mut v = Vec::new();
+        for pr in props_arg.split(',') {
+            match pool_column(pr) {
+                Some((canon, _)) => v.push(canon.to_string()),
+                None => return bad_usage("get", &format!("bad property list: invalid property '{pr}'")),
+            }
+        }
+        v
+    };
+    let names: Vec<String> = if p.operands.len() > 1 { p.operands[1..].to_vec() } else { st.pools.keys().cloned().collect() };
+    let mut resp = Response::ok("");
+    let mut rows = Vec::new();
+    for n in &names {
+        let Some(entry) = st.pools.get(n) else {
+            resp.stderr.push_str(&format!("cannot open '{n}': no such pool\n"));
+            resp.code = 1;
+            continue;
+        };
+        for pr in &props {
+            let (value, source) = pool_value(n, entry, pr, p.has('p'));
+            let row = fields
+                .iter()
+                .map(|f| match f.as_str() {
+                    "name" => n.clone(),
+                    "property" => pr.clone(),
+                    "value" => value.clone(),
+                    _ => source.clone(),
+                })
+                .collect();
+            rows.push(row);
+        }
+    }
+    if !rows.is_empty() {
+        let cols: Vec<Column> = fields.iter().map(|f| Column::left(&f.to_ascii_uppercase())).collect();
+        resp.stdout = table(&cols, &rows, p.has('H'));
+    }
+    resp
+}
+
+fn set(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let (kv, name) = match args {
+        [kv, name] => (kv, name),
+        _ => return bad_usage("set", "missing property=value or pool argument"),
+    };
+    let (k, v) = match split_prop(kv) {
+        Ok(x) => x,
+        Err(e) => return bad_usage("set", &e),
+    };
+    let Some(entry) = st.pools.get(name) else {
+        return no_such_pool(name);
+    };
+    if let Err(e) = entry.pool.set_prop(&k, &v) {
+        return Response::err(daemon::cannot(&format!("cannot set property for '{name}'"), e));
+    }
+    history_note(entry, ctx);
+    Response::ok("")
+}
+
+fn history(st: &mut State, args: &[String]) -> Response {
+    let p = match getopt(args, "il") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("history", &e),
+    };
+    let names: Vec<String> = if p.operands.is_empty() { st.pools.keys().cloned().collect() } else { p.operands.clone() };
+    if names.is_empty() {
+        return Response::ok("no pools available\n");
+    }
+    let mut resp = Response::ok("");
+    for n in names {
+        let Some(entry) = st.pools.get(&n) else {
+            resp.stderr.push_str(&format!("cannot open '{n}': no such pool\n"));
+            resp.code = 1;
+            continue;
+        };
+        match entry.pool.history() {
+            Ok(lines) => {
+                resp.stdout.push_str(&format!("History for '{n}':\n"));
+                for l in lines {
+                    resp.stdout.push_str(&l);
+                    resp.stdout.push('\n');
+                }
+                resp.stdout.push('\n');
+            }
+            Err(e) => {
+                resp.stderr.push_str(&format!("cannot get history for '{n}': {e}\n"));
+                resp.code = 1;
+            }
+        }
+    }
+    resp
+}
+
+/// Leaves of a status tree whose state is not ONLINE (for messages).
+pub fn unhealthy_leaves(v: &VdevStatus) -> Vec<&Path> {
+    if v.children.is_empty() {
+        return if v.state == "ONLINE" { vec![] } else { vec![Path::new(&v.name)] };
+    }
+    v.children.iter().flat_map(unhealthy_leaves).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_lines_for_subcommands() {
+        assert!(usage_of("create").contains("create [-fn]"));
+        assert!(usage_of("destroy").contains("destroy [-f] <pool>"));
+    }
+
+    #[test]
+    fn create_error_wording() {
+        let e = SpaError::InUse { path: "/v/a".into(), pool: "old".into(), state: "exported".into() };
+        assert_eq!(
+            create_error("tank", e),
+            "invalid vdev specification\nuse '-f' to override the following errors:\n/v/a is part of exported pool 'old'"
+        );
+        assert_eq!(
+            create_error("tank", SpaError::TooSmall("/v/a".into())),
+            "cannot create 'tank': one or more devices is less than the minimum size (64M)"
+        );
+    }
+}

@@ -1,0 +1,165 @@
+//! Shared harness for the end-to-end tests: one private daemon per test.
+//!
+//! Each [`Env`] owns a temporary directory holding the socket (`TARN_SOCKET`), the
+//! daemon's state directory (`TARN_STATE_DIR`) and the vdev files. Commands run the
+//! real `tarn` binary with that directory as cwd; the first one starts the daemon.
+//! Dropping the `Env` stops the daemon (`tarn daemon --stop`, then SIGTERM of the pid
+//! in `daemon.pid` if that did not work), which unmounts and exports its pools.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Output of one command.
+#[derive(Debug)]
+pub struct Out {
+    pub stdout: String,
+    pub stderr: String,
+    pub code: i32,
+}
+
+impl Out {
+    /// Panic with the whole output unless the command succeeded.
+    pub fn ok(self) -> Out {
+        assert_eq!(self.code, 0, "command failed: {self:?}");
+        self
+    }
+    /// Panic unless the command failed and its stderr contains `msg`.
+    pub fn fails_with(self, msg: &str) -> Out {
+        assert_ne!(self.code, 0, "command unexpectedly succeeded: {self:?}");
+        assert!(self.stderr.contains(msg), "expected {msg:?} in stderr: {self:?}");
+        self
+    }
+}
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        let dir = tempfile::Builder::new().prefix("tarn-e2e").tempdir_in("/tmp").unwrap();
+        std::fs::create_dir_all(dir.path().join("v")).unwrap();
+        Env { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.path().join("tarn.sock")
+    }
+
+    pub fn state(&self) -> PathBuf {
+        self.path().join("state")
+    }
+
+    /// Directory of the vdev files.
+    pub fn vdir(&self) -> PathBuf {
+        self.path().join("v")
+    }
+
+    /// Path of vdev file `name` (not created).
+    pub fn vdev(&self, name: &str) -> String {
+        self.vdir().join(name).display().to_string()
+    }
+
+    /// Create a sparse vdev file of `size_bytes`.
+    pub fn make_vdev(&self, name: &str, size_bytes: u64) -> String {
+        let p = self.vdev(name);
+        std::fs::File::create(&p).unwrap().set_len(size_bytes).unwrap();
+        p
+    }
+
+    /// Run `tarn ARGS`.
+    pub fn tarn(&self, args: &[&str]) -> Out {
+        let o = Command::new(env!("CARGO_BIN_EXE_tarn"))
+            .args(args)
+            .current_dir(self.path())
+            .env("TARN_SOCKET", self.socket())
+            .env("TARN_STATE_DIR", self.state())
+            .output()
+            .expect("run tarn");
+        Out {
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+            code: o.status.code().unwrap_or(-1),
+        }
+    }
+
+    pub fn zpool(&self, args: &[&str]) -> Out {
+        let mut v = vec!["zpool"];
+        v.extend_from_slice(args);
+        self.tarn(&v)
+    }
+
+    pub fn zfs(&self, args: &[&str]) -> Out {
+        let mut v = vec!["zfs"];
+        v.extend_from_slice(args);
+        self.tarn(&v)
+    }
+
+    pub fn daemon_log(&self) -> String {
+        std::fs::read_to_string(self.state().join("daemon.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if !self.socket().exists() {
+            return;
+        }
+        let out = self.tarn(&["daemon", "--stop"]);
+        if out.code != 0 || self.socket().exists() {
+            if let Ok(pid) = std::fs::read_to_string(self.state().join("daemon.pid")) {
+                if let Ok(pid) = pid.trim().parse::<i32>() {
+                    // SAFETY: signalling the daemon this test started.
+                    unsafe { libc_kill(pid) };
+                }
+            }
+        }
+    }
+}
+
+unsafe fn libc_kill(pid: i32) {
+    extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    kill(pid, 15);
+}
+
+/// True when FUSE mounts can work here; otherwise print why the test is skipped.
+pub fn fuse_usable(test: &str) -> bool {
+    if !cfg!(feature = "fuse") {
+        eprintln!("SKIP {test}: tarn-cli built without the 'fuse' feature");
+        return false;
+    }
+    if !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIP {test}: /dev/fuse is absent");
+        return false;
+    }
+    let has_fusermount = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("fusermount").exists() || d.join("fusermount3").exists()))
+        .unwrap_or(false);
+    if !has_fusermount {
+        eprintln!("SKIP {test}: fusermount not installed");
+        return false;
+    }
+    true
+}
+
+/// True when the first and last `len` bytes of the file are all zero.
+pub fn untouched(path: &str, len: usize) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).unwrap();
+    let size = f.metadata().unwrap().len();
+    let mut buf = vec![0u8; len];
+    f.read_exact(&mut buf).unwrap();
+    if buf.iter().any(|b| *b != 0) {
+        return false;
+    }
+    f.seek(SeekFrom::Start(size - len as u64)).unwrap();
+    f.read_exact(&mut buf).unwrap();
+    buf.iter().all(|b| *b == 0)
+}

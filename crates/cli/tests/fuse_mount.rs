@@ -1,0 +1,140 @@
+//! End-to-end: datasets mounted through FUSE (OpenZFS suite areas cli_root/zfs_mount,
+//! zfs_unmount, and the export/import data round trip).
+//!
+//! How: a mirror pool mounted under the test directory; a tree of files (nested
+//! directories, empty, small and multi-record files, a symlink) is copied in, the pool
+//! is exported (mounts must disappear) and imported again, and the tree is compared
+//! byte for byte with the source. Property changes on a mounted dataset (mountpoint,
+//! readonly) are checked through the mount. Skipped, with a message, when FUSE is not
+//! usable here (no /dev/fuse, no fusermount, or built without the `fuse` feature).
+
+mod common;
+use common::*;
+use std::path::Path;
+
+fn make_tree(root: &Path) {
+    std::fs::create_dir_all(root.join("d1/d2/d3")).unwrap();
+    std::fs::write(root.join("empty"), b"").unwrap();
+    std::fs::write(root.join("small.txt"), b"hello tarn\n").unwrap();
+    let big: Vec<u8> = (0..(3 << 20) + 12345).map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    std::fs::write(root.join("d1/big.bin"), &big).unwrap();
+    for i in 0..50 {
+        std::fs::write(root.join(format!("d1/d2/f{i}")), format!("file {i}\n").repeat(i + 1)).unwrap();
+    }
+    std::fs::write(root.join("d1/d2/d3/deep"), vec![7u8; 200_000]).unwrap();
+    std::os::unix::fs::symlink("d1/big.bin", root.join("link")).unwrap();
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let t = to.join(e.file_name());
+        let ft = e.file_type().unwrap();
+        if ft.is_dir() {
+            std::fs::create_dir(&t).unwrap();
+            copy_tree(&e.path(), &t);
+        } else if ft.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), &t).unwrap();
+        } else {
+            std::fs::copy(e.path(), &t).unwrap();
+        }
+    }
+}
+
+/// Compare two trees; returns the first difference.
+fn diff(a: &Path, b: &Path) -> Result<(), String> {
+    let list = |p: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(p).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    };
+    let (la, lb) = (list(a), list(b));
+    if la != lb {
+        return Err(format!("{}: {la:?} vs {}: {lb:?}", a.display(), b.display()));
+    }
+    for n in la {
+        let (pa, pb) = (a.join(&n), b.join(&n));
+        let (ma, mb) = (std::fs::symlink_metadata(&pa).unwrap(), std::fs::symlink_metadata(&pb).unwrap());
+        if ma.file_type().is_symlink() {
+            if std::fs::read_link(&pa).unwrap() != std::fs::read_link(&pb).unwrap() {
+                return Err(format!("symlink {n} differs"));
+            }
+        } else if ma.is_dir() {
+            if !mb.is_dir() {
+                return Err(format!("{n}: not a directory in copy"));
+            }
+            diff(&pa, &pb)?;
+        } else if std::fs::read(&pa).unwrap() != std::fs::read(&pb).unwrap() {
+            return Err(format!("{} differs", pa.display()));
+        }
+    }
+    Ok(())
+}
+
+fn is_mountpoint(p: &Path) -> bool {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let s = p.display().to_string();
+    mounts.lines().any(|l| l.split_whitespace().nth(4) == Some(s.as_str()))
+}
+
+#[test]
+fn copy_export_import_diff() {
+    if !fuse_usable("copy_export_import_diff") {
+        return;
+    }
+    let env = Env::new();
+    let mnt = env.path().join("mnt");
+    let src = env.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    make_tree(&src);
+    let m = mnt.display().to_string();
+    env.zpool(&["create", "-m", &m, "-o", "size=256M", "tank", "mirror", "v/a", "v/b"]).ok();
+    assert!(is_mountpoint(&mnt), "{}", env.daemon_log());
+    assert_eq!(env.zfs(&["mount"]).ok().stdout, format!("{:<30}  {m}\n", "tank"));
+    copy_tree(&src, &mnt);
+    diff(&src, &mnt).unwrap();
+    env.zfs(&["create", "tank/sub"]).ok();
+    assert!(is_mountpoint(&mnt.join("sub")));
+    std::fs::write(mnt.join("sub/inner"), b"in the child\n").unwrap();
+
+    env.zpool(&["export", "tank"]).ok();
+    assert!(!is_mountpoint(&mnt) && !is_mountpoint(&mnt.join("sub")));
+    env.zpool(&["import", "-d", "v", "tank"]).ok();
+    assert!(is_mountpoint(&mnt) && is_mountpoint(&mnt.join("sub")));
+    assert_eq!(std::fs::read(mnt.join("sub/inner")).unwrap(), b"in the child\n");
+    // the child's mount hides its directory in the parent: compare the rest
+    env.zfs(&["unmount", "tank/sub"]).ok();
+    assert!(!is_mountpoint(&mnt.join("sub")));
+    std::fs::remove_dir(mnt.join("sub")).unwrap();
+    diff(&src, &mnt).unwrap();
+    env.zfs(&["unmount", "tank/sub"]).fails_with("not currently mounted");
+    env.zfs(&["mount", "tank/sub"]).ok();
+    assert!(is_mountpoint(&mnt.join("sub")));
+}
+
+#[test]
+fn property_changes_reach_the_mount() {
+    if !fuse_usable("property_changes_reach_the_mount") {
+        return;
+    }
+    let env = Env::new();
+    let mnt = env.path().join("mnt");
+    let m = mnt.display().to_string();
+    env.zpool(&["create", "-m", &m, "-o", "size=128M", "tank", "v/a"]).ok();
+    env.zfs(&["create", "tank/fs"]).ok();
+    std::fs::write(mnt.join("fs/x"), b"x").unwrap();
+    env.zfs(&["set", "readonly=on", "tank/fs"]).ok();
+    let err = std::fs::write(mnt.join("fs/y"), b"y").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(30), "EROFS expected: {err}");
+    env.zfs(&["set", "readonly=off", "tank/fs"]).ok();
+    std::fs::write(mnt.join("fs/y"), b"y").unwrap();
+    let moved = env.path().join("moved");
+    env.zfs(&["set", &format!("mountpoint={}", moved.display()), "tank/fs"]).ok();
+    assert!(is_mountpoint(&moved) && !is_mountpoint(&mnt.join("fs")));
+    assert_eq!(std::fs::read(moved.join("x")).unwrap(), b"x");
+    env.zfs(&["set", "canmount=off", "tank/fs"]).ok();
+    assert!(!is_mountpoint(&moved));
+    env.zfs(&["mount", "tank/fs"]).fails_with("'canmount' property is set to 'off'");
+    env.zfs(&["destroy", "tank/fs"]).ok();
+    assert_eq!(env.zfs(&["list", "-H", "-o", "name"]).ok().stdout, "tank\n");
+}
