@@ -142,8 +142,18 @@ pub fn connect_or_start(timeout: Duration) -> std::io::Result<UnixStream> {
 /// Run one command through the daemon (starting it if needed).
 pub fn run_remote(argv: Vec<String>) -> std::io::Result<Response> {
     let cwd = std::env::current_dir().map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|_| "/".into());
+    let req = Request { argv, cwd };
     let stream = connect_or_start(Duration::from_secs(10))?;
-    exchange(stream, &Request { argv, cwd })
+    match exchange(stream, &req) {
+        // A daemon that was dying (e.g. just SIGKILLed) can accept a connection into
+        // its backlog and then reset it without reading the request: the command did
+        // not run, so connect again (starting a fresh daemon) and retry once.
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe) => {
+            std::thread::sleep(Duration::from_millis(100));
+            exchange(connect_or_start(Duration::from_secs(10))?, &req)
+        }
+        other => other,
+    }
 }
 
 #[cfg(test)]

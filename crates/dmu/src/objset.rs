@@ -1000,7 +1000,8 @@ impl ObjectStore for Objset {
     fn space(&self) -> SpaceInfo {
         let size = self.zio.size_bytes();
         let slop = (size >> self.slop_shift).max(4 << 20);
-        SpaceInfo { used_bytes: self.used_bytes(), avail_bytes: self.zio.free_bytes().saturating_sub(slop) }
+        let r = self.zio.deflate_ratio();
+        SpaceInfo { used_bytes: (self.used_bytes() as f64 * r) as u64, avail_bytes: (self.zio.free_bytes().saturating_sub(slop) as f64 * r) as u64 }
     }
 
     fn is_readonly(&self) -> bool {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::time::Instant;
-use tarn_dmu::{ObjectStore, ObjectType};
+use tarn_dmu::ObjectType;
 use tarn_spa::{CreateSpec, Pool, Rewind, TopSpec};
 
 fn main() {

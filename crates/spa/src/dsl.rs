@@ -276,6 +276,10 @@ impl Pool {
         if let Some(v) = local(name) {
             return (self.with_altroot(prop, v), "local".into());
         }
+        // canmount is not inherited (zfsprops(7)).
+        if prop == "canmount" {
+            return ("on".into(), "default".into());
+        }
         let mut p = parent_of(name);
         while let Some(par) = p {
             if let Some(v) = local(par) {
@@ -307,8 +311,9 @@ impl Pool {
     pub fn list_datasets(&self) -> Result<Vec<DatasetInfo>> {
         let d = self.dir.lock().clone();
         let slop = (self.size_bytes() >> 5).max(4 << 20);
-        let avail = self.zio.free_bytes().saturating_sub(slop);
-        let refer: BTreeMap<String, u64> = d.datasets.iter().map(|(n, r)| (n.clone(), self.refer_bytes(r.obj))).collect();
+        let ratio = self.zio.deflate_ratio();
+        let avail = (self.zio.free_bytes().saturating_sub(slop) as f64 * ratio) as u64;
+        let refer: BTreeMap<String, u64> = d.datasets.iter().map(|(n, r)| (n.clone(), (self.refer_bytes(r.obj) as f64 * ratio) as u64)).collect();
         let mut out = Vec::new();
         for (name, rec) in &d.datasets {
             let prefix = format!("{name}/");

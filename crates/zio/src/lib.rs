@@ -156,6 +156,26 @@ impl Zio {
         v.iter().map(|d| d.psize_to_asize(psize_bytes) as f64 / psize_bytes as f64).fold(1.0, f64::max)
     }
 
+    /// Fraction of allocated bytes that holds data rather than parity/padding, for a
+    /// typical 128 KiB block (1.0 for mirrors and plain disks, ~(n−p)/n for raidz).
+    /// `zfs list` and `statfs` report space deflated by it, as OpenZFS does with its
+    /// per-vdev deflate ratio (`vdev_deflate_ratio`).
+    pub fn deflate_ratio(&self) -> f64 {
+        let v = self.vdevs.read();
+        let (mut data, mut alloc) = (0f64, 0f64);
+        for d in v.iter() {
+            let share = d.asize_bytes() as f64;
+            let a = d.psize_to_asize(128 << 10) as f64;
+            data += share * (128u64 << 10) as f64 / a;
+            alloc += share;
+        }
+        if alloc == 0.0 {
+            1.0
+        } else {
+            (data / alloc).min(1.0)
+        }
+    }
+
     /// Allocate `copies` DVAs for a block of `psize_bytes`; distinct top-level vdevs
     /// when possible, otherwise far apart on the same one.
     fn allocate(&self, psize_bytes: u64, copies: u8) -> Result<[Dva; 3]> {

@@ -1,0 +1,324 @@
+#!/usr/bin/env bash
+# Run the same fio workloads against several storage targets in one go and print one
+# table: a row per workload, a column per target, each value with its ratio to `raw`.
+#
+# Usage: bash bench/fio.sh [--targets raw,tarn,zfs-fuse,btrfs] [--size 1G]
+#                          [--runtime 20] [--files 5000] [--workdir DIR]
+#
+# Targets (each is three functions below: setup_<t>, cold_<t>, teardown_<t>):
+#   raw       a plain directory on the file system that holds the vdev files
+#   tarn      a Tarn mount: `zpool create -o size=4G benchpool mirror a.img b.img`
+#             with a private daemon (TARN_SOCKET / TARN_STATE_DIR under the workdir)
+#   zfs-fuse  Debian's zfs-fuse daemon in a private mount namespace, a mirror of two
+#             4 GiB files, pool created with -o cachefile=none
+#   btrfs     btrfs raid1 (data and metadata) over two loop devices on 4 GiB files
+#
+# Needs root. Installs fio, fuse (never fuse3), zfs-fuse and btrfs-progs with apt-get
+# when they are missing and the chosen targets need them. Not run by CI.
+set -euo pipefail
+shopt -s inherit_errexit
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TARGETS=raw,tarn,zfs-fuse,btrfs
+SIZE=${BENCH_SIZE:-1G}
+RUNTIME=${BENCH_RUNTIME:-20}
+NFILES=${BENCH_FILES:-5000}
+WORK=${BENCH_DIR:-/var/tmp/tarn-bench}
+VDEV_SIZE=4G
+
+usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+while [ $# -gt 0 ]; do
+    case $1 in
+        --targets) TARGETS=$2; shift 2 ;;
+        --targets=*) TARGETS=${1#*=}; shift ;;
+        --size) SIZE=$2; shift 2 ;;
+        --size=*) SIZE=${1#*=}; shift ;;
+        --runtime) RUNTIME=$2; shift 2 ;;
+        --runtime=*) RUNTIME=${1#*=}; shift ;;
+        --files) NFILES=$2; shift 2 ;;
+        --files=*) NFILES=${1#*=}; shift ;;
+        --workdir) WORK=$2; shift 2 ;;
+        --workdir=*) WORK=${1#*=}; shift ;;
+        -h|--help) usage 0 ;;
+        *) echo "fio.sh: unknown option $1" >&2; usage 2 ;;
+    esac
+done
+IFS=, read -r -a TARGET_LIST <<< "$TARGETS"
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+[ "$(id -u)" -eq 0 ] || die "run as root (drop_caches, loop devices, FUSE)"
+mkdir -p "$WORK"
+WORK=$(cd "$WORK" && pwd)
+RESULTS=$WORK/results.tsv
+: > "$RESULTS"
+
+# ---- packages ------------------------------------------------------------------------
+APT_UPDATED=0
+apt_install() {
+    export DEBIAN_FRONTEND=noninteractive
+    if [ $APT_UPDATED -eq 0 ]; then apt-get update -qq; APT_UPDATED=1; fi
+    # Install without starting services (zfs-fuse ships an init script): use a
+    # policy-rc.d only when the machine has none, and remove only the one we made.
+    local made_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+        chmod 755 /usr/sbin/policy-rc.d
+        made_policy=1
+    fi
+    local rc=0
+    apt-get install -y -qq "$@" || rc=$?
+    [ $made_policy -eq 1 ] && rm -f /usr/sbin/policy-rc.d
+    return $rc
+}
+has() { command -v "$1" >/dev/null 2>&1; }
+wants() { [[ ",$TARGETS," == *",$1,"* ]]; }
+
+has fio || { log "installing fio"; apt_install fio; }
+if wants tarn && ! has fusermount; then log "installing fuse"; apt_install fuse; fi
+if wants zfs-fuse && ! has zfs-fuse; then log "installing zfs-fuse"; apt_install zfs-fuse; fi
+if wants btrfs && ! has mkfs.btrfs; then log "installing btrfs-progs"; apt_install btrfs-progs; fi
+
+SMALLFILES=$WORK/smallfiles
+cc -O2 -pthread -o "$SMALLFILES" "$REPO/bench/smallfiles.c"
+
+# ---- common helpers --------------------------------------------------------------------
+DIR=""       # where the current target's workloads run
+RUN=()       # command prefix for the current target (zfs-fuse: nsenter into its namespace)
+
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+in_new_namespace() { [ "$(readlink "/proc/$1/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ]; }
+
+wait_for() {  # wait_for SECONDS COMMAND...: retry COMMAND until it succeeds
+    local t=$1; shift
+    for _ in $(seq 1 $((t * 10))); do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    "$@"
+}
+
+# ---- target: raw ---------------------------------------------------------------------------
+setup_raw() { mkdir -p "$WORK/raw"; DIR=$WORK/raw; }
+cold_raw() { drop_caches; }
+teardown_raw() { rm -rf "$WORK/raw"; }
+
+# ---- target: tarn --------------------------------------------------------------------------
+TARN_POOL=benchpool
+tarn() { "$TARN" "$@"; }
+setup_tarn() {
+    local features=()
+    grep -Eq '^[[:space:]]*fuse[[:space:]]*=' "$REPO/crates/cli/Cargo.toml" && features=(--features fuse)
+    if [ -z "${TARN_BIN:-}" ]; then
+        log "building tarn"
+        (cd "$REPO" && cargo build --release -q -p tarn-cli "${features[@]}")
+        local target_dir=${CARGO_TARGET_DIR:-$REPO/target}
+        case $target_dir in /*) ;; *) target_dir=$REPO/$target_dir ;; esac
+        TARN=$target_dir/release/tarn
+    else
+        TARN=$TARN_BIN
+    fi
+    local d=$WORK/tarn
+    rm -rf "$d"; mkdir -p "$d/state" "$d/run"
+    export TARN_STATE_DIR=$d/state TARN_SOCKET=$d/run/tarn.sock
+    (cd "$d" && tarn zpool create -o size=$VDEV_SIZE -m "$d/mnt" $TARN_POOL mirror a.img b.img)
+    mountpoint -q "$d/mnt" || die "tarn: $d/mnt is not mounted"
+    DIR=$d/mnt
+}
+cold_tarn() {
+    tarn zpool export $TARN_POOL
+    drop_caches
+    tarn zpool import -d "$WORK/tarn" $TARN_POOL
+    mountpoint -q "$DIR" || die "tarn: $DIR is not mounted after import"
+}
+teardown_tarn() {
+    [ -n "${TARN:-}" ] || return 0
+    tarn zpool destroy $TARN_POOL 2>/dev/null || tarn zpool export $TARN_POOL 2>/dev/null || true
+    local pidfile=$WORK/tarn/state/daemon.pid pid
+    if [ -f "$pidfile" ]; then
+        pid=$(cat "$pidfile")
+        kill -TERM "$pid" 2>/dev/null || true
+        for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fi
+    mountpoint -q "$WORK/tarn/mnt" 2>/dev/null && fusermount -u "$WORK/tarn/mnt"
+    rm -rf "$WORK/tarn"
+}
+
+# ---- target: zfs-fuse ----------------------------------------------------------------------
+ZF_POOL=zfsbench
+ZF_NS_PID=""
+ZF_PID=""
+setup_zfs_fuse() {
+    if pgrep -x zfs-fuse >/dev/null; then
+        die "zfs-fuse is already running on this host (pid $(pgrep -x zfs-fuse | tr '\n' ' ')); it allows one daemon per host"
+    fi
+    local d=$WORK/zfs-fuse
+    rm -rf "$d"; mkdir -p "$d/mnt"
+    truncate -s $VDEV_SIZE "$d/z0.img" "$d/z1.img"
+    # A private mount namespace keeps zfs-fuse's mounts away from the host; everything
+    # that touches them (zpool, fio, smallfiles) runs inside it through nsenter.
+    unshare --mount --propagation private sleep infinity &
+    ZF_NS_PID=$!
+    RUN=(nsenter --target "$ZF_NS_PID" --mount --)
+    wait_for 5 in_new_namespace "$ZF_NS_PID"
+    "${RUN[@]}" zfs-fuse --pidfile "$d/zfs-fuse.pid"
+    wait_for 10 test -s "$d/zfs-fuse.pid"
+    ZF_PID=$(cat "$d/zfs-fuse.pid")
+    wait_for 10 "${RUN[@]}" zpool list
+    "${RUN[@]}" zpool create -f -o cachefile=none -m "$d/mnt" $ZF_POOL mirror "$d/z0.img" "$d/z1.img"
+    DIR=$d/mnt
+}
+cold_zfs_fuse() {
+    "${RUN[@]}" zpool export $ZF_POOL
+    drop_caches
+    "${RUN[@]}" zpool import -o cachefile=none -d "$WORK/zfs-fuse" $ZF_POOL
+}
+teardown_zfs_fuse() {
+    if [ -n "$ZF_NS_PID" ]; then
+        "${RUN[@]}" zpool destroy -f $ZF_POOL 2>/dev/null || true
+    fi
+    if [ -n "$ZF_PID" ]; then
+        kill -TERM "$ZF_PID" 2>/dev/null || true
+        for _ in $(seq 1 100); do kill -0 "$ZF_PID" 2>/dev/null || break; sleep 0.1; done
+    fi
+    if [ -n "$ZF_NS_PID" ]; then kill "$ZF_NS_PID" 2>/dev/null || true; wait "$ZF_NS_PID" 2>/dev/null || true; fi
+    ZF_NS_PID=""; ZF_PID=""; RUN=()
+    rm -rf "$WORK/zfs-fuse"
+}
+
+# ---- target: btrfs -------------------------------------------------------------------------
+BT_LOOPS=()
+setup_btrfs() {
+    local d=$WORK/btrfs
+    rm -rf "$d"; mkdir -p "$d/mnt"
+    truncate -s $VDEV_SIZE "$d/b0.img" "$d/b1.img"
+    BT_LOOPS=("$(losetup -f --show "$d/b0.img")")
+    BT_LOOPS+=("$(losetup -f --show "$d/b1.img")")
+    mkfs.btrfs -q -f -d raid1 -m raid1 "${BT_LOOPS[@]}" >/dev/null
+    mount -o "device=${BT_LOOPS[0]},device=${BT_LOOPS[1]}" "${BT_LOOPS[0]}" "$d/mnt"
+    DIR=$d/mnt
+}
+cold_btrfs() {
+    umount "$DIR"
+    drop_caches
+    mount -o "device=${BT_LOOPS[0]},device=${BT_LOOPS[1]}" "${BT_LOOPS[0]}" "$DIR"
+}
+teardown_btrfs() {
+    mountpoint -q "$WORK/btrfs/mnt" 2>/dev/null && umount "$WORK/btrfs/mnt"
+    local l
+    for l in "${BT_LOOPS[@]}"; do losetup -d "$l" 2>/dev/null || true; done
+    BT_LOOPS=()
+    rm -rf "$WORK/btrfs"
+}
+
+# ---- workloads ---------------------------------------------------------------------------
+# Each row: key, label, unit. fio results come from terse v3 output: field 7/8 are read
+# KiB/s / IOPS, fields 48/49 write KiB/s / IOPS.
+WORKLOADS=(
+    "seqwrite|seq write 1M, end_fsync|MiB/s"
+    "seqread|seq read 1M (cold)|MiB/s"
+    "randread|rand read 8K, 4 jobs (cold)|IOPS"
+    "randwrite|rand write 8K, 4 jobs, buffered|IOPS"
+    "fsync1|rand write 8K, fsync=1, 1 job|IOPS"
+    "fsync8|rand write 8K, fsync=1, 8 jobs|IOPS"
+    "small1|5k files 8K+fsync, 1 thread|files/s"
+    "small4|5k files 8K+fsync, 4 threads|files/s"
+)
+
+record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >> "$RESULTS"; }
+
+# fio_run FIELD DIVISOR NAME [fio args...]: run fio, print FIELD of its terse line / DIVISOR
+fio_run() {
+    local field=$1 div=$2 name=$3; shift 3
+    local out
+    out=$("${RUN[@]}" fio --name="$name" --filename="$DIR/bench.dat" --ioengine=psync \
+        --group_reporting --output-format=terse --terse-version=3 "$@")
+    printf '%s\n' "$out" | awk -F';' -v f="$field" -v d="$div" \
+        '$1 == "3" { printf "%.1f\n", $f / d; found = 1 } END { if (!found) exit 1 }'
+}
+
+run_workloads() {
+    local t=$1 cold=cold_${1//-/_} v
+    log "$t: seq write ($SIZE)"
+    v=$(fio_run 48 1024 seqwrite --rw=write --bs=1M --size="$SIZE" --end_fsync=1); record "$t" seqwrite "$v"
+    $cold
+    log "$t: seq read ($SIZE, cold)"
+    v=$(fio_run 7 1024 seqread --rw=read --bs=1M --size="$SIZE"); record "$t" seqread "$v"
+    $cold
+    log "$t: rand read 8K x4 (${RUNTIME}s, cold)"
+    v=$(fio_run 8 1 randread --rw=randread --bs=8k --size="$SIZE" --numjobs=4 \
+        --runtime="$RUNTIME" --time_based); record "$t" randread "$v"
+    log "$t: rand write 8K x4 buffered (${RUNTIME}s + end_fsync)"
+    v=$(fio_run 49 1 randwrite --rw=randwrite --bs=8k --size="$SIZE" --numjobs=4 \
+        --runtime="$RUNTIME" --time_based --end_fsync=1); record "$t" randwrite "$v"
+    log "$t: rand write 8K fsync=1 x1 (${RUNTIME}s)"
+    v=$(fio_run 49 1 fsync1 --rw=randwrite --bs=8k --size="$SIZE" --numjobs=1 --fsync=1 \
+        --runtime="$RUNTIME" --time_based); record "$t" fsync1 "$v"
+    log "$t: rand write 8K fsync=1 x8 (${RUNTIME}s)"
+    v=$(fio_run 49 1 fsync8 --rw=randwrite --bs=8k --size="$SIZE" --numjobs=8 --fsync=1 \
+        --runtime="$RUNTIME" --time_based); record "$t" fsync8 "$v"
+    "${RUN[@]}" rm -f "$DIR/bench.dat"
+    local threads
+    for threads in 1 4; do
+        log "$t: $NFILES small files, $threads thread(s)"
+        "${RUN[@]}" mkdir -p "$DIR/small$threads"
+        v=$("${RUN[@]}" "$SMALLFILES" "$DIR/small$threads" "$NFILES" "$threads" 8192 |
+            sed -n 's/.*files_per_s=\([0-9.]*\).*/\1/p')
+        [ -n "$v" ] || die "$t: smallfiles printed no result"
+        record "$t" "small$threads" "$v"
+        "${RUN[@]}" rm -rf "$DIR/small$threads"
+    done
+}
+
+run_target() {  # in a subshell: teardown always runs, a failure does not stop the others
+    local t=$1 id=${1//-/_}
+    trap "set +e; teardown_$id" EXIT
+    log "=== $t: setup"
+    "setup_$id"
+    run_workloads "$t"
+    log "=== $t: teardown"
+}
+
+FAILED=()
+for t in "${TARGET_LIST[@]}"; do
+    id=${t//-/_}
+    if ! declare -F "setup_$id" >/dev/null; then
+        log "unknown target '$t' (no setup_$id function)"; FAILED+=("$t"); continue
+    fi
+    # Started in the background and waited for, so that `set -e` stays in force inside
+    # (bash ignores it in a subshell that is the condition of an `if`).
+    ( run_target "$t" ) &
+    if ! wait $!; then
+        log "=== $t: FAILED; its column shows '-'"
+        FAILED+=("$t")
+    fi
+done
+
+# ---- table ---------------------------------------------------------------------------------
+value_of() { awk -F'\t' -v t="$1" -v w="$2" '$1 == t && $2 == w { print $3 }' "$RESULTS"; }
+echo
+echo "fio size=$SIZE runtime=${RUNTIME}s files=$NFILES; workdir $WORK on $(df --output=source "$WORK" | tail -n 1) ($(uname -r), $(nproc) CPUs)"
+printf '%-36s %-8s' "workload" "unit"
+for t in "${TARGET_LIST[@]}"; do printf ' %20s' "$t"; done
+printf '\n'
+for row in "${WORKLOADS[@]}"; do
+    IFS='|' read -r key label unit <<< "$row"
+    case $key in small*) label=${label/5k/$NFILES} ;; esac
+    printf '%-36s %-8s' "$label" "$unit"
+    base=$(value_of raw "$key")
+    for t in "${TARGET_LIST[@]}"; do
+        v=$(value_of "$t" "$key")
+        if [ -z "$v" ]; then
+            cell="-"
+        elif [ -n "$base" ] && awk -v b="$base" 'BEGIN { exit !(b > 0) }'; then
+            cell=$(awk -v v="$v" -v b="$base" 'BEGIN { r = v / b; printf (r >= 0.1 ? "%.1f (%.2fx)" : "%.1f (%.3fx)"), v, r }')
+        else
+            cell=$(awk -v v="$v" 'BEGIN { printf "%.1f", v }')
+        fi
+        printf ' %20s' "$cell"
+    done
+    printf '\n'
+done
+echo "(ratio = value / raw; higher is better for every row)"
+echo "raw results: $RESULTS"
+[ ${#FAILED[@]} -eq 0 ] || { log "targets that failed: ${FAILED[*]}"; exit 1; }
