@@ -113,6 +113,23 @@ impl Drop for Mount {
     }
 }
 
+/// Readahead the kernel may issue for a Tarn mount, KiB. The FUSE default (128 KiB)
+/// leaves one 128 KiB request in flight at a time; 1 MiB lets sequential reads keep
+/// both FUSE threads busy and matches the largest request the kernel sends.
+pub const READAHEAD_KIB: u32 = 1024;
+
+/// Best effort: set the mount's backing-device readahead through
+/// `/sys/class/bdi/MAJ:MIN/read_ahead_kb` (root only; a failure just keeps the default).
+fn set_readahead(mountpoint: &Path, kib: u32) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::metadata(mountpoint) else { return };
+    let dev = m.dev();
+    let path = format!("/sys/class/bdi/{}:{}/read_ahead_kb", libc::major(dev), libc::minor(dev));
+    if let Err(e) = std::fs::write(&path, kib.to_string()) {
+        tracing::debug!("cannot set {path}: {e}");
+    }
+}
+
 /// Mount `fs` on `mountpoint` (created if missing) and serve it from background
 /// threads until the returned [`Mount`] is unmounted or dropped.
 pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> io::Result<Mount> {
@@ -146,6 +163,7 @@ pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> io::Result<
     cfg.clone_fd = threads > 1;
     let root = fs.root();
     let session = fuser::spawn_mount(TarnFuse { fs, root }, mountpoint, &cfg)?;
+    set_readahead(mountpoint, READAHEAD_KIB);
     Ok(Mount {
         session: Some(session),
         mountpoint: mountpoint.to_path_buf(),

@@ -275,3 +275,44 @@ fn full_pool_enospc_then_free() {
     drop(os);
     pool.export().unwrap();
 }
+
+#[test]
+fn sparse_64_gib_object_costs_only_written_blocks() {
+    let d = tempfile::tempdir().unwrap();
+    let a = mkfile(d.path(), "a.img", 80 << 20);
+    let pool = Pool::create(&spec("sp1", vec![TopSpec::Leaf(a)])).unwrap();
+    let os = pool.objset("sp1").unwrap();
+    let tx = os.hold_tx().unwrap();
+    let obj = os.create_object(&tx, ObjectType::FileData, 512, 128 << 10, &[]).unwrap();
+    let end = 64u64 << 30;
+    os.write(&tx, obj, end - 4096, &[0xee; 4096]).unwrap();
+    os.write(&tx, obj, 5 << 30, &[0x11; 1000]).unwrap();
+    drop(tx);
+    os.wait_synced().unwrap();
+    let before = pool.alloc_bytes();
+    assert!(before < 8 << 20, "64 GiB sparse object allocated {before} bytes");
+    drop(os);
+    pool.export().unwrap();
+    drop(pool);
+    let pool = Pool::import("sp1", &[d.path().to_path_buf()], Rewind::None, None).unwrap();
+    let os = pool.objset("sp1").unwrap();
+    let mut buf = vec![1u8; 8192];
+    os.read(obj, end - 8192, &mut buf).unwrap();
+    assert!(buf[..4096].iter().all(|&b| b == 0) && buf[4096..].iter().all(|&b| b == 0xee));
+    let mut mid = vec![1u8; 4096];
+    os.read(obj, 30 << 30, &mut mid).unwrap();
+    assert!(mid.iter().all(|&b| b == 0), "holes read as zeros");
+    let mut five = vec![0u8; 1000];
+    os.read(obj, 5 << 30, &mut five).unwrap();
+    assert!(five.iter().all(|&b| b == 0x11));
+    // Truncate it back down: the far blocks are freed.
+    let tx = os.hold_tx().unwrap();
+    os.free_range(&tx, obj, 1 << 20, u64::MAX).unwrap();
+    drop(tx);
+    os.wait_synced().unwrap();
+    let mut tail = vec![1u8; 4096];
+    os.read(obj, end - 4096, &mut tail).unwrap();
+    assert!(tail.iter().all(|&b| b == 0));
+    drop(os);
+    pool.export().unwrap();
+}
