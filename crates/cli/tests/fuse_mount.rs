@@ -138,3 +138,45 @@ fn property_changes_reach_the_mount() {
     env.zfs(&["destroy", "tank/fs"]).ok();
     assert_eq!(env.zfs(&["list", "-H", "-o", "name"]).ok().stdout, "tank\n");
 }
+
+/// Checksum guarantee through the mount (OpenZFS area: cli_root/zpool_status and the
+/// checksum tests): bytes flipped in the vdev file of a non-redundant pool give EIO
+/// for that file (never wrong bytes), and `zpool status` counts CKSUM errors.
+#[test]
+fn flipped_bytes_give_eio_and_cksum_count() {
+    if !fuse_usable("flipped_bytes_give_eio_and_cksum_count") {
+        return;
+    }
+    let env = Env::new();
+    let mnt = env.path().join("mnt");
+    let a = env.make_vdev("a.img", 128 << 20);
+    env.zpool(&["create", "-m", mnt.to_str().unwrap(), "ck", &a]).ok();
+    let data = vec![0xA5u8; 1 << 20];
+    std::fs::write(mnt.join("victim"), &data).unwrap();
+    std::fs::write(mnt.join("bystander"), b"still fine\n").unwrap();
+    env.zpool(&["export", "ck"]).ok();
+    // Flip one byte in every 4 KiB run of the pattern (file data has one copy).
+    let mut img = std::fs::read(&a).unwrap();
+    let mut flipped = 0;
+    let mut i = 4 << 20;
+    while i + 4096 < img.len() {
+        if img[i..i + 4096].iter().all(|&b| b == 0xA5) {
+            img[i + 100] ^= 0x01;
+            flipped += 1;
+            i += 4096;
+        } else {
+            i += 512;
+        }
+    }
+    assert!(flipped > 0, "pattern not found in the vdev");
+    std::fs::write(&a, &img).unwrap();
+    env.zpool(&["import", "-d", env.vdir().to_str().unwrap(), "ck"]).ok();
+    let err = std::fs::read(mnt.join("victim")).expect_err("damaged file must not read");
+    assert_eq!(err.raw_os_error(), Some(5), "expected EIO, got {err}");
+    assert_eq!(std::fs::read(mnt.join("bystander")).unwrap(), b"still fine\n");
+    let st = env.zpool(&["status", "ck"]).ok().stdout;
+    let leaf_line = st.lines().find(|l| l.contains("a.img")).expect("leaf row");
+    let cksum: u64 = leaf_line.split_whitespace().last().unwrap().parse().unwrap();
+    assert!(cksum > 0, "CKSUM not counted:\n{st}");
+    assert!(st.contains("data errors"), "errors line should report data errors:\n{st}");
+}

@@ -316,3 +316,54 @@ fn sparse_64_gib_object_costs_only_written_blocks() {
     drop(os);
     pool.export().unwrap();
 }
+
+#[test]
+fn corrupt_labels_and_newer_version_refuse_import() {
+    use tarn_phys::label::{label_offsets, CONFIG_OFFSET_BYTES};
+    let d = tempfile::tempdir().unwrap();
+    let a = mkfile(d.path(), "a.img", 80 << 20);
+    let pool = Pool::create(&spec("lb1", vec![TopSpec::Leaf(a.clone())])).unwrap();
+    pool.export().unwrap();
+    drop(pool);
+    // A newer format version in every label: refused with a clear message, nothing changed.
+    {
+        let leaf = tarn_vdev::Leaf::open(&a).unwrap();
+        let mut cfg = tarn_vdev::label::read_configs(&leaf).into_iter().flatten().next().unwrap();
+        cfg.version = tarn_phys::TARN_FORMAT_VERSION + 1;
+        tarn_vdev::label::write_config(&leaf, &cfg).unwrap();
+    }
+    let e = Pool::import("lb1", &[d.path().to_path_buf()], Rewind::None, None).err().expect("newer version must be refused").to_string();
+    assert!(e.contains("newer on-disk format"), "{e}");
+    // Restore, then damage every label's config: the pool is no longer found.
+    {
+        let leaf = tarn_vdev::Leaf::open(&a).unwrap();
+        let mut cfg = tarn_vdev::label::read_configs(&leaf).into_iter().flatten().next().unwrap();
+        cfg.version = tarn_phys::TARN_FORMAT_VERSION;
+        tarn_vdev::label::write_config(&leaf, &cfg).unwrap();
+    }
+    assert!(Pool::import("lb1", &[d.path().to_path_buf()], Rewind::None, None).map(|p| p.export()).is_ok());
+    let size = std::fs::metadata(&a).unwrap().len();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&a).unwrap();
+        for off in label_offsets(size) {
+            f.write_all_at(&[0xffu8; 200], off + CONFIG_OFFSET_BYTES + 100).unwrap();
+        }
+    }
+    let e = Pool::import("lb1", &[d.path().to_path_buf()], Rewind::None, None).err().expect("corrupt labels must refuse import").to_string();
+    assert!(e.contains("no such pool"), "{e}");
+    // Damaging only two of the four labels is survivable.
+    let b = mkfile(d.path(), "b.img", 80 << 20);
+    let pool = Pool::create(&spec("lb2", vec![TopSpec::Leaf(b.clone())])).unwrap();
+    pool.export().unwrap();
+    drop(pool);
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&b).unwrap();
+        for off in &label_offsets(size)[..2] {
+            f.write_all_at(&vec![0u8; 256 << 10], *off).unwrap();
+        }
+    }
+    let p = Pool::import("lb2", &[d.path().to_path_buf()], Rewind::None, None).unwrap();
+    p.export().unwrap();
+}
