@@ -424,3 +424,19 @@ mod tests {
         assert!(check_fs_props(&s(&["atime"])).is_err());
     }
 }
+
+/// The lines of a family's usage text that describe subcommand `sub` (all of it when
+/// none match), as OpenZFS prints after a usage error.
+pub fn usage_of(usage: &str, sub: &str) -> String {
+    let lines: Vec<&str> = usage.lines().filter(|l| l.trim_start().starts_with(sub)).collect();
+    if lines.is_empty() {
+        usage.to_string()
+    } else {
+        format!("usage:\n{}\n", lines.join("\n"))
+    }
+}
+
+/// A usage error: `msg`, then the usage of `sub`; exit code 2.
+pub fn bad_usage(usage: &str, sub: &str, msg: &str) -> crate::proto::Response {
+    crate::proto::Response::usage(format!("{msg}\n{}", usage_of(usage, sub)))
+}

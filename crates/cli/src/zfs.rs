@@ -34,17 +34,8 @@ const USAGE: &str = "usage: zfs command args ...\nwhere 'command' is one of the 
 \tmount\n\tmount [-a | <filesystem>]\n\
 \tunmount [-f] <-a | filesystem|mountpoint>\n";
 
-fn usage_of(sub: &str) -> String {
-    let lines: Vec<&str> = USAGE.lines().filter(|l| l.trim_start().starts_with(sub)).collect();
-    if lines.is_empty() {
-        USAGE.to_string()
-    } else {
-        format!("usage:\n{}\n", lines.join("\n"))
-    }
-}
-
 fn bad_usage(sub: &str, msg: &str) -> Response {
-    Response::usage(format!("{msg}\n{}", usage_of(sub)))
+    crate::args::bad_usage(USAGE, sub, msg)
 }
 
 /// Run `zfs ARGS`.

@@ -34,17 +34,8 @@ const USAGE: &str = "usage: zpool command args ...\nwhere 'command' is one of th
 \tget [-Hp] [-o \"all\" | field[,...]] <\"all\" | property[,...]> <pool> ...\n\
 \tset <property=value> <pool>\n";
 
-fn usage_of(sub: &str) -> String {
-    let line = USAGE.lines().filter(|l| l.trim_start().starts_with(sub)).collect::<Vec<_>>();
-    if line.is_empty() {
-        USAGE.to_string()
-    } else {
-        format!("usage:\n{}\n", line.join("\n"))
-    }
-}
-
 fn bad_usage(sub: &str, msg: &str) -> Response {
-    Response::usage(format!("{msg}\n{}", usage_of(sub)))
+    crate::args::bad_usage(USAGE, sub, msg)
 }
 
 /// Run `zpool ARGS`.
@@ -718,8 +709,8 @@ mod tests {
 
     #[test]
     fn usage_lines_for_subcommands() {
-        assert!(usage_of("create").contains("create [-fn]"));
-        assert!(usage_of("destroy").contains("destroy [-f] <pool>"));
+        assert!(crate::args::usage_of(USAGE, "create").contains("create [-fn]"));
+        assert!(crate::args::usage_of(USAGE, "destroy").contains("destroy [-f] <pool>"));
     }
 
     #[test]

@@ -324,8 +324,13 @@ impl Zio {
         for d in bp.dvas() {
             let Some(v) = vdevs.get(d.vdev as usize) else { continue };
             match v.read(d.offset_bytes, bp.psize_bytes as u64, &verify) {
-                Ok(phys) => {
-                    let logical = Arc::new(bp.compression.decompress(&phys, bp.lsize_bytes as usize)?);
+                Ok(mut phys) => {
+                    let logical = if bp.compression == Compression::Off && phys.len() >= bp.lsize_bytes as usize {
+                        phys.truncate(bp.lsize_bytes as usize);
+                        Arc::new(phys)
+                    } else {
+                        Arc::new(bp.compression.decompress(&phys, bp.lsize_bytes as usize)?)
+                    };
                     self.cache.lock().insert(key, logical.clone());
                     return Ok(logical);
                 }
