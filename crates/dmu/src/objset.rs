@@ -49,6 +49,11 @@ pub const DNODES_PER_BLOCK: u64 = DNODE_BLOCK_BYTES as u64 / DNODE_SIZE_BYTES as
 pub const INDBLKSHIFT: u8 = 17;
 /// Block pointers per indirect block.
 pub const BPS_PER_INDIRECT: u64 = (1 << INDBLKSHIFT) / BLKPTR_SIZE_BYTES as u64;
+/// Blocks read ahead of a sequential stream (ZFS zfetch keeps a similar window).
+pub const PREFETCH_BLOCKS: u64 = 16;
+/// Streams tracked per object set.
+const PREFETCH_STREAMS_MAX: usize = 64;
+
 /// Clean dnodes kept in memory before eviction.
 pub const DNODE_CACHE_MAX: usize = 65_536;
 /// Object-set type of the MOS.
@@ -153,6 +158,8 @@ pub struct Objset {
     st: Mutex<OsState>,
     /// Bytes kept free for metadata when pool space runs low (1/32 of the pool, ZFS slop).
     slop_shift: u32,
+    /// Sequential read streams: object → (next expected block id, prefetched up to).
+    streams: Mutex<HashMap<u64, (u64, u64)>>,
 }
 
 fn bp_type_for(otype: ObjectType) -> ObjectType {
@@ -188,6 +195,7 @@ impl Objset {
                 root: BlkPtr::HOLE,
             }),
             slop_shift: 5,
+            streams: Mutex::new(HashMap::new()),
         })
     }
 
@@ -217,6 +225,7 @@ impl Objset {
                 root: *root,
             }),
             slop_shift: 5,
+            streams: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -238,6 +247,44 @@ impl Objset {
     /// The root block pointer as of the last sync (hole if never synced).
     pub fn root_bp(&self) -> BlkPtr {
         self.st.lock().root
+    }
+
+    /// Sequential-stream detection for `read` of blocks `first..=last` of `obj`: when
+    /// the read continues the previous one, queue the next [`PREFETCH_BLOCKS`] blocks
+    /// (those not queued yet) for background reads into the cache.
+    fn prefetch_after(&self, obj: u64, first: u64, last: u64) {
+        let (from, to) = {
+            let mut streams = self.streams.lock();
+            let seq = matches!(streams.get(&obj), Some(&(next, _)) if first == next || first + 1 == next);
+            if !seq {
+                if streams.len() >= PREFETCH_STREAMS_MAX {
+                    streams.clear();
+                }
+                streams.insert(obj, (last + 1, last + 1));
+                return;
+            }
+            let e = streams.get_mut(&obj).unwrap();
+            let from = e.1.max(last + 1);
+            let to = last + 1 + PREFETCH_BLOCKS;
+            *e = (last + 1, to.max(e.1));
+            (from, to)
+        };
+        if from >= to {
+            return;
+        }
+        let mut bps = Vec::new();
+        {
+            let mut st = self.st.lock();
+            let Ok(dn) = self.load_dnode(&mut st, obj) else { return };
+            for b in from..to.min(dn.attrs.maxblkid + 1) {
+                if let Ok(Src::Bp(bp)) = self.resolve(dn, b) {
+                    bps.push(bp);
+                }
+            }
+        }
+        for bp in bps {
+            self.zio.prefetch(bp);
+        }
     }
 
     /// True when some object has changes not yet synced.
@@ -820,6 +867,14 @@ impl ObjectStore for Objset {
     }
 
     fn read(&self, obj: u64, offset_bytes: u64, buf: &mut [u8]) -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let blksz = {
+            let mut st = self.st.lock();
+            self.load_dnode(&mut st, obj)?.attrs.blksz as u64
+        };
+        self.prefetch_after(obj, offset_bytes / blksz, (offset_bytes + buf.len() as u64 - 1) / blksz);
         let mut pos = 0usize;
         while pos < buf.len() {
             let off = offset_bytes + pos as u64;
@@ -868,7 +923,7 @@ impl ObjectStore for Objset {
         }
         let mut pos = 0usize;
         while pos < data.len() {
-            let dn = st.dnodes.get_mut(&obj).unwrap();
+            let dn = self.load_dnode(&mut st, obj)?;
             let blksz = dn.attrs.blksz as u64;
             let off = offset_bytes + pos as u64;
             let blkid = off / blksz;
@@ -877,19 +932,34 @@ impl ObjectStore for Objset {
             let block = if n == blksz as usize {
                 data[pos..pos + n].to_vec()
             } else {
-                let mut b = match dn.open.blocks.get_mut(&blkid) {
-                    Some(existing) => {
-                        let v = Arc::make_mut(existing);
-                        v.resize(blksz as usize, 0);
-                        v[in_blk..in_blk + n].copy_from_slice(&data[pos..pos + n]);
-                        pos += n;
-                        if blkid > dn.attrs.maxblkid {
-                            dn.attrs.maxblkid = blkid;
-                        }
-                        continue;
+                if let Some(existing) = dn.open.blocks.get_mut(&blkid) {
+                    let v = Arc::make_mut(existing);
+                    v.resize(blksz as usize, 0);
+                    v[in_blk..in_blk + n].copy_from_slice(&data[pos..pos + n]);
+                    pos += n;
+                    if blkid > dn.attrs.maxblkid {
+                        dn.attrs.maxblkid = blkid;
                     }
-                    None => self.block_content(dn, blkid)?,
+                    continue;
+                }
+                let mut b = match self.resolve(dn, blkid)? {
+                    // Read-modify-write of an on-disk block: do the read without the
+                    // object-set lock, then use it only if the block did not change.
+                    Src::Bp(bp) => {
+                        drop(st);
+                        let fetched = self.zio.read_block(&bp).map_err(zio_err);
+                        st = self.st.lock();
+                        let fetched = fetched?;
+                        let dn = self.load_dnode(&mut st, obj)?;
+                        let same = dn.attrs.blksz as u64 == blksz && !dn.open.blocks.contains_key(&blkid) && matches!(self.resolve(dn, blkid)?, Src::Bp(b2) if b2 == bp);
+                        if !same {
+                            continue;
+                        }
+                        fetched.as_ref().clone()
+                    }
+                    src => self.fetch(src, blksz as u32)?.as_ref().clone(),
                 };
+                b.resize(blksz as usize, 0);
                 b[in_blk..in_blk + n].copy_from_slice(&data[pos..pos + n]);
                 b
             };
