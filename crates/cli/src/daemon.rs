@@ -398,6 +398,10 @@ pub fn run_foreground() -> i32 {
         .try_init();
     let socket = proto::socket_path();
     let state_dir = proto::state_dir();
+    // Memory budget per pool for cached + dirty blocks (`TARN_CACHE_MAX`, e.g. 512M).
+    if let Some(v) = std::env::var("TARN_CACHE_MAX").ok().and_then(|v| crate::format::parse_size(&v)) {
+        tarn_spa::set_cache_limit(v);
+    }
     if UnixStream::connect(&socket).is_ok() {
         eprintln!("tarn daemon already running");
         return 1;

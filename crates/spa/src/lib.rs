@@ -35,7 +35,7 @@ mod sync;
 
 pub use dsl::{recordsize_bytes, DATASET_PROPS};
 pub use names::{validate_dataset_name, validate_pool_name};
-pub use pool::Pool;
+pub use pool::{cache_limit, set_cache_limit, Pool, CACHE_LIMIT_DEFAULT_BYTES};
 pub use tarn_dmu::ObjectStore;
 
 /// Errors surfaced to `zpool`/`zfs`. Display strings follow OpenZFS wording where

@@ -17,10 +17,32 @@ use tarn_phys::{BlkPtr, ObjectType, UberblockPhys, TARN_FORMAT_VERSION};
 use tarn_vdev::{label, Leaf, Vdev, VdevError, VdevState};
 use tarn_zio::Zio;
 
-/// Default cap on dirty (not yet written) data, bytes.
-pub const DIRTY_MAX_BYTES: u64 = 256 << 20;
-/// Default read-cache size, bytes.
-pub const CACHE_MAX_BYTES: u64 = 256 << 20;
+/// Default memory budget for cached and dirty blocks of one pool, bytes.
+pub const CACHE_LIMIT_DEFAULT_BYTES: u64 = 256 << 20;
+
+static CACHE_LIMIT_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(CACHE_LIMIT_DEFAULT_BYTES);
+
+/// Set the per-pool memory budget `limit` (bytes, at least 16 MiB) for pools opened
+/// from now on. Half of it is the read cache; a quarter is the dirty-data limit of
+/// one txg, so the open and the syncing txg together hold at most another half.
+/// Block memory therefore stays within `limit`, as OpenZFS counts dirty buffers
+/// inside the ARC.
+pub fn set_cache_limit(limit_bytes: u64) {
+    CACHE_LIMIT_BYTES.store(limit_bytes.max(16 << 20), Ordering::Relaxed);
+}
+
+/// The current per-pool memory budget, bytes.
+pub fn cache_limit() -> u64 {
+    CACHE_LIMIT_BYTES.load(Ordering::Relaxed)
+}
+
+fn cache_max_bytes() -> u64 {
+    cache_limit() / 2
+}
+
+fn dirty_max_bytes() -> u64 {
+    cache_limit() / 4
+}
 /// MOS object holding the pool directory (JSON).
 pub(crate) const MOS_DIR_OBJ: u64 = 1;
 
@@ -227,8 +249,8 @@ impl Pool {
         let pool_guid = guid();
         let root_cfg = VdevConfig { kind: "root".into(), id: 0, guid: pool_guid, path: None, nparity: 0, ashift: 0, asize_bytes: 0, children: tops_cfg };
         let space = SpaceMap::new(top.iter().map(|v| VdevSpace::new(v.asize_bytes(), v.alloc_align_bytes())).collect());
-        let zio = Arc::new(Zio::new(top.clone(), space, CACHE_MAX_BYTES));
-        let gate = Arc::new(TxgGate::new(1, DIRTY_MAX_BYTES));
+        let zio = Arc::new(Zio::new(top.clone(), space, cache_max_bytes()));
+        let gate = Arc::new(TxgGate::new(1, dirty_max_bytes()));
         let mos = Objset::create(zio.clone(), gate.clone(), OS_TYPE_MOS);
         let pool = Arc::new(Pool {
             name: spec.name.clone(),
@@ -515,7 +537,7 @@ impl Pool {
 
     fn open_at(name: &str, pool_guid: u64, cfg: &VdevConfig, top: &[Arc<Vdev>], ub: &UberblockPhys) -> Result<Arc<Pool>> {
         let dims: Vec<(u64, u64)> = top.iter().zip(&cfg.children).map(|(v, c)| (c.asize_bytes, v.alloc_align_bytes())).collect();
-        let zio = Arc::new(Zio::new(top.to_vec(), SpaceMap::new(dims.iter().map(|&(a, al)| VdevSpace::new(a, al)).collect()), CACHE_MAX_BYTES));
+        let zio = Arc::new(Zio::new(top.to_vec(), SpaceMap::new(dims.iter().map(|&(a, al)| VdevSpace::new(a, al)).collect()), cache_max_bytes()));
         let sm_bytes = zio.read_block(&ub.spacemap_bp).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': space map unreadable: {e}")))?;
         let sm_len = u64::from_le_bytes(sm_bytes.get(0..8).ok_or_else(|| SpaError::Corrupt("space map too short".into()))?.try_into().unwrap()) as usize;
         let sm = SpaceMap::decode(&dims, sm_bytes.get(8..8 + sm_len).ok_or_else(|| SpaError::Corrupt("space map length".into()))?).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': {e}")))?;
@@ -523,7 +545,7 @@ impl Pool {
             *s = sm;
             s.sync_done(ub.txg);
         });
-        let gate = Arc::new(TxgGate::new(ub.txg + 1, DIRTY_MAX_BYTES));
+        let gate = Arc::new(TxgGate::new(ub.txg + 1, dirty_max_bytes()));
         let mos = Objset::open(zio.clone(), gate.clone(), &ub.rootbp, 0).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': MOS unreadable: {e}")))?;
         let dir = Dir::load(&*mos).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': pool directory unreadable: {e}")))?;
         let pool = Arc::new(Pool {
