@@ -21,7 +21,14 @@ fn main() {
     };
     let mut fs_props = BTreeMap::new();
     fs_props.insert("mountpoint".to_string(), dir.join("mnt").display().to_string());
-    let spec = CreateSpec { name: "many".into(), vdevs: vec![TopSpec::Mirror(vec![mk("a.img"), mk("b.img")])], ashift: 12, force: true, pool_props: BTreeMap::new(), fs_props };
+    let spec = CreateSpec {
+        name: "many".into(),
+        vdevs: vec![TopSpec::Mirror(vec![mk("a.img"), mk("b.img")])],
+        ashift: 12,
+        force: true,
+        pool_props: BTreeMap::new(),
+        fs_props,
+    };
     let pool = Pool::create(&spec).unwrap();
     let fs = Fs::open(pool.objset("many").unwrap(), ZplOptions::default()).unwrap();
     let t = Instant::now();
@@ -39,7 +46,7 @@ fn main() {
     pool.export().unwrap();
     drop(pool);
     let t = Instant::now();
-    let pool = Pool::import("many", &[dir.clone()], Rewind::None, None).unwrap();
+    let pool = Pool::import("many", std::slice::from_ref(&dir), Rewind::None, None).unwrap();
     let fs = Fs::open(pool.objset("many").unwrap(), ZplOptions::default()).unwrap();
     let sub = fs.lookup(fs.root(), format!("d{}", (n - 1) / 1000).as_bytes()).unwrap();
     let f = fs.lookup(sub.ino, format!("f{}", n - 1).as_bytes()).unwrap();

@@ -123,12 +123,8 @@ fn vdev_keyword(w: &str) -> Option<Result<VdevKind, String>> {
         "raidz" | "raidz1" => Some(Ok(VdevKind::Raidz(1))),
         "raidz2" => Some(Ok(VdevKind::Raidz(2))),
         "raidz3" => Some(Ok(VdevKind::Raidz(3))),
-        "log" | "cache" | "spare" | "special" | "dedup" => {
-            Some(Err(format!("invalid vdev specification: '{w}' vdevs are not supported yet")))
-        }
-        _ if w.starts_with("raidz") || w.starts_with("draid") => {
-            Some(Err(format!("invalid vdev specification: unknown vdev type '{w}'")))
-        }
+        "log" | "cache" | "spare" | "special" | "dedup" => Some(Err(format!("invalid vdev specification: '{w}' vdevs are not supported yet"))),
+        _ if w.starts_with("raidz") || w.starts_with("draid") => Some(Err(format!("invalid vdev specification: unknown vdev type '{w}'"))),
         _ => None,
     }
 }
@@ -330,6 +326,22 @@ pub fn check_fs_props(opts: &[String]) -> Result<BTreeMap<String, String>, Strin
     Ok(out)
 }
 
+/// The lines of a family's usage text that describe subcommand `sub` (all of it when
+/// none match), as OpenZFS prints after a usage error.
+pub fn usage_of(usage: &str, sub: &str) -> String {
+    let lines: Vec<&str> = usage.lines().filter(|l| l.trim_start().starts_with(sub)).collect();
+    if lines.is_empty() {
+        usage.to_string()
+    } else {
+        format!("usage:\n{}\n", lines.join("\n"))
+    }
+}
+
+/// A usage error: `msg`, then the usage of `sub`; exit code 2.
+pub fn bad_usage(usage: &str, sub: &str, msg: &str) -> crate::proto::Response {
+    crate::proto::Response::usage(format!("{msg}\n{}", usage_of(usage, sub)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,8 +369,14 @@ mod tests {
             parse_vdev_words(&s(&["mirror", "a", "b", "mirror", "c", "d"])).unwrap(),
             vec![VdevWords::Mirror(s(&["a", "b"])), VdevWords::Mirror(s(&["c", "d"]))]
         );
-        assert_eq!(parse_vdev_words(&s(&["raidz2", "a", "b", "c"])).unwrap(), vec![VdevWords::Raidz(2, s(&["a", "b", "c"]))]);
-        assert_eq!(parse_vdev_words(&s(&["a", "b"])).unwrap(), vec![VdevWords::Leaf("a".into()), VdevWords::Leaf("b".into())]);
+        assert_eq!(
+            parse_vdev_words(&s(&["raidz2", "a", "b", "c"])).unwrap(),
+            vec![VdevWords::Raidz(2, s(&["a", "b", "c"]))]
+        );
+        assert_eq!(
+            parse_vdev_words(&s(&["a", "b"])).unwrap(),
+            vec![VdevWords::Leaf("a".into()), VdevWords::Leaf("b".into())]
+        );
         assert_eq!(
             parse_vdev_words(&s(&["mirror", "a"])).unwrap_err(),
             "invalid vdev specification: mirror requires at least 2 devices"
@@ -423,20 +441,4 @@ mod tests {
         assert!(check_fs_props(&s(&["atime=off", "atime=on"])).is_err());
         assert!(check_fs_props(&s(&["atime"])).is_err());
     }
-}
-
-/// The lines of a family's usage text that describe subcommand `sub` (all of it when
-/// none match), as OpenZFS prints after a usage error.
-pub fn usage_of(usage: &str, sub: &str) -> String {
-    let lines: Vec<&str> = usage.lines().filter(|l| l.trim_start().starts_with(sub)).collect();
-    if lines.is_empty() {
-        usage.to_string()
-    } else {
-        format!("usage:\n{}\n", lines.join("\n"))
-    }
-}
-
-/// A usage error: `msg`, then the usage of `sub`; exit code 2.
-pub fn bad_usage(usage: &str, sub: &str, msg: &str) -> crate::proto::Response {
-    crate::proto::Response::usage(format!("{msg}\n{}", usage_of(usage, sub)))
 }

@@ -78,7 +78,10 @@ impl Ctx {
 impl State {
     /// Empty state for `state_dir`.
     pub fn new(state_dir: PathBuf) -> State {
-        State { pools: BTreeMap::new(), state_dir }
+        State {
+            pools: BTreeMap::new(),
+            state_dir,
+        }
     }
 
     /// Directories remembered for `zpool import`.
@@ -238,8 +241,7 @@ pub fn mount_one(entry: &mut PoolEntry, info: &DatasetInfo, explicit: bool) -> R
 /// Unmount one dataset if mounted (and its mounted descendants first).
 pub fn unmount_one(entry: &mut PoolEntry, name: &str) -> Result<(), String> {
     let prefix = format!("{name}/");
-    let mut victims: Vec<String> =
-        entry.mounts.keys().filter(|k| k.as_str() == name || k.starts_with(&prefix)).cloned().collect();
+    let mut victims: Vec<String> = entry.mounts.keys().filter(|k| k.as_str() == name || k.starts_with(&prefix)).cloned().collect();
     victims.sort();
     for v in victims.into_iter().rev() {
         if let Some(m) = entry.mounts.remove(&v) {
@@ -259,10 +261,7 @@ pub fn mount_all(entry: &mut PoolEntry) -> Vec<String> {
     };
     let mut errors = Vec::new();
     for info in &infos {
-        if entry.mounts.contains_key(&info.name)
-            || canmount(info) != "on"
-            || effective_mountpoint(info, entry.altroot.as_deref()).is_none()
-        {
+        if entry.mounts.contains_key(&info.name) || canmount(info) != "on" || effective_mountpoint(info, entry.altroot.as_deref()).is_none() {
             continue;
         }
         if let Err(e) = mount_one(entry, info, false) {
@@ -289,7 +288,10 @@ pub fn unmount_all(entry: &mut PoolEntry, force: bool) -> Vec<String> {
 
 /// Run one request against the state (the state lock is held by the caller).
 pub fn dispatch(st: &mut State, req: &Request) -> Response {
-    let ctx = Ctx { cwd: PathBuf::from(&req.cwd), argv: req.argv.clone() };
+    let ctx = Ctx {
+        cwd: PathBuf::from(&req.cwd),
+        argv: req.argv.clone(),
+    };
     let Some(family) = req.argv.first() else {
         return Response::usage("usage: tarn zpool|zfs|daemon ...");
     };
@@ -391,9 +393,7 @@ fn socket_mode() -> u32 {
 /// failure to start.
 pub fn run_foreground() -> i32 {
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TARN_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("TARN_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")))
         .with_writer(std::io::stderr)
         .try_init();
     let socket = proto::socket_path();
@@ -456,7 +456,11 @@ pub fn run_foreground() -> i32 {
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         set
     };
-    let daemon = Arc::new(Daemon { state: Mutex::new(State::new(state_dir)), socket: socket.clone(), pid_file });
+    let daemon = Arc::new(Daemon {
+        state: Mutex::new(State::new(state_dir)),
+        socket: socket.clone(),
+        pid_file,
+    });
     {
         let d = daemon.clone();
         std::thread::Builder::new()
@@ -491,8 +495,14 @@ mod tests {
 
     #[test]
     fn cannot_rewords_prefixes() {
-        assert_eq!(cannot("cannot create 'a'", "dataset already exists"), "cannot create 'a': dataset already exists");
-        assert_eq!(cannot("cannot create 'a/b*'", "cannot use 'a/b*': invalid character '*' in name"), "cannot create 'a/b*': invalid character '*' in name");
+        assert_eq!(
+            cannot("cannot create 'a'", "dataset already exists"),
+            "cannot create 'a': dataset already exists"
+        );
+        assert_eq!(
+            cannot("cannot create 'a/b*'", "cannot use 'a/b*': invalid character '*' in name"),
+            "cannot create 'a/b*': invalid character '*' in name"
+        );
         assert_eq!(cannot("cannot create 'a'", "invalid vdev specification: x"), "invalid vdev specification: x");
     }
 }

@@ -70,7 +70,11 @@ pub fn parse_size(s: &str) -> Option<u64> {
     }
     let suffix = suffix.trim().to_ascii_uppercase();
     let suffix = suffix.strip_suffix("IB").map(|x| x.to_string()).unwrap_or(suffix);
-    let suffix = if suffix.len() == 2 && suffix.ends_with('B') { suffix[..1].to_string() } else { suffix };
+    let suffix = if suffix.len() == 2 && suffix.ends_with('B') {
+        suffix[..1].to_string()
+    } else {
+        suffix
+    };
     let shift = match suffix.as_str() {
         "" | "B" => 0,
         "K" => 10,
@@ -118,11 +122,19 @@ pub struct Column {
 impl Column {
     /// A left-aligned column.
     pub fn left(header: &str) -> Column {
-        Column { header: header.to_string(), align: Align::Left, min_width: 0 }
+        Column {
+            header: header.to_string(),
+            align: Align::Left,
+            min_width: 0,
+        }
     }
     /// A right-aligned numeric column (at least 5 wide).
     pub fn right(header: &str) -> Column {
-        Column { header: header.to_string(), align: Align::Right, min_width: 5 }
+        Column {
+            header: header.to_string(),
+            align: Align::Right,
+            min_width: 5,
+        }
     }
 }
 
@@ -402,7 +414,11 @@ mod tests {
             Column::right("ALLOC"),
             Column::right("FREE"),
             Column::right("CAP"),
-            Column { header: "HEALTH".into(), align: Align::Right, min_width: 8 },
+            Column {
+                header: "HEALTH".into(),
+                align: Align::Right,
+                min_width: 8,
+            },
             Column::left("ALTROOT"),
         ];
         let rows = vec![vec!["tank", "1.88G", "111K", "1.87G", "0%", "ONLINE", "-"]
@@ -445,7 +461,11 @@ mod tests {
 
     #[test]
     fn status_tree_mirror() {
-        let root = v("tank", "ONLINE", vec![v("mirror-0", "ONLINE", vec![v("/srv/a", "ONLINE", vec![]), v("/srv/b", "ONLINE", vec![])])]);
+        let root = v(
+            "tank",
+            "ONLINE",
+            vec![v("mirror-0", "ONLINE", vec![v("/srv/a", "ONLINE", vec![]), v("/srv/b", "ONLINE", vec![])])],
+        );
         let s = pool_status("tank", "ONLINE", &root, 0);
         assert_eq!(
             s,
@@ -464,7 +484,11 @@ mod tests {
     fn status_tree_long_names_and_degraded() {
         let mut b = v("/tmp/scratch/vdevs/b", "UNAVAIL", vec![]);
         b.read_errors = 3;
-        let root = v("tank", "DEGRADED", vec![v("mirror-0", "DEGRADED", vec![v("/tmp/scratch/vdevs/a", "ONLINE", vec![]), b])]);
+        let root = v(
+            "tank",
+            "DEGRADED",
+            vec![v("mirror-0", "DEGRADED", vec![v("/tmp/scratch/vdevs/a", "ONLINE", vec![]), b])],
+        );
         let s = pool_status("tank", "DEGRADED", &root, 2);
         let lines: Vec<&str> = s.lines().collect();
         assert_eq!(lines[2], "status: One or more devices could not be opened.  Sufficient replicas exist for");
@@ -482,7 +506,11 @@ mod tests {
 
     #[test]
     fn import_listing() {
-        let root = v("tank", "ONLINE", vec![v("mirror-0", "ONLINE", vec![v("/srv/a", "ONLINE", vec![]), v("/srv/b", "ONLINE", vec![])])]);
+        let root = v(
+            "tank",
+            "ONLINE",
+            vec![v("mirror-0", "ONLINE", vec![v("/srv/a", "ONLINE", vec![]), v("/srv/b", "ONLINE", vec![])])],
+        );
         let c = ImportCandidate {
             name: "tank".into(),
             guid: 1234,

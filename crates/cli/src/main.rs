@@ -59,7 +59,10 @@ fn run_daemon(args: &[String]) -> i32 {
         Some("--foreground") | Some("-f") => daemon::run_foreground(),
         Some("--stop") => match std::os::unix::net::UnixStream::connect(proto::socket_path()) {
             Ok(s) => {
-                let req = proto::Request { argv: vec!["daemon".into(), "--stop".into()], cwd: "/".into() };
+                let req = proto::Request {
+                    argv: vec!["daemon".into(), "--stop".into()],
+                    cwd: "/".into(),
+                };
                 match proto::exchange(s, &req) {
                     Ok(r) => {
                         print!("{}", r.stdout);

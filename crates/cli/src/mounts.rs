@@ -40,7 +40,10 @@ pub struct Mounted {
 
 impl std::fmt::Debug for Mounted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Mounted").field("mountpoint", &self.mountpoint).field("opts", &self.opts).finish()
+        f.debug_struct("Mounted")
+            .field("mountpoint", &self.mountpoint)
+            .field("opts", &self.opts)
+            .finish()
     }
 }
 
@@ -48,7 +51,11 @@ impl std::fmt::Debug for Mounted {
 pub fn mount(os: Arc<dyn ObjectStore>, name: &str, mountpoint: &Path, opts: MountOpts) -> Result<Mounted, String> {
     std::fs::create_dir_all(mountpoint).map_err(|e| format!("failed to create mountpoint: {e}"))?;
     let imp = imp::mount(os, name, mountpoint, opts)?;
-    Ok(Mounted { mountpoint: mountpoint.to_path_buf(), opts, imp })
+    Ok(Mounted {
+        mountpoint: mountpoint.to_path_buf(),
+        opts,
+        imp,
+    })
 }
 
 impl Mounted {
@@ -76,7 +83,11 @@ mod imp {
     }
 
     fn zpl_opts(o: MountOpts) -> tarn_zpl::ZplOptions {
-        tarn_zpl::ZplOptions { readonly: o.readonly, atime: o.atime, recordsize_bytes: o.recordsize_bytes as _ }
+        tarn_zpl::ZplOptions {
+            readonly: o.readonly,
+            atime: o.atime,
+            recordsize_bytes: o.recordsize_bytes as _,
+        }
     }
 
     pub fn mount(os: Arc<dyn ObjectStore>, name: &str, mountpoint: &Path, opts: MountOpts) -> Result<Handle, String> {

@@ -56,7 +56,11 @@ pub struct Response {
 impl Response {
     /// Success with this stdout.
     pub fn ok(stdout: impl Into<String>) -> Response {
-        Response { stdout: stdout.into(), stderr: String::new(), code: 0 }
+        Response {
+            stdout: stdout.into(),
+            stderr: String::new(),
+            code: 0,
+        }
     }
     /// Failure (exit 1) with this stderr; a newline is appended when missing.
     pub fn err(stderr: impl Into<String>) -> Response {
@@ -64,7 +68,11 @@ impl Response {
         if !s.ends_with('\n') {
             s.push('\n');
         }
-        Response { stdout: String::new(), stderr: s, code: 1 }
+        Response {
+            stdout: String::new(),
+            stderr: s,
+            code: 1,
+        }
     }
     /// Usage error (exit 2).
     pub fn usage(stderr: impl Into<String>) -> Response {
@@ -76,12 +84,16 @@ impl Response {
 
 /// `$TARN_SOCKET` or the default.
 pub fn socket_path() -> PathBuf {
-    std::env::var_os("TARN_SOCKET").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET))
+    std::env::var_os("TARN_SOCKET")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET))
 }
 
 /// `$TARN_STATE_DIR` or the default.
 pub fn state_dir() -> PathBuf {
-    std::env::var_os("TARN_STATE_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
+    std::env::var_os("TARN_STATE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
 }
 
 /// Send one request on a connected stream and read the response.
@@ -162,11 +174,21 @@ mod tests {
 
     #[test]
     fn request_and_response_are_plain_json() {
-        let r = Request { argv: vec!["zpool".into(), "list".into()], cwd: "/tmp".into() };
+        let r = Request {
+            argv: vec!["zpool".into(), "list".into()],
+            cwd: "/tmp".into(),
+        };
         let s = serde_json::to_string(&r).unwrap();
         assert_eq!(s, r#"{"argv":["zpool","list"],"cwd":"/tmp"}"#);
         let resp: Response = serde_json::from_str(r#"{"stdout":"a\n","stderr":"","code":1}"#).unwrap();
-        assert_eq!(resp, Response { stdout: "a\n".into(), stderr: "".into(), code: 1 });
+        assert_eq!(
+            resp,
+            Response {
+                stdout: "a\n".into(),
+                stderr: "".into(),
+                code: 1
+            }
+        );
         assert_eq!(Response::err("x").stderr, "x\n");
         assert_eq!(Response::usage("x").code, 2);
     }

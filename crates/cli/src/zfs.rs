@@ -233,7 +233,11 @@ fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         return Response::err(daemon::cannot(&format!("cannot destroy '{name}'"), e));
     }
     history_note(entry, ctx);
-    let out: String = if p.has('v') { victims.iter().rev().map(|v| format!("will destroy {v}\n")).collect() } else { String::new() };
+    let out: String = if p.has('v') {
+        victims.iter().rev().map(|v| format!("will destroy {v}\n")).collect()
+    } else {
+        String::new()
+    };
     Response::ok(out)
 }
 
@@ -250,7 +254,10 @@ fn value_of(entry: &PoolEntry, info: &DatasetInfo, prop: &str, parsable: bool) -
         "mounted" => ((if entry.mounts.contains_key(&info.name) { "yes" } else { "no" }).into(), ro),
         "mountpoint" => {
             let (_, src) = info.props.get("mountpoint").cloned().unwrap_or_default();
-            (daemon::shown_mountpoint(info, entry.altroot.as_deref()), if src.is_empty() { "default".into() } else { src })
+            (
+                daemon::shown_mountpoint(info, entry.altroot.as_deref()),
+                if src.is_empty() { "default".into() } else { src },
+            )
         }
         "recordsize" => {
             let (v, src) = info.props.get("recordsize")?.clone();
@@ -292,13 +299,7 @@ fn known_prop(prop: &str) -> bool {
 }
 
 /// Datasets selected by the operands of list/get (with -r / -d).
-fn select(
-    st: &State,
-    operands: &[String],
-    recursive: bool,
-    max_depth: Option<usize>,
-    resp: &mut Response,
-) -> Vec<(String, DatasetInfo)> {
+fn select(st: &State, operands: &[String], recursive: bool, max_depth: Option<usize>, resp: &mut Response) -> Vec<(String, DatasetInfo)> {
     let mut out = Vec::new();
     let recursive = recursive || max_depth.is_some();
     let limit = max_depth.unwrap_or(usize::MAX);
@@ -388,7 +389,11 @@ fn list(st: &mut State, args: &[String]) -> Response {
         }
     }
     let mut resp = Response::ok("");
-    let mut selected = if want_fs { select(st, &p.operands, p.has('r'), max_depth, &mut resp) } else { Vec::new() };
+    let mut selected = if want_fs {
+        select(st, &p.operands, p.has('r'), max_depth, &mut resp)
+    } else {
+        Vec::new()
+    };
     // -s / -S: sort by a property (numbers numerically), stable; name order otherwise.
     let sorts: Vec<(char, String)> = p
         .opts
@@ -415,7 +420,10 @@ fn list(st: &mut State, args: &[String]) -> Response {
         .iter()
         .map(|(pool, info)| {
             let entry = &st.pools[pool];
-            props.iter().map(|pr| value_of(entry, info, pr, p.has('p')).map(|x| x.0).unwrap_or_else(|| "-".into())).collect()
+            props
+                .iter()
+                .map(|pr| value_of(entry, info, pr, p.has('p')).map(|x| x.0).unwrap_or_else(|| "-".into()))
+                .collect()
         })
         .collect();
     if rows.is_empty() {
@@ -487,13 +495,16 @@ fn get(st: &mut State, args: &[String]) -> Response {
         v
     };
     let mut resp = Response::ok("");
-    let selected = if want_fs { select(st, &p.operands[1..], p.has('r'), max_depth, &mut resp) } else { Vec::new() };
+    let selected = if want_fs {
+        select(st, &p.operands[1..], p.has('r'), max_depth, &mut resp)
+    } else {
+        Vec::new()
+    };
     let mut rows = Vec::new();
     for (pool, info) in &selected {
         let entry = &st.pools[pool];
         let props: Vec<String> = if all {
-            let mut v: Vec<String> =
-                ["type", "used", "available", "referenced", "mounted"].iter().map(|s| s.to_string()).collect();
+            let mut v: Vec<String> = ["type", "used", "available", "referenced", "mounted"].iter().map(|s| s.to_string()).collect();
             v.extend(FS_PROPS.iter().map(|s| s.to_string()));
             v.extend(info.props.keys().filter(|k| !v.contains(k)).cloned().collect::<Vec<_>>());
             v
@@ -503,7 +514,11 @@ fn get(st: &mut State, args: &[String]) -> Response {
         for pr in &props {
             let (value, source) = value_of(entry, info, pr, p.has('p')).unwrap_or_else(|| ("-".into(), "-".into()));
             if let Some(srcs) = &sources {
-                let kind = if source == "-" { "none" } else { source.split_whitespace().next().unwrap_or("") };
+                let kind = if source == "-" {
+                    "none"
+                } else {
+                    source.split_whitespace().next().unwrap_or("")
+                };
                 if !srcs.iter().any(|s| s == kind) {
                     continue;
                 }
@@ -575,9 +590,8 @@ pub fn reconcile(entry: &mut PoolEntry, root: &str, before: &Before) -> Vec<Stri
             continue;
         }
         let was = before.get(&info.name).map(String::as_str).unwrap_or("");
-        let newly = (was == "none" || was == "legacy")
-            && daemon::canmount(info) == "on"
-            && daemon::effective_mountpoint(info, entry.altroot.as_deref()).is_some();
+        let newly =
+            (was == "none" || was == "legacy") && daemon::canmount(info) == "on" && daemon::effective_mountpoint(info, entry.altroot.as_deref()).is_some();
         if remount.contains(&info.name) || newly {
             if let Err(e) = daemon::mount_one(entry, info, true) {
                 errors.push(e);
@@ -619,7 +633,8 @@ fn set(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         let mut ok = true;
         for (k, v) in &checked {
             if let Err(e) = entry.pool.set_dataset_prop(name, k, v) {
-                resp.stderr.push_str(&format!("{}\n", daemon::cannot(&format!("cannot set property for '{name}'"), e)));
+                resp.stderr
+                    .push_str(&format!("{}\n", daemon::cannot(&format!("cannot set property for '{name}'"), e)));
                 resp.code = 1;
                 ok = false;
                 break;
@@ -667,7 +682,8 @@ fn inherit(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         let targets: Vec<String> = if p.has('r') { before.keys().cloned().collect() } else { vec![name.clone()] };
         for t in targets {
             if let Err(e) = entry.pool.inherit_dataset_prop(&t, &prop) {
-                resp.stderr.push_str(&format!("{}\n", daemon::cannot(&format!("cannot inherit {prop} for '{t}'"), e)));
+                resp.stderr
+                    .push_str(&format!("{}\n", daemon::cannot(&format!("cannot inherit {prop} for '{t}'"), e)));
                 resp.code = 1;
             }
         }
@@ -750,9 +766,9 @@ fn unmount(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         // A path names the dataset mounted there; otherwise it is a dataset name.
         let by_path = if target.starts_with('/') || target.starts_with('.') {
             let path = args::normalize(&ctx.cwd.join(target));
-            st.pools.iter().find_map(|(pool, e)| {
-                e.mounts.iter().find(|(_, m)| m.mountpoint == path).map(|(n, _)| (pool.clone(), n.clone()))
-            })
+            st.pools
+                .iter()
+                .find_map(|(pool, e)| e.mounts.iter().find(|(_, m)| m.mountpoint == path).map(|(n, _)| (pool.clone(), n.clone())))
         } else {
             None
         };

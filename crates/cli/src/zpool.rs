@@ -180,14 +180,20 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
                 if ft.is_file() && md.len() < MIN_DEVICE_BYTES {
                     return Err(fail("one or more devices is less than the minimum size (64M)".into()));
                 }
-                planned.push(PlannedLeaf { path: path.clone(), create: false });
+                planned.push(PlannedLeaf {
+                    path: path.clone(),
+                    create: false,
+                });
             }
             Err(_) => {
                 let parent_ok = path.parent().map(|d| d.is_dir()).unwrap_or(false);
                 if size_bytes.is_none() || !parent_ok {
                     return Err(Response::err(format!("cannot open '{}': No such file or directory", path.display())));
                 }
-                planned.push(PlannedLeaf { path: path.clone(), create: true });
+                planned.push(PlannedLeaf {
+                    path: path.clone(),
+                    create: true,
+                });
             }
         }
         Ok(path)
@@ -257,7 +263,14 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         }
         created.push(l.path.clone());
     }
-    let spec = CreateSpec { name: name.clone(), vdevs: tops, ashift, force, pool_props, fs_props };
+    let spec = CreateSpec {
+        name: name.clone(),
+        vdevs: tops,
+        ashift,
+        force,
+        pool_props,
+        fs_props,
+    };
     let pool = match Pool::create(&spec) {
         Ok(p) => p,
         Err(e) => {
@@ -265,7 +278,11 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
             return Response::err(create_error(&name, e));
         }
     };
-    let mut entry = PoolEntry { pool, altroot, mounts: BTreeMap::new() };
+    let mut entry = PoolEntry {
+        pool,
+        altroot,
+        mounts: BTreeMap::new(),
+    };
     st.remember_dirs(planned.iter().map(|l| l.path.clone()));
     history_note(&entry, ctx);
     let errors = daemon::mount_all(&mut entry);
@@ -275,9 +292,9 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
 
 fn create_error(name: &str, e: SpaError) -> String {
     match e {
-        SpaError::InUse { path, pool, state } if state == "active" => format!(
-            "invalid vdev specification\nthe following errors must be manually repaired:\n{path} is part of active pool '{pool}'"
-        ),
+        SpaError::InUse { path, pool, state } if state == "active" => {
+            format!("invalid vdev specification\nthe following errors must be manually repaired:\n{path} is part of active pool '{pool}'")
+        }
         SpaError::InUse { path, pool, state } => {
             format!("invalid vdev specification\nuse '-f' to override the following errors:\n{path} is part of {state} pool '{pool}'")
         }
@@ -324,7 +341,14 @@ fn pool_column(c: &str) -> Option<(&'static str, Column)> {
         "alloc" | "allocated" => ("allocated", Column::right("ALLOC")),
         "free" => ("free", Column::right("FREE")),
         "cap" | "capacity" => ("capacity", Column::right("CAP")),
-        "health" => ("health", Column { header: "HEALTH".into(), align: Align::Right, min_width: 8 }),
+        "health" => (
+            "health",
+            Column {
+                header: "HEALTH".into(),
+                align: Align::Right,
+                min_width: 8,
+            },
+        ),
         "altroot" => ("altroot", Column::left("ALTROOT")),
         "guid" => ("guid", Column::right("GUID")),
         "comment" => ("comment", Column::left("COMMENT")),
@@ -378,7 +402,11 @@ fn list(st: &mut State, args: &[String]) -> Response {
         }
     }
     let mut resp = Response::ok("");
-    let names: Vec<String> = if p.operands.is_empty() { st.pools.keys().cloned().collect() } else { p.operands.clone() };
+    let names: Vec<String> = if p.operands.is_empty() {
+        st.pools.keys().cloned().collect()
+    } else {
+        p.operands.clone()
+    };
     let mut rows = Vec::new();
     for n in &names {
         match st.pools.get(n) {
@@ -409,7 +437,11 @@ fn status(st: &mut State, args: &[String]) -> Response {
         resp.stdout = "no pools available\n".into();
         return resp;
     }
-    let names: Vec<String> = if p.operands.is_empty() { st.pools.keys().cloned().collect() } else { p.operands.clone() };
+    let names: Vec<String> = if p.operands.is_empty() {
+        st.pools.keys().cloned().collect()
+    } else {
+        p.operands.clone()
+    };
     let mut blocks = Vec::new();
     for n in &names {
         let Some(entry) = st.pools.get(n) else {
@@ -487,8 +519,10 @@ fn import(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         Ok(p) => p,
         Err(e) => return bad_usage("import", &e),
     };
-    let dirs: Vec<PathBuf> =
-        import_dirs(st, &p).into_iter().map(|d| if d.is_absolute() { d } else { args::normalize(&ctx.cwd.join(d)) }).collect();
+    let dirs: Vec<PathBuf> = import_dirs(st, &p)
+        .into_iter()
+        .map(|d| if d.is_absolute() { d } else { args::normalize(&ctx.cwd.join(d)) })
+        .collect();
     let rewind = match (p.last('T'), p.has('F')) {
         (Some(t), _) => match t.parse::<u64>() {
             Ok(n) => Rewind::Txg(n),
@@ -512,7 +546,11 @@ fn import(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
             .collect();
         if !p.has('a') {
             if candidates.is_empty() {
-                return Response { stdout: String::new(), stderr: "no pools available to import\n".into(), code: 1 };
+                return Response {
+                    stdout: String::new(),
+                    stderr: "no pools available to import\n".into(),
+                    code: 1,
+                };
             }
             let blocks: Vec<String> = candidates.iter().map(format::import_candidate).collect();
             return Response::ok(blocks.join("\n"));
@@ -571,7 +609,11 @@ fn import_one(
              use the form 'zpool import <pool | id> <newpool>' to give it a new name"
         ));
     }
-    let mut entry = PoolEntry { pool, altroot, mounts: BTreeMap::new() };
+    let mut entry = PoolEntry {
+        pool,
+        altroot,
+        mounts: BTreeMap::new(),
+    };
     st.remember_dirs(daemon::leaves(&entry.pool.status()));
     history_note(&entry, ctx);
     let errors = if no_mount { Vec::new() } else { daemon::mount_all(&mut entry) };
@@ -579,8 +621,19 @@ fn import_one(
     with_mount_errors(Response::ok(""), errors)
 }
 
-const POOL_PROPS_ALL: [&str; 11] =
-    ["size", "capacity", "altroot", "health", "guid", "version", "free", "allocated", "readonly", "ashift", "comment"];
+const POOL_PROPS_ALL: [&str; 11] = [
+    "size",
+    "capacity",
+    "altroot",
+    "health",
+    "guid",
+    "version",
+    "free",
+    "allocated",
+    "readonly",
+    "ashift",
+    "comment",
+];
 
 fn get(st: &mut State, args: &[String]) -> Response {
     let p = match getopt(args, "Hpo:") {
@@ -612,7 +665,11 @@ fn get(st: &mut State, args: &[String]) -> Response {
         }
         v
     };
-    let names: Vec<String> = if p.operands.len() > 1 { p.operands[1..].to_vec() } else { st.pools.keys().cloned().collect() };
+    let names: Vec<String> = if p.operands.len() > 1 {
+        p.operands[1..].to_vec()
+    } else {
+        st.pools.keys().cloned().collect()
+    };
     let mut resp = Response::ok("");
     let mut rows = Vec::new();
     for n in &names {
@@ -666,7 +723,11 @@ fn history(st: &mut State, args: &[String]) -> Response {
         Ok(p) => p,
         Err(e) => return bad_usage("history", &e),
     };
-    let names: Vec<String> = if p.operands.is_empty() { st.pools.keys().cloned().collect() } else { p.operands.clone() };
+    let names: Vec<String> = if p.operands.is_empty() {
+        st.pools.keys().cloned().collect()
+    } else {
+        p.operands.clone()
+    };
     if names.is_empty() {
         return Response::ok("no pools available\n");
     }
@@ -715,7 +776,11 @@ mod tests {
 
     #[test]
     fn create_error_wording() {
-        let e = SpaError::InUse { path: "/v/a".into(), pool: "old".into(), state: "exported".into() };
+        let e = SpaError::InUse {
+            path: "/v/a".into(),
+            pool: "old".into(),
+            state: "exported".into(),
+        };
         assert_eq!(
             create_error("tank", e),
             "invalid vdev specification\nuse '-f' to override the following errors:\n/v/a is part of exported pool 'old'"

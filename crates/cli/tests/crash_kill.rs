@@ -31,7 +31,10 @@ fn content(i: u64) -> Vec<u8> {
 
 fn mounted(p: &Path) -> bool {
     let s = p.display().to_string();
-    std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default().lines().any(|l| l.split_whitespace().nth(4) == Some(s.as_str()))
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().nth(4) == Some(s.as_str()))
 }
 
 fn daemon_pid(env: &Env) -> i32 {
@@ -77,7 +80,7 @@ fn kill_9_during_writes_loses_no_fsynced_file() {
                     if f.write_all(&content(i)).is_err() {
                         break;
                     }
-                    if i % 2 == 0 {
+                    if i.is_multiple_of(2) {
                         if f.sync_all().is_err() {
                             break;
                         }
@@ -118,7 +121,12 @@ fn kill_9_during_writes_loses_no_fsynced_file() {
         // Every acknowledged file is intact.
         for &i in acked.lock().unwrap().iter() {
             let got = std::fs::read(dir.join(format!("f{i}"))).unwrap_or_else(|e| panic!("iteration {iter}: fsynced f{i} lost: {e}"));
-            assert!(got == content(i), "iteration {iter}: fsynced f{i} differs ({} bytes vs {})", got.len(), content(i).len());
+            assert!(
+                got == content(i),
+                "iteration {iter}: fsynced f{i} differs ({} bytes vs {})",
+                got.len(),
+                content(i).len()
+            );
         }
         // Everything present is a prefix of what was written: no garbage.
         for e in std::fs::read_dir(&dir).unwrap() {
@@ -127,9 +135,15 @@ fn kill_9_during_writes_loses_no_fsynced_file() {
             let i: u64 = name[1..].parse().unwrap();
             let got = std::fs::read(e.path()).unwrap();
             let want = content(i);
-            assert!(got.len() <= want.len() && got[..] == want[..got.len()], "iteration {iter}: {name} holds bytes that were never written");
+            assert!(
+                got.len() <= want.len() && got[..] == want[..got.len()],
+                "iteration {iter}: {name} holds bytes that were never written"
+            );
         }
     }
-    assert!(killed_mid_write * 2 >= iterations, "only {killed_mid_write} of {iterations} kills landed during writes");
+    assert!(
+        killed_mid_write * 2 >= iterations,
+        "only {killed_mid_write} of {iterations} kills landed during writes"
+    );
     let _: PathBuf = mnt;
 }

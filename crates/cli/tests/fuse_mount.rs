@@ -44,7 +44,10 @@ fn copy_tree(from: &Path, to: &Path) {
 /// Compare two trees; returns the first difference.
 fn diff(a: &Path, b: &Path) -> Result<(), String> {
     let list = |p: &Path| -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(p).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let mut v: Vec<String> = std::fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
         v.sort();
         v
     };

@@ -12,7 +12,8 @@ use common::*;
 
 fn pool(env: &Env) -> String {
     let alt = env.path().join("alt").display().to_string();
-    env.zpool(&["create", "-R", &alt, "-O", "canmount=noauto", "-o", "size=128M", "tank", "v/a"]).ok();
+    env.zpool(&["create", "-R", &alt, "-O", "canmount=noauto", "-o", "size=128M", "tank", "v/a"])
+        .ok();
     alt
 }
 
@@ -49,7 +50,19 @@ fn create_list_get_set_inherit() {
     let all = env.zfs(&["get", "all", "tank/home"]).ok().stdout;
     let header = all.lines().next().unwrap();
     assert!(header.starts_with("NAME ") && header.contains("PROPERTY") && header.contains("VALUE") && header.ends_with("SOURCE"));
-    for p in ["type", "used", "available", "referenced", "mounted", "recordsize", "mountpoint", "compression", "atime", "readonly", "canmount"] {
+    for p in [
+        "type",
+        "used",
+        "available",
+        "referenced",
+        "mounted",
+        "recordsize",
+        "mountpoint",
+        "compression",
+        "atime",
+        "readonly",
+        "canmount",
+    ] {
         assert!(all.lines().any(|l| l.split_whitespace().nth(1) == Some(p)), "{p} missing in {all}");
     }
     let depth = env.zfs(&["list", "-H", "-d", "1", "-o", "name", "tank"]).ok().stdout;

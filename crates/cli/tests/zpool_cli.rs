@@ -20,14 +20,26 @@ fn create_refuses_bad_input_and_changes_nothing() {
     let c = env.make_vdev("c", 128 * MB);
     let small = env.make_vdev("small", 32 * MB);
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["create", "tank", "raidz4", &a, &b, &c], "invalid vdev specification: unknown vdev type 'raidz4'"),
+        (
+            vec!["create", "tank", "raidz4", &a, &b, &c],
+            "invalid vdev specification: unknown vdev type 'raidz4'",
+        ),
         (vec!["create", "tank", "foo"], "cannot open '/dev/foo': No such file or directory"),
         (vec!["create", "tank", "v/nosuch"], "No such file or directory"),
-        (vec!["create", "tank", "mirror", &a], "invalid vdev specification: mirror requires at least 2 devices"),
-        (vec!["create", "tank", "raidz2", &a, &b], "invalid vdev specification: raidz2 requires at least 3 devices"),
+        (
+            vec!["create", "tank", "mirror", &a],
+            "invalid vdev specification: mirror requires at least 2 devices",
+        ),
+        (
+            vec!["create", "tank", "raidz2", &a, &b],
+            "invalid vdev specification: raidz2 requires at least 3 devices",
+        ),
         (vec!["create", "tank", "mirror", &a, &a], "is used twice"),
         (vec!["create", "tank", "mirror", &a, "v/a"], "is used twice"),
-        (vec!["create", "tank", &small], "cannot create 'tank': one or more devices is less than the minimum size (64M)"),
+        (
+            vec!["create", "tank", &small],
+            "cannot create 'tank': one or more devices is less than the minimum size (64M)",
+        ),
         (vec!["create", "-o", "size=32M", "tank", "v/new"], "less than the minimum size (64M)"),
         (vec!["create", "1tank", &a], "cannot create '1tank'"),
         (vec!["create", "mirror", &a], "cannot create 'mirror'"),
@@ -143,7 +155,10 @@ fn export_import_listing_and_destroy() {
     let w = (4 + a.len()).max(10);
     assert!(out.starts_with("   pool: tank\n     id: "), "{out}");
     assert!(out.contains("\n  state: ONLINE\n action: The pool can be imported using its name or numeric identifier.\n config:\n\n"));
-    assert!(out.contains(&format!("\t{:<w$}  ONLINE\n\t  {:<w2$}  ONLINE\n\t    {a}", "tank", "mirror-0", w2 = w - 2)), "{out}");
+    assert!(
+        out.contains(&format!("\t{:<w$}  ONLINE\n\t  {:<w2$}  ONLINE\n\t    {a}", "tank", "mirror-0", w2 = w - 2)),
+        "{out}"
+    );
     // default search: known_dirs remembered at create
     let out2 = env.zpool(&["import"]).ok().stdout;
     assert!(out2.contains("   pool: tank\n"), "{out2}");

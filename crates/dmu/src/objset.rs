@@ -186,7 +186,11 @@ impl Objset {
             compression: AtomicU8::new(Compression::Off as u8),
             readonly: false.into(),
             st: Mutex::new(OsState {
-                meta: Tree { root: BlkPtr::HOLE, nlevels: 1, used_bytes: 0 },
+                meta: Tree {
+                    root: BlkPtr::HOLE,
+                    nlevels: 1,
+                    used_bytes: 0,
+                },
                 dnodes: HashMap::new(),
                 dirty: BTreeSet::new(),
                 syncing: Vec::new(),
@@ -216,7 +220,11 @@ impl Objset {
             compression: AtomicU8::new(Compression::Off as u8),
             readonly: false.into(),
             st: Mutex::new(OsState {
-                meta: Tree { root: md.blkptr, nlevels: md.nlevels, used_bytes: md.used_bytes },
+                meta: Tree {
+                    root: md.blkptr,
+                    nlevels: md.nlevels,
+                    used_bytes: md.used_bytes,
+                },
                 dnodes: HashMap::new(),
                 dirty: BTreeSet::new(),
                 syncing: Vec::new(),
@@ -314,7 +322,10 @@ impl Objset {
                 return Ok(BlkPtr::HOLE);
             }
             if bp.level as u32 != level {
-                return Err(DmuError::Corrupt(tarn_phys::Corrupt::new("blkptr", format!("expected level {level}, found {}", bp.level))));
+                return Err(DmuError::Corrupt(tarn_phys::Corrupt::new(
+                    "blkptr",
+                    format!("expected level {level}, found {}", bp.level),
+                )));
             }
             let ind = self.zio.read_block(&bp).map_err(zio_err)?;
             let idx = (blkid / BPS_PER_INDIRECT.pow(level - 1)) % BPS_PER_INDIRECT;
@@ -361,7 +372,11 @@ impl Objset {
                         bonus: phys.bonus,
                         freed: false,
                     },
-                    tree: Tree { root: phys.blkptr, nlevels: phys.nlevels, used_bytes: phys.used_bytes },
+                    tree: Tree {
+                        root: phys.blkptr,
+                        nlevels: phys.nlevels,
+                        used_bytes: phys.used_bytes,
+                    },
                     open: OpenRec::default(),
                     syncing: None,
                 },
@@ -466,10 +481,19 @@ impl Objset {
                     blocks.push((obj, *blkid, otype, data.clone()));
                 }
             }
-            dn.syncing = Some(SyncRec { blocks: open.blocks, frees: open.frees, attrs: dn.attrs.clone() });
+            dn.syncing = Some(SyncRec {
+                blocks: open.blocks,
+                frees: open.frees,
+                attrs: dn.attrs.clone(),
+            });
         }
         st.syncing = dirty.into_iter().collect();
-        SyncBatch { txg, blocks, written: Vec::new(), dirty_bytes: dirty_bytes.max(if st.syncing.is_empty() { 0 } else { 1 }) }
+        SyncBatch {
+            txg,
+            blocks,
+            written: Vec::new(),
+            dirty_bytes: dirty_bytes.max(if st.syncing.is_empty() { 0 } else { 1 }),
+        }
     }
 
     /// Phase 2: write the batch's level-0 blocks (in `threads` parallel workers).
@@ -489,7 +513,14 @@ impl Objset {
                         let comp = if *otype == ObjectType::FileData { compression } else { Compression::Lz4 };
                         *o = Some(zio.write_block(
                             data,
-                            WriteProps { otype: *otype, level: 0, compression: comp, copies: copies_for(*otype, os_type), txg, fill: 1 },
+                            WriteProps {
+                                otype: *otype,
+                                level: 0,
+                                compression: comp,
+                                copies: copies_for(*otype, os_type),
+                                txg,
+                                fill: 1,
+                            },
                         ));
                     }
                 });
@@ -533,7 +564,11 @@ impl Objset {
             let before = tree.used_bytes as i64;
             if rec.attrs.freed {
                 self.free_tree(&tree, txg)?;
-                tree = Tree { root: BlkPtr::HOLE, nlevels: 1, used_bytes: 0 };
+                tree = Tree {
+                    root: BlkPtr::HOLE,
+                    nlevels: 1,
+                    used_bytes: 0,
+                };
                 dnode_updates.insert(obj, DnodePhys::free());
             } else {
                 let ins = installs.remove(&obj).unwrap_or_default();
@@ -585,7 +620,17 @@ impl Objset {
                 BlkPtr::HOLE
             } else {
                 self.zio
-                    .write_block(&blk, WriteProps { otype: ObjectType::Dnode, level: 0, compression: Compression::Lz4, copies: copies_for(ObjectType::Dnode, self.os_type), txg, fill: 1 })
+                    .write_block(
+                        &blk,
+                        WriteProps {
+                            otype: ObjectType::Dnode,
+                            level: 0,
+                            compression: Compression::Lz4,
+                            copies: copies_for(ObjectType::Dnode, self.os_type),
+                            txg,
+                            fill: 1,
+                        },
+                    )
                     .map_err(zio_err)?
             };
             meta_installs.push((bid, bp));
@@ -608,10 +653,23 @@ impl Objset {
             bonus: Vec::new(),
         };
         st.meta = meta;
-        let phys = ObjsetPhys { meta_dnode, os_type: self.os_type };
+        let phys = ObjsetPhys {
+            meta_dnode,
+            os_type: self.os_type,
+        };
         let root = self
             .zio
-            .write_block(&phys.encode(), WriteProps { otype: ObjectType::Objset, level: 0, compression: Compression::Lz4, copies: copies_for(ObjectType::Objset, self.os_type), txg, fill: 1 })
+            .write_block(
+                &phys.encode(),
+                WriteProps {
+                    otype: ObjectType::Objset,
+                    level: 0,
+                    compression: Compression::Lz4,
+                    copies: copies_for(ObjectType::Objset, self.os_type),
+                    txg,
+                    fill: 1,
+                },
+            )
             .map_err(zio_err)?;
         let old_root = std::mem::replace(&mut st.root, root);
         used_delta += root.asize_total_bytes() as i64 - old_root.asize_total_bytes() as i64;
@@ -656,7 +714,17 @@ impl Objset {
                     let fill = tree.root.fill;
                     let bp = self
                         .zio
-                        .write_block(&ind, WriteProps { otype: ObjectType::Indirect, level: levels as u8, compression: Compression::Lz4, copies: copies_for(ObjectType::Indirect, self.os_type), txg, fill })
+                        .write_block(
+                            &ind,
+                            WriteProps {
+                                otype: ObjectType::Indirect,
+                                level: levels as u8,
+                                compression: Compression::Lz4,
+                                copies: copies_for(ObjectType::Indirect, self.os_type),
+                                txg,
+                                fill,
+                            },
+                        )
                         .map_err(zio_err)?;
                     tree.used_bytes += bp.asize_total_bytes();
                     tree.root = bp;
@@ -706,7 +774,11 @@ impl Objset {
                     let o = (idx % BPS_PER_INDIRECT) as usize * BLKPTR_SIZE_BYTES;
                     BlkPtr::decode(&parent[o..o + BLKPTR_SIZE_BYTES])?
                 };
-                let bytes = if bp.is_hole() { vec![0u8; 1 << INDBLKSHIFT] } else { self.zio.read_block(&bp).map_err(zio_err)?.as_ref().clone() };
+                let bytes = if bp.is_hole() {
+                    vec![0u8; 1 << INDBLKSHIFT]
+                } else {
+                    self.zio.read_block(&bp).map_err(zio_err)?.as_ref().clone()
+                };
                 dirty.insert((l, idx), bytes);
             }
             Ok(())
@@ -769,7 +841,17 @@ impl Objset {
                     BlkPtr::HOLE
                 } else {
                     self.zio
-                        .write_block(&blk, WriteProps { otype: ObjectType::Indirect, level: level as u8, compression: Compression::Lz4, copies: copies_for(ObjectType::Indirect, self.os_type), txg, fill })
+                        .write_block(
+                            &blk,
+                            WriteProps {
+                                otype: ObjectType::Indirect,
+                                level: level as u8,
+                                compression: Compression::Lz4,
+                                copies: copies_for(ObjectType::Indirect, self.os_type),
+                                txg,
+                                fill,
+                            },
+                        )
                         .map_err(zio_err)?
                 };
                 used += new_bp.asize_total_bytes() as i64;
@@ -833,7 +915,7 @@ impl ObjectStore for Objset {
         if bonus.len() > tarn_phys::DNODE_BONUS_SIZE_BYTES {
             return Err(DmuError::Invalid("bonus too long"));
         }
-        let valid = |b: u32| (512..=tarn_phys::MAX_BLOCK_SIZE_BYTES).contains(&b) && b % 512 == 0;
+        let valid = |b: u32| (512..=tarn_phys::MAX_BLOCK_SIZE_BYTES).contains(&b) && b.is_multiple_of(512);
         if !valid(blksz_bytes) || !valid(max_blksz_bytes) || max_blksz_bytes < blksz_bytes {
             return Err(DmuError::Invalid("block size"));
         }
@@ -843,8 +925,20 @@ impl ObjectStore for Objset {
         st.dnodes.insert(
             obj,
             Dn {
-                attrs: Attrs { otype, blksz: blksz_bytes, max_blksz: max_blksz_bytes, maxblkid: 0, bonus_type: 1, bonus: bonus.to_vec(), freed: false },
-                tree: Tree { root: BlkPtr::HOLE, nlevels: 1, used_bytes: 0 },
+                attrs: Attrs {
+                    otype,
+                    blksz: blksz_bytes,
+                    max_blksz: max_blksz_bytes,
+                    maxblkid: 0,
+                    bonus_type: 1,
+                    bonus: bonus.to_vec(),
+                    freed: false,
+                },
+                tree: Tree {
+                    root: BlkPtr::HOLE,
+                    nlevels: 1,
+                    used_bytes: 0,
+                },
                 open: OpenRec::default(),
                 syncing: None,
             },
@@ -912,7 +1006,11 @@ impl ObjectStore for Objset {
         let dn = self.load_dnode(&mut st, obj)?;
         // Grow the single first block while the object has only one (ZFS behaviour).
         if dn.attrs.maxblkid == 0 && dn.attrs.blksz < dn.attrs.max_blksz && end > dn.attrs.blksz as u64 {
-            let new_blksz = if end <= dn.attrs.max_blksz as u64 { (end.div_ceil(512) * 512) as u32 } else { dn.attrs.max_blksz };
+            let new_blksz = if end <= dn.attrs.max_blksz as u64 {
+                (end.div_ceil(512) * 512) as u32
+            } else {
+                dn.attrs.max_blksz
+            };
             let mut b0 = self.block_content(dn, 0)?;
             b0.resize(new_blksz as usize, 0);
             let had = !matches!(self.resolve(dn, 0)?, Src::Zero);
@@ -951,7 +1049,9 @@ impl ObjectStore for Objset {
                         st = self.st.lock();
                         let fetched = fetched?;
                         let dn = self.load_dnode(&mut st, obj)?;
-                        let same = dn.attrs.blksz as u64 == blksz && !dn.open.blocks.contains_key(&blkid) && matches!(self.resolve(dn, blkid)?, Src::Bp(b2) if b2 == bp);
+                        let same = dn.attrs.blksz as u64 == blksz
+                            && !dn.open.blocks.contains_key(&blkid)
+                            && matches!(self.resolve(dn, blkid)?, Src::Bp(b2) if b2 == bp);
                         if !same {
                             continue;
                         }
@@ -976,7 +1076,11 @@ impl ObjectStore for Objset {
         let dn = self.load_dnode(&mut st, obj)?;
         let blksz = dn.attrs.blksz as u64;
         let obj_end = (dn.attrs.maxblkid + 1) * blksz;
-        let end = if len_bytes == u64::MAX { obj_end.max(offset_bytes) } else { offset_bytes.saturating_add(len_bytes).min(obj_end.max(offset_bytes)) };
+        let end = if len_bytes == u64::MAX {
+            obj_end.max(offset_bytes)
+        } else {
+            offset_bytes.saturating_add(len_bytes).min(obj_end.max(offset_bytes))
+        };
         if end <= offset_bytes {
             if len_bytes == u64::MAX {
                 dn.attrs.maxblkid = if offset_bytes == 0 { 0 } else { (offset_bytes - 1) / blksz };
@@ -986,13 +1090,17 @@ impl ObjectStore for Objset {
         }
         let first_full = offset_bytes.div_ceil(blksz);
         let last_full = end / blksz; // exclusive
-        // Partial head and tail: zero in place.
+                                     // Partial head and tail: zero in place.
         let mut partial = Vec::new();
-        if offset_bytes % blksz != 0 {
+        if !offset_bytes.is_multiple_of(blksz) {
             let b = offset_bytes / blksz;
             partial.push((b, (offset_bytes % blksz) as usize, ((b + 1) * blksz).min(end)));
         }
-        if end % blksz != 0 && end / blksz >= first_full && (end / blksz) * blksz >= offset_bytes && (offset_bytes / blksz != end / blksz || offset_bytes % blksz == 0) {
+        if end % blksz != 0
+            && end / blksz >= first_full
+            && (end / blksz) * blksz >= offset_bytes
+            && (offset_bytes / blksz != end / blksz || offset_bytes.is_multiple_of(blksz))
+        {
             let b = end / blksz;
             partial.push((b, 0, end));
         }
@@ -1059,7 +1167,12 @@ impl ObjectStore for Objset {
         let mut st = self.st.lock();
         let dn = self.load_dnode(&mut st, obj)?;
         let dirty: u64 = dn.open.blocks.values().map(|b| b.len() as u64).sum();
-        Ok(ObjectInfo { otype: dn.attrs.otype, datablksz_bytes: dn.attrs.blksz, maxblkid: dn.attrs.maxblkid, used_bytes: dn.tree.used_bytes.max(dirty) })
+        Ok(ObjectInfo {
+            otype: dn.attrs.otype,
+            datablksz_bytes: dn.attrs.blksz,
+            maxblkid: dn.attrs.maxblkid,
+            used_bytes: dn.tree.used_bytes.max(dirty),
+        })
     }
 
     fn wait_synced(&self) -> Result<()> {
@@ -1071,7 +1184,10 @@ impl ObjectStore for Objset {
         let size = self.zio.size_bytes();
         let slop = (size >> self.slop_shift).max(4 << 20);
         let r = self.zio.deflate_ratio();
-        SpaceInfo { used_bytes: (self.used_bytes() as f64 * r) as u64, avail_bytes: (self.zio.free_bytes().saturating_sub(slop) as f64 * r) as u64 }
+        SpaceInfo {
+            used_bytes: (self.used_bytes() as f64 * r) as u64,
+            avail_bytes: (self.zio.free_bytes().saturating_sub(slop) as f64 * r) as u64,
+        }
     }
 
     fn is_readonly(&self) -> bool {

@@ -51,7 +51,11 @@ impl TxgGate {
             open: Arc::new(RwLock::new(open_txg)),
             dirty: Mutex::new(0),
             dirty_cv: Condvar::new(),
-            sync: Mutex::new(SyncState { synced_txg: open_txg.saturating_sub(1), wanted_txg: 0, suspended: false }),
+            sync: Mutex::new(SyncState {
+                synced_txg: open_txg.saturating_sub(1),
+                wanted_txg: 0,
+                suspended: false,
+            }),
             sync_cv: Condvar::new(),
             dirty_max_bytes,
             readonly: AtomicBool::new(false),
@@ -86,7 +90,10 @@ impl TxgGate {
         }
         let guard = self.open.read_arc();
         let txg = *guard;
-        Ok(TxHold { txg, _guard: Some(Box::new(guard)) })
+        Ok(TxHold {
+            txg,
+            _guard: Some(Box::new(guard)),
+        })
     }
 
     /// The open txg.

@@ -36,10 +36,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
-    SessionACL, TimeOrNow, WriteFlags,
+    Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, SessionACL, TimeOrNow, WriteFlags,
 };
 use tarn_zpl::{Attr, FileKind, Fs, SetAttr, SetTime, Timespec, ZplError};
 
@@ -135,15 +133,8 @@ fn set_readahead(mountpoint: &Path, kib: u32) {
 pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> io::Result<Mount> {
     std::fs::create_dir_all(mountpoint)?;
     let mut cfg = Config::default();
-    cfg.mount_options = vec![
-        MountOption::FSName(opts.fsname.clone()),
-        MountOption::Subtype("tarn".into()),
-    ];
-    cfg.mount_options.push(if opts.readonly {
-        MountOption::RO
-    } else {
-        MountOption::RW
-    });
+    cfg.mount_options = vec![MountOption::FSName(opts.fsname.clone()), MountOption::Subtype("tarn".into())];
+    cfg.mount_options.push(if opts.readonly { MountOption::RO } else { MountOption::RW });
     if opts.default_permissions {
         cfg.mount_options.push(MountOption::DefaultPermissions);
     }
@@ -336,49 +327,16 @@ impl Filesystem for TarnFuse {
         }
     }
 
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        _umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, rdev: u32, reply: ReplyEntry) {
         // The kernel has already applied the umask to `mode` (no FUSE_DONT_MASK).
         self.entry(
-            self.fs.mknod(
-                self.zino(parent),
-                name.as_bytes(),
-                mode,
-                req.uid(),
-                req.gid(),
-                u64::from(rdev),
-            ),
+            self.fs.mknod(self.zino(parent), name.as_bytes(), mode, req.uid(), req.gid(), u64::from(rdev)),
             reply,
         );
     }
 
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        _umask: u32,
-        reply: ReplyEntry,
-    ) {
-        self.entry(
-            self.fs.mkdir(
-                self.zino(parent),
-                name.as_bytes(),
-                mode,
-                req.uid(),
-                req.gid(),
-            ),
-            reply,
-        );
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        self.entry(self.fs.mkdir(self.zino(parent), name.as_bytes(), mode, req.uid(), req.gid()), reply);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -389,36 +347,15 @@ impl Filesystem for TarnFuse {
         Self::empty(self.fs.rmdir(self.zino(parent), name.as_bytes()), reply);
     }
 
-    fn symlink(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        link_name: &OsStr,
-        target: &Path,
-        reply: ReplyEntry,
-    ) {
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         self.entry(
-            self.fs.symlink(
-                self.zino(parent),
-                link_name.as_bytes(),
-                target.as_os_str().as_bytes(),
-                req.uid(),
-                req.gid(),
-            ),
+            self.fs
+                .symlink(self.zino(parent), link_name.as_bytes(), target.as_os_str().as_bytes(), req.uid(), req.gid()),
             reply,
         );
     }
 
-    fn rename(
-        &self,
-        _req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        newparent: INodeNo,
-        newname: &OsStr,
-        flags: RenameFlags,
-        reply: ReplyEmpty,
-    ) {
+    fn rename(&self, _req: &Request, parent: INodeNo, name: &OsStr, newparent: INodeNo, newname: &OsStr, flags: RenameFlags, reply: ReplyEmpty) {
         let mut zflags = 0;
         if flags.contains(RenameFlags::RENAME_NOREPLACE) {
             zflags |= tarn_zpl::RENAME_NOREPLACE;
@@ -431,30 +368,14 @@ impl Filesystem for TarnFuse {
             return;
         }
         Self::empty(
-            self.fs.rename(
-                self.zino(parent),
-                name.as_bytes(),
-                self.zino(newparent),
-                newname.as_bytes(),
-                zflags,
-            ),
+            self.fs
+                .rename(self.zino(parent), name.as_bytes(), self.zino(newparent), newname.as_bytes(), zflags),
             reply,
         );
     }
 
-    fn link(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        newparent: INodeNo,
-        newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
-        self.entry(
-            self.fs
-                .link(self.zino(ino), self.zino(newparent), newname.as_bytes()),
-            reply,
-        );
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        self.entry(self.fs.link(self.zino(ino), self.zino(newparent), newname.as_bytes()), reply);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -465,17 +386,7 @@ impl Filesystem for TarnFuse {
         }
     }
 
-    fn read(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
+    fn read(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock_owner: Option<LockOwner>, reply: ReplyData) {
         match self.fs.read(self.zino(ino), offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(err(e)),
@@ -500,38 +411,15 @@ impl Filesystem for TarnFuse {
         }
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
         reply.ok();
     }
 
-    fn release(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn release(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, _lock_owner: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
         Self::empty(self.fs.release_file(self.zino(ino)), reply);
     }
 
-    fn fsync(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         Self::empty(self.fs.fsync(self.zino(ino)), reply);
     }
 
@@ -543,14 +431,7 @@ impl Filesystem for TarnFuse {
         }
     }
 
-    fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let dir = self.zino(ino);
         let mut cursor = offset;
         loop {
@@ -562,12 +443,7 @@ impl Filesystem for TarnFuse {
                 break;
             }
             for e in batch {
-                if reply.add(
-                    self.kino(e.ino),
-                    e.next_cursor,
-                    file_type(e.kind),
-                    OsStr::from_bytes(&e.name),
-                ) {
+                if reply.add(self.kino(e.ino), e.next_cursor, file_type(e.kind), OsStr::from_bytes(&e.name)) {
                     return reply.ok();
                 }
                 cursor = e.next_cursor;
@@ -576,79 +452,33 @@ impl Filesystem for TarnFuse {
         reply.ok();
     }
 
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
         reply.ok();
     }
 
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         Self::empty(self.fs.fsync(self.zino(ino)), reply);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         match self.fs.statfs() {
-            Ok(s) => reply.statfs(
-                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
-            ),
+            Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize),
             Err(e) => reply.error(err(e)),
         }
     }
 
-    fn create(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        _umask: u32,
-        _flags: i32,
-        reply: ReplyCreate,
-    ) {
-        let a = match self.fs.create(
-            self.zino(parent),
-            name.as_bytes(),
-            mode,
-            req.uid(),
-            req.gid(),
-        ) {
+    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, _flags: i32, reply: ReplyCreate) {
+        let a = match self.fs.create(self.zino(parent), name.as_bytes(), mode, req.uid(), req.gid()) {
             Ok(a) => a,
             Err(e) => return reply.error(err(e)),
         };
         match self.fs.open_file(a.ino) {
-            Ok(()) => reply.created(
-                &TTL,
-                &self.fattr(&a),
-                Generation(a.gen),
-                FileHandle(0),
-                FopenFlags::empty(),
-            ),
+            Ok(()) => reply.created(&TTL, &self.fattr(&a), Generation(a.gen), FileHandle(0), FopenFlags::empty()),
             Err(e) => reply.error(err(e)),
         }
     }
 
-    fn fallocate(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _offset: u64,
-        _length: u64,
-        _mode: i32,
-        reply: ReplyEmpty,
-    ) {
+    fn fallocate(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _offset: u64, _length: u64, _mode: i32, reply: ReplyEmpty) {
         reply.error(Errno::from_i32(libc::EOPNOTSUPP));
     }
 }
@@ -663,13 +493,7 @@ mod tests {
         assert_eq!(errno(&ZplError::NotEmpty), libc::ENOTEMPTY);
         assert_eq!(errno(&ZplError::ReadOnly), libc::EROFS);
         assert_eq!(errno(&ZplError::Invalid("x")), libc::EINVAL);
-        assert_eq!(
-            errno(&ZplError::Corrupt {
-                object: 3,
-                what: "x"
-            }),
-            libc::EIO
-        );
+        assert_eq!(errno(&ZplError::Corrupt { object: 3, what: "x" }), libc::EIO);
         assert_eq!(file_type(FileKind::Symlink), FileType::Symlink);
     }
 }

@@ -53,17 +53,11 @@ fn mount_and_use() {
     assert_eq!(fs::read(mnt.join("big.bin")).unwrap(), data);
     assert_eq!(fs::metadata(mnt.join("big.bin")).unwrap().len(), 3_000_000);
     {
-        let mut f = fs::OpenOptions::new()
-            .append(true)
-            .open(mnt.join("hello.txt"))
-            .unwrap();
+        let mut f = fs::OpenOptions::new().append(true).open(mnt.join("hello.txt")).unwrap();
         f.write_all(b"more\n").unwrap();
         f.sync_all().unwrap();
     }
-    assert_eq!(
-        fs::read_to_string(mnt.join("hello.txt")).unwrap(),
-        "hello, tarn\nmore\n"
-    );
+    assert_eq!(fs::read_to_string(mnt.join("hello.txt")).unwrap(), "hello, tarn\nmore\n");
 
     // mkdir / rename across directories / symlink / hard link
     fs::create_dir(mnt.join("a")).unwrap();
@@ -74,34 +68,19 @@ fn mount_and_use() {
     assert!(mnt.join("a/c").is_dir());
     assert_eq!(fs::metadata(mnt.join("a")).unwrap().nlink(), 3);
     std::os::unix::fs::symlink("hello.txt", mnt.join("a/link")).unwrap();
-    assert_eq!(
-        fs::read_link(mnt.join("a/link")).unwrap().to_str(),
-        Some("hello.txt")
-    );
-    assert_eq!(
-        fs::read_to_string(mnt.join("a/link")).unwrap(),
-        "hello, tarn\nmore\n"
-    );
+    assert_eq!(fs::read_link(mnt.join("a/link")).unwrap().to_str(), Some("hello.txt"));
+    assert_eq!(fs::read_to_string(mnt.join("a/link")).unwrap(), "hello, tarn\nmore\n");
     fs::hard_link(mnt.join("a/hello.txt"), mnt.join("b/hard")).unwrap();
     assert_eq!(fs::metadata(mnt.join("b/hard")).unwrap().nlink(), 2);
     assert_eq!(
         fs::metadata(mnt.join("b/hard")).unwrap().ino(),
         fs::metadata(mnt.join("a/hello.txt")).unwrap().ino()
     );
-    assert_eq!(
-        fs::create_dir(mnt.join("a")).unwrap_err().raw_os_error(),
-        Some(libc::EEXIST)
-    );
-    assert_eq!(
-        fs::remove_dir(mnt.join("a")).unwrap_err().raw_os_error(),
-        Some(libc::ENOTEMPTY)
-    );
+    assert_eq!(fs::create_dir(mnt.join("a")).unwrap_err().raw_os_error(), Some(libc::EEXIST));
+    assert_eq!(fs::remove_dir(mnt.join("a")).unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
 
     // truncate down and up (sparse)
-    let f = fs::OpenOptions::new()
-        .write(true)
-        .open(mnt.join("big.bin"))
-        .unwrap();
+    let f = fs::OpenOptions::new().write(true).open(mnt.join("big.bin")).unwrap();
     f.set_len(1000).unwrap();
     f.set_len(5000).unwrap();
     drop(f);
@@ -125,12 +104,7 @@ fn mount_and_use() {
     let kinds: Vec<_> = fs::read_dir(mnt.join("a"))
         .unwrap()
         .map(|e| e.unwrap())
-        .map(|e| {
-            (
-                e.file_name().into_string().unwrap(),
-                e.file_type().unwrap().is_dir(),
-            )
-        })
+        .map(|e| (e.file_name().into_string().unwrap(), e.file_type().unwrap().is_dir()))
         .collect();
     assert!(kinds.contains(&("c".to_string(), true)));
     assert!(kinds.contains(&("hello.txt".to_string(), false)));
@@ -151,11 +125,7 @@ fn mount_and_use() {
     while store.object_count() != before - 1 && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    assert_eq!(
-        store.object_count(),
-        before - 1,
-        "unlinked file freed after last close"
-    );
+    assert_eq!(store.object_count(), before - 1, "unlinked file freed after last close");
 
     // rmdir, statfs
     fs::remove_dir(mnt.join("a/c")).unwrap();
@@ -166,23 +136,12 @@ fn mount_and_use() {
     assert_eq!(st.f_namemax, 255);
     assert!(st.f_blocks > 0 && st.f_bavail > 0 && st.f_bavail <= st.f_blocks);
     let mounts = fs::read_to_string("/proc/mounts").unwrap();
-    assert!(
-        mounts
-            .lines()
-            .any(|l| l.starts_with("tank/test ") && l.contains(" fuse")),
-        "{mounts}"
-    );
+    assert!(mounts.lines().any(|l| l.starts_with("tank/test ") && l.contains(" fuse")), "{mounts}");
 
     m.unmount().unwrap();
-    assert!(!fs::read_to_string("/proc/mounts")
-        .unwrap()
-        .contains(mnt.to_str().unwrap()));
+    assert!(!fs::read_to_string("/proc/mounts").unwrap().contains(mnt.to_str().unwrap()));
     // The file system is still consistent and holds what was written.
-    assert_eq!(
-        zfs.read(zfs.lookup(zfs.root(), b"big.bin").unwrap().ino, 0, 10)
-            .unwrap(),
-        &data[..10]
-    );
+    assert_eq!(zfs.read(zfs.lookup(zfs.root(), b"big.bin").unwrap().ino, 0, 10).unwrap(), &data[..10]);
 }
 
 #[test]
@@ -207,9 +166,6 @@ fn readonly_mount_refuses_writes() {
     )
     .unwrap();
     assert_eq!(fs::read(mnt.join("f")).unwrap(), b"ro");
-    assert_eq!(
-        fs::write(mnt.join("g"), b"x").unwrap_err().raw_os_error(),
-        Some(libc::EROFS)
-    );
+    assert_eq!(fs::write(mnt.join("g"), b"x").unwrap_err().raw_os_error(), Some(libc::EROFS));
     m.unmount().unwrap();
 }

@@ -150,19 +150,14 @@ impl RangeTree {
     /// Panics if `len` is zero, the range overflows, or it overlaps a range already in
     /// the tree: adding space twice is a double free, which is a bug.
     pub fn add(&mut self, start: u64, len: u64) {
-        assert!(
-            self.try_add(start, len),
-            "RangeTree::add: [{start}, +{len}) overlaps (double free)"
-        );
+        assert!(self.try_add(start, len), "RangeTree::add: [{start}, +{len}) overlaps (double free)");
     }
 
     /// Adds `[start, start + len)` unless it overlaps; returns whether it was added.
     /// Panics on zero length or overflow (caller bugs); decoders check those first.
     fn try_add(&mut self, start: u64, len: u64) -> bool {
         assert!(len > 0, "RangeTree: empty range at {start}");
-        let end = start
-            .checked_add(len)
-            .expect("RangeTree: range overflows u64");
+        let end = start.checked_add(len).expect("RangeTree: range overflows u64");
         if self.overlaps(start, len) {
             return false;
         }
@@ -187,10 +182,7 @@ impl RangeTree {
     /// Panics unless the whole range is contained in one extent of the tree.
     pub fn remove(&mut self, start: u64, len: u64) {
         assert!(len > 0, "RangeTree::remove: empty range at {start}");
-        assert!(
-            self.contains(start, len),
-            "RangeTree::remove: [{start}, +{len}) not contained"
-        );
+        assert!(self.contains(start, len), "RangeTree::remove: [{start}, +{len}) not contained");
         let end = start + len; // no overflow: contained in a range
         let (&s, &e) = self.map.range(..=start).next_back().expect("contained");
         self.map.remove(&s);
@@ -270,10 +262,7 @@ impl RangeTree {
             prev_end = Some(e);
             sum += e - s;
         }
-        assert_eq!(
-            sum, self.space_bytes,
-            "RangeTree: cached space_bytes is stale"
-        );
+        assert_eq!(sum, self.space_bytes, "RangeTree: cached space_bytes is stale");
     }
 }
 
@@ -324,9 +313,7 @@ impl VdevSpace {
     pub fn alloc(&mut self, size_bytes: u64) -> Option<u64> {
         self.assert_size(size_bytes);
         let cursor = self.cursor_bytes;
-        let offset = self
-            .first_fit(size_bytes, cursor, u64::MAX)
-            .or_else(|| self.first_fit(size_bytes, 0, cursor))?;
+        let offset = self.first_fit(size_bytes, cursor, u64::MAX).or_else(|| self.first_fit(size_bytes, 0, cursor))?;
         self.free.remove(offset, size_bytes);
         self.cursor_bytes = offset + size_bytes;
         self.check();
@@ -345,9 +332,7 @@ impl VdevSpace {
             Some(last) => self.first_fit(size_bytes, 0, last.saturating_add(1)),
             None => None,
         };
-        let offset = after
-            .or_else(before)
-            .or_else(|| self.first_fit(size_bytes, 0, u64::MAX))?;
+        let offset = after.or_else(before).or_else(|| self.first_fit(size_bytes, 0, u64::MAX))?;
         self.free.remove(offset, size_bytes);
         self.check();
         Some(offset)
@@ -370,10 +355,7 @@ impl VdevSpace {
     /// unaligned, outside the vdev, or not currently allocated (double free).
     pub fn free(&mut self, txg: u64, offset: u64, size_bytes: u64) {
         self.assert_allocated(offset, size_bytes);
-        self.deferred
-            .entry(txg)
-            .or_default()
-            .add(offset, size_bytes);
+        self.deferred.entry(txg).or_default().add(offset, size_bytes);
         self.deferred_bytes += size_bytes;
         self.check();
     }
@@ -434,9 +416,7 @@ impl VdevSpace {
 
     /// Deferred frees as `(txg, start, len)`, by txg then start.
     pub fn deferred_iter(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
-        self.deferred
-            .iter()
-            .flat_map(|(&txg, t)| t.iter().map(move |(s, l)| (txg, s, l)))
+        self.deferred.iter().flat_map(|(&txg, t)| t.iter().map(move |(s, l)| (txg, s, l)))
     }
 
     /// Whether every byte of `[offset, offset + size_bytes)` is allocated (neither free
@@ -446,11 +426,7 @@ impl VdevSpace {
             Some(end) if end <= self.asize_bytes => {}
             _ => return false,
         }
-        !self.free.overlaps(offset, size_bytes)
-            && self
-                .deferred
-                .values()
-                .all(|t| !t.overlaps(offset, size_bytes))
+        !self.free.overlaps(offset, size_bytes) && self.deferred.values().all(|t| !t.overlaps(offset, size_bytes))
     }
 
     /// Serializes this vdev's section of the space map (layout in the crate docs).
@@ -463,11 +439,7 @@ impl VdevSpace {
     fn encode_into(&self, out: &mut Vec<u8>) {
         let mut deferred: Vec<(u64, u64, u64)> = self.deferred_iter().collect();
         deferred.sort_unstable_by_key(|&(_, s, _)| s);
-        out.reserve(
-            VDEV_SECTION_HEADER_BYTES
-                + FREE_ENTRY_BYTES * self.free.len()
-                + DEFERRED_ENTRY_BYTES * deferred.len(),
-        );
+        out.reserve(VDEV_SECTION_HEADER_BYTES + FREE_ENTRY_BYTES * self.free.len() + DEFERRED_ENTRY_BYTES * deferred.len());
         put(out, self.asize_bytes);
         put(out, self.free.len() as u64);
         put(out, deferred.len() as u64);
@@ -493,30 +465,21 @@ impl VdevSpace {
         Ok(vs)
     }
 
-    fn decode_from(
-        asize_bytes: u64,
-        align_bytes: u64,
-        r: &mut Reader<'_>,
-    ) -> Result<Self, Corrupt> {
+    fn decode_from(asize_bytes: u64, align_bytes: u64, r: &mut Reader<'_>) -> Result<Self, Corrupt> {
         if align_bytes == 0 {
             return Err(Corrupt::new(KIND, "zero alignment"));
         }
         let usable = asize_bytes - asize_bytes % align_bytes;
         let enc_asize = r.u64()?;
         if enc_asize != usable {
-            return Err(Corrupt::new(
-                KIND,
-                format!("asize {enc_asize} does not match vdev asize {usable}"),
-            ));
+            return Err(Corrupt::new(KIND, format!("asize {enc_asize} does not match vdev asize {usable}")));
         }
         let free_count = r.count(FREE_ENTRY_BYTES)?;
         let deferred_count = r.count(DEFERRED_ENTRY_BYTES)?;
         // Both arrays must fit in what is left (each count was checked alone).
-        let need = free_count.checked_mul(FREE_ENTRY_BYTES).and_then(|a| {
-            deferred_count
-                .checked_mul(DEFERRED_ENTRY_BYTES)
-                .and_then(|b| a.checked_add(b))
-        });
+        let need = free_count
+            .checked_mul(FREE_ENTRY_BYTES)
+            .and_then(|a| deferred_count.checked_mul(DEFERRED_ENTRY_BYTES).and_then(|b| a.checked_add(b)));
         if need.is_none_or(|n| n > r.remaining()) {
             return Err(Corrupt::new(KIND, "range arrays run past the end"));
         }
@@ -525,27 +488,16 @@ impl VdevSpace {
             if l == 0 {
                 return Err(Corrupt::new(KIND, format!("{what} range at {s} is empty")));
             }
-            if s % align_bytes != 0 || l % align_bytes != 0 {
-                return Err(Corrupt::new(
-                    KIND,
-                    format!("{what} range [{s}, +{l}) is not {align_bytes}-aligned"),
-                ));
+            if !s.is_multiple_of(align_bytes) || !l.is_multiple_of(align_bytes) {
+                return Err(Corrupt::new(KIND, format!("{what} range [{s}, +{l}) is not {align_bytes}-aligned")));
             }
             match s.checked_add(l) {
                 Some(e) if e <= usable => {}
-                _ => {
-                    return Err(Corrupt::new(
-                        KIND,
-                        format!("{what} range [{s}, +{l}) is outside asize {usable}"),
-                    ))
-                }
+                _ => return Err(Corrupt::new(KIND, format!("{what} range [{s}, +{l}) is outside asize {usable}"))),
             }
             if let Some(p) = prev_end {
                 if s < p || (strict && s == p) {
-                    return Err(Corrupt::new(
-                        KIND,
-                        format!("{what} range at {s} is unsorted, overlapping or unmerged"),
-                    ));
+                    return Err(Corrupt::new(KIND, format!("{what} range at {s} is unsorted, overlapping or unmerged")));
                 }
             }
             Ok(s + l)
@@ -568,16 +520,10 @@ impl VdevSpace {
             let (txg, s, l) = (r.u64()?, r.u64()?, r.u64()?);
             prev_end = Some(check_range("deferred", s, l, prev_end, false)?);
             if free.overlaps(s, l) {
-                return Err(Corrupt::new(
-                    KIND,
-                    format!("deferred range at {s} (txg {txg}) overlaps free space"),
-                ));
+                return Err(Corrupt::new(KIND, format!("deferred range at {s} (txg {txg}) overlaps free space")));
             }
             if !deferred.entry(txg).or_default().try_add(s, l) {
-                return Err(Corrupt::new(
-                    KIND,
-                    format!("deferred range at {s} (txg {txg}) overlaps"),
-                ));
+                return Err(Corrupt::new(KIND, format!("deferred range at {s} (txg {txg}) overlaps")));
             }
             deferred_bytes += l; // <= usable: the ranges are disjoint and inside asize
         }
@@ -607,24 +553,15 @@ impl VdevSpace {
             tree.verify();
             for (s, l) in tree.iter() {
                 assert!(s % al == 0 && l % al == 0, "VdevSpace: unaligned range [{s}, +{l})");
-                assert!(
-                    s + l <= self.asize_bytes,
-                    "VdevSpace: range [{s}, +{l}) past asize"
-                );
-                assert!(
-                    all.try_add(s, l),
-                    "VdevSpace: range [{s}, +{l}) is both free and deferred"
-                );
+                assert!(s + l <= self.asize_bytes, "VdevSpace: range [{s}, +{l}) past asize");
+                assert!(all.try_add(s, l), "VdevSpace: range [{s}, +{l}) is both free and deferred");
             }
         }
         for tree in self.deferred.values() {
             assert!(!tree.is_empty(), "VdevSpace: empty deferred tree kept");
             deferred_sum += tree.space_bytes();
         }
-        assert_eq!(
-            deferred_sum, self.deferred_bytes,
-            "VdevSpace: stale deferred_bytes"
-        );
+        assert_eq!(deferred_sum, self.deferred_bytes, "VdevSpace: stale deferred_bytes");
         assert_eq!(self.cursor_bytes % al, 0, "VdevSpace: unaligned cursor");
     }
 
@@ -637,7 +574,7 @@ impl VdevSpace {
 
     fn assert_size(&self, size_bytes: u64) {
         assert!(
-            size_bytes > 0 && size_bytes % self.align_bytes == 0,
+            size_bytes > 0 && size_bytes.is_multiple_of(self.align_bytes),
             "VdevSpace: size {size_bytes} is not a non-zero multiple of {}",
             self.align_bytes
         );
@@ -645,11 +582,7 @@ impl VdevSpace {
 
     fn assert_allocated(&self, offset: u64, size_bytes: u64) {
         self.assert_size(size_bytes);
-        assert_eq!(
-            offset % self.align_bytes,
-            0,
-            "VdevSpace: unaligned offset {offset}"
-        );
+        assert_eq!(offset % self.align_bytes, 0, "VdevSpace: unaligned offset {offset}");
         assert!(
             self.is_allocated(offset, size_bytes),
             "VdevSpace: free of [{offset}, +{size_bytes}) which is not allocated (double free?)"
@@ -664,12 +597,7 @@ impl VdevSpace {
         if size_bytes > self.free.space_bytes() || from >= to_exclusive {
             return None;
         }
-        let head = self
-            .free
-            .map
-            .range(..=from)
-            .next_back()
-            .filter(|&(_, &e)| e > from);
+        let head = self.free.map.range(..=from).next_back().filter(|&(_, &e)| e > from);
         let tail = self.free.map.range(from.saturating_add(1)..);
         for (&s, &e) in head.into_iter().chain(tail) {
             let cand = s.max(from);
@@ -723,12 +651,7 @@ impl SpaceMap {
 
     /// A space map for a new pool: every vdev `(asize, align)` entirely free.
     pub fn create(vdevs: &[(u64, u64)]) -> Self {
-        SpaceMap::new(
-            vdevs
-                .iter()
-                .map(|&(asize, align)| VdevSpace::new(asize, align))
-                .collect(),
-        )
+        SpaceMap::new(vdevs.iter().map(|&(asize, align)| VdevSpace::new(asize, align)).collect())
     }
 
     /// Serializes the whole map (layout in the crate docs).
@@ -758,10 +681,7 @@ impl SpaceMap {
         }
         let count = r.u64()?;
         if count != vdevs.len() as u64 {
-            return Err(Corrupt::new(
-                KIND,
-                format!("{count} vdevs encoded, pool has {}", vdevs.len()),
-            ));
+            return Err(Corrupt::new(KIND, format!("{count} vdevs encoded, pool has {}", vdevs.len())));
         }
         let mut out = Vec::with_capacity(vdevs.len());
         for &(asize, align) in vdevs {
@@ -777,19 +697,13 @@ impl SpaceMap {
     pub fn pick_vdev(&self, exclude: &[u32]) -> Option<u32> {
         let n = self.vdevs.len();
         let candidate = |i: usize| !exclude.contains(&(i as u32));
-        let best = (0..n)
-            .filter(|&i| candidate(i))
-            .map(|i| self.vdevs[i].free_bytes())
-            .max()?;
+        let best = (0..n).filter(|&i| candidate(i)).map(|i| self.vdevs[i].free_bytes()).max()?;
         if best == 0 {
             return None;
         }
         let start = self.rotor.load(Ordering::Relaxed) as usize % n;
-        let chosen = (0..n)
-            .map(|k| (start + k) % n)
-            .find(|&i| candidate(i) && self.vdevs[i].free_bytes() == best)?;
-        self.rotor
-            .store(((chosen + 1) % n) as u32, Ordering::Relaxed);
+        let chosen = (0..n).map(|k| (start + k) % n).find(|&i| candidate(i) && self.vdevs[i].free_bytes() == best)?;
+        self.rotor.store(((chosen + 1) % n) as u32, Ordering::Relaxed);
         Some(chosen as u32)
     }
 
@@ -853,20 +767,14 @@ impl Reader<'_> {
     fn count(&mut self, entry_bytes: usize) -> Result<usize, Corrupt> {
         let n = self.u64()?;
         if n > (self.remaining() / entry_bytes) as u64 {
-            return Err(Corrupt::new(
-                KIND,
-                format!("count {n} exceeds the remaining {} bytes", self.remaining()),
-            ));
+            return Err(Corrupt::new(KIND, format!("count {n} exceeds the remaining {} bytes", self.remaining())));
         }
         Ok(n as usize)
     }
 
     fn finish(&self) -> Result<(), Corrupt> {
         if self.pos != self.b.len() {
-            return Err(Corrupt::new(
-                KIND,
-                format!("{} trailing bytes", self.b.len() - self.pos),
-            ));
+            return Err(Corrupt::new(KIND, format!("{} trailing bytes", self.b.len() - self.pos)));
         }
         Ok(())
     }

@@ -249,10 +249,7 @@ fn vdev_encoding_layout() {
     assert_eq!(u(0), 64 * K);
     let (nf, nd) = (u(8) as usize, u(16) as usize);
     assert_eq!((nf, nd), (2, 2));
-    assert_eq!(
-        b.len(),
-        VDEV_SECTION_HEADER_BYTES + nf * FREE_ENTRY_BYTES + nd * DEFERRED_ENTRY_BYTES
-    );
+    assert_eq!(b.len(), VDEV_SECTION_HEADER_BYTES + nf * FREE_ENTRY_BYTES + nd * DEFERRED_ENTRY_BYTES);
     assert_eq!((u(24), u(32)), (4 * K, 2 * K));
     assert_eq!((u(40), u(48)), (12 * K, 52 * K));
     let d0 = 24 + 16 * nf;
@@ -267,15 +264,9 @@ fn space_map_roundtrip_and_header() {
     sm.vdevs[1].alloc(1024).unwrap();
     let b = sm.encode();
     assert_eq!(&b[0..8], b"TARNSPMP");
-    assert_eq!(
-        u64::from_le_bytes(b[8..16].try_into().unwrap()),
-        SPACE_MAP_VERSION
-    );
+    assert_eq!(u64::from_le_bytes(b[8..16].try_into().unwrap()), SPACE_MAP_VERSION);
     assert_eq!(u64::from_le_bytes(b[16..24].try_into().unwrap()), 2);
-    assert_eq!(
-        &b[24..24 + sm.vdevs[0].encode().len()],
-        &sm.vdevs[0].encode()[..]
-    );
+    assert_eq!(&b[24..24 + sm.vdevs[0].encode().len()], &sm.vdevs[0].encode()[..]);
     let back = SpaceMap::decode(&[(64 * K, K), (32 * K + 7, 512)], &b).unwrap();
     assert_eq!(back.encode(), b);
     assert_eq!(back.free_bytes(), sm.free_bytes());
@@ -306,11 +297,7 @@ fn section(asize: u64, free: &[(u64, u64)], deferred: &[(u64, u64, u64)]) -> Vec
 
 #[test]
 fn decode_accepts_handmade_valid_section() {
-    let b = section(
-        16 * K,
-        &[(0, K), (4 * K, 2 * K)],
-        &[(3, K, K), (9, 2 * K, K)],
-    );
+    let b = section(16 * K, &[(0, K), (4 * K, 2 * K)], &[(3, K, K), (9, 2 * K, K)]);
     let v = VdevSpace::decode(16 * K, K, &b).unwrap();
     assert_eq!(v.free_bytes(), 3 * K);
     assert_eq!(v.deferred_bytes(), 2 * K);
@@ -322,10 +309,7 @@ fn decode_accepts_handmade_valid_section() {
 fn decode_rejects_bad_sections() {
     let a = 16 * K;
     let bad: Vec<(&str, Vec<u8>)> = vec![
-        (
-            "overlapping free",
-            section(a, &[(0, 2 * K), (K, 2 * K)], &[]),
-        ),
+        ("overlapping free", section(a, &[(0, 2 * K), (K, 2 * K)], &[])),
         ("unsorted free", section(a, &[(4 * K, K), (0, K)], &[])),
         ("adjacent free", section(a, &[(0, K), (K, K)], &[])),
         ("empty free", section(a, &[(0, 0)], &[])),
@@ -334,18 +318,9 @@ fn decode_rejects_bad_sections() {
         ("past asize", section(a, &[(15 * K, 2 * K)], &[])),
         ("overflow", section(a, &[(u64::MAX - K + 1, K)], &[])),
         ("wrong asize", section(a + K, &[], &[])),
-        (
-            "deferred overlaps free",
-            section(a, &[(0, 2 * K)], &[(1, K, K)]),
-        ),
-        (
-            "deferred overlap each other",
-            section(a, &[], &[(1, 0, 2 * K), (2, K, K)]),
-        ),
-        (
-            "deferred unsorted",
-            section(a, &[], &[(1, 4 * K, K), (2, 0, K)]),
-        ),
+        ("deferred overlaps free", section(a, &[(0, 2 * K)], &[(1, K, K)])),
+        ("deferred overlap each other", section(a, &[], &[(1, 0, 2 * K), (2, K, K)])),
+        ("deferred unsorted", section(a, &[], &[(1, 4 * K, K), (2, 0, K)])),
         ("deferred past asize", section(a, &[], &[(1, 16 * K, K)])),
         ("deferred unaligned", section(a, &[], &[(1, 512, K)])),
         ("deferred empty", section(a, &[], &[(1, 0, 0)])),
@@ -357,10 +332,7 @@ fn decode_rejects_bad_sections() {
     let good = section(a, &[(0, K)], &[(1, K, K)]);
     assert!(VdevSpace::decode(a, K, &good).is_ok());
     for cut in 0..good.len() {
-        assert!(
-            VdevSpace::decode(a, K, &good[..cut]).is_err(),
-            "accepted cut at {cut}"
-        );
+        assert!(VdevSpace::decode(a, K, &good[..cut]).is_err(), "accepted cut at {cut}");
     }
     let mut trailing = good.clone();
     trailing.push(0);

@@ -54,7 +54,11 @@ impl Dva {
         put_u64(b, 8, self.offset_bytes);
     }
     fn decode(b: &[u8]) -> Result<Self, Corrupt> {
-        let d = Dva { vdev: u32_at(b, 0), asize_bytes: (u32_at(b, 4) as u64) << 9, offset_bytes: u64_at(b, 8) };
+        let d = Dva {
+            vdev: u32_at(b, 0),
+            asize_bytes: (u32_at(b, 4) as u64) << 9,
+            offset_bytes: u64_at(b, 8),
+        };
         if d.asize_bytes == 0 && (d.vdev != 0 || d.offset_bytes != 0) {
             return Err(Corrupt::new("dva", "empty DVA with non-zero fields"));
         }
@@ -156,7 +160,11 @@ impl Default for BlkPtr {
 impl BlkPtr {
     /// The hole: no data, reads as zeros.
     pub const HOLE: BlkPtr = BlkPtr {
-        dva: [Dva { vdev: 0, asize_bytes: 0, offset_bytes: 0 }; 3],
+        dva: [Dva {
+            vdev: 0,
+            asize_bytes: 0,
+            offset_bytes: 0,
+        }; 3],
         lsize_bytes: 0,
         psize_bytes: 0,
         otype: ObjectType::None,
@@ -270,7 +278,11 @@ mod tests {
     #[test]
     fn offsets_match_format_doc() {
         let mut bp = BlkPtr::HOLE;
-        bp.dva[0] = Dva { vdev: 1, asize_bytes: 4096, offset_bytes: 0x1000 };
+        bp.dva[0] = Dva {
+            vdev: 1,
+            asize_bytes: 4096,
+            offset_bytes: 0x1000,
+        };
         bp.lsize_bytes = 0x2000;
         bp.psize_bytes = 0x1000;
         bp.birth_txg = 0x1234;
@@ -289,7 +301,11 @@ mod tests {
     #[test]
     fn reserved_must_be_zero() {
         let mut bp = BlkPtr::HOLE;
-        bp.dva[0] = Dva { vdev: 0, asize_bytes: 512, offset_bytes: 0 };
+        bp.dva[0] = Dva {
+            vdev: 0,
+            asize_bytes: 512,
+            offset_bytes: 0,
+        };
         bp.lsize_bytes = 512;
         bp.psize_bytes = 512;
         bp.birth_txg = 5;

@@ -78,8 +78,7 @@ impl Compression {
                 if 4 + clen > data.len() {
                     return Err(Corrupt::new("block", "lz4 length past end"));
                 }
-                let out = lz4_flex::block::decompress(&data[4..4 + clen], lsize)
-                    .map_err(|e| Corrupt::new("block", format!("lz4: {e}")))?;
+                let out = lz4_flex::block::decompress(&data[4..4 + clen], lsize).map_err(|e| Corrupt::new("block", format!("lz4: {e}")))?;
                 if out.len() != lsize {
                     return Err(Corrupt::new("block", "lz4 output size mismatch"));
                 }

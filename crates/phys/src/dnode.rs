@@ -185,7 +185,10 @@ impl ObjsetPhys {
         if b[520..OBJSET_PHYS_SIZE_BYTES].iter().any(|&x| x != 0) {
             return Err(Corrupt::new("objset", "reserved bytes not zero"));
         }
-        Ok(ObjsetPhys { meta_dnode: DnodePhys::decode(&b[0..512])?, os_type })
+        Ok(ObjsetPhys {
+            meta_dnode: DnodePhys::decode(&b[0..512])?,
+            os_type,
+        })
     }
 }
 
@@ -205,7 +208,11 @@ mod tests {
         d.used_bytes = 999;
         d.bonus = vec![5; 100];
         d.bonus_type = 1;
-        d.blkptr.dva[0] = Dva { vdev: 0, asize_bytes: 512, offset_bytes: 4096 };
+        d.blkptr.dva[0] = Dva {
+            vdev: 0,
+            asize_bytes: 512,
+            offset_bytes: 4096,
+        };
         d.blkptr.lsize_bytes = 512;
         d.blkptr.psize_bytes = 512;
         d.blkptr.birth_txg = 3;

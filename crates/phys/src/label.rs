@@ -174,7 +174,16 @@ mod tests {
             state: PoolState::Active,
             hostname: "h".into(),
             features_for_read: vec![],
-            vdev_tree: VdevConfig { kind: "root".into(), id: 0, guid: 1, path: None, nparity: 0, ashift: 0, asize_bytes: 0, children: vec![] },
+            vdev_tree: VdevConfig {
+                kind: "root".into(),
+                id: 0,
+                guid: 1,
+                path: None,
+                nparity: 0,
+                ashift: 0,
+                asize_bytes: 0,
+                children: vec![],
+            },
         };
         let mut b = encode_config(&cfg).unwrap();
         assert_eq!(decode_config(&b).unwrap(), cfg);

@@ -90,7 +90,14 @@ mod tests {
     use super::*;
     #[test]
     fn roundtrip_and_detect_damage() {
-        let ub = UberblockPhys { version: 1, txg: 42, guid_sum: 7, timestamp_s: 1000, rootbp: BlkPtr::HOLE, spacemap_bp: BlkPtr::HOLE };
+        let ub = UberblockPhys {
+            version: 1,
+            txg: 42,
+            guid_sum: 7,
+            timestamp_s: 1000,
+            rootbp: BlkPtr::HOLE,
+            spacemap_bp: BlkPtr::HOLE,
+        };
         let mut b = ub.encode();
         assert_eq!(UberblockPhys::decode(&b).unwrap(), ub);
         b[17] ^= 1;

@@ -18,7 +18,14 @@ fn main() {
         std::fs::File::create(&p).unwrap().set_len(4 << 30).unwrap();
         p
     };
-    let spec = CreateSpec { name: "probe".into(), vdevs: vec![TopSpec::Mirror(vec![mk("a.img"), mk("b.img")])], ashift: 12, force: true, pool_props: BTreeMap::new(), fs_props: BTreeMap::new() };
+    let spec = CreateSpec {
+        name: "probe".into(),
+        vdevs: vec![TopSpec::Mirror(vec![mk("a.img"), mk("b.img")])],
+        ashift: 12,
+        force: true,
+        pool_props: BTreeMap::new(),
+        fs_props: BTreeMap::new(),
+    };
     let pool = Pool::create(&spec).unwrap();
     let os = pool.objset("probe").unwrap();
     let chunk: Vec<u8> = (0..1 << 20).map(|i: u32| (i.wrapping_mul(2654435761) >> 7) as u8).collect();
@@ -37,7 +44,7 @@ fn main() {
     pool.export().unwrap();
     drop(pool);
     let t = Instant::now();
-    let pool = Pool::import("probe", &[dir.clone()], Rewind::None, None).unwrap();
+    let pool = Pool::import("probe", std::slice::from_ref(&dir), Rewind::None, None).unwrap();
     println!("import: {:.3}s", t.elapsed().as_secs_f64());
     let os = pool.objset("probe").unwrap();
     let mut buf = vec![0u8; 1 << 20];

@@ -95,7 +95,14 @@ impl DslDatasetPhys {
 }
 
 /// Properties this version implements, in `zfs get all` order, with defaults.
-pub const DATASET_PROPS: &[(&str, &str)] = &[("recordsize", "128K"), ("mountpoint", ""), ("compression", "off"), ("atime", "on"), ("readonly", "off"), ("canmount", "on")];
+pub const DATASET_PROPS: &[(&str, &str)] = &[
+    ("recordsize", "128K"),
+    ("mountpoint", ""),
+    ("compression", "off"),
+    ("atime", "on"),
+    ("readonly", "off"),
+    ("canmount", "on"),
+];
 
 fn parse_size(s: &str) -> Option<u64> {
     let s = s.trim();
@@ -108,9 +115,9 @@ fn parse_size(s: &str) -> Option<u64> {
 }
 
 fn human_size(v: u64) -> String {
-    if v >= 1 << 20 && v % (1 << 20) == 0 {
+    if v >= 1 << 20 && v.is_multiple_of(1 << 20) {
         format!("{}M", v >> 20)
-    } else if v >= 1 << 10 && v % (1 << 10) == 0 {
+    } else if v >= 1 << 10 && v.is_multiple_of(1 << 10) {
         format!("{}K", v >> 10)
     } else {
         v.to_string()
@@ -147,7 +154,9 @@ pub(crate) fn check_prop(prop: &str, value: &str) -> Result<String> {
             Some(_) => Ok(value.into()),
             None => bad("'compression' must be one of 'on | off | lz4'"),
         },
-        "used" | "available" | "referenced" | "type" | "creation" | "guid" | "name" | "mounted" => Err(SpaError::Invalid(format!("cannot set property '{prop}': read-only property"))),
+        "used" | "available" | "referenced" | "type" | "creation" | "guid" | "name" | "mounted" => {
+            Err(SpaError::Invalid(format!("cannot set property '{prop}': read-only property")))
+        }
         _ => Err(SpaError::Invalid(format!("invalid property '{prop}'"))),
     }
 }
@@ -174,7 +183,13 @@ impl Pool {
         for (k, v) in props {
             clean.insert(k.clone(), check_prop(k, v)?);
         }
-        let phys = DslDatasetPhys { rootbp: BlkPtr::HOLE, guid: rand::random(), creation_txg: tx.txg, creation_time_s: now_s(), used_bytes: 0 };
+        let phys = DslDatasetPhys {
+            rootbp: BlkPtr::HOLE,
+            guid: rand::random(),
+            creation_txg: tx.txg,
+            creation_time_s: now_s(),
+            used_bytes: 0,
+        };
         let obj = self.mos.create_object(tx, ObjectType::DslDataset, 512, 512, &phys.encode()).map_err(dmu_err)?;
         self.dir.lock().datasets.insert(name.to_string(), crate::dsl::DsRec { obj, props: clean });
         Ok(obj)
@@ -190,7 +205,10 @@ impl Pool {
     pub fn create_dataset_ext(&self, name: &str, props: &BTreeMap<String, String>, create_parents: bool) -> Result<()> {
         crate::validate_dataset_name(name)?;
         if name.split('/').next() != Some(self.name.as_str()) {
-            return Err(SpaError::NotFound(format!("cannot create '{name}': no such pool '{}'", name.split('/').next().unwrap_or(""))));
+            return Err(SpaError::NotFound(format!(
+                "cannot create '{name}': no such pool '{}'",
+                name.split('/').next().unwrap_or("")
+            )));
         }
         if !name.contains('/') {
             return Err(SpaError::Exists(format!("cannot create '{name}': dataset")));
@@ -267,7 +285,12 @@ impl Pool {
         if let Some(os) = self.objsets.lock().get(&obj) {
             return os.used_bytes();
         }
-        self.mos.bonus(obj).ok().and_then(|b| DslDatasetPhys::decode(&b).ok()).map(|p| p.used_bytes).unwrap_or(0)
+        self.mos
+            .bonus(obj)
+            .ok()
+            .and_then(|b| DslDatasetPhys::decode(&b).ok())
+            .map(|p| p.used_bytes)
+            .unwrap_or(0)
     }
 
     /// Effective value and source of `prop` for dataset `name`.
@@ -285,7 +308,11 @@ impl Pool {
             if let Some(v) = local(par) {
                 let v = if prop == "mountpoint" && v.starts_with('/') {
                     let rel = &name[par.len() + 1..];
-                    if v == "/" { format!("/{rel}") } else { format!("{v}/{rel}") }
+                    if v == "/" {
+                        format!("/{rel}")
+                    } else {
+                        format!("{v}/{rel}")
+                    }
                 } else {
                     v
                 };
@@ -313,7 +340,11 @@ impl Pool {
         let slop = (self.size_bytes() >> 5).max(4 << 20);
         let ratio = self.zio.deflate_ratio();
         let avail = (self.zio.free_bytes().saturating_sub(slop) as f64 * ratio) as u64;
-        let refer: BTreeMap<String, u64> = d.datasets.iter().map(|(n, r)| (n.clone(), (self.refer_bytes(r.obj) as f64 * ratio) as u64)).collect();
+        let refer: BTreeMap<String, u64> = d
+            .datasets
+            .iter()
+            .map(|(n, r)| (n.clone(), (self.refer_bytes(r.obj) as f64 * ratio) as u64))
+            .collect();
         let mut out = Vec::new();
         for (name, rec) in &d.datasets {
             let prefix = format!("{name}/");
@@ -327,10 +358,19 @@ impl Pool {
             props.insert("used".into(), (used.to_string(), "-".into()));
             props.insert("available".into(), (avail.to_string(), "-".into()));
             props.insert("referenced".into(), (refer[name].to_string(), "-".into()));
-            props.insert("creation".into(), (phys.as_ref().map(|p| p.creation_time_s).unwrap_or(0).to_string(), "-".into()));
+            props.insert(
+                "creation".into(),
+                (phys.as_ref().map(|p| p.creation_time_s).unwrap_or(0).to_string(), "-".into()),
+            );
             props.insert("guid".into(), (phys.as_ref().map(|p| p.guid).unwrap_or(0).to_string(), "-".into()));
             props.insert("compressratio".into(), ("1.00x".into(), "-".into()));
-            out.push(DatasetInfo { name: name.clone(), used_bytes: used, avail_bytes: avail, refer_bytes: refer[name], props });
+            out.push(DatasetInfo {
+                name: name.clone(),
+                used_bytes: used,
+                avail_bytes: avail,
+                refer_bytes: refer[name],
+                props,
+            });
         }
         Ok(out)
     }
@@ -342,7 +382,10 @@ impl Pool {
         let _a = self.admin.lock();
         {
             let mut d = self.dir.lock();
-            let rec = d.datasets.get_mut(name).ok_or_else(|| SpaError::NotFound(format!("cannot open '{name}': dataset does not exist")))?;
+            let rec = d
+                .datasets
+                .get_mut(name)
+                .ok_or_else(|| SpaError::NotFound(format!("cannot open '{name}': dataset does not exist")))?;
             rec.props.insert(prop.to_string(), v);
         }
         self.save_dir(&tx)?;
@@ -361,7 +404,10 @@ impl Pool {
         let _a = self.admin.lock();
         {
             let mut d = self.dir.lock();
-            let rec = d.datasets.get_mut(name).ok_or_else(|| SpaError::NotFound(format!("cannot open '{name}': dataset does not exist")))?;
+            let rec = d
+                .datasets
+                .get_mut(name)
+                .ok_or_else(|| SpaError::NotFound(format!("cannot open '{name}': dataset does not exist")))?;
             rec.props.remove(prop);
         }
         self.save_dir(&tx)?;
@@ -396,7 +442,10 @@ impl Pool {
     /// Like [`Pool::objset`] but returning the concrete type (tests, zdb).
     pub fn objset_concrete(&self, name: &str) -> Result<Arc<Objset>> {
         let d = self.dir.lock().clone();
-        let rec = d.datasets.get(name).ok_or_else(|| SpaError::NotFound(format!("cannot open '{name}': dataset does not exist")))?;
+        let rec = d
+            .datasets
+            .get(name)
+            .ok_or_else(|| SpaError::NotFound(format!("cannot open '{name}': dataset does not exist")))?;
         let mut open = self.objsets.lock();
         if let Some(os) = open.get(&rec.obj) {
             return Ok(os.clone());
@@ -436,7 +485,13 @@ mod tests {
     }
     #[test]
     fn record_roundtrip() {
-        let p = DslDatasetPhys { rootbp: BlkPtr::HOLE, guid: 5, creation_txg: 6, creation_time_s: 7, used_bytes: 8 };
+        let p = DslDatasetPhys {
+            rootbp: BlkPtr::HOLE,
+            guid: 5,
+            creation_txg: 6,
+            creation_time_s: 7,
+            used_bytes: 8,
+        };
         assert_eq!(DslDatasetPhys::decode(&p.encode()).unwrap(), p);
     }
 }

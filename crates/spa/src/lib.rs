@@ -184,4 +184,3 @@ pub struct DatasetInfo {
     /// "local", "inherited from X" or "-".
     pub props: BTreeMap<String, (String, String)>,
 }
-

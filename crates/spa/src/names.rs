@@ -11,7 +11,9 @@ fn valid_char(c: char) -> bool {
 
 fn check_component(name: &str, comp: &str) -> Result<()> {
     if comp.is_empty() {
-        return Err(SpaError::Invalid(format!("cannot use '{name}': empty component or misplaced '@' or '#' delimiter in name")));
+        return Err(SpaError::Invalid(format!(
+            "cannot use '{name}': empty component or misplaced '@' or '#' delimiter in name"
+        )));
     }
     if let Some(c) = comp.chars().find(|&c| !valid_char(c)) {
         return Err(SpaError::Invalid(format!("cannot use '{name}': invalid character '{c}' in name")));
@@ -39,7 +41,9 @@ pub fn validate_pool_name(name: &str) -> Result<()> {
         return bad("name must begin with a letter".into());
     }
     let reserved = ["mirror", "raidz", "draid", "spare", "log", "cache", "special", "dedup"];
-    if reserved.iter().any(|r| name == *r || (name.starts_with(r) && *r != "log" && *r != "cache" && *r != "spare" && name[r.len()..].chars().all(|c| c.is_ascii_digit())))
+    if reserved
+        .iter()
+        .any(|r| name == *r || (name.starts_with(r) && *r != "log" && *r != "cache" && *r != "spare" && name[r.len()..].chars().all(|c| c.is_ascii_digit())))
         || ["mirror", "raidz", "draid"].iter().any(|r| name.starts_with(r))
     {
         return bad("name is reserved".into());
@@ -58,7 +62,9 @@ pub fn validate_dataset_name(name: &str) -> Result<()> {
         return Err(SpaError::Invalid(format!("cannot use '{name}': name is too long")));
     }
     if name.contains('@') || name.contains('#') {
-        return Err(SpaError::Invalid(format!("cannot use '{name}': snapshots and bookmarks are not supported here")));
+        return Err(SpaError::Invalid(format!(
+            "cannot use '{name}': snapshots and bookmarks are not supported here"
+        )));
     }
     if name.starts_with('/') || name.ends_with('/') {
         return Err(SpaError::Invalid(format!("cannot use '{name}': leading or trailing slash in name")));

@@ -74,11 +74,16 @@ pub(crate) fn dmu_err(e: tarn_dmu::DmuError) -> SpaError {
 }
 
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 pub(crate) fn now_s() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 fn guid() -> u64 {
@@ -133,7 +138,10 @@ impl Pool {
     pub fn create(spec: &CreateSpec) -> Result<Arc<Pool>> {
         crate::validate_pool_name(&spec.name)?;
         if spec.ashift != 9 && spec.ashift != 12 {
-            return Err(SpaError::Invalid(format!("invalid vdev specification: ashift must be 9 or 12 (got {})", spec.ashift)));
+            return Err(SpaError::Invalid(format!(
+                "invalid vdev specification: ashift must be 9 or 12 (got {})",
+                spec.ashift
+            )));
         }
         if spec.vdevs.is_empty() {
             return Err(SpaError::Invalid("invalid vdev specification: at least one device is required".into()));
@@ -154,7 +162,10 @@ impl Pool {
                         return Err(SpaError::Invalid(format!("invalid vdev specification: unknown vdev type 'raidz{nparity}'")));
                     }
                     if leaves.len() < *nparity as usize + 1 {
-                        return Err(SpaError::Invalid(format!("invalid vdev specification: raidz{nparity} requires at least {} devices", *nparity as usize + 1)));
+                        return Err(SpaError::Invalid(format!(
+                            "invalid vdev specification: raidz{nparity} requires at least {} devices",
+                            *nparity as usize + 1
+                        )));
                     }
                     leaves.iter().collect()
                 }
@@ -162,7 +173,10 @@ impl Pool {
             for p in leaves {
                 let canon = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
                 if !seen.insert(canon) {
-                    return Err(SpaError::Invalid(format!("invalid vdev specification: {} is specified more than once", p.display())));
+                    return Err(SpaError::Invalid(format!(
+                        "invalid vdev specification: {} is specified more than once",
+                        p.display()
+                    )));
                 }
             }
         }
@@ -195,7 +209,11 @@ impl Pool {
                     };
                     if let Some(state) = state {
                         if !spec.force {
-                            return Err(SpaError::InUse { path: p.display().to_string(), pool: cfg.name, state: state.into() });
+                            return Err(SpaError::InUse {
+                                path: p.display().to_string(),
+                                pool: cfg.name,
+                                state: state.into(),
+                            });
                         }
                     }
                 }
@@ -222,7 +240,16 @@ impl Pool {
             for (i, (p, leaf)) in group.into_iter().enumerate() {
                 let g = guid();
                 let path = std::fs::canonicalize(&p).unwrap_or(p.clone()).display().to_string();
-                leaf_cfgs.push(VdevConfig { kind: kind_of_leaf(&p).into(), id: i as u64, guid: g, path: Some(path.clone()), nparity: 0, ashift, asize_bytes: 0, children: vec![] });
+                leaf_cfgs.push(VdevConfig {
+                    kind: kind_of_leaf(&p).into(),
+                    id: i as u64,
+                    guid: g,
+                    path: Some(path.clone()),
+                    nparity: 0,
+                    ashift,
+                    asize_bytes: 0,
+                    children: vec![],
+                });
                 leaves.push(Arc::new(Vdev::new_leaf(i as u32, g, ashift, path, Some(leaf))));
             }
             let tg = guid();
@@ -230,12 +257,22 @@ impl Pool {
                 TopSpec::Leaf(_) => {
                     let l = Arc::try_unwrap(leaves.pop().unwrap()).ok().unwrap();
                     let lc = leaf_cfgs.pop().unwrap();
-                    let v = Vdev::new_leaf(id, lc.guid, ashift, lc.path.clone().unwrap(), match l.kind {
-                        tarn_vdev::VdevKind::Leaf(x) => x,
-                        _ => unreachable!(),
-                    });
+                    let v = Vdev::new_leaf(
+                        id,
+                        lc.guid,
+                        ashift,
+                        lc.path.clone().unwrap(),
+                        match l.kind {
+                            tarn_vdev::VdevKind::Leaf(x) => x,
+                            _ => unreachable!(),
+                        },
+                    );
                     let asize = v.asize_bytes();
-                    tops_cfg.push(VdevConfig { id: id as u64, asize_bytes: asize, ..lc });
+                    tops_cfg.push(VdevConfig {
+                        id: id as u64,
+                        asize_bytes: asize,
+                        ..lc
+                    });
                     top.push(Arc::new(v));
                     continue;
                 }
@@ -243,11 +280,29 @@ impl Pool {
                 TopSpec::Raidz { nparity, .. } => (Vdev::new_raidz(id, tg, ashift, *nparity, leaves), "raidz", *nparity),
             };
             let asize = vdev.asize_bytes();
-            tops_cfg.push(VdevConfig { kind: kind.into(), id: id as u64, guid: tg, path: None, nparity, ashift, asize_bytes: asize, children: leaf_cfgs });
+            tops_cfg.push(VdevConfig {
+                kind: kind.into(),
+                id: id as u64,
+                guid: tg,
+                path: None,
+                nparity,
+                ashift,
+                asize_bytes: asize,
+                children: leaf_cfgs,
+            });
             top.push(Arc::new(vdev));
         }
         let pool_guid = guid();
-        let root_cfg = VdevConfig { kind: "root".into(), id: 0, guid: pool_guid, path: None, nparity: 0, ashift: 0, asize_bytes: 0, children: tops_cfg };
+        let root_cfg = VdevConfig {
+            kind: "root".into(),
+            id: 0,
+            guid: pool_guid,
+            path: None,
+            nparity: 0,
+            ashift: 0,
+            asize_bytes: 0,
+            children: tops_cfg,
+        };
         let space = SpaceMap::new(top.iter().map(|v| VdevSpace::new(v.asize_bytes(), v.alloc_align_bytes())).collect());
         let zio = Arc::new(Zio::new(top.clone(), space, cache_max_bytes()));
         let gate = Arc::new(TxgGate::new(1, dirty_max_bytes()));
@@ -276,8 +331,14 @@ impl Pool {
             let tx = TxHold { txg: 1, _guard: None };
             let dir_obj = pool.mos.create_object(&tx, ObjectType::Packed, 512, 128 << 10, &[]).map_err(dmu_err)?;
             assert_eq!(dir_obj, MOS_DIR_OBJ);
-            let hist = pool.mos.create_object(&tx, ObjectType::History, 512, 128 << 10, &0u64.to_le_bytes()).map_err(dmu_err)?;
-            let mut dir = Dir { history_obj: hist, ..Dir::default() };
+            let hist = pool
+                .mos
+                .create_object(&tx, ObjectType::History, 512, 128 << 10, &0u64.to_le_bytes())
+                .map_err(dmu_err)?;
+            let mut dir = Dir {
+                history_obj: hist,
+                ..Dir::default()
+            };
             for (k, v) in &spec.pool_props {
                 if k != "altroot" {
                     dir.pool_props.insert(k.clone(), v.clone());
@@ -379,8 +440,27 @@ impl Pool {
             .map(|t| {
                 let id = t.id as u32;
                 let v = match t.kind.as_str() {
-                    "mirror" => Vdev::new_mirror(id, t.guid, t.ashift, t.children.iter().enumerate().map(|(i, c)| Arc::new(mk_leaf(c, i as u32, t.ashift, found))).collect()),
-                    "raidz" => Vdev::new_raidz(id, t.guid, t.ashift, t.nparity, t.children.iter().enumerate().map(|(i, c)| Arc::new(mk_leaf(c, i as u32, t.ashift, found))).collect()),
+                    "mirror" => Vdev::new_mirror(
+                        id,
+                        t.guid,
+                        t.ashift,
+                        t.children
+                            .iter()
+                            .enumerate()
+                            .map(|(i, c)| Arc::new(mk_leaf(c, i as u32, t.ashift, found)))
+                            .collect(),
+                    ),
+                    "raidz" => Vdev::new_raidz(
+                        id,
+                        t.guid,
+                        t.ashift,
+                        t.nparity,
+                        t.children
+                            .iter()
+                            .enumerate()
+                            .map(|(i, c)| Arc::new(mk_leaf(c, i as u32, t.ashift, found)))
+                            .collect(),
+                    ),
                     _ => mk_leaf(t, id, t.ashift, found),
                 };
                 Arc::new(v)
@@ -399,7 +479,16 @@ impl Pool {
                     .leaves()
                     .iter()
                     .filter(|_| !t.children.is_empty())
-                    .map(|l| VdevStatus { name: l.path.clone().unwrap_or_default(), state: if present.contains(&l.guid) { "ONLINE" } else { "UNAVAIL" }.into(), read_errors: 0, write_errors: 0, checksum_errors: 0, alloc_bytes: 0, size_bytes: 0, children: vec![] })
+                    .map(|l| VdevStatus {
+                        name: l.path.clone().unwrap_or_default(),
+                        state: if present.contains(&l.guid) { "ONLINE" } else { "UNAVAIL" }.into(),
+                        read_errors: 0,
+                        write_errors: 0,
+                        checksum_errors: 0,
+                        alloc_bytes: 0,
+                        size_bytes: 0,
+                        children: vec![],
+                    })
                     .collect();
                 let missing = t.leaves().iter().filter(|l| !present.contains(&l.guid)).count();
                 let tol = match t.kind.as_str() {
@@ -422,7 +511,16 @@ impl Pool {
                     "raidz" => format!("raidz{}-{}", t.nparity, t.id),
                     _ => t.path.clone().unwrap_or_default(),
                 };
-                VdevStatus { name, state: st.as_str().into(), read_errors: 0, write_errors: 0, checksum_errors: 0, alloc_bytes: 0, size_bytes: t.asize_bytes, children: kids }
+                VdevStatus {
+                    name,
+                    state: st.as_str().into(),
+                    read_errors: 0,
+                    write_errors: 0,
+                    checksum_errors: 0,
+                    alloc_bytes: 0,
+                    size_bytes: t.asize_bytes,
+                    children: kids,
+                }
             })
             .collect();
         let mut dirs: Vec<PathBuf> = leaves.iter().filter_map(|f| f.path.parent().map(|p| p.to_path_buf())).collect();
@@ -438,7 +536,16 @@ impl Pool {
                 PoolState::Destroyed => "destroyed",
             }
             .into(),
-            config: VdevStatus { name: name.into(), state: worst.as_str().into(), read_errors: 0, write_errors: 0, checksum_errors: 0, alloc_bytes: 0, size_bytes: 0, children },
+            config: VdevStatus {
+                name: name.into(),
+                state: worst.as_str().into(),
+                read_errors: 0,
+                write_errors: 0,
+                checksum_errors: 0,
+                alloc_bytes: 0,
+                size_bytes: 0,
+                children,
+            },
             dirs,
         }
     }
@@ -465,7 +572,9 @@ impl Pool {
             return Err(SpaError::NotFound(format!("cannot import '{name_or_guid}': no such pool available")));
         }
         if matches.len() > 1 {
-            return Err(SpaError::Invalid(format!("cannot import '{name_or_guid}': more than one matching pool\nimport by numeric ID instead")));
+            return Err(SpaError::Invalid(format!(
+                "cannot import '{name_or_guid}': more than one matching pool\nimport by numeric ID instead"
+            )));
         }
         let (pool_guid, leaves) = matches.pop().unwrap();
         let best = leaves.iter().max_by_key(|f| f.config.txg).unwrap().config.clone();
@@ -483,7 +592,9 @@ impl Pool {
         crate::validate_pool_name(&name)?;
         let cand = Self::candidate_of(&name, pool_guid, &best.vdev_tree, &leaves, best.state);
         if cand.health == "UNAVAIL" {
-            return Err(SpaError::Invalid(format!("cannot import '{name}': one or more devices is currently unavailable")));
+            return Err(SpaError::Invalid(format!(
+                "cannot import '{name}': one or more devices is currently unavailable"
+            )));
         }
         register_name(&name)?;
         let r = Self::open_pool(name.clone(), pool_guid, best.vdev_tree.clone(), leaves, rewind);
@@ -503,7 +614,9 @@ impl Pool {
         ubs.sort_by_key(|u| std::cmp::Reverse(u.txg));
         ubs.dedup_by_key(|u| u.txg);
         if ubs.is_empty() {
-            return Err(SpaError::Corrupt(format!("cannot import '{name}': no valid uberblock found (labels are damaged)")));
+            return Err(SpaError::Corrupt(format!(
+                "cannot import '{name}': no valid uberblock found (labels are damaged)"
+            )));
         }
         let candidates: Vec<UberblockPhys> = match rewind {
             Rewind::None => ubs[..1].to_vec(),
@@ -511,7 +624,10 @@ impl Pool {
             Rewind::Txg(t) => {
                 let v: Vec<_> = ubs.iter().filter(|u| u.txg == t).cloned().collect();
                 if v.is_empty() {
-                    return Err(SpaError::NotFound(format!("cannot import '{name}': no uberblock for txg {t} (available: {})", ubs.iter().map(|u| u.txg.to_string()).collect::<Vec<_>>().join(", "))));
+                    return Err(SpaError::NotFound(format!(
+                        "cannot import '{name}': no uberblock for txg {t} (available: {})",
+                        ubs.iter().map(|u| u.txg.to_string()).collect::<Vec<_>>().join(", ")
+                    )));
                 }
                 v
             }
@@ -537,16 +653,30 @@ impl Pool {
 
     fn open_at(name: &str, pool_guid: u64, cfg: &VdevConfig, top: &[Arc<Vdev>], ub: &UberblockPhys) -> Result<Arc<Pool>> {
         let dims: Vec<(u64, u64)> = top.iter().zip(&cfg.children).map(|(v, c)| (c.asize_bytes, v.alloc_align_bytes())).collect();
-        let zio = Arc::new(Zio::new(top.to_vec(), SpaceMap::new(dims.iter().map(|&(a, al)| VdevSpace::new(a, al)).collect()), cache_max_bytes()));
-        let sm_bytes = zio.read_block(&ub.spacemap_bp).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': space map unreadable: {e}")))?;
-        let sm_len = u64::from_le_bytes(sm_bytes.get(0..8).ok_or_else(|| SpaError::Corrupt("space map too short".into()))?.try_into().unwrap()) as usize;
-        let sm = SpaceMap::decode(&dims, sm_bytes.get(8..8 + sm_len).ok_or_else(|| SpaError::Corrupt("space map length".into()))?).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': {e}")))?;
+        let zio = Arc::new(Zio::new(
+            top.to_vec(),
+            SpaceMap::new(dims.iter().map(|&(a, al)| VdevSpace::new(a, al)).collect()),
+            cache_max_bytes(),
+        ));
+        let sm_bytes = zio
+            .read_block(&ub.spacemap_bp)
+            .map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': space map unreadable: {e}")))?;
+        let sm_len = u64::from_le_bytes(
+            sm_bytes
+                .get(0..8)
+                .ok_or_else(|| SpaError::Corrupt("space map too short".into()))?
+                .try_into()
+                .unwrap(),
+        ) as usize;
+        let sm = SpaceMap::decode(&dims, sm_bytes.get(8..8 + sm_len).ok_or_else(|| SpaError::Corrupt("space map length".into()))?)
+            .map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': {e}")))?;
         zio.with_space(|s| {
             *s = sm;
             s.sync_done(ub.txg);
         });
         let gate = Arc::new(TxgGate::new(ub.txg + 1, dirty_max_bytes()));
-        let mos = Objset::open(zio.clone(), gate.clone(), &ub.rootbp, 0).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': MOS unreadable: {e}")))?;
+        let mos =
+            Objset::open(zio.clone(), gate.clone(), &ub.rootbp, 0).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': MOS unreadable: {e}")))?;
         let dir = Dir::load(&*mos).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': pool directory unreadable: {e}")))?;
         let pool = Arc::new(Pool {
             name: name.to_string(),
@@ -569,7 +699,10 @@ impl Pool {
         // Every dataset record must be readable.
         let ids: Vec<u64> = pool.dir.lock().datasets.values().map(|d| d.obj).collect();
         for id in ids {
-            let b = pool.mos.bonus(id).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': dataset record {id}: {e}")))?;
+            let b = pool
+                .mos
+                .bonus(id)
+                .map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': dataset record {id}: {e}")))?;
             DslDatasetPhys::decode(&b)?;
         }
         Ok(pool)
@@ -583,7 +716,11 @@ impl Pool {
                 let tarn_vdev::VdevKind::Leaf(Some(l)) = &leaf.kind else { continue };
                 for ub in label::read_uberblocks(l) {
                     if ub.txg > txg {
-                        let dead = UberblockPhys { txg: ub.txg, guid_sum: 0, ..ub.clone() };
+                        let dead = UberblockPhys {
+                            txg: ub.txg,
+                            guid_sum: 0,
+                            ..ub.clone()
+                        };
                         let mut bytes = dead.encode();
                         bytes[0] = 0; // break the magic
                         for off in tarn_phys::label::label_offsets(l.size_bytes) {
@@ -732,7 +869,7 @@ impl Pool {
             "size" => size.to_string(),
             "allocated" => alloc.to_string(),
             "free" => size.saturating_sub(alloc).to_string(),
-            "capacity" => (if size == 0 { 0 } else { alloc * 100 / size }).to_string(),
+            "capacity" => (alloc * 100).checked_div(size).unwrap_or(0).to_string(),
             "health" => self.health(),
             "guid" => self.guid.to_string(),
             "version" => "-".into(),
@@ -755,7 +892,20 @@ impl Pool {
 
     /// Names of the pool properties, in `zpool get all` order.
     pub fn prop_names() -> &'static [&'static str] {
-        &["size", "capacity", "altroot", "health", "guid", "version", "allocated", "free", "readonly", "ashift", "comment", "txg"]
+        &[
+            "size",
+            "capacity",
+            "altroot",
+            "health",
+            "guid",
+            "version",
+            "allocated",
+            "free",
+            "readonly",
+            "ashift",
+            "comment",
+            "txg",
+        ]
     }
 
     /// `zpool set` (settable: comment).
@@ -770,7 +920,10 @@ impl Pool {
                 self.dir.lock().pool_props.insert("comment".into(), value.into());
                 self.save_dir(&tx)
             }
-            p if Self::prop_names().contains(&p) => Err(SpaError::Invalid(format!("cannot set property for '{}': property '{p}' is readonly", self.name))),
+            p if Self::prop_names().contains(&p) => Err(SpaError::Invalid(format!(
+                "cannot set property for '{}': property '{p}' is readonly",
+                self.name
+            ))),
             p => Err(SpaError::Invalid(format!("cannot set property for '{}': invalid property '{p}'", self.name))),
         }
     }

@@ -21,10 +21,9 @@ impl Pool {
             .name(format!("txg_sync:{}", self.name))
             .spawn(move || {
                 let mut last = Instant::now();
-                loop {
-                    // Hold only the gate while waiting, so an abandoned pool is freed
-                    // (and its leaves unlocked) promptly.
-                    let Some(gate) = weak.upgrade().map(|p| p.gate.clone()) else { break };
+                // Hold only the gate while waiting, so an abandoned pool is freed (and
+                // its leaves unlocked) promptly.
+                while let Some(gate) = weak.upgrade().map(|p| p.gate.clone()) {
                     let asked = gate.wait_for_work(Duration::from_millis(500));
                     drop(gate);
                     let Some(p) = weak.upgrade() else { break };
@@ -102,7 +101,14 @@ impl Pool {
         self.zio.free_block(&old, txg);
         let est = self.zio.with_space(|s| s.encode().len()) as u64 + 8 + 1024;
         let psize = est.div_ceil(4096) * 4096;
-        let props = WriteProps { otype: ObjectType::SpaceMap, level: 0, compression: tarn_phys::Compression::Off, copies: 3, txg, fill: 1 };
+        let props = WriteProps {
+            otype: ObjectType::SpaceMap,
+            level: 0,
+            compression: tarn_phys::Compression::Off,
+            copies: 3,
+            txg,
+            fill: 1,
+        };
         let smbp = self
             .zio
             .write_block_with(psize, props, || {

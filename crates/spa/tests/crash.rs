@@ -47,11 +47,21 @@ fn run_one(seed: u64, layout: &str) -> bool {
     };
     let vdevs = match layout {
         "mirror" => vec![TopSpec::Mirror(vec![mk("a"), mk("b")])],
-        "raidz" => vec![TopSpec::Raidz { nparity: 1, leaves: vec![mk("a"), mk("b"), mk("c")] }],
+        "raidz" => vec![TopSpec::Raidz {
+            nparity: 1,
+            leaves: vec![mk("a"), mk("b"), mk("c")],
+        }],
         _ => vec![TopSpec::Leaf(mk("a")), TopSpec::Leaf(mk("b"))],
     };
     let name = format!("crash{seed}");
-    let spec = CreateSpec { name: name.clone(), vdevs, ashift: 12, force: false, pool_props: BTreeMap::new(), fs_props: BTreeMap::new() };
+    let spec = CreateSpec {
+        name: name.clone(),
+        vdevs,
+        ashift: 12,
+        force: false,
+        pool_props: BTreeMap::new(),
+        fs_props: BTreeMap::new(),
+    };
     let pool = Pool::create(&spec).unwrap();
     let os = pool.objset(&name).unwrap();
     let mut rng = Rng(seed | 1);
@@ -126,9 +136,15 @@ fn run_one(seed: u64, layout: &str) -> bool {
     let txg = pool.synced_txg();
     let matched = snapshots.iter().find(|(_, m)| *m == got).map(|(t, _)| *t);
     let Some(t) = matched else {
-        panic!("seed {seed} {layout}: imported state (txg {txg}) matches no synced txg; objects {:?}", got.keys().collect::<Vec<_>>());
+        panic!(
+            "seed {seed} {layout}: imported state (txg {txg}) matches no synced txg; objects {:?}",
+            got.keys().collect::<Vec<_>>()
+        );
     };
-    assert!(t >= last_durable_txg, "seed {seed} {layout}: rolled back to txg {t}, but txg {last_durable_txg} was durable before the cut");
+    assert!(
+        t >= last_durable_txg,
+        "seed {seed} {layout}: rolled back to txg {t}, but txg {last_durable_txg} was durable before the cut"
+    );
     drop(os);
     pool.export().unwrap();
     cut_happened
@@ -146,6 +162,9 @@ fn power_cut_during_workload_recovers_a_synced_txg() {
         }
     }
     // The test only means something if most cuts land inside the workload.
-    assert!(cuts * 3 >= iterations * 2, "only {cuts} of {iterations} power cuts happened during the workload");
+    assert!(
+        cuts * 3 >= iterations * 2,
+        "only {cuts} of {iterations} power cuts happened during the workload"
+    );
     eprintln!("{cuts} of {iterations} iterations crashed mid-workload and recovered a synced txg");
 }

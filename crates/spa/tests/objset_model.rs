@@ -49,7 +49,14 @@ fn objset_matches_memstore() {
             p
         };
         let name = format!("model{round}");
-        let spec = CreateSpec { name: name.clone(), vdevs: vec![TopSpec::Mirror(vec![mk("a"), mk("b")])], ashift: 9 + 3 * (round % 2) as u8, force: false, pool_props: BTreeMap::new(), fs_props: BTreeMap::new() };
+        let spec = CreateSpec {
+            name: name.clone(),
+            vdevs: vec![TopSpec::Mirror(vec![mk("a"), mk("b")])],
+            ashift: 9 + 3 * (round % 2) as u8,
+            force: false,
+            pool_props: BTreeMap::new(),
+            fs_props: BTreeMap::new(),
+        };
         let mut pool = Pool::create(&spec).unwrap();
         let mut real = pool.objset(&name).unwrap();
         let model = MemStore::new();

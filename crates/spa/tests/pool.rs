@@ -14,7 +14,14 @@ fn mkfile(dir: &Path, name: &str, size: u64) -> PathBuf {
 }
 
 fn spec(name: &str, vdevs: Vec<TopSpec>) -> CreateSpec {
-    CreateSpec { name: name.into(), vdevs, ashift: 12, force: false, pool_props: BTreeMap::new(), fs_props: BTreeMap::new() }
+    CreateSpec {
+        name: name.into(),
+        vdevs,
+        ashift: 12,
+        force: false,
+        pool_props: BTreeMap::new(),
+        fs_props: BTreeMap::new(),
+    }
 }
 
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
@@ -32,7 +39,9 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
 /// Write `data` into a new object of `os`; returns the object id.
 fn put(os: &dyn ObjectStore, data: &[u8]) -> u64 {
     let tx = os.hold_tx().unwrap();
-    let obj = os.create_object(&tx, ObjectType::FileData, 512, 128 << 10, &(data.len() as u64).to_le_bytes()).unwrap();
+    let obj = os
+        .create_object(&tx, ObjectType::FileData, 512, 128 << 10, &(data.len() as u64).to_le_bytes())
+        .unwrap();
     os.write(&tx, obj, 0, data).unwrap();
     obj
 }
@@ -92,7 +101,14 @@ fn raidz_survives_missing_leaves() {
         let d = tempfile::tempdir().unwrap();
         let leaves: Vec<PathBuf> = (0..5).map(|i| mkfile(d.path(), &format!("r{i}.img"), 80 << 20)).collect();
         let name = format!("rz{nparity}");
-        let pool = Pool::create(&spec(&name, vec![TopSpec::Raidz { nparity, leaves: leaves.clone() }])).unwrap();
+        let pool = Pool::create(&spec(
+            &name,
+            vec![TopSpec::Raidz {
+                nparity,
+                leaves: leaves.clone(),
+            }],
+        ))
+        .unwrap();
         let os = pool.objset(&name).unwrap();
         let data = pattern(nparity as u64, 3 << 20);
         let o = put(&*os, &data);
@@ -189,7 +205,14 @@ fn bad_input_changes_nothing() {
     let small = mkfile(d.path(), "small.img", 32 << 20);
     let bad = |s: CreateSpec| Pool::create(&s).err().expect("must fail").to_string();
     assert!(bad(spec("t1", vec![TopSpec::Mirror(vec![a.clone()])])).contains("mirror requires at least 2"));
-    assert!(bad(spec("t1", vec![TopSpec::Raidz { nparity: 2, leaves: vec![a.clone(), b.clone()] }])).contains("raidz2 requires at least 3"));
+    assert!(bad(spec(
+        "t1",
+        vec![TopSpec::Raidz {
+            nparity: 2,
+            leaves: vec![a.clone(), b.clone()]
+        }]
+    ))
+    .contains("raidz2 requires at least 3"));
     assert!(bad(spec("t1", vec![TopSpec::Mirror(vec![a.clone(), a.clone()])])).contains("more than once"));
     assert!(matches!(Pool::create(&spec("t1", vec![TopSpec::Leaf(small)])), Err(SpaError::TooSmall(_))));
     assert!(bad(spec("1bad", vec![TopSpec::Leaf(a.clone())])).contains("must begin with a letter"));
@@ -332,7 +355,10 @@ fn corrupt_labels_and_newer_version_refuse_import() {
         cfg.version = tarn_phys::TARN_FORMAT_VERSION + 1;
         tarn_vdev::label::write_config(&leaf, &cfg).unwrap();
     }
-    let e = Pool::import("lb1", &[d.path().to_path_buf()], Rewind::None, None).err().expect("newer version must be refused").to_string();
+    let e = Pool::import("lb1", &[d.path().to_path_buf()], Rewind::None, None)
+        .err()
+        .expect("newer version must be refused")
+        .to_string();
     assert!(e.contains("newer on-disk format"), "{e}");
     // Restore, then damage every label's config: the pool is no longer found.
     {
@@ -350,7 +376,10 @@ fn corrupt_labels_and_newer_version_refuse_import() {
             f.write_all_at(&[0xffu8; 200], off + CONFIG_OFFSET_BYTES + 100).unwrap();
         }
     }
-    let e = Pool::import("lb1", &[d.path().to_path_buf()], Rewind::None, None).err().expect("corrupt labels must refuse import").to_string();
+    let e = Pool::import("lb1", &[d.path().to_path_buf()], Rewind::None, None)
+        .err()
+        .expect("corrupt labels must refuse import")
+        .to_string();
     assert!(e.contains("no such pool"), "{e}");
     // Damaging only two of the four labels is survivable.
     let b = mkfile(d.path(), "b.img", 80 << 20);

@@ -34,7 +34,11 @@ static CUTS: Mutex<Vec<Arc<PowerCut>>> = Mutex::new(Vec::new());
 /// `writes_before_cut` writes land, later ones are dropped. Returns a handle to
 /// observe it; remove it with [`clear`].
 pub fn power_cut_after(prefix: &str, writes_before_cut: u64) -> Arc<PowerCut> {
-    let cut = Arc::new(PowerCut { prefix: prefix.to_string(), remaining: AtomicU64::new(writes_before_cut), dropped: AtomicU64::new(0) });
+    let cut = Arc::new(PowerCut {
+        prefix: prefix.to_string(),
+        remaining: AtomicU64::new(writes_before_cut),
+        dropped: AtomicU64::new(0),
+    });
     CUTS.lock().push(cut.clone());
     ANY.store(true, Ordering::SeqCst);
     cut
@@ -69,5 +73,7 @@ pub(crate) fn is_cut(path: &str) -> bool {
     if !ANY.load(Ordering::Relaxed) {
         return false;
     }
-    CUTS.lock().iter().any(|c| path.starts_with(&c.prefix) && c.remaining.load(Ordering::SeqCst) == 0)
+    CUTS.lock()
+        .iter()
+        .any(|c| path.starts_with(&c.prefix) && c.remaining.load(Ordering::SeqCst) == 0)
 }

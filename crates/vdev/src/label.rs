@@ -15,8 +15,8 @@
 
 use crate::{Leaf, VdevError};
 use tarn_phys::label::{
-    decode_config, encode_config, label_offsets, LabelConfig, CONFIG_MAX_BYTES, CONFIG_OFFSET_BYTES, LABEL_SIZE_BYTES,
-    UBERBLOCK_RING_OFFSET_BYTES, UBERBLOCK_RING_SLOTS,
+    decode_config, encode_config, label_offsets, LabelConfig, CONFIG_MAX_BYTES, CONFIG_OFFSET_BYTES, LABEL_SIZE_BYTES, UBERBLOCK_RING_OFFSET_BYTES,
+    UBERBLOCK_RING_SLOTS,
 };
 use tarn_phys::{Corrupt, UberblockPhys, UBERBLOCK_SLOT_SIZE_BYTES};
 
@@ -45,7 +45,8 @@ pub fn read_configs(leaf: &Leaf) -> Vec<Result<LabelConfig, Corrupt>> {
     label_offsets(leaf.size_bytes)
         .iter()
         .map(|&off| {
-            leaf.pread(off + CONFIG_OFFSET_BYTES, &mut buf).map_err(|e| Corrupt::new("label", format!("read: {e}")))?;
+            leaf.pread(off + CONFIG_OFFSET_BYTES, &mut buf)
+                .map_err(|e| Corrupt::new("label", format!("read: {e}")))?;
             decode_config(&buf)
         })
         .collect()
@@ -122,7 +123,14 @@ mod tests {
     }
 
     fn ub(txg: u64) -> UberblockPhys {
-        UberblockPhys { version: 1, txg, guid_sum: 5, timestamp_s: 99, rootbp: BlkPtr::HOLE, spacemap_bp: BlkPtr::HOLE }
+        UberblockPhys {
+            version: 1,
+            txg,
+            guid_sum: 5,
+            timestamp_s: 99,
+            rootbp: BlkPtr::HOLE,
+            spacemap_bp: BlkPtr::HOLE,
+        }
     }
 
     #[test]

@@ -109,7 +109,7 @@ fn with_bounce<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
 }
 
 fn direct_ok(offset: u64, len: usize) -> bool {
-    offset % 512 == 0 && len % 512 == 0 && len > 0
+    offset.is_multiple_of(512) && len.is_multiple_of(512) && len > 0
 }
 
 impl std::fmt::Debug for Leaf {
@@ -128,7 +128,10 @@ impl Leaf {
     /// smaller than [`LEAF_MIN_SIZE_BYTES`].
     pub fn open(path: &Path) -> Result<Leaf, VdevError> {
         let path_str = path.display().to_string();
-        let io = |source: std::io::Error| VdevError::Io { path: path_str.clone(), source };
+        let io = |source: std::io::Error| VdevError::Io {
+            path: path_str.clone(),
+            source,
+        };
         let file = OpenOptions::new().read(true).write(true).open(path).map_err(io)?;
         // SAFETY: `file` owns a valid descriptor for the duration of the call.
         let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
@@ -165,7 +168,12 @@ impl Leaf {
         } else {
             OpenOptions::new().read(true).write(true).custom_flags(libc::O_DIRECT).open(path).ok()
         };
-        Ok(Leaf { path: path_str, size_bytes, file, direct })
+        Ok(Leaf {
+            path: path_str,
+            size_bytes,
+            file,
+            direct,
+        })
     }
 
     /// Raw positional read of `buf.len()` bytes at a device offset (labels use this
@@ -209,7 +217,10 @@ impl Leaf {
     }
 
     fn io(&self, source: std::io::Error) -> VdevError {
-        VdevError::Io { path: self.path.clone(), source }
+        VdevError::Io {
+            path: self.path.clone(),
+            source,
+        }
     }
 }
 

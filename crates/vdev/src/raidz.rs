@@ -318,7 +318,11 @@ mod tests {
 
     #[test]
     fn geometry_mapping() {
-        let g = Geometry { ncols: 5, nparity: 2, sector_bytes: 512 };
+        let g = Geometry {
+            ncols: 5,
+            nparity: 2,
+            sector_bytes: 512,
+        };
         assert_eq!(g.asize_bytes(1), 5 * 512);
         assert_eq!(g.asize_bytes(3 * 512), 5 * 512);
         assert_eq!(g.asize_bytes(3 * 512 + 1), 10 * 512);
@@ -341,7 +345,11 @@ mod tests {
 
     #[test]
     fn too_many_erasures() {
-        let g = Geometry { ncols: 4, nparity: 1, sector_bytes: 512 };
+        let g = Geometry {
+            ncols: 4,
+            nparity: 1,
+            sector_bytes: 512,
+        };
         let mut cols = g.columns(&[7u8; 1500]);
         assert_eq!(reconstruct(&mut cols, 1, &[1, 2]), Err(ReconstructError::TooManyErasures));
     }

@@ -138,7 +138,15 @@ enum Column {
 impl Vdev {
     fn new(id: u32, guid: u64, ashift: u8, path: Option<String>, kind: VdevKind) -> Vdev {
         assert!((9..=16).contains(&ashift), "ashift {ashift}");
-        Vdev { id, guid, ashift, path, kind, stats: VdevStats::default(), offline: AtomicBool::new(false) }
+        Vdev {
+            id,
+            guid,
+            ashift,
+            path,
+            kind,
+            stats: VdevStats::default(),
+            offline: AtomicBool::new(false),
+        }
     }
 
     /// Build a leaf node from an opened (or missing) leaf.
@@ -156,7 +164,11 @@ impl Vdev {
     /// otherwise, or with more than 255 children.
     pub fn new_raidz(id: u32, guid: u64, ashift: u8, nparity: u8, children: Vec<Arc<Vdev>>) -> Vdev {
         assert!((1..=3).contains(&nparity), "nparity {nparity}");
-        assert!(children.len() > nparity as usize && children.len() <= 255, "raidz{nparity} with {} children", children.len());
+        assert!(
+            children.len() > nparity as usize && children.len() <= 255,
+            "raidz{nparity} with {} children",
+            children.len()
+        );
         Vdev::new(id, guid, ashift, None, VdevKind::Raidz { nparity, children })
     }
 
@@ -172,9 +184,11 @@ impl Vdev {
 
     fn geometry(&self) -> Option<Geometry> {
         match &self.kind {
-            VdevKind::Raidz { nparity, children } => {
-                Some(Geometry { ncols: children.len(), nparity: *nparity as usize, sector_bytes: self.sector_bytes() })
-            }
+            VdevKind::Raidz { nparity, children } => Some(Geometry {
+                ncols: children.len(),
+                nparity: *nparity as usize,
+                sector_bytes: self.sector_bytes(),
+            }),
             _ => None,
         }
     }
@@ -215,7 +229,10 @@ impl Vdev {
     }
 
     fn invalid(&self, msg: String) -> VdevError {
-        VdevError::Io { path: self.display_name(), source: std::io::Error::new(std::io::ErrorKind::InvalidInput, msg) }
+        VdevError::Io {
+            path: self.display_name(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, msg),
+        }
     }
 
     /// Check that `[offset, offset + asize)` is aligned and inside the address space.
@@ -352,13 +369,7 @@ impl Vdev {
         Ok(buf)
     }
 
-    fn read_mirror(
-        &self,
-        children: &[Arc<Vdev>],
-        offset_bytes: u64,
-        psize_bytes: u64,
-        verify: &dyn Fn(&[u8]) -> bool,
-    ) -> Result<Vec<u8>, VdevError> {
+    fn read_mirror(&self, children: &[Arc<Vdev>], offset_bytes: u64, psize_bytes: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>, VdevError> {
         let mut bad: Vec<&Arc<Vdev>> = Vec::new();
         let mut saw_checksum = false;
         let mut first_io = None;
@@ -390,13 +401,7 @@ impl Vdev {
         }
     }
 
-    fn read_raidz(
-        &self,
-        children: &[Arc<Vdev>],
-        offset_bytes: u64,
-        psize_bytes: u64,
-        verify: &dyn Fn(&[u8]) -> bool,
-    ) -> Result<Vec<u8>, VdevError> {
+    fn read_raidz(&self, children: &[Arc<Vdev>], offset_bytes: u64, psize_bytes: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>, VdevError> {
         let g = self.geometry().expect("raidz geometry");
         let (n, p) = (g.ncols, g.nparity);
         let col_bytes = g.column_bytes(psize_bytes) as u64;
@@ -605,7 +610,12 @@ mod tests {
     fn corrupt(p: &Path, leaf_off: u64, len: usize) {
         let mut b = raw_read(p, leaf_off, len);
         b.iter_mut().for_each(|x| *x = !*x);
-        std::fs::OpenOptions::new().write(true).open(p).unwrap().write_all_at(&b, DATA_START_BYTES + leaf_off).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(p)
+            .unwrap()
+            .write_all_at(&b, DATA_START_BYTES + leaf_off)
+            .unwrap();
     }
 
     fn get(c: &AtomicU64) -> u64 {
@@ -731,8 +741,11 @@ mod tests {
     fn write_blocks(paths: &[PathBuf], p: u8) -> Vec<(u64, Vec<u8>)> {
         let r = raidz(paths, p, &[]);
         let align = r.alloc_align_bytes();
-        let blocks: Vec<(u64, Vec<u8>)> =
-            [1usize, 3 * 512 + 7, 65536 + 5].iter().enumerate().map(|(i, &len)| (align * 100 * (i as u64 + 1), pattern(len, i as u8))).collect();
+        let blocks: Vec<(u64, Vec<u8>)> = [1usize, 3 * 512 + 7, 65536 + 5]
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| (align * 100 * (i as u64 + 1), pattern(len, i as u8)))
+            .collect();
         for (off, data) in &blocks {
             r.write(*off, data).unwrap();
         }

@@ -136,7 +136,12 @@ impl Zio {
             prefetch_tx: Mutex::new(None),
             vdevs: RwLock::new(vdevs),
             space: Mutex::new(space),
-            cache: Mutex::new(BlockCache { map: HashMap::new(), order: VecDeque::new(), bytes: 0, max_bytes: cache_max_bytes }),
+            cache: Mutex::new(BlockCache {
+                map: HashMap::new(),
+                order: VecDeque::new(),
+                bytes: 0,
+                max_bytes: cache_max_bytes,
+            }),
             data_errors: AtomicU64::new(0),
             blocks_written: AtomicU64::new(0),
         }
@@ -214,7 +219,11 @@ impl Zio {
                     }
                     match found {
                         Some((k, a, o)) => {
-                            out[i] = Dva { vdev: k, asize_bytes: a, offset_bytes: o };
+                            out[i] = Dva {
+                                vdev: k,
+                                asize_bytes: a,
+                                offset_bytes: o,
+                            };
                             used.push(k);
                             continue;
                         }
@@ -222,7 +231,11 @@ impl Zio {
                     }
                 }
             };
-            out[i] = Dva { vdev: v, asize_bytes: asize, offset_bytes: off };
+            out[i] = Dva {
+                vdev: v,
+                asize_bytes: asize,
+                offset_bytes: off,
+            };
             used.push(v);
         }
         if out[0].is_empty() {
@@ -242,7 +255,11 @@ impl Zio {
         };
         // File data: fletcher4, OpenZFS's default (`checksum=on`), several times cheaper;
         // metadata: BLAKE3, a cryptographic 256-bit sum.
-        let checksum_alg = if props.otype == ObjectType::FileData { ChecksumAlg::Fletcher4 } else { ChecksumAlg::Blake3 };
+        let checksum_alg = if props.otype == ObjectType::FileData {
+            ChecksumAlg::Fletcher4
+        } else {
+            ChecksumAlg::Blake3
+        };
         let checksum = checksum_alg.compute(payload);
         let dva = self.allocate(payload.len() as u64, props.copies)?;
         let vdevs = self.vdevs();

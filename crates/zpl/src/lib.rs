@@ -230,10 +230,7 @@ pub struct Fs {
 
 impl std::fmt::Debug for Fs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Fs")
-            .field("root", &self.root)
-            .field("opts", &*self.opts.read())
-            .finish()
+        f.debug_struct("Fs").field("root", &self.root).field("opts", &*self.opts.read()).finish()
     }
 }
 
@@ -348,13 +345,7 @@ impl<'a> Op<'a> {
     fn drop_inode(&mut self, ino: u64) -> Result<()> {
         let open = self.fs.open.lock().get(&ino).copied().unwrap_or(0);
         if open > 0 {
-            zap::update(
-                &*self.fs.os,
-                &self.tx,
-                self.fs.delete_queue,
-                &dq_name(ino),
-                ino,
-            )?;
+            zap::update(&*self.fs.os, &self.tx, self.fs.delete_queue, &dq_name(ino), ino)?;
         } else {
             self.fs.os.free_object(&self.tx, ino)?;
             self.nodes.remove(&ino);
@@ -396,19 +387,13 @@ impl Fs {
             }
             Err(e) => return Err(e.into()),
         }
-        let corrupt = |what| ZplError::Corrupt {
-            object: MASTER_NODE_OBJ,
-            what,
-        };
-        let version = zap::lookup(&*os, MASTER_NODE_OBJ, b"VERSION")?
-            .ok_or(corrupt("master node has no VERSION"))?;
+        let corrupt = |what| ZplError::Corrupt { object: MASTER_NODE_OBJ, what };
+        let version = zap::lookup(&*os, MASTER_NODE_OBJ, b"VERSION")?.ok_or(corrupt("master node has no VERSION"))?;
         if version != ZPL_VERSION {
             return Err(corrupt("unsupported ZPL version"));
         }
-        let root = zap::lookup(&*os, MASTER_NODE_OBJ, b"ROOT")?
-            .ok_or(corrupt("master node has no ROOT"))?;
-        let delete_queue = zap::lookup(&*os, MASTER_NODE_OBJ, b"DELETE_QUEUE")?
-            .ok_or(corrupt("master node has no DELETE_QUEUE"))?;
+        let root = zap::lookup(&*os, MASTER_NODE_OBJ, b"ROOT")?.ok_or(corrupt("master node has no ROOT"))?;
+        let delete_queue = zap::lookup(&*os, MASTER_NODE_OBJ, b"DELETE_QUEUE")?.ok_or(corrupt("master node has no DELETE_QUEUE"))?;
         let fs = Fs {
             os,
             opts: RwLock::new(opts),
@@ -473,10 +458,7 @@ impl Fs {
                 return Ok(());
             }
             for e in batch {
-                tracing::info!(
-                    object = e.value,
-                    "freeing unlinked object left in the delete queue"
-                );
+                tracing::info!(object = e.value, "freeing unlinked object left in the delete queue");
                 match self.os.free_object(&tx, e.value) {
                     Ok(()) | Err(DmuError::NoSuchObject(_)) => {}
                     Err(err) => return Err(err.into()),
@@ -630,23 +612,14 @@ impl Fs {
             let tail_end = (new_size / blksz + 1) * blksz;
             let end = tail_end.min(old_size);
             if end > new_size {
-                self.os
-                    .write(tx, ino, new_size, &vec![0u8; (end - new_size) as usize])?;
+                self.os.write(tx, ino, new_size, &vec![0u8; (end - new_size) as usize])?;
             }
         }
         self.os.free_range(tx, ino, new_size, u64::MAX)?;
         Ok(())
     }
 
-    fn create_node(
-        &self,
-        dir: u64,
-        name: &[u8],
-        mut mode: u32,
-        uid: u32,
-        mut gid: u32,
-        what: NewNode<'_>,
-    ) -> Result<Attr> {
+    fn create_node(&self, dir: u64, name: &[u8], mut mode: u32, uid: u32, mut gid: u32, what: NewNode<'_>) -> Result<Attr> {
         self.check_writable()?;
         if is_dot(name) {
             return Err(ZplError::Exists);
@@ -714,32 +687,14 @@ impl Fs {
                 os.set_bonus(&op.tx, ino, &z.encode())?;
                 ino
             }
-            NewNode::File => os.create_object(
-                &op.tx,
-                ObjectType::FileData,
-                FILE_BLKSZ_MIN_BYTES,
-                recordsize,
-                &z.encode(),
-            )?,
+            NewNode::File => os.create_object(&op.tx, ObjectType::FileData, FILE_BLKSZ_MIN_BYTES, recordsize, &z.encode())?,
             NewNode::Special(_, rdev) => {
                 z.rdev = rdev;
-                os.create_object(
-                    &op.tx,
-                    ObjectType::FileData,
-                    FILE_BLKSZ_MIN_BYTES,
-                    FILE_BLKSZ_MIN_BYTES,
-                    &z.encode(),
-                )?
+                os.create_object(&op.tx, ObjectType::FileData, FILE_BLKSZ_MIN_BYTES, FILE_BLKSZ_MIN_BYTES, &z.encode())?
             }
             NewNode::Symlink(target) => {
                 z.size = target.len() as u64;
-                let ino = os.create_object(
-                    &op.tx,
-                    ObjectType::Symlink,
-                    FILE_BLKSZ_MIN_BYTES,
-                    4096,
-                    &z.encode(),
-                )?;
+                let ino = os.create_object(&op.tx, ObjectType::Symlink, FILE_BLKSZ_MIN_BYTES, 4096, &z.encode())?;
                 os.write(&op.tx, ino, 0, target)?;
                 ino
             }
@@ -766,25 +721,13 @@ impl Fs {
 
     /// Create a regular file, device node, FIFO or socket; the type comes from the
     /// S_IFMT bits of `mode` (0 means a regular file).
-    pub fn mknod(
-        &self,
-        dir: u64,
-        name: &[u8],
-        mode: u32,
-        uid: u32,
-        gid: u32,
-        rdev: u64,
-    ) -> Result<Attr> {
+    pub fn mknod(&self, dir: u64, name: &[u8], mode: u32, uid: u32, gid: u32, rdev: u64) -> Result<Attr> {
         let what = match FileKind::from_mode(mode) {
             None if mode & S_IFMT == 0 => NewNode::File,
             Some(FileKind::File) => NewNode::File,
             Some(k @ (FileKind::BlockDev | FileKind::CharDev)) => NewNode::Special(k, rdev),
             Some(k @ (FileKind::Fifo | FileKind::Socket)) => NewNode::Special(k, 0),
-            _ => {
-                return Err(ZplError::Invalid(
-                    "mknod of a directory, symlink or unknown type",
-                ))
-            }
+            _ => return Err(ZplError::Invalid("mknod of a directory, symlink or unknown type")),
         };
         self.create_node(dir, name, mode, uid, gid, what)
     }
@@ -795,14 +738,7 @@ impl Fs {
     }
 
     /// Create symlink `name` in `dir` pointing at `target`.
-    pub fn symlink(
-        &self,
-        dir: u64,
-        name: &[u8],
-        target: &[u8],
-        uid: u32,
-        gid: u32,
-    ) -> Result<Attr> {
+    pub fn symlink(&self, dir: u64, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
         self.create_node(dir, name, 0o777, uid, gid, NewNode::Symlink(target))
     }
 
@@ -848,13 +784,7 @@ impl Fs {
         if zap::lookup(&*self.os, newdir, newname)?.is_some() {
             return Err(ZplError::Exists);
         }
-        zap::add(
-            &*self.os,
-            &op.tx,
-            newdir,
-            newname,
-            dirent_make(ino, z.kind()),
-        )?;
+        zap::add(&*self.os, &op.tx, newdir, newname, dirent_make(ino, z.kind()))?;
         op.dir_changed(newdir, 1)?;
         op.add_links(ino, 1)?;
         let out = op.get(ino)?.clone();
@@ -943,18 +873,9 @@ impl Fs {
 
     /// Rename `dir/name` to `newdir/newname`. `flags`: [`RENAME_NOREPLACE`],
     /// [`RENAME_EXCHANGE`]. Replaces an existing target as POSIX rename does.
-    pub fn rename(
-        &self,
-        dir: u64,
-        name: &[u8],
-        newdir: u64,
-        newname: &[u8],
-        flags: u32,
-    ) -> Result<()> {
+    pub fn rename(&self, dir: u64, name: &[u8], newdir: u64, newname: &[u8], flags: u32) -> Result<()> {
         self.check_writable()?;
-        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
-            || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
-        {
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 || flags == RENAME_NOREPLACE | RENAME_EXCHANGE {
             return Err(ZplError::Invalid("unknown or conflicting rename flags"));
         }
         if is_dot(name) || is_dot(newname) {
@@ -983,18 +904,14 @@ impl Fs {
         }
         let src_dir = src_kind == FileKind::Dir;
         if src_dir && dir != newdir && self.is_ancestor(&mut op, src, newdir)? {
-            return Err(ZplError::Invalid(
-                "cannot move a directory into its own subtree",
-            ));
+            return Err(ZplError::Invalid("cannot move a directory into its own subtree"));
         }
         let os = &*self.os;
         if flags & RENAME_EXCHANGE != 0 {
             let (dst, dst_kind) = dst.expect("checked above");
             let dst_dir = dst_kind == FileKind::Dir;
             if dst_dir && dir != newdir && self.is_ancestor(&mut op, dst, dir)? {
-                return Err(ZplError::Invalid(
-                    "cannot move a directory into its own subtree",
-                ));
+                return Err(ZplError::Invalid("cannot move a directory into its own subtree"));
             }
             zap::update(os, &op.tx, dir, name, dirent_make(dst, dst_kind))?;
             zap::update(os, &op.tx, newdir, newname, dirent_make(src, src_kind))?;
@@ -1136,9 +1053,7 @@ impl Fs {
         if !o.atime || o.readonly || self.os.is_readonly() {
             return false;
         }
-        z.atime <= z.mtime
-            || z.atime <= z.ctime
-            || Timespec::now().sec - z.atime.sec >= RELATIME_SECS
+        z.atime <= z.mtime || z.atime <= z.ctime || Timespec::now().sec - z.atime.sec >= RELATIME_SECS
     }
 
     fn touch_atime(&self, ino: u64) -> Result<()> {
@@ -1156,8 +1071,7 @@ impl Fs {
     /// Write `data` to file `ino` at `offset`, extending it; returns bytes written.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
         self.check_writable()?;
-        let len =
-            u32::try_from(data.len()).map_err(|_| ZplError::Invalid("write larger than 4 GiB"))?;
+        let len = u32::try_from(data.len()).map_err(|_| ZplError::Invalid("write larger than 4 GiB"))?;
         let end = offset
             .checked_add(data.len() as u64)
             .filter(|&e| e <= FILE_SIZE_MAX_BYTES)
@@ -1219,10 +1133,7 @@ impl Fs {
             let (ino, kind) = dirent_split(dir, e.value)?;
             // ZAP cursors are at most 2^63 - 2; the one entry that could map past
             // i64::MAX is the last possible key, after which nothing can follow.
-            let next_cursor = e
-                .next_cursor
-                .saturating_add(DIR_CURSOR_BASE)
-                .min(DIR_CURSOR_END);
+            let next_cursor = e.next_cursor.saturating_add(DIR_CURSOR_BASE).min(DIR_CURSOR_END);
             out.push(DirEntry {
                 name: e.name,
                 ino,

@@ -181,8 +181,7 @@ impl Timespec {
         if self.sec >= 0 {
             UNIX_EPOCH + std::time::Duration::new(self.sec as u64, self.nsec)
         } else {
-            UNIX_EPOCH - std::time::Duration::from_secs(self.sec.unsigned_abs())
-                + std::time::Duration::from_nanos(u64::from(self.nsec))
+            UNIX_EPOCH - std::time::Duration::from_secs(self.sec.unsigned_abs()) + std::time::Duration::from_nanos(u64::from(self.nsec))
         }
     }
 }
@@ -277,10 +276,7 @@ impl ZnodePhys {
             return Err(corrupt("znode mode has unknown type bits"));
         }
         let mut times = [Timespec::default(); 4];
-        for (i, at) in [offset::ATIME, offset::MTIME, offset::CTIME, offset::CRTIME]
-            .into_iter()
-            .enumerate()
-        {
+        for (i, at) in [offset::ATIME, offset::MTIME, offset::CTIME, offset::CRTIME].into_iter().enumerate() {
             let sec = rd_u64(b, at) as i64;
             let nsec = rd_u32(b, at + 8);
             if nsec >= 1_000_000_000 || rd_u32(b, at + 12) != 0 {
@@ -360,13 +356,7 @@ mod tests {
         ] {
             let mut b = good;
             b[at] ^= val;
-            assert!(
-                matches!(
-                    ZnodePhys::decode(3, &b),
-                    Err(ZplError::Corrupt { object: 3, .. })
-                ),
-                "byte {at}"
-            );
+            assert!(matches!(ZnodePhys::decode(3, &b), Err(ZplError::Corrupt { object: 3, .. })), "byte {at}");
         }
         assert!(ZnodePhys::decode(3, &good[..100]).is_err());
         assert!(ZnodePhys::decode(3, &[]).is_err());
@@ -390,10 +380,7 @@ mod tests {
         assert_eq!(FileKind::from_mode(0o644), None);
         let t = Timespec { sec: -3, nsec: 250 };
         assert_eq!(Timespec::from_system_time(t.to_system_time()), t);
-        let t = Timespec {
-            sec: 1_600_000_000,
-            nsec: 7,
-        };
+        let t = Timespec { sec: 1_600_000_000, nsec: 7 };
         assert_eq!(Timespec::from_system_time(t.to_system_time()), t);
     }
 }

@@ -14,9 +14,7 @@ use tarn_zpl::{FileKind, Fs, SetAttr, ZplError, ZplOptions};
 
 /// The fixed set of paths operations draw from (depth ≤ 3, so parents are often
 /// missing or files, and renames into subtrees happen).
-const PATHS: &[&str] = &[
-    "a", "b", "d", "e", "a", "d", "e", "d/a", "d/b", "d/e", "e/a", "e/d", "d/e/a", "d/e/b", "e/d/a",
-];
+const PATHS: &[&str] = &["a", "b", "d", "e", "a", "d", "e", "d/a", "d/b", "d/e", "e/a", "e/d", "d/e/a", "d/e/b", "e/d/a"];
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -78,11 +76,7 @@ impl Model {
             if node != Node::Dir {
                 return Err(ZplError::NotDir);
             }
-            cur = if cur.is_empty() {
-                c.to_string()
-            } else {
-                format!("{cur}/{c}")
-            };
+            cur = if cur.is_empty() { c.to_string() } else { format!("{cur}/{c}") };
             node = self.node(&cur).ok_or(ZplError::NotFound)?;
         }
         Ok(node)
@@ -101,10 +95,7 @@ impl Model {
     }
 
     fn links(&self, id: u32) -> usize {
-        self.names
-            .values()
-            .filter(|n| **n == Node::File(id))
-            .count()
+        self.names.values().filter(|n| **n == Node::File(id)).count()
     }
 
     fn drop_name(&mut self, p: &str) {
@@ -191,18 +182,13 @@ impl Model {
                 if s == d || (dst.is_some() && dst == Some(src) && src != Node::Dir) {
                     return Ok(());
                 }
-                if src == Node::Dir
-                    && parent_of(s) != parent_of(d)
-                    && (parent_of(d) == s || parent_of(d).starts_with(&format!("{s}/")))
-                {
+                if src == Node::Dir && parent_of(s) != parent_of(d) && (parent_of(d) == s || parent_of(d).starts_with(&format!("{s}/"))) {
                     return Err(ZplError::Invalid("subtree"));
                 }
                 match (src, dst) {
                     (Node::Dir, Some(Node::File(_))) => return Err(ZplError::NotDir),
                     (Node::File(_), Some(Node::Dir)) => return Err(ZplError::IsDir),
-                    (Node::Dir, Some(Node::Dir)) if self.has_children(d) => {
-                        return Err(ZplError::NotEmpty)
-                    }
+                    (Node::Dir, Some(Node::Dir)) if self.has_children(d) => return Err(ZplError::NotEmpty),
                     _ => {}
                 }
                 if dst.is_some() {

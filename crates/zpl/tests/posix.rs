@@ -48,10 +48,7 @@ fn create_write_read() {
     let (store, fs) = new_fs();
     let r = fs.root();
     let a = fs.create(r, b"f", 0o640, 7, 8).unwrap();
-    assert_eq!(
-        (a.kind, a.perm, a.uid, a.gid, a.nlink, a.size),
-        (FileKind::File, 0o640, 7, 8, 1, 0)
-    );
+    assert_eq!((a.kind, a.perm, a.uid, a.gid, a.nlink, a.size), (FileKind::File, 0o640, 7, 8, 1, 0));
     assert_eq!(fs.create(r, b"f", 0o644, 0, 0), Err(ZplError::Exists));
     assert_eq!(fs.write(a.ino, 0, b"hello world").unwrap(), 11);
     assert_eq!(fs.read(a.ino, 0, 100).unwrap(), b"hello world");
@@ -69,10 +66,7 @@ fn create_write_read() {
     assert_eq!(fs.lookup(a.ino, b"x"), Err(ZplError::NotDir));
     assert_eq!(fs.read(r, 0, 1), Err(ZplError::IsDir));
     assert_eq!(fs.write(r, 0, b"x"), Err(ZplError::IsDir));
-    assert_eq!(
-        fs.write(a.ino, u64::MAX - 1, b"xx"),
-        Err(ZplError::FileTooBig)
-    );
+    assert_eq!(fs.write(a.ino, u64::MAX - 1, b"xx"), Err(ZplError::FileTooBig));
     // A big multi-block write with a small recordsize.
     fs.set_options(ZplOptions {
         recordsize_bytes: 4096,
@@ -95,21 +89,12 @@ fn names_are_checked() {
     assert_eq!(fs.lookup(r, &long), Err(ZplError::NameTooLong));
     fs.create(r, &long[..255], 0o644, 0, 0).unwrap();
     for bad in [&b"a/b"[..], b"a\0b", b""] {
-        assert!(
-            matches!(fs.create(r, bad, 0o644, 0, 0), Err(ZplError::Invalid(_))),
-            "{bad:?}"
-        );
-        assert!(
-            matches!(fs.mkdir(r, bad, 0o755, 0, 0), Err(ZplError::Invalid(_))),
-            "{bad:?}"
-        );
+        assert!(matches!(fs.create(r, bad, 0o644, 0, 0), Err(ZplError::Invalid(_))), "{bad:?}");
+        assert!(matches!(fs.mkdir(r, bad, 0o755, 0, 0), Err(ZplError::Invalid(_))), "{bad:?}");
     }
     assert_eq!(fs.create(r, b".", 0o644, 0, 0), Err(ZplError::Exists));
     assert_eq!(fs.mkdir(r, b"..", 0o755, 0, 0), Err(ZplError::Exists));
-    assert_eq!(
-        fs.symlink(r, b"s", &vec![b'y'; 4096], 0, 0),
-        Err(ZplError::NameTooLong)
-    );
+    assert_eq!(fs.symlink(r, b"s", &vec![b'y'; 4096], 0, 0), Err(ZplError::NameTooLong));
     fsck(&store, &fs, 0);
 }
 
@@ -130,10 +115,7 @@ fn special_files_and_symlinks() {
     assert_eq!(k.kind, FileKind::Socket);
     let p = fs.mknod(r, b"plain", 0o644, 0, 0, 0).unwrap();
     assert_eq!(p.kind, FileKind::File);
-    assert!(matches!(
-        fs.mknod(r, b"d", 0o040755, 0, 0, 0),
-        Err(ZplError::Invalid(_))
-    ));
+    assert!(matches!(fs.mknod(r, b"d", 0o040755, 0, 0, 0), Err(ZplError::Invalid(_))));
     assert!(matches!(fs.readlink(p.ino), Err(ZplError::Invalid(_))));
     let kinds: Vec<_> = list_all(&fs, r, 100)
         .iter()
@@ -160,14 +142,8 @@ fn setattr_mode_owner_times() {
             },
         )
         .unwrap();
-    assert_eq!(
-        (a.kind, a.perm, a.uid, a.gid),
-        (FileKind::File, 0o4755, 42, 43)
-    );
-    let t = Timespec {
-        sec: 1_000_000,
-        nsec: 5,
-    };
+    assert_eq!((a.kind, a.perm, a.uid, a.gid), (FileKind::File, 0o4755, 42, 43));
+    let t = Timespec { sec: 1_000_000, nsec: 5 };
     let a = fs
         .setattr(
             f,
@@ -305,22 +281,13 @@ fn rename_matrix() {
     assert_eq!(fs.rename(a, b"e", b, b"t", 0), Err(ZplError::NotDir));
     assert_eq!(fs.rename(b, b"t", a, b"e", 0), Err(ZplError::IsDir));
     // Into its own subtree.
-    assert!(matches!(
-        fs.rename(r, b"a", d, b"a", 0),
-        Err(ZplError::Invalid(_))
-    ));
-    assert!(matches!(
-        fs.rename(r, b"a", a, b"self", 0),
-        Err(ZplError::Invalid(_))
-    ));
+    assert!(matches!(fs.rename(r, b"a", d, b"a", 0), Err(ZplError::Invalid(_))));
+    assert!(matches!(fs.rename(r, b"a", a, b"self", 0), Err(ZplError::Invalid(_))));
     // Onto an ancestor (non-empty).
     assert_eq!(fs.rename(a, b"e", r, b"a", 0), Err(ZplError::NotEmpty));
     // Missing source.
     assert_eq!(fs.rename(a, b"zz", b, b"q", 0), Err(ZplError::NotFound));
-    assert!(matches!(
-        fs.rename(a, b".", b, b"q", 0),
-        Err(ZplError::Invalid(_))
-    ));
+    assert!(matches!(fs.rename(a, b".", b, b"q", 0), Err(ZplError::Invalid(_))));
     fsck(&store, &fs, 0);
 
     // Same inode: a no-op, both names stay.
@@ -335,19 +302,10 @@ fn rename_matrix() {
 
     // NOREPLACE and EXCHANGE.
     let u = mkfile(&fs, b, "u", b"u");
-    assert_eq!(
-        fs.rename(b, b"u", a, b"t2", RENAME_NOREPLACE),
-        Err(ZplError::Exists)
-    );
+    assert_eq!(fs.rename(b, b"u", a, b"t2", RENAME_NOREPLACE), Err(ZplError::Exists));
     fs.rename(b, b"u", b, b"u2", RENAME_NOREPLACE).unwrap();
-    assert_eq!(
-        fs.rename(b, b"u2", b, b"nothing", RENAME_EXCHANGE),
-        Err(ZplError::NotFound)
-    );
-    assert!(matches!(
-        fs.rename(b, b"u2", b, b"x", 3),
-        Err(ZplError::Invalid(_))
-    ));
+    assert_eq!(fs.rename(b, b"u2", b, b"nothing", RENAME_EXCHANGE), Err(ZplError::NotFound));
+    assert!(matches!(fs.rename(b, b"u2", b, b"x", 3), Err(ZplError::Invalid(_))));
     // Exchange a file in b with a directory in a.
     fs.rename(b, b"u2", a, b"e", RENAME_EXCHANGE).unwrap();
     assert_eq!(fs.lookup(a, b"e").unwrap().ino, u);
@@ -355,10 +313,7 @@ fn rename_matrix() {
     assert_eq!(fs.lookup(d, b"..").unwrap().ino, b);
     fsck(&store, &fs, 0);
     // Exchanging a directory with its own descendant's parent is refused.
-    assert!(matches!(
-        fs.rename(r, b"b", d, b"x", RENAME_EXCHANGE),
-        Err(ZplError::Invalid(_))
-    ));
+    assert!(matches!(fs.rename(r, b"b", d, b"x", RENAME_EXCHANGE), Err(ZplError::Invalid(_))));
     fsck(&store, &fs, 0);
 }
 
@@ -432,10 +387,7 @@ fn delete_queue_is_processed_at_open() {
     // "Crash": drop the file system without releasing.
     drop(fs);
     let fs = Fs::open(store.clone(), ZplOptions::default()).unwrap();
-    assert!(
-        store.object_info(f).is_err(),
-        "unlinked object freed at open"
-    );
+    assert!(store.object_info(f).is_err(), "unlinked object freed at open");
     assert_eq!(read_all(&fs, g), b"kept");
     fsck(&store, &fs, 0);
     // A read-only open leaves the queue alone.
@@ -513,17 +465,9 @@ fn holes_read_as_zeros() {
     fs.write(f, 1 << 30, b"end").unwrap();
     let a = fs.getattr(f).unwrap();
     assert_eq!(a.size, (1 << 30) + 3);
-    assert!(
-        a.blocks < 1024,
-        "sparse file allocates little: {}",
-        a.blocks
-    );
+    assert!(a.blocks < 1024, "sparse file allocates little: {}", a.blocks);
     assert!(fs.read(f, 0, 4096).unwrap().iter().all(|&b| b == 0));
-    assert!(fs
-        .read(f, 123_456_789, 70_000)
-        .unwrap()
-        .iter()
-        .all(|&b| b == 0));
+    assert!(fs.read(f, 123_456_789, 70_000).unwrap().iter().all(|&b| b == 0));
     assert_eq!(fs.read(f, (1 << 30) - 2, 100).unwrap(), b"\0\0end");
     fsck(&store, &fs, 0);
 }
@@ -590,8 +534,7 @@ fn twenty_thousand_entries() {
     let (store, fs) = new_fs();
     let d = mkdir(&fs, fs.root(), "big");
     for i in 0..20_000 {
-        fs.create(d, format!("entry-{i:05}").as_bytes(), 0o644, 0, 0)
-            .unwrap();
+        fs.create(d, format!("entry-{i:05}").as_bytes(), 0o644, 0, 0).unwrap();
     }
     assert_eq!(fs.getattr(d).unwrap().size, 20_002);
     let all = list_all(&fs, d, 500);
@@ -634,11 +577,7 @@ fn readonly_and_atime_options() {
     assert_eq!(fs.mkdir(r, b"d", 0o755, 0, 0), Err(ZplError::ReadOnly));
     let before = fs.getattr(f).unwrap();
     assert_eq!(fs.read(f, 0, 10).unwrap(), b"abc");
-    assert_eq!(
-        fs.getattr(f).unwrap().atime,
-        before.atime,
-        "no atime update when read-only"
-    );
+    assert_eq!(fs.getattr(f).unwrap().atime, before.atime, "no atime update when read-only");
     fs.set_options(ZplOptions {
         readonly: false,
         atime: false,
@@ -656,10 +595,7 @@ fn readonly_and_atime_options() {
     fs.read(f, 0, 10).unwrap();
     assert_eq!(fs.getattr(f).unwrap().atime, old, "atime=off");
     // atime=on, relatime: the first read after a change updates, the next does not.
-    fs.set_options(ZplOptions {
-        atime: true,
-        ..fs.options()
-    });
+    fs.set_options(ZplOptions { atime: true, ..fs.options() });
     fs.read(f, 0, 10).unwrap();
     let t1 = fs.getattr(f).unwrap().atime;
     assert!(t1 > old);
@@ -693,9 +629,7 @@ fn statfs_and_fsync() {
 fn concurrent_writers_and_namespace_ops() {
     let (store, fs) = new_fs();
     let r = fs.root();
-    let files: Vec<u64> = (0..4)
-        .map(|i| mkfile(&fs, r, &format!("w{i}"), &[]))
-        .collect();
+    let files: Vec<u64> = (0..4).map(|i| mkfile(&fs, r, &format!("w{i}"), &[])).collect();
     std::thread::scope(|s| {
         for (t, &f) in files.iter().enumerate() {
             let fs = &fs;

@@ -98,11 +98,7 @@ pub fn fsck(store: &MemStore, fs: &Fs, unlinked_open: usize) -> BTreeMap<String,
         let mut subdirs = 0;
         for e in &entries[2..] {
             let name = String::from_utf8(e.name.clone()).unwrap();
-            let child = if path.is_empty() {
-                name.clone()
-            } else {
-                format!("{path}/{name}")
-            };
+            let child = if path.is_empty() { name.clone() } else { format!("{path}/{name}") };
             let a = fs.lookup(dir, &e.name).unwrap();
             assert_eq!(a.ino, e.ino);
             assert_eq!(a.kind, e.kind, "kind of /{child}");
@@ -118,17 +114,9 @@ pub fn fsck(store: &MemStore, fs: &Fs, unlinked_open: usize) -> BTreeMap<String,
         assert_eq!(u64::from(da.nlink), 2 + subdirs, "nlink of /{path}");
     }
     for (ino, n) in &names_per_ino {
-        assert_eq!(
-            u64::from(nondir_attr[ino].nlink),
-            *n,
-            "nlink of inode {ino}"
-        );
+        assert_eq!(u64::from(nondir_attr[ino].nlink), *n, "nlink of inode {ino}");
     }
     // master node + delete queue + directories + files + unlinked-open files
-    assert_eq!(
-        store.object_count(),
-        2 + dirs + names_per_ino.len() + unlinked_open,
-        "object leak"
-    );
+    assert_eq!(store.object_count(), 2 + dirs + names_per_ino.len() + unlinked_open, "object leak");
     paths
 }
