@@ -127,18 +127,25 @@ impl Pool {
             rootbp,
             spacemap_bp: smbp,
         };
-        let mut written = 0;
-        for t in &self.top {
-            for leaf in t.leaves() {
-                let tarn_vdev::VdevKind::Leaf(Some(l)) = &leaf.kind else { continue };
-                match label::write_uberblock(l, &ub).and_then(|_| l.flush()) {
-                    Ok(()) => written += 1,
-                    Err(_) => {
-                        leaf.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-        }
+        // Every leaf's label ring, in parallel (one device round trip per txg).
+        let leaves: Vec<&tarn_vdev::Vdev> = self.top.iter().flat_map(|t| t.leaves()).collect();
+        let written = std::thread::scope(|s| {
+            let handles: Vec<_> = leaves
+                .iter()
+                .map(|leaf| {
+                    let ub = &ub;
+                    s.spawn(move || {
+                        let tarn_vdev::VdevKind::Leaf(Some(l)) = &leaf.kind else { return false };
+                        let ok = label::write_uberblock(l, ub).and_then(|_| l.flush()).is_ok();
+                        if !ok {
+                            leaf.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                        ok
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("uberblock thread")).filter(|&ok| ok).count()
+        });
         if written == 0 {
             return Err(SpaError::Io(format!("txg {txg}: no leaf accepted the uberblock")));
         }
