@@ -349,16 +349,7 @@ mod tests {
     use super::*;
 
     fn v(name: &str, state: &str, children: Vec<VdevStatus>) -> VdevStatus {
-        VdevStatus {
-            name: name.into(),
-            state: state.into(),
-            read_errors: 0,
-            write_errors: 0,
-            checksum_errors: 0,
-            alloc_bytes: 0,
-            size_bytes: 0,
-            children,
-        }
+        VdevStatus::new(name, state, children)
     }
 
     #[test]

@@ -621,20 +621,6 @@ fn import_one(
     with_mount_errors(Response::ok(""), errors)
 }
 
-const POOL_PROPS_ALL: [&str; 11] = [
-    "size",
-    "capacity",
-    "altroot",
-    "health",
-    "guid",
-    "version",
-    "free",
-    "allocated",
-    "readonly",
-    "ashift",
-    "comment",
-];
-
 fn get(st: &mut State, args: &[String]) -> Response {
     let p = match getopt(args, "Hpo:") {
         Ok(p) => p,
@@ -654,7 +640,7 @@ fn get(st: &mut State, args: &[String]) -> Response {
         }
     }
     let props: Vec<String> = if props_arg == "all" {
-        POOL_PROPS_ALL.iter().map(|s| s.to_string()).collect()
+        tarn_spa::Pool::prop_names().iter().map(|s| s.to_string()).collect()
     } else {
         let mut v = Vec::new();
         for pr in props_arg.split(',') {

@@ -169,6 +169,22 @@ pub struct VdevStatus {
     pub children: Vec<VdevStatus>,
 }
 
+impl VdevStatus {
+    /// A node with zero counters and sizes (import listings, tests).
+    pub fn new(name: &str, state: &str, children: Vec<VdevStatus>) -> VdevStatus {
+        VdevStatus {
+            name: name.into(),
+            state: state.into(),
+            read_errors: 0,
+            write_errors: 0,
+            checksum_errors: 0,
+            alloc_bytes: 0,
+            size_bytes: 0,
+            children,
+        }
+    }
+}
+
 /// `zfs list` row and property access.
 #[derive(Debug, Clone)]
 pub struct DatasetInfo {

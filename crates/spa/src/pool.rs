@@ -479,15 +479,12 @@ impl Pool {
                     .leaves()
                     .iter()
                     .filter(|_| !t.children.is_empty())
-                    .map(|l| VdevStatus {
-                        name: l.path.clone().unwrap_or_default(),
-                        state: if present.contains(&l.guid) { "ONLINE" } else { "UNAVAIL" }.into(),
-                        read_errors: 0,
-                        write_errors: 0,
-                        checksum_errors: 0,
-                        alloc_bytes: 0,
-                        size_bytes: 0,
-                        children: vec![],
+                    .map(|l| {
+                        VdevStatus::new(
+                            &l.path.clone().unwrap_or_default(),
+                            if present.contains(&l.guid) { "ONLINE" } else { "UNAVAIL" },
+                            vec![],
+                        )
                     })
                     .collect();
                 let missing = t.leaves().iter().filter(|l| !present.contains(&l.guid)).count();
@@ -536,16 +533,7 @@ impl Pool {
                 PoolState::Destroyed => "destroyed",
             }
             .into(),
-            config: VdevStatus {
-                name: name.into(),
-                state: worst.as_str().into(),
-                read_errors: 0,
-                write_errors: 0,
-                checksum_errors: 0,
-                alloc_bytes: 0,
-                size_bytes: 0,
-                children,
-            },
+            config: VdevStatus::new(name, worst.as_str(), children),
             dirs,
         }
     }
@@ -890,7 +878,8 @@ impl Pool {
         Ok((v, src.into()))
     }
 
-    /// Names of the pool properties, in `zpool get all` order.
+    /// Names of the pool properties, in OpenZFS's `zpool get all` order. (`txg`, the
+    /// last synced txg, can also be read with [`Pool::get_prop`] but is not listed.)
     pub fn prop_names() -> &'static [&'static str] {
         &[
             "size",
@@ -899,12 +888,11 @@ impl Pool {
             "health",
             "guid",
             "version",
-            "allocated",
             "free",
+            "allocated",
             "readonly",
             "ashift",
             "comment",
-            "txg",
         ]
     }
 

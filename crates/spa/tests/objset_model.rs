@@ -8,18 +8,8 @@ use tarn_dmu::mem::MemStore;
 use tarn_dmu::{ObjectStore, ObjectType};
 use tarn_spa::{CreateSpec, Pool, Rewind, TopSpec};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+mod common;
+use common::Rng;
 
 fn compare(real: &dyn ObjectStore, model: &MemStore, map: &BTreeMap<u64, u64>, extent: &BTreeMap<u64, u64>, ctx: &str) {
     for (&m, &r) in map {
