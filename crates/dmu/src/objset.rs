@@ -23,8 +23,8 @@
 //! The tree (root pointer, nlevels, used bytes) is changed only by phase 3, under the
 //! lock, so open-context readers always see a complete synced tree.
 //!
-//! Object ids are never reused within an import (monotonic `next_obj`); a dnode block
-//! whose 32 slots are all free becomes a hole.
+//! Object ids are never reused (`next_obj` starts past the end of the dnode array at
+//! open and only grows); a dnode block whose 32 slots are all free becomes a hole.
 //!
 //! Limits: one mutex per object set (metadata I/O in phase 3 happens under it); clean
 //! dnodes are evicted from memory when more than [`DNODE_CACHE_MAX`] are loaded.
