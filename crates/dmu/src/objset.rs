@@ -135,6 +135,8 @@ pub struct SyncBatch {
     blocks: Vec<(u64, u64, ObjectType, Arc<Vec<u8>>)>,
     written: Vec<BlkPtr>,
     dirty_bytes: u64,
+    /// Objects with changes in this txg (data, attributes or frees).
+    objects: usize,
 }
 
 impl SyncBatch {
@@ -144,7 +146,7 @@ impl SyncBatch {
     }
     /// True when nothing in this object set changed in the txg.
     pub fn is_empty(&self) -> bool {
-        self.blocks.is_empty() && self.dirty_bytes == 0
+        self.objects == 0
     }
 }
 
@@ -160,10 +162,6 @@ pub struct Objset {
     slop_shift: u32,
     /// Sequential read streams: object → (next expected block id, prefetched up to).
     streams: Mutex<HashMap<u64, (u64, u64)>>,
-}
-
-fn bp_type_for(otype: ObjectType) -> ObjectType {
-    otype
 }
 
 fn copies_for(otype: ObjectType, os_type: u64) -> u8 {
@@ -474,7 +472,7 @@ impl Objset {
             let dn = st.dnodes.get_mut(&obj).unwrap();
             assert!(dn.syncing.is_none(), "object {obj} still syncing from an earlier txg");
             let open = std::mem::take(&mut dn.open);
-            let otype = bp_type_for(dn.attrs.otype);
+            let otype = dn.attrs.otype;
             for (blkid, data) in &open.blocks {
                 dirty_bytes += data.len() as u64;
                 if !dn.attrs.freed {
@@ -492,7 +490,8 @@ impl Objset {
             txg,
             blocks,
             written: Vec::new(),
-            dirty_bytes: dirty_bytes.max(if st.syncing.is_empty() { 0 } else { 1 }),
+            dirty_bytes,
+            objects: st.syncing.len(),
         }
     }
 
@@ -572,7 +571,7 @@ impl Objset {
                 dnode_updates.insert(obj, DnodePhys::free());
             } else {
                 let ins = installs.remove(&obj).unwrap_or_default();
-                self.sync_tree(&mut tree, &rec.frees, &ins, txg, bp_type_for(rec.attrs.otype))?;
+                self.sync_tree(&mut tree, &rec.frees, &ins, txg)?;
                 let a = &rec.attrs;
                 dnode_updates.insert(
                     obj,
@@ -637,7 +636,7 @@ impl Objset {
         }
         let mut meta = std::mem::take(&mut st.meta);
         let before = meta.used_bytes as i64;
-        self.sync_tree(&mut meta, &[], &meta_installs, txg, ObjectType::Dnode)?;
+        self.sync_tree(&mut meta, &[], &meta_installs, txg)?;
         used_delta += meta.used_bytes as i64 - before;
         let maxblkid = (st.next_obj.saturating_sub(1)) / DNODES_PER_BLOCK;
         let meta_dnode = DnodePhys {
@@ -702,7 +701,7 @@ impl Objset {
 
     /// Apply `frees` (level-0 block-id ranges) then `installs` to `tree`, rewriting
     /// touched indirect blocks bottom-up.
-    fn sync_tree(&self, tree: &mut Tree, frees: &[(u64, u64)], installs: &[(u64, BlkPtr)], txg: u64, otype: ObjectType) -> Result<()> {
+    fn sync_tree(&self, tree: &mut Tree, frees: &[(u64, u64)], installs: &[(u64, BlkPtr)], txg: u64) -> Result<()> {
         let max_install = installs.iter().map(|(b, _)| *b).max();
         if let Some(maxb) = max_install {
             let mut levels = tree.nlevels.max(1) as u32;
@@ -875,7 +874,6 @@ impl Objset {
                 }
             }
         }
-        let _ = otype;
         tree.used_bytes = used.max(0) as u64;
         Ok(())
     }
