@@ -435,7 +435,7 @@ impl Objset {
         let size = self.zio.size_bytes();
         let slop = (size >> self.slop_shift).max(4 << 20);
         let free = self.zio.free_bytes();
-        let pending = (self.gate.dirty_bytes() + len) as f64 * self.zio.inflation(128 << 10) * 1.1;
+        let pending = (self.gate.dirty_bytes() + len) as f64 * self.zio.inflation() * 1.1;
         if (free as f64) < slop as f64 + pending {
             return Err(DmuError::NoSpace);
         }

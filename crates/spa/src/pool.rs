@@ -237,7 +237,10 @@ impl Pool {
             let id = id as u32;
             let mut leaves = Vec::new();
             let mut leaf_cfgs = Vec::new();
+            let single = matches!(t, TopSpec::Leaf(_));
             for (i, (p, leaf)) in group.into_iter().enumerate() {
+                // A lone leaf is itself the top-level vdev and carries its id.
+                let i = if single { id as usize } else { i };
                 let g = guid();
                 let path = std::fs::canonicalize(&p).unwrap_or(p.clone()).display().to_string();
                 leaf_cfgs.push(VdevConfig {
@@ -255,25 +258,12 @@ impl Pool {
             let tg = guid();
             let (vdev, kind, nparity) = match t {
                 TopSpec::Leaf(_) => {
-                    let l = Arc::try_unwrap(leaves.pop().unwrap()).ok().unwrap();
-                    let lc = leaf_cfgs.pop().unwrap();
-                    let v = Vdev::new_leaf(
-                        id,
-                        lc.guid,
-                        ashift,
-                        lc.path.clone().unwrap(),
-                        match l.kind {
-                            tarn_vdev::VdevKind::Leaf(x) => x,
-                            _ => unreachable!(),
-                        },
-                    );
-                    let asize = v.asize_bytes();
+                    let (v, lc) = (leaves.pop().unwrap(), leaf_cfgs.pop().unwrap());
                     tops_cfg.push(VdevConfig {
-                        id: id as u64,
-                        asize_bytes: asize,
+                        asize_bytes: v.asize_bytes(),
                         ..lc
                     });
-                    top.push(Arc::new(v));
+                    top.push(v);
                     continue;
                 }
                 TopSpec::Mirror(_) => (Vdev::new_mirror(id, tg, ashift, leaves), "mirror", 0),
@@ -702,22 +692,9 @@ impl Pool {
         for t in &self.top {
             for leaf in t.leaves() {
                 let tarn_vdev::VdevKind::Leaf(Some(l)) = &leaf.kind else { continue };
-                for ub in label::read_uberblocks(l) {
-                    if ub.txg > txg {
-                        let dead = UberblockPhys {
-                            txg: ub.txg,
-                            guid_sum: 0,
-                            ..ub.clone()
-                        };
-                        let mut bytes = dead.encode();
-                        bytes[0] = 0; // break the magic
-                        for off in tarn_phys::label::label_offsets(l.size_bytes) {
-                            let slot = tarn_phys::label::UBERBLOCK_RING_OFFSET_BYTES + (ub.txg % tarn_phys::label::UBERBLOCK_RING_SLOTS) * 4096;
-                            let _ = l.pwrite(off + slot, &bytes);
-                        }
-                    }
+                if label::clear_uberblocks_after(l, txg).and_then(|_| l.flush()).is_err() {
+                    leaf.stats.write_errors.fetch_add(1, Ordering::Relaxed);
                 }
-                let _ = l.flush();
             }
         }
     }
@@ -760,9 +737,6 @@ impl Pool {
                 }
                 _ => worst = VdevState::Unavail,
             }
-        }
-        if self.gate.is_readonly() && !self.closed.load(Ordering::SeqCst) && worst == VdevState::Online {
-            return VdevState::Online;
         }
         worst
     }

@@ -63,6 +63,27 @@ pub fn write_uberblock(leaf: &Leaf, ub: &UberblockPhys) -> Result<(), VdevError>
     Ok(())
 }
 
+/// Zero every ring slot, in all four labels, that holds an uberblock newer than
+/// `txg` (after a rewind import those trees may point at blocks that get reused).
+/// Returns how many slots were cleared (not flushed). Errors: `Io` from a write.
+pub fn clear_uberblocks_after(leaf: &Leaf, txg: u64) -> Result<usize, VdevError> {
+    let mut ring = vec![0u8; UBERBLOCK_RING_SLOTS as usize * UBERBLOCK_SLOT_SIZE_BYTES];
+    let zero = vec![0u8; UBERBLOCK_SLOT_SIZE_BYTES];
+    let mut cleared = 0;
+    for off in label_offsets(leaf.size_bytes) {
+        if leaf.pread(off + UBERBLOCK_RING_OFFSET_BYTES, &mut ring).is_err() {
+            continue;
+        }
+        for (i, slot) in ring.chunks_exact(UBERBLOCK_SLOT_SIZE_BYTES).enumerate() {
+            if UberblockPhys::decode(slot).is_ok_and(|ub| ub.txg > txg) {
+                leaf.pwrite(off + UBERBLOCK_RING_OFFSET_BYTES + (i * UBERBLOCK_SLOT_SIZE_BYTES) as u64, &zero)?;
+                cleared += 1;
+            }
+        }
+    }
+    Ok(cleared)
+}
+
 /// Every uberblock that decodes, from all four labels' rings (duplicates allowed), in
 /// label then slot order. Unreadable rings and undecodable slots are skipped.
 pub fn read_uberblocks(leaf: &Leaf) -> Vec<UberblockPhys> {

@@ -118,6 +118,7 @@ pub const PREFETCH_QUEUE: usize = 64;
 
 /// The pool's I/O pipeline: top-level vdevs, their free space, and the read cache.
 pub struct Zio {
+    inflation: f64,
     prefetch_tx: Mutex<Option<std::sync::mpsc::SyncSender<BlkPtr>>>,
     vdevs: RwLock<Vec<Arc<Vdev>>>,
     space: Mutex<SpaceMap>,
@@ -132,7 +133,12 @@ impl Zio {
     /// Build a pipeline over top-level vdevs (index = DVA vdev id) and their space map.
     /// `cache_max_bytes` bounds the read cache.
     pub fn new(vdevs: Vec<Arc<Vdev>>, space: SpaceMap, cache_max_bytes: u64) -> Zio {
+        let inflation = vdevs
+            .iter()
+            .map(|d| d.psize_to_asize(128 << 10) as f64 / (128 << 10) as f64)
+            .fold(1.0, f64::max);
         Zio {
+            inflation,
             prefetch_tx: Mutex::new(None),
             vdevs: RwLock::new(vdevs),
             space: Mutex::new(space),
@@ -162,11 +168,11 @@ impl Zio {
         self.vdevs.read()[vdev as usize].psize_to_asize(psize_bytes)
     }
 
-    /// Worst-case allocated/physical ratio over all top-level vdevs for a `psize` block
-    /// (used by the write throttle to reserve space before accepting dirty data).
-    pub fn inflation(&self, psize_bytes: u64) -> f64 {
-        let v = self.vdevs.read();
-        v.iter().map(|d| d.psize_to_asize(psize_bytes) as f64 / psize_bytes as f64).fold(1.0, f64::max)
+    /// Worst-case allocated/physical ratio over all top-level vdevs for a 128 KiB
+    /// block (used by the write throttle to reserve space before accepting dirty
+    /// data). Fixed by the vdev tree, so computed once in [`Zio::new`].
+    pub fn inflation(&self) -> f64 {
+        self.inflation
     }
 
     /// Fraction of allocated bytes that holds data rather than parity/padding, for a
@@ -262,7 +268,7 @@ impl Zio {
         };
         let checksum = checksum_alg.compute(payload);
         let dva = self.allocate(payload.len() as u64, props.copies)?;
-        let vdevs = self.vdevs();
+        let vdevs = self.vdevs.read();
         let mut ok = 0;
         let mut last_err = None;
         for d in dva.iter().filter(|d| !d.is_empty()) {
@@ -301,7 +307,7 @@ impl Zio {
         assert!(payload.len() as u64 <= psize_bytes, "self-describing block outgrew its allocation");
         payload.resize(psize_bytes as usize, 0);
         let checksum = ChecksumAlg::Blake3.compute(&payload);
-        let vdevs = self.vdevs();
+        let vdevs = self.vdevs.read();
         let mut ok = 0;
         let mut last_err = None;
         for d in dva.iter().filter(|d| !d.is_empty()) {
@@ -345,7 +351,7 @@ impl Zio {
         if let Some(d) = self.cache.lock().get(&key) {
             return Ok(d);
         }
-        let vdevs = self.vdevs();
+        let vdevs = self.vdevs.read();
         let verify = |b: &[u8]| bp.checksum_alg.compute(b) == bp.checksum;
         let mut err: Option<VdevError> = None;
         for d in bp.dvas() {
@@ -424,7 +430,7 @@ impl Zio {
     pub fn flush(&self) -> Result<()> {
         // Every leaf of every top-level vdev in parallel: a txg's latency is one
         // device flush, not the sum of them.
-        let vdevs = self.vdevs();
+        let vdevs = self.vdevs.read();
         let results: Vec<(u32, bool)> = std::thread::scope(|s| {
             let handles: Vec<_> = vdevs
                 .iter()
@@ -433,7 +439,7 @@ impl Zio {
                 .collect();
             handles.into_iter().map(|h| h.join().expect("flush thread")).collect()
         });
-        for top in &vdevs {
+        for top in vdevs.iter() {
             let mine: Vec<bool> = results.iter().filter(|(id, _)| *id == top.id).map(|(_, ok)| *ok).collect();
             if !mine.is_empty() && !mine.iter().any(|&ok| ok) {
                 return Err(ZioError::Io(format!("no leaf of top-level vdev {} could be flushed", top.id)));
