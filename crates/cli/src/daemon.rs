@@ -199,6 +199,11 @@ pub fn mount_opts(info: &DatasetInfo) -> MountOpts {
         readonly: prop(info, "readonly") == "on",
         atime: prop(info, "atime") != "off",
         recordsize_bytes: rs.unwrap_or(128 << 10) as u32,
+        sync: match prop(info, "sync") {
+            "always" => mounts::SyncProp::Always,
+            "disabled" => mounts::SyncProp::Disabled,
+            _ => mounts::SyncProp::Standard,
+        },
     }
 }
 
@@ -232,7 +237,8 @@ pub fn mount_one(entry: &mut PoolEntry, info: &DatasetInfo, explicit: bool) -> R
         return Err(format!("cannot mount '{}': mountpoint is in use", mp.display()));
     }
     let os = entry.pool.objset(name).map_err(|e| cannot(&format!("cannot mount '{name}'"), e))?;
-    let m = mounts::mount(os, name, &mp, mount_opts(info)).map_err(|e| format!("cannot mount '{}': {e}", mp.display()))?;
+    let zil = entry.pool.zilog(name).ok();
+    let m = mounts::mount(os, zil, name, &mp, mount_opts(info)).map_err(|e| format!("cannot mount '{}': {e}", mp.display()))?;
     tracing::info!("mounted {name} at {}", mp.display());
     entry.mounts.insert(name.clone(), m);
     Ok(())

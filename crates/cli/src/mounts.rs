@@ -16,7 +16,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tarn_spa::ObjectStore;
+use tarn_spa::{ObjectStore, Zilog};
 
 /// Options of one mount, from the dataset's effective properties.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +27,20 @@ pub struct MountOpts {
     pub atime: bool,
     /// `recordsize` in bytes.
     pub recordsize_bytes: u32,
+    /// `sync` property.
+    pub sync: SyncProp,
+}
+
+/// The `sync` dataset property as the mount applies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncProp {
+    /// `sync=standard`.
+    #[default]
+    Standard,
+    /// `sync=always`.
+    Always,
+    /// `sync=disabled`.
+    Disabled,
 }
 
 /// A live mount.
@@ -47,10 +61,11 @@ impl std::fmt::Debug for Mounted {
     }
 }
 
-/// Mount dataset `name` (object set `os`) at `mountpoint`.
-pub fn mount(os: Arc<dyn ObjectStore>, name: &str, mountpoint: &Path, opts: MountOpts) -> Result<Mounted, String> {
+/// Mount dataset `name` (object set `os`, intent log `zil`) at `mountpoint`. A log
+/// left by a crash is replayed first.
+pub fn mount(os: Arc<dyn ObjectStore>, zil: Option<Arc<Zilog>>, name: &str, mountpoint: &Path, opts: MountOpts) -> Result<Mounted, String> {
     std::fs::create_dir_all(mountpoint).map_err(|e| format!("failed to create mountpoint: {e}"))?;
-    let imp = imp::mount(os, name, mountpoint, opts)?;
+    let imp = imp::mount(os, zil, name, mountpoint, opts)?;
     Ok(Mounted {
         mountpoint: mountpoint.to_path_buf(),
         opts,
@@ -87,18 +102,38 @@ mod imp {
             readonly: o.readonly,
             atime: o.atime,
             recordsize_bytes: o.recordsize_bytes as _,
+            sync: match o.sync {
+                SyncProp::Standard => tarn_zpl::SyncMode::Standard,
+                SyncProp::Always => tarn_zpl::SyncMode::Always,
+                SyncProp::Disabled => tarn_zpl::SyncMode::Disabled,
+            },
         }
     }
 
-    pub fn mount(os: Arc<dyn ObjectStore>, name: &str, mountpoint: &Path, opts: MountOpts) -> Result<Handle, String> {
-        let fs = tarn_zpl::Fs::open(os, zpl_opts(opts)).map_err(|e| format!("{e}"))?;
+    pub fn mount(os: Arc<dyn ObjectStore>, zil: Option<Arc<Zilog>>, name: &str, mountpoint: &Path, opts: MountOpts) -> Result<Handle, String> {
+        let fs = match zil {
+            Some(z) => {
+                let (fs, stats) = tarn_zpl::Fs::open_logged(os, z, zpl_opts(opts)).map_err(|e| format!("{e}"))?;
+                if stats.applied > 0 || stats.failed > 0 {
+                    tracing::info!(
+                        "{name}: intent log replayed: {} records applied, {} skipped, {} failed",
+                        stats.applied,
+                        stats.skipped,
+                        stats.failed
+                    );
+                }
+                fs
+            }
+            None => tarn_zpl::Fs::open(os, zpl_opts(opts)).map_err(|e| format!("{e}"))?,
+        };
         let mo = tarn_fuse::MountOptions {
             fsname: name.to_string(),
             readonly: opts.readonly,
             allow_other: true,
             auto_unmount: true,
             default_permissions: true,
-            threads: 2,
+            // Enough workers that concurrent fsyncs meet in one log commit.
+            threads: 8,
         };
         let mount = tarn_fuse::mount(fs.clone(), mountpoint, &mo).map_err(|e| format!("{e}"))?;
         Ok(Handle { fs, mount })
@@ -121,7 +156,7 @@ mod imp {
 
     pub struct Handle;
 
-    pub fn mount(_os: Arc<dyn ObjectStore>, _name: &str, _mountpoint: &Path, _opts: MountOpts) -> Result<Handle, String> {
+    pub fn mount(_os: Arc<dyn ObjectStore>, _zil: Option<Arc<Zilog>>, _name: &str, _mountpoint: &Path, _opts: MountOpts) -> Result<Handle, String> {
         Err("this tarn was built without FUSE support (feature 'fuse')".into())
     }
 

@@ -57,8 +57,10 @@ fn kill_9_during_writes_loses_no_fsynced_file() {
     let iterations: u64 = std::env::var("TARN_KILL_ITERATIONS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
     let env = Env::new();
     let mnt = env.path().join("mnt");
-    let a = env.make_vdev("a.img", 256 << 20);
-    let b = env.make_vdev("b.img", 256 << 20);
+    // Sparse 2 GiB files: with the intent log, fsyncs are fast enough that a run writes
+    // far more than the 256 MiB this test started with.
+    let a = env.make_vdev("a.img", 2 << 30);
+    let b = env.make_vdev("b.img", 2 << 30);
     env.zpool(&["create", "-m", mnt.to_str().unwrap(), "crashpool", "mirror", &a, &b]).ok();
     let dir = mnt.join("data");
     std::fs::create_dir(&dir).unwrap();

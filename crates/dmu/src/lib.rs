@@ -105,6 +105,10 @@ pub trait ObjectStore: Send + Sync {
     /// of 512); `max_blksz_bytes`: the size the single first block may grow to
     /// (recordsize). Bonus ≤ 320 bytes.
     fn create_object(&self, tx: &TxHold, otype: ObjectType, blksz_bytes: u32, max_blksz_bytes: u32, bonus: &[u8]) -> Result<u64>;
+    /// Create an object at a chosen id (intent-log replay recreates objects under the
+    /// ids they had). Errors: `Exists` if `obj` is in use, `Invalid` as for
+    /// `create_object` or if `obj` was freed in a txg that has not synced yet.
+    fn claim_object(&self, tx: &TxHold, obj: u64, otype: ObjectType, blksz_bytes: u32, max_blksz_bytes: u32, bonus: &[u8]) -> Result<()>;
     /// Free an object and all its blocks.
     fn free_object(&self, tx: &TxHold, obj: u64) -> Result<()>;
     /// Read `buf.len()` bytes at `offset_bytes`.

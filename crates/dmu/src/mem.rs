@@ -22,7 +22,7 @@
 //! - [`MemStore::set_readonly`] makes every mutating call fail with
 //!   [`DmuError::ReadOnly`], to test read-only paths.
 //!
-//! Locks: `objects` (the object map), then `next_obj` (only in `create_object`); each
+//! Locks: `objects` (the object map), then `next_obj` (only in `claim_object`); each
 //! taken once per call and never held across calls. Crash, EIO, ENOSPC: never happen here.
 //!
 //! Limits: everything lives in RAM; no accounting of indirect blocks or dnodes.
@@ -131,7 +131,18 @@ impl ObjectStore for MemStore {
         Ok(TxHold { txg: 0, _guard: None })
     }
 
-    fn create_object(&self, _tx: &TxHold, otype: ObjectType, blksz_bytes: u32, max_blksz_bytes: u32, bonus: &[u8]) -> Result<u64> {
+    fn create_object(&self, tx: &TxHold, otype: ObjectType, blksz_bytes: u32, max_blksz_bytes: u32, bonus: &[u8]) -> Result<u64> {
+        // A concurrent creator may take the id between the read and the claim: retry.
+        loop {
+            let id = *self.next_obj.lock() + 1;
+            match self.claim_object(tx, id, otype, blksz_bytes, max_blksz_bytes, bonus) {
+                Err(DmuError::Exists) => continue,
+                r => return r.map(|()| id),
+            }
+        }
+    }
+
+    fn claim_object(&self, _tx: &TxHold, obj: u64, otype: ObjectType, blksz_bytes: u32, max_blksz_bytes: u32, bonus: &[u8]) -> Result<()> {
         self.check_writable()?;
         if !(BLKSZ_MIN_BYTES..=BLKSZ_MAX_BYTES).contains(&blksz_bytes) || !blksz_bytes.is_multiple_of(BLKSZ_MIN_BYTES) {
             return Err(DmuError::Invalid("block size must be 512..=1 MiB, a multiple of 512"));
@@ -142,12 +153,17 @@ impl ObjectStore for MemStore {
         if bonus.len() > BONUS_MAX_BYTES {
             return Err(DmuError::Invalid("bonus buffer larger than 320 bytes"));
         }
+        if obj == 0 {
+            return Err(DmuError::Invalid("object 0 is the meta-dnode"));
+        }
         let mut objects = self.objects.lock();
+        if objects.contains_key(&obj) {
+            return Err(DmuError::Exists);
+        }
         let mut next = self.next_obj.lock();
-        *next += 1;
-        let id = *next;
-        let prev = objects.insert(
-            id,
+        *next = (*next).max(obj);
+        objects.insert(
+            obj,
             MemObject {
                 otype,
                 blksz_bytes,
@@ -157,8 +173,7 @@ impl ObjectStore for MemStore {
                 len_bytes: 0,
             },
         );
-        assert!(prev.is_none(), "object id {id} reused");
-        Ok(id)
+        Ok(())
     }
 
     fn free_object(&self, _tx: &TxHold, obj: u64) -> Result<()> {

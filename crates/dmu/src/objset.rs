@@ -38,7 +38,7 @@ use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
-use tarn_phys::{BlkPtr, Compression, DnodePhys, ObjectType, ObjsetPhys, BLKPTR_SIZE_BYTES, DNODE_SIZE_BYTES};
+use tarn_phys::{BlkPtr, Compression, DnodePhys, ObjectType, ObjsetPhys, ZilHeader, BLKPTR_SIZE_BYTES, DNODE_SIZE_BYTES};
 use tarn_zio::{WriteProps, Zio, ZioError};
 
 /// Bytes per dnode block (object 0's block size).
@@ -120,6 +120,9 @@ struct OsState {
     next_obj: u64,
     used_bytes: u64,
     root: BlkPtr,
+    /// Intent-log header to write with the next root; `zil_dirty` when it changed.
+    zil_header: ZilHeader,
+    zil_dirty: bool,
 }
 
 /// Where the current content of a level-0 block is.
@@ -195,6 +198,8 @@ impl Objset {
                 next_obj: 1,
                 used_bytes: 0,
                 root: BlkPtr::HOLE,
+                zil_header: ZilHeader::default(),
+                zil_dirty: false,
             }),
             slop_shift: 5,
             streams: Mutex::new(HashMap::new()),
@@ -229,10 +234,71 @@ impl Objset {
                 next_obj: if md.blkptr.is_hole() { 1 } else { next_obj },
                 used_bytes,
                 root: *root,
+                zil_header: phys.zil_header,
+                zil_dirty: false,
             }),
             slop_shift: 5,
             streams: Mutex::new(HashMap::new()),
         }))
+    }
+
+    fn check_new_object(&self, blksz_bytes: u32, max_blksz_bytes: u32, bonus: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        if bonus.len() > tarn_phys::DNODE_BONUS_SIZE_BYTES {
+            return Err(DmuError::Invalid("bonus too long"));
+        }
+        let valid = |b: u32| (512..=tarn_phys::MAX_BLOCK_SIZE_BYTES).contains(&b) && b.is_multiple_of(512);
+        if !valid(blksz_bytes) || !valid(max_blksz_bytes) || max_blksz_bytes < blksz_bytes {
+            return Err(DmuError::Invalid("block size"));
+        }
+        Ok(())
+    }
+
+    /// Put a new, empty object at id `obj` (free, checked by the caller) and mark it dirty.
+    fn install_object(st: &mut OsState, obj: u64, otype: ObjectType, blksz_bytes: u32, max_blksz_bytes: u32, bonus: &[u8]) {
+        st.next_obj = st.next_obj.max(obj + 1);
+        st.dnodes.insert(
+            obj,
+            Dn {
+                attrs: Attrs {
+                    otype,
+                    blksz: blksz_bytes,
+                    max_blksz: max_blksz_bytes,
+                    maxblkid: 0,
+                    bonus_type: 1,
+                    bonus: bonus.to_vec(),
+                    freed: false,
+                },
+                tree: Tree {
+                    root: BlkPtr::HOLE,
+                    nlevels: 1,
+                    used_bytes: 0,
+                },
+                open: OpenRec::default(),
+                syncing: None,
+            },
+        );
+        Self::mark_dirty(st, obj);
+    }
+
+    /// The intent-log header as of the last [`Objset::set_zil_header`] (or as read at open).
+    pub fn zil_header(&self) -> ZilHeader {
+        self.st.lock().zil_header
+    }
+
+    /// Replace the intent-log header; the next txg sync writes a new object-set root
+    /// carrying it even if nothing else changed.
+    pub fn set_zil_header(&self, h: ZilHeader) {
+        let mut st = self.st.lock();
+        if st.zil_header != h {
+            st.zil_header = h;
+            st.zil_dirty = true;
+        }
+    }
+
+    /// True when a changed intent-log header waits for the next sync.
+    pub fn zil_dirty(&self) -> bool {
+        self.st.lock().zil_dirty
     }
 
     /// Set the compression used for new data blocks (the `compression` property).
@@ -295,7 +361,8 @@ impl Objset {
 
     /// True when some object has changes not yet synced.
     pub fn has_dirty(&self) -> bool {
-        !self.st.lock().dirty.is_empty()
+        let st = self.st.lock();
+        !st.dirty.is_empty() || st.zil_dirty
     }
 
     fn compression(&self) -> Compression {
@@ -547,7 +614,7 @@ impl Objset {
         let txg = batch.txg;
         let mut st = self.st.lock();
         let syncing = std::mem::take(&mut st.syncing);
-        if syncing.is_empty() {
+        if syncing.is_empty() && !st.zil_dirty {
             return Ok(None);
         }
         let mut installs: HashMap<u64, Vec<(u64, BlkPtr)>> = HashMap::new();
@@ -655,7 +722,9 @@ impl Objset {
         let phys = ObjsetPhys {
             meta_dnode,
             os_type: self.os_type,
+            zil_header: st.zil_header,
         };
+        st.zil_dirty = false;
         let root = self
             .zio
             .write_block(
@@ -909,40 +978,26 @@ impl ObjectStore for Objset {
     }
 
     fn create_object(&self, _tx: &TxHold, otype: ObjectType, blksz_bytes: u32, max_blksz_bytes: u32, bonus: &[u8]) -> Result<u64> {
-        self.check_writable()?;
-        if bonus.len() > tarn_phys::DNODE_BONUS_SIZE_BYTES {
-            return Err(DmuError::Invalid("bonus too long"));
-        }
-        let valid = |b: u32| (512..=tarn_phys::MAX_BLOCK_SIZE_BYTES).contains(&b) && b.is_multiple_of(512);
-        if !valid(blksz_bytes) || !valid(max_blksz_bytes) || max_blksz_bytes < blksz_bytes {
-            return Err(DmuError::Invalid("block size"));
-        }
+        self.check_new_object(blksz_bytes, max_blksz_bytes, bonus)?;
         let mut st = self.st.lock();
         let obj = st.next_obj;
-        st.next_obj += 1;
-        st.dnodes.insert(
-            obj,
-            Dn {
-                attrs: Attrs {
-                    otype,
-                    blksz: blksz_bytes,
-                    max_blksz: max_blksz_bytes,
-                    maxblkid: 0,
-                    bonus_type: 1,
-                    bonus: bonus.to_vec(),
-                    freed: false,
-                },
-                tree: Tree {
-                    root: BlkPtr::HOLE,
-                    nlevels: 1,
-                    used_bytes: 0,
-                },
-                open: OpenRec::default(),
-                syncing: None,
-            },
-        );
-        Self::mark_dirty(&mut st, obj);
+        Self::install_object(&mut st, obj, otype, blksz_bytes, max_blksz_bytes, bonus);
         Ok(obj)
+    }
+
+    fn claim_object(&self, _tx: &TxHold, obj: u64, otype: ObjectType, blksz_bytes: u32, max_blksz_bytes: u32, bonus: &[u8]) -> Result<()> {
+        self.check_new_object(blksz_bytes, max_blksz_bytes, bonus)?;
+        let mut st = self.st.lock();
+        match self.load_dnode(&mut st, obj) {
+            Ok(_) => return Err(DmuError::Exists),
+            Err(DmuError::NoSuchObject(_)) if obj != 0 => {}
+            Err(e) => return Err(e),
+        }
+        if st.dnodes.get(&obj).is_some_and(|d| d.syncing.is_some() || st.dirty.contains(&obj)) {
+            return Err(DmuError::Invalid("object id freed in a txg not yet synced"));
+        }
+        Self::install_object(&mut st, obj, otype, blksz_bytes, max_blksz_bytes, bonus);
+        Ok(())
     }
 
     fn free_object(&self, _tx: &TxHold, obj: u64) -> Result<()> {

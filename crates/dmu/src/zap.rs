@@ -651,6 +651,20 @@ pub(crate) fn create_with_block_size(os: &dyn ObjectStore, tx: &TxHold, otype: O
         return Err(DmuError::Invalid("ZAP block size must be a power of two, 512..=128 KiB"));
     }
     let obj = os.create_object(tx, otype, block_bytes, block_bytes, &[])?;
+    init_object(os, tx, obj, block_bytes)?;
+    Ok(obj)
+}
+
+/// Create an empty ZAP under the chosen object id `obj` (intent-log replay recreates
+/// directories under their original ids). Errors as [`ObjectStore::claim_object`].
+pub fn create_at(os: &dyn ObjectStore, tx: &TxHold, obj: u64, otype: ObjectType) -> Result<()> {
+    os.claim_object(tx, obj, otype, ZAP_BLOCK_SIZE_BYTES, ZAP_BLOCK_SIZE_BYTES, &[])?;
+    init_object(os, tx, obj, ZAP_BLOCK_SIZE_BYTES)
+}
+
+/// Write the header and first leaf of a new ZAP into the fresh object `obj`; on
+/// failure the object is freed again.
+fn init_object(os: &dyn ObjectStore, tx: &TxHold, obj: u64, block_bytes: u32) -> Result<()> {
     let init = || -> Result<()> {
         let mut seed = blake3::Hasher::new();
         seed.update(b"tarn zap salt");
@@ -678,7 +692,7 @@ pub(crate) fn create_with_block_size(os: &dyn ObjectStore, tx: &TxHold, otype: O
         let _ = os.free_object(tx, obj);
         return Err(e);
     }
-    Ok(obj)
+    Ok(())
 }
 
 /// Look `name` up; `Ok(None)` when absent. Invalid names are `Invalid`.

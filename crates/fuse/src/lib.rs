@@ -401,11 +401,18 @@ impl Filesystem for TarnFuse {
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs.write(self.zino(ino), offset, data) {
+        let zino = self.zino(ino);
+        // O_SYNC / O_DSYNC: durable before the write returns (through the intent log).
+        let sync = flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0;
+        match self
+            .fs
+            .write(zino, offset, data)
+            .and_then(|n| if sync { self.fs.fsync(zino).map(|()| n) } else { Ok(n) })
+        {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(err(e)),
         }

@@ -22,12 +22,16 @@
 //! | 192 | 320  | bonus buffer |
 //!
 //! [`ObjsetPhys`] layout (2048 bytes): meta-dnode @0 (512), objset type u64 @512,
-//! reserved to 1024, ZIL header area @1024..1216 (zero until the ZIL issue),
-//! reserved zero to 2048.
+//! reserved to 1024, ZIL header ([`crate::ZilHeader`]) @1024..1216, reserved zero to
+//! 2048.
 
 use crate::blkptr::{BlkPtr, ObjectType};
 use crate::le::*;
+use crate::zil::{ZilHeader, ZIL_HEADER_SIZE_BYTES};
 use crate::Corrupt;
+
+/// Offset of the ZIL header inside the object-set root.
+const ZIL_OFF: usize = 1024;
 
 /// Bytes per dnode.
 pub const DNODE_SIZE_BYTES: usize = 512;
@@ -162,6 +166,8 @@ pub struct ObjsetPhys {
     pub meta_dnode: DnodePhys,
     /// 1 = MOS (pool metadata), 2 = file system dataset.
     pub os_type: u64,
+    /// The dataset's intent-log header (all zero when it has no log).
+    pub zil_header: ZilHeader,
 }
 
 impl ObjsetPhys {
@@ -170,6 +176,7 @@ impl ObjsetPhys {
         let mut b = vec![0u8; OBJSET_PHYS_SIZE_BYTES];
         self.meta_dnode.encode_into(&mut b[0..512]);
         put_u64(&mut b, 512, self.os_type);
+        b[ZIL_OFF..ZIL_OFF + ZIL_HEADER_SIZE_BYTES].copy_from_slice(&self.zil_header.encode());
         b
     }
 
@@ -182,12 +189,14 @@ impl ObjsetPhys {
         if !(1..=2).contains(&os_type) {
             return Err(Corrupt::new("objset", format!("type {os_type}")));
         }
-        if b[520..OBJSET_PHYS_SIZE_BYTES].iter().any(|&x| x != 0) {
+        let zil_end = ZIL_OFF + ZIL_HEADER_SIZE_BYTES;
+        if b[520..ZIL_OFF].iter().chain(&b[zil_end..OBJSET_PHYS_SIZE_BYTES]).any(|&x| x != 0) {
             return Err(Corrupt::new("objset", "reserved bytes not zero"));
         }
         Ok(ObjsetPhys {
             meta_dnode: DnodePhys::decode(&b[0..512])?,
             os_type,
+            zil_header: ZilHeader::decode(&b[ZIL_OFF..zil_end])?,
         })
     }
 }
@@ -221,7 +230,11 @@ mod tests {
         assert_eq!(u16::from_le_bytes([b[8], b[9]]), 256);
         assert_eq!(b[192], 5);
         assert_eq!(DnodePhys::decode(&b).unwrap(), d);
-        let os = ObjsetPhys { meta_dnode: d, os_type: 2 };
+        let os = ObjsetPhys {
+            meta_dnode: d,
+            os_type: 2,
+            zil_header: ZilHeader::default(),
+        };
         assert_eq!(ObjsetPhys::decode(&os.encode()).unwrap(), os);
     }
 

@@ -12,10 +12,11 @@
 //!   `blkptr_t`, see OpenZFS `include/sys/spa.h`.
 //! - [`DnodePhys`] (512 B): an object's header, one top-level block pointer and a
 //!   320-byte bonus buffer. ZFS `dnode_phys_t`.
-//! - [`ObjsetPhys`] (2 KiB): the root of an object set: its meta-dnode.
+//! - [`ObjsetPhys`] (2 KiB): the root of an object set: its meta-dnode and ZIL header.
 //! - [`UberblockPhys`] (one 4 KiB ring slot): txg, timestamp, GUID sum, the MOS root
 //!   and the pool space map, self-checksummed.
 //! - [`label`]: the 256 KiB vdev label (config + uberblock ring), four copies per leaf.
+//! - [`zil`]: the intent-log header, log blocks and record headers.
 //!
 //! Invariants: decode(encode(x)) == x for every valid x (property-tested); a structure
 //! with a wrong magic, bad self-checksum, unknown enum value or non-zero reserved
@@ -29,12 +30,14 @@ pub mod compress;
 pub mod dnode;
 pub mod label;
 pub mod uberblock;
+pub mod zil;
 
 pub use blkptr::{BlkPtr, Dva, ObjectType, BLKPTR_SIZE_BYTES, DVA_SIZE_BYTES};
 pub use checksum::{Checksum, ChecksumAlg};
 pub use compress::Compression;
 pub use dnode::{DnodePhys, ObjsetPhys, DNODE_BONUS_SIZE_BYTES, DNODE_SIZE_BYTES, OBJSET_PHYS_SIZE_BYTES};
 pub use uberblock::{UberblockPhys, UBERBLOCK_MAGIC, UBERBLOCK_SLOT_SIZE_BYTES};
+pub use zil::{LwbHeader, LwbPtr, RecordHeader, ZilHeader};
 
 /// Format version written into labels and uberblocks. An import refuses a pool whose
 /// version is greater (invariant 9 in DESIGN.md).

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use tarn_dmu::objset::Objset;
 use tarn_dmu::{ObjectStore, TxHold};
 use tarn_phys::{BlkPtr, Compression, ObjectType};
+use tarn_zil::Zilog;
 
 /// The pool directory (MOS object 1), JSON-encoded; its length is the bonus (u64 LE).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -102,6 +103,8 @@ pub const DATASET_PROPS: &[(&str, &str)] = &[
     ("atime", "on"),
     ("readonly", "off"),
     ("canmount", "on"),
+    ("sync", "standard"),
+    ("logbias", "latency"),
 ];
 
 fn parse_size(s: &str) -> Option<u64> {
@@ -149,6 +152,14 @@ pub(crate) fn check_prop(prop: &str, value: &str) -> Result<String> {
         "canmount" => match value {
             "on" | "off" | "noauto" => Ok(value.into()),
             _ => bad("'canmount' must be one of 'on | off | noauto'"),
+        },
+        "sync" => match value {
+            "standard" | "always" | "disabled" => Ok(value.into()),
+            _ => bad("'sync' must be one of 'standard | always | disabled'"),
+        },
+        "logbias" => match value {
+            "latency" | "throughput" => Ok(value.into()),
+            _ => bad("'logbias' must be one of 'latency | throughput'"),
         },
         "compression" => match Compression::parse(value) {
             Some(_) => Ok(value.into()),
@@ -268,6 +279,9 @@ impl Pool {
         for t in &targets {
             let rec = self.dir.lock().datasets.remove(t).unwrap();
             let os = self.objsets.lock().remove(&rec.obj);
+            if let Some(zl) = self.zilogs.lock().remove(&rec.obj) {
+                zl.destroy(tx.txg);
+            }
             let root = match os {
                 Some(os) => os.root_bp(),
                 None => DslDatasetPhys::decode(&self.mos.bonus(rec.obj).map_err(dmu_err)?)?.rootbp,
@@ -420,11 +434,19 @@ impl Pool {
     fn apply_props_to_open(&self) {
         let d = self.dir.lock().clone();
         let open = self.objsets.lock().clone();
+        let logs = self.zilogs.lock().clone();
         for (name, rec) in &d.datasets {
             if let Some(os) = open.get(&rec.obj) {
                 self.apply_props(&d, name, os);
             }
+            if let Some(zl) = logs.get(&rec.obj) {
+                self.apply_log_props(&d, name, zl);
+            }
         }
+    }
+
+    fn apply_log_props(&self, d: &Dir, name: &str, zl: &Zilog) {
+        zl.set_logbias_throughput(self.effective(d, name, "logbias").0 == "throughput");
     }
 
     fn apply_props(&self, d: &Dir, name: &str, os: &Objset) {
@@ -454,7 +476,38 @@ impl Pool {
         let os = Objset::open(self.zio.clone(), self.gate.clone(), &phys.rootbp, phys.used_bytes).map_err(dmu_err)?;
         self.apply_props(&d, name, &os);
         open.insert(rec.obj, os.clone());
+        let zl = Zilog::open(self.zio.clone(), self.gate.clone(), os.clone());
+        self.apply_log_props(&d, name, &zl);
+        self.zilogs.lock().insert(rec.obj, zl);
         Ok(os)
+    }
+
+    /// The intent log of a dataset (opening its object set if needed). A log that
+    /// awaits replay must be replayed (zpl does it at mount) before new records count.
+    pub fn zilog(&self, name: &str) -> Result<Arc<Zilog>> {
+        let os = self.objset_concrete(name)?;
+        let z = self.zilogs.lock().values().find(|z| Arc::ptr_eq(z.objset(), &os)).cloned();
+        z.ok_or_else(|| SpaError::NotFound(format!("cannot open '{name}': no intent log")))
+    }
+
+    /// Import: open the object set of dataset record `id` and claim its intent-log
+    /// chain if it has one, before anything can be allocated.
+    pub(crate) fn claim_intent_log(&self, id: u64, phys: &DslDatasetPhys) -> Result<()> {
+        let os = Objset::open(self.zio.clone(), self.gate.clone(), &phys.rootbp, phys.used_bytes).map_err(dmu_err)?;
+        if os.zil_header().is_empty() {
+            return Ok(());
+        }
+        let zl = Zilog::open(self.zio.clone(), self.gate.clone(), os.clone());
+        let n = zl.claim();
+        tracing::info!("pool {}: claimed {n} intent-log blocks of dataset object {id}", self.name);
+        let d = self.dir.lock().clone();
+        if let Some((name, _)) = d.datasets.iter().find(|(_, r)| r.obj == id) {
+            self.apply_props(&d, name, &os);
+            self.apply_log_props(&d, name, &zl);
+        }
+        self.objsets.lock().insert(id, os);
+        self.zilogs.lock().insert(id, zl);
+        Ok(())
     }
 
     /// Effective value of a dataset property (e.g. "mountpoint", "recordsize").

@@ -37,6 +37,7 @@ pub use dsl::{recordsize_bytes, DATASET_PROPS};
 pub use names::{validate_dataset_name, validate_pool_name};
 pub use pool::{cache_limit, set_cache_limit, Pool, CACHE_LIMIT_DEFAULT_BYTES};
 pub use tarn_dmu::ObjectStore;
+pub use tarn_zil::Zilog;
 
 /// Errors surfaced to `zpool`/`zfs`. Display strings follow OpenZFS wording where
 /// OpenZFS has one (the CLI prints them after "cannot create 'tank': ").

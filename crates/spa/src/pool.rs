@@ -15,6 +15,7 @@ use tarn_metaslab::{SpaceMap, VdevSpace};
 use tarn_phys::label::{LabelConfig, PoolState, VdevConfig};
 use tarn_phys::{BlkPtr, ObjectType, UberblockPhys, TARN_FORMAT_VERSION};
 use tarn_vdev::{label, Leaf, Vdev, VdevError, VdevState};
+use tarn_zil::Zilog;
 use tarn_zio::Zio;
 
 /// Default memory budget for cached and dirty blocks of one pool, bytes.
@@ -117,6 +118,8 @@ pub struct Pool {
     pub(crate) dir: Mutex<Dir>,
     /// Open dataset object sets by dataset MOS object id.
     pub(crate) objsets: Mutex<BTreeMap<u64, Arc<Objset>>>,
+    /// The intent log of each open dataset object set (same keys as `objsets`).
+    pub(crate) zilogs: Mutex<BTreeMap<u64, Arc<Zilog>>>,
     pub(crate) spacemap_bp: Mutex<BlkPtr>,
     pub(crate) stop: AtomicBool,
     pub(crate) sync_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -308,6 +311,7 @@ impl Pool {
             admin: Mutex::new(()),
             dir: Mutex::new(Dir::default()),
             objsets: Mutex::new(BTreeMap::new()),
+            zilogs: Mutex::new(BTreeMap::new()),
             spacemap_bp: Mutex::new(BlkPtr::HOLE),
             stop: AtomicBool::new(false),
             sync_thread: Mutex::new(None),
@@ -667,6 +671,7 @@ impl Pool {
             admin: Mutex::new(()),
             dir: Mutex::new(dir),
             objsets: Mutex::new(BTreeMap::new()),
+            zilogs: Mutex::new(BTreeMap::new()),
             spacemap_bp: Mutex::new(ub.spacemap_bp),
             stop: AtomicBool::new(false),
             sync_thread: Mutex::new(None),
@@ -681,7 +686,10 @@ impl Pool {
                 .mos
                 .bonus(id)
                 .map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': dataset record {id}: {e}")))?;
-            DslDatasetPhys::decode(&b)?;
+            let phys = DslDatasetPhys::decode(&b)?;
+            if !phys.rootbp.is_hole() {
+                pool.claim_intent_log(id, &phys)?;
+            }
         }
         Ok(pool)
     }
@@ -793,6 +801,9 @@ impl Pool {
             return Err(SpaError::NotFound(format!("cannot export '{}': no such pool", self.name)));
         }
         self.stop_sync_thread();
+        for z in self.zilogs.lock().values() {
+            z.close();
+        }
         let r = self.sync_once();
         self.gate.set_readonly(true);
         let txg = self.gate.synced_txg();
@@ -806,6 +817,7 @@ impl Pool {
             }
         }
         self.objsets.lock().clear();
+        self.zilogs.lock().clear();
         unregister_name(&self.name);
         r
     }

@@ -70,9 +70,18 @@ impl Pool {
                 batches.push((*id, os.clone(), os.sync_collect(t)));
             }
         });
-        let any = batches.iter().any(|(_, _, b)| !b.is_empty()) || self.mos.has_dirty();
+        // Intent logs: free blocks this txg makes unnecessary, record replay progress,
+        // hand each object set its new log header.
+        let logs: Vec<Arc<tarn_zil::Zilog>> = self.zilogs.lock().values().cloned().collect();
+        for z in &logs {
+            z.sync(txg);
+        }
+        let any = batches.iter().any(|(_, _, b)| !b.is_empty()) || self.mos.has_dirty() || batches.iter().any(|(_, os, _)| os.zil_dirty());
         if !any {
             self.gate.mark_synced(txg);
+            for z in &logs {
+                z.synced(txg);
+            }
             return Ok(());
         }
         let tx = TxHold { txg, _guard: None };
@@ -152,6 +161,9 @@ impl Pool {
         *self.spacemap_bp.lock() = smbp;
         self.zio.with_space(|s| s.sync_done(txg));
         self.gate.mark_synced(txg);
+        for z in &logs {
+            z.synced(txg);
+        }
         Ok(())
     }
 }

@@ -33,6 +33,8 @@ use tarn_metaslab::SpaceMap;
 use tarn_phys::{BlkPtr, ChecksumAlg, Compression, Dva, ObjectType};
 use tarn_vdev::{Vdev, VdevError};
 
+mod log;
+
 /// Errors of the I/O pipeline.
 #[derive(Debug, thiserror::Error)]
 pub enum ZioError {
@@ -428,18 +430,24 @@ impl Zio {
     /// Flush every top-level vdev (fdatasync on every leaf). Errors if any vdev failed
     /// to flush entirely.
     pub fn flush(&self) -> Result<()> {
-        // Every leaf of every top-level vdev in parallel: a txg's latency is one
-        // device flush, not the sum of them.
+        self.flush_tops(None)
+    }
+
+    /// Flush the leaves of the top-level vdevs in `ids` (all when None), every leaf in
+    /// parallel: a txg's or a log commit's latency is one device flush, not the sum.
+    fn flush_tops(&self, ids: Option<&[u32]>) -> Result<()> {
         let vdevs = self.vdevs.read();
-        let results: Vec<(u32, bool)> = std::thread::scope(|s| {
-            let handles: Vec<_> = vdevs
-                .iter()
-                .flat_map(|top| top.leaves().into_iter().map(move |leaf| (top.id, leaf)))
-                .map(|(id, leaf)| s.spawn(move || (id, leaf.flush().is_ok())))
-                .collect();
-            handles.into_iter().map(|h| h.join().expect("flush thread")).collect()
-        });
-        for top in vdevs.iter() {
+        let tops: Vec<&Arc<Vdev>> = vdevs.iter().filter(|t| ids.is_none_or(|i| i.contains(&t.id))).collect();
+        let leaves: Vec<(u32, &Vdev)> = tops.iter().flat_map(|top| top.leaves().into_iter().map(move |leaf| (top.id, leaf))).collect();
+        let results: Vec<(u32, bool)> = if leaves.len() == 1 {
+            vec![(leaves[0].0, leaves[0].1.flush().is_ok())]
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = leaves.iter().map(|&(id, leaf)| s.spawn(move || (id, leaf.flush().is_ok()))).collect();
+                handles.into_iter().map(|h| h.join().expect("flush thread")).collect()
+            })
+        };
+        for top in tops {
             let mine: Vec<bool> = results.iter().filter(|(id, _)| *id == top.id).map(|(_, ok)| *ok).collect();
             if !mine.is_empty() && !mine.iter().any(|&ok| ok) {
                 return Err(ZioError::Io(format!("no leaf of top-level vdev {} could be flushed", top.id)));

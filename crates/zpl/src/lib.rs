@@ -52,6 +52,7 @@
 //! symlink targets ≤ 4095 bytes; file size ≤ i64::MAX; object ids < 2^60.
 
 pub mod error;
+mod log;
 pub mod znode;
 
 use std::collections::BTreeMap;
@@ -59,7 +60,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
 use tarn_dmu::{zap, DmuError, ObjectStore, ObjectType, TxHold};
+use tarn_phys::zil::{TX_CREATE, TX_LINK, TX_MKDIR, TX_REMOVE, TX_RENAME, TX_RMDIR, TX_SETATTR, TX_SYMLINK};
+pub use tarn_zil::{ReplayStats, Zilog};
 
 pub use error::ZplError;
 pub use znode::{FileKind, Timespec, ZnodePhys};
@@ -107,6 +111,33 @@ pub struct ZplOptions {
     pub atime: bool,
     /// Largest block size of new files (power of two, 512 B ..= 1 MiB).
     pub recordsize_bytes: u32,
+    /// The `sync` property: when changes must reach the intent log.
+    pub sync: SyncMode,
+}
+
+/// The `sync` dataset property (zfsprops(7)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncMode {
+    /// `fsync`, `O_SYNC`/`O_DSYNC` writes and `sync` commit the intent log.
+    #[default]
+    Standard,
+    /// Every change is committed to the intent log before its call returns.
+    Always,
+    /// `fsync` returns at once; changes become durable with the next txg (a crash
+    /// may lose the last few seconds even of fsync'd data).
+    Disabled,
+}
+
+impl SyncMode {
+    /// Parse the property value.
+    pub fn parse(v: &str) -> Option<SyncMode> {
+        match v {
+            "standard" => Some(SyncMode::Standard),
+            "always" => Some(SyncMode::Always),
+            "disabled" => Some(SyncMode::Disabled),
+            _ => None,
+        }
+    }
 }
 
 impl Default for ZplOptions {
@@ -115,6 +146,7 @@ impl Default for ZplOptions {
             readonly: false,
             atime: true,
             recordsize_bytes: 128 * 1024,
+            sync: SyncMode::Standard,
         }
     }
 }
@@ -226,6 +258,10 @@ pub struct Fs {
     ns: RwLock<()>,
     stripes: Vec<RwLock<()>>,
     open: Mutex<HashMap<u64, u32>>,
+    /// The dataset's intent log (None: fsync waits for a txg sync).
+    zil: Option<Arc<Zilog>>,
+    /// Set while the intent log is being replayed at mount.
+    replaying: AtomicBool,
 }
 
 impl std::fmt::Debug for Fs {
@@ -361,6 +397,27 @@ impl<'a> Op<'a> {
         }
         Ok(())
     }
+
+    /// Commit, then queue the intent-log record describing the operation while the tx
+    /// (and the caller's locks) are still held, so log order is change order.
+    fn commit_log(self, rtype: u16, body: Vec<u8>) -> Result<()> {
+        let (fs, txg) = (self.fs, self.tx.txg);
+        let tx = self.commit_keep()?;
+        if let Some(z) = &fs.zil {
+            z.log(txg, rtype, body);
+        }
+        drop(tx);
+        Ok(())
+    }
+
+    fn commit_keep(self) -> Result<TxHold> {
+        for (ino, (z, dirty)) in &self.nodes {
+            if *dirty {
+                self.fs.os.set_bonus(&self.tx, *ino, &z.encode())?;
+            }
+        }
+        Ok(self.tx)
+    }
 }
 
 /// What [`Fs::create_node`] makes.
@@ -376,6 +433,29 @@ impl Fs {
     /// root directory 0o40755 owned by 0:0, empty delete queue) and freeing every
     /// object left in the delete queue by a crash.
     pub fn open(os: Arc<dyn ObjectStore>, opts: ZplOptions) -> Result<Arc<Fs>> {
+        Fs::open_inner(os, None, opts)
+    }
+
+    /// [`Fs::open`] with the dataset's intent log: replay whatever it holds (changes
+    /// acknowledged before a crash), then log every change from now on so that
+    /// `fsync` returns as soon as its records are durable.
+    pub fn open_logged(os: Arc<dyn ObjectStore>, zil: Arc<Zilog>, opts: ZplOptions) -> Result<(Arc<Fs>, ReplayStats)> {
+        let fs = Fs::open_inner(os, Some(zil.clone()), opts)?;
+        let mut stats = ReplayStats::default();
+        if zil.replay_pending() {
+            if fs.check_writable().is_err() {
+                return Err(ZplError::ReadOnly);
+            }
+            fs.replaying.store(true, Ordering::SeqCst);
+            let r = zil.replay(&mut |rec| fs.replay_record(rec).map_err(|e| e.to_string()));
+            fs.replaying.store(false, Ordering::SeqCst);
+            stats = r.map_err(|e| ZplError::Io(e.to_string()))?;
+            tracing::info!(?stats, "intent log replayed");
+        }
+        Ok((fs, stats))
+    }
+
+    fn open_inner(os: Arc<dyn ObjectStore>, zil: Option<Arc<Zilog>>, opts: ZplOptions) -> Result<Arc<Fs>> {
         let opts = sanitize_opts(opts);
         match os.object_info(MASTER_NODE_OBJ) {
             Ok(_) => {}
@@ -402,6 +482,8 @@ impl Fs {
             ns: RwLock::new(()),
             stripes: (0..STRIPES).map(|_| RwLock::new(())).collect(),
             open: Mutex::new(HashMap::new()),
+            zil,
+            replaying: AtomicBool::new(false),
         };
         if !fs.load(root)?.is_dir() {
             return Err(ZplError::Corrupt {
@@ -450,7 +532,7 @@ impl Fs {
     }
 
     fn process_delete_queue(&self) -> Result<()> {
-        let tx = self.os.hold_tx()?;
+        let tx = self.hold()?;
         let _ns = self.ns.write();
         loop {
             let batch = zap::list(&*self.os, self.delete_queue, 0, 256)?;
@@ -482,6 +564,40 @@ impl Fs {
     /// Inode number of the root directory.
     pub fn root(&self) -> u64 {
         self.root
+    }
+
+    /// Hold the open txg for one operation. During replay, tell the log which txg the
+    /// record being replayed lands in.
+    fn hold(&self) -> Result<TxHold> {
+        let tx = self.os.hold_tx()?;
+        if self.replaying.load(Ordering::Relaxed) {
+            if let Some(z) = &self.zil {
+                z.replaying_in(tx.txg);
+            }
+        }
+        Ok(tx)
+    }
+
+    /// `sync=always`: commit the intent log before an operation returns.
+    fn sync_always(&self) -> Result<()> {
+        if self.opts.read().sync == SyncMode::Always && !self.replaying.load(Ordering::Relaxed) {
+            self.commit_log()?;
+        }
+        Ok(())
+    }
+
+    /// Commit the intent log (or, without one, wait for a txg sync).
+    fn commit_log(&self) -> Result<()> {
+        match &self.zil {
+            Some(z) => {
+                let get = |obj: u64, off: u64, len: u64| -> Option<Vec<u8>> {
+                    let mut buf = vec![0u8; len as usize];
+                    self.os.read(obj, off, &mut buf).ok().map(|()| buf)
+                };
+                z.commit(&get).map_err(|e| ZplError::Io(e.to_string()))
+            }
+            None => Ok(self.os.wait_synced()?),
+        }
     }
 
     fn check_writable(&self) -> Result<()> {
@@ -556,7 +672,7 @@ impl Fs {
     /// Change attributes of `ino` (chmod, chown, truncate, utimens).
     pub fn setattr(&self, ino: u64, s: SetAttr) -> Result<Attr> {
         self.check_writable()?;
-        let tx = self.os.hold_tx()?;
+        let tx = self.hold()?;
         let _ns = self.ns.write();
         let mut op = Op::new(self, tx);
         let z = op.get(ino)?.clone();
@@ -600,7 +716,9 @@ impl Fs {
         }
         zm.ctime = s.ctime.unwrap_or(now);
         let out = zm.clone();
-        op.commit()?;
+        op.commit_log(TX_SETATTR, log::setattr_body(ino, &out, s.size.is_some()))?;
+        drop(_ns);
+        self.sync_always()?;
         self.attr_of(ino, &out)
     }
 
@@ -640,7 +758,7 @@ impl Fs {
             }
         };
         let recordsize = self.opts.read().recordsize_bytes;
-        let tx = self.os.hold_tx()?;
+        let tx = self.hold()?;
         let _ns = self.ns.write();
         let mut op = Op::new(self, tx);
         let d = op.get_dir(dir)?.clone();
@@ -678,24 +796,56 @@ impl Fs {
             ctime: now,
             crtime: now,
         };
+        let ino = self.make_node(&op.tx, None, &what, &mut z, recordsize)?;
+        let (rtype, target) = match what {
+            NewNode::Dir => (TX_MKDIR, &[][..]),
+            NewNode::Symlink(t) => (TX_SYMLINK, t),
+            _ => (TX_CREATE, &[][..]),
+        };
+        self.link_new_node(&mut op, dir, name, ino, kind)?;
+        op.commit_log(rtype, log::create_body(dir, ino, &z, name, target))?;
+        drop(_ns);
+        self.sync_always()?;
+        self.attr_of(ino, &z)
+    }
+
+    /// Create the object of a new inode with znode `z` (completed here: links and size
+    /// of a directory, size of a symlink, rdev), at id `at` when given (replay) or a
+    /// fresh id. Returns the id.
+    fn make_node(&self, tx: &TxHold, at: Option<u64>, what: &NewNode<'_>, z: &mut ZnodePhys, recordsize: u32) -> Result<u64> {
         let os = &*self.os;
-        let ino = match what {
+        let new = |otype, blksz, max_blksz, z: &ZnodePhys| -> Result<u64> {
+            Ok(match at {
+                Some(obj) => {
+                    os.claim_object(tx, obj, otype, blksz, max_blksz, &z.encode())?;
+                    obj
+                }
+                None => os.create_object(tx, otype, blksz, max_blksz, &z.encode())?,
+            })
+        };
+        let ino = match *what {
             NewNode::Dir => {
                 z.links = 2;
                 z.size = DIR_CURSOR_BASE;
-                let ino = zap::create(os, &op.tx, ObjectType::DirZap)?;
-                os.set_bonus(&op.tx, ino, &z.encode())?;
+                let ino = match at {
+                    Some(obj) => {
+                        zap::create_at(os, tx, obj, ObjectType::DirZap)?;
+                        obj
+                    }
+                    None => zap::create(os, tx, ObjectType::DirZap)?,
+                };
+                os.set_bonus(tx, ino, &z.encode())?;
                 ino
             }
-            NewNode::File => os.create_object(&op.tx, ObjectType::FileData, FILE_BLKSZ_MIN_BYTES, recordsize, &z.encode())?,
+            NewNode::File => new(ObjectType::FileData, FILE_BLKSZ_MIN_BYTES, recordsize, z)?,
             NewNode::Special(_, rdev) => {
                 z.rdev = rdev;
-                os.create_object(&op.tx, ObjectType::FileData, FILE_BLKSZ_MIN_BYTES, FILE_BLKSZ_MIN_BYTES, &z.encode())?
+                new(ObjectType::FileData, FILE_BLKSZ_MIN_BYTES, FILE_BLKSZ_MIN_BYTES, z)?
             }
             NewNode::Symlink(target) => {
                 z.size = target.len() as u64;
-                let ino = os.create_object(&op.tx, ObjectType::Symlink, FILE_BLKSZ_MIN_BYTES, 4096, &z.encode())?;
-                os.write(&op.tx, ino, 0, target)?;
+                let ino = new(ObjectType::Symlink, FILE_BLKSZ_MIN_BYTES, 4096, z)?;
+                os.write(tx, ino, 0, target)?;
                 ino
             }
         };
@@ -705,13 +855,40 @@ impl Fs {
                 what: "object id exceeds 60 bits",
             });
         }
-        zap::add(os, &op.tx, dir, name, dirent_make(ino, kind))?;
+        Ok(ino)
+    }
+
+    /// Enter the new inode `ino` as `dir/name` and account for it in `dir`.
+    fn link_new_node(&self, op: &mut Op<'_>, dir: u64, name: &[u8], ino: u64, kind: FileKind) -> Result<()> {
+        zap::add(&*self.os, &op.tx, dir, name, dirent_make(ino, kind))?;
         op.dir_changed(dir, 1)?;
         if kind == FileKind::Dir {
             op.add_links(dir, 1)?;
         }
-        op.commit()?;
-        self.attr_of(ino, &z)
+        Ok(())
+    }
+
+    /// Replay of a create record: the inode gets its logged id and znode.
+    fn replay_create(&self, dir: u64, name: &[u8], obj: u64, mut z: ZnodePhys, target: &[u8]) -> Result<()> {
+        validate_name(name)?;
+        let kind = z.kind();
+        let what = match kind {
+            FileKind::Dir => NewNode::Dir,
+            FileKind::File => NewNode::File,
+            FileKind::Symlink => NewNode::Symlink(target),
+            k => NewNode::Special(k, z.rdev),
+        };
+        let recordsize = self.opts.read().recordsize_bytes;
+        let tx = self.hold()?;
+        let _ns = self.ns.write();
+        let mut op = Op::new(self, tx);
+        op.get_dir(dir)?;
+        if zap::lookup(&*self.os, dir, name)?.is_some() {
+            return Err(ZplError::Exists);
+        }
+        let ino = self.make_node(&op.tx, Some(obj), &what, &mut z, recordsize)?;
+        self.link_new_node(&mut op, dir, name, ino, kind)?;
+        op.commit()
     }
 
     /// Create a regular file `name` in `dir` (fails with `Exists` if present).
@@ -767,7 +944,7 @@ impl Fs {
             return Err(ZplError::Exists);
         }
         validate_name(newname)?;
-        let tx = self.os.hold_tx()?;
+        let tx = self.hold()?;
         let _ns = self.ns.write();
         let mut op = Op::new(self, tx);
         op.get_dir(newdir)?;
@@ -788,7 +965,9 @@ impl Fs {
         op.dir_changed(newdir, 1)?;
         op.add_links(ino, 1)?;
         let out = op.get(ino)?.clone();
-        op.commit()?;
+        op.commit_log(TX_LINK, log::link_body(newdir, ino, newname))?;
+        drop(_ns);
+        self.sync_always()?;
         self.attr_of(ino, &out)
     }
 
@@ -808,7 +987,7 @@ impl Fs {
             return Err(ZplError::IsDir);
         }
         validate_name(name)?;
-        let tx = self.os.hold_tx()?;
+        let tx = self.hold()?;
         let _ns = self.ns.write();
         let mut op = Op::new(self, tx);
         op.get_dir(dir)?;
@@ -823,7 +1002,9 @@ impl Fs {
         if op.get(ino)?.links == 0 {
             op.drop_inode(ino)?;
         }
-        op.commit()
+        op.commit_log(TX_REMOVE, log::remove_body(dir, name))?;
+        drop(_ns);
+        self.sync_always()
     }
 
     /// Remove the empty directory `name` from `dir`.
@@ -834,7 +1015,7 @@ impl Fs {
             b".." => return Err(ZplError::NotEmpty),
             _ => validate_name(name)?,
         }
-        let tx = self.os.hold_tx()?;
+        let tx = self.hold()?;
         let _ns = self.ns.write();
         let mut op = Op::new(self, tx);
         op.get_dir(dir)?;
@@ -850,7 +1031,9 @@ impl Fs {
         op.add_links(dir, -1)?;
         self.os.free_object(&op.tx, ino)?;
         op.nodes.remove(&ino);
-        op.commit()
+        op.commit_log(TX_RMDIR, log::remove_body(dir, name))?;
+        drop(_ns);
+        self.sync_always()
     }
 
     /// True if `ancestor` is `dir` or on the parent chain from `dir` to the root.
@@ -883,7 +1066,7 @@ impl Fs {
         }
         validate_name(name)?;
         validate_name(newname)?;
-        let tx = self.os.hold_tx()?;
+        let tx = self.hold()?;
         let _ns = self.ns.write();
         let mut op = Op::new(self, tx);
         op.get_dir(dir)?;
@@ -928,7 +1111,9 @@ impl Fs {
             op.add_links(dst, 0)?;
             op.dir_changed(dir, 0)?;
             op.dir_changed(newdir, 0)?;
-            return op.commit();
+            op.commit_log(TX_RENAME, log::rename_body(dir, name, newdir, newname, flags))?;
+            drop(_ns);
+            return self.sync_always();
         }
         // Plain rename, possibly over an existing target.
         if let Some((dst, dst_kind)) = dst {
@@ -966,7 +1151,9 @@ impl Fs {
         }
         op.get_mut(src)?.parent = newdir;
         op.add_links(src, 0)?;
-        op.commit()
+        op.commit_log(TX_RENAME, log::rename_body(dir, name, newdir, newname, flags))?;
+        drop(_ns);
+        self.sync_always()
     }
 
     /// Note an open handle on `ino` (the inode stays alive while unlinked).
@@ -1003,7 +1190,7 @@ impl Fs {
         }
         // Last handle on an unlinked inode: free it. The tx hold comes before the
         // lock (see the lock order), so re-check after taking the lock again.
-        let tx = self.os.hold_tx()?;
+        let tx = self.hold()?;
         let _ns = self.ns.write();
         if self.open.lock().contains_key(&ino) {
             return Ok(());
@@ -1057,7 +1244,7 @@ impl Fs {
     }
 
     fn touch_atime(&self, ino: u64) -> Result<()> {
-        let tx = self.os.hold_tx()?;
+        let tx = self.hold()?;
         let _ns = self.ns.read();
         let _s = self.stripe(ino).write();
         let mut z = self.load(ino)?;
@@ -1076,7 +1263,7 @@ impl Fs {
             .checked_add(data.len() as u64)
             .filter(|&e| e <= FILE_SIZE_MAX_BYTES)
             .ok_or(ZplError::FileTooBig)?;
-        let tx = self.os.hold_tx()?;
+        let tx = self.hold()?;
         let _ns = self.ns.read();
         let _s = self.stripe(ino).write();
         let mut z = self.load(ino)?;
@@ -1094,6 +1281,11 @@ impl Fs {
         z.mtime = now;
         z.ctime = now;
         self.os.set_bonus(&tx, ino, &z.encode())?;
+        if let Some(zil) = &self.zil {
+            zil.log_write(tx.txg, ino, offset, data.len() as u64);
+        }
+        drop((_s, _ns, tx));
+        self.sync_always()?;
         Ok(len)
     }
 
@@ -1144,11 +1336,21 @@ impl Fs {
         Ok(out)
     }
 
-    /// Make every change to `ino` made so far durable.
+    /// Make every change to `ino` made so far durable (`fsync`, `fdatasync`,
+    /// `O_SYNC` writes): with an intent log, as soon as its records are on disk.
+    /// Under `sync=disabled` it returns at once. The whole log is committed, so
+    /// changes to other files ride along (as OpenZFS does for namespace changes).
     pub fn fsync(&self, ino: u64) -> Result<()> {
         let _ = ino;
-        self.os.wait_synced()?;
-        Ok(())
+        if self.opts.read().sync == SyncMode::Disabled {
+            return Ok(());
+        }
+        self.commit_log()
+    }
+
+    /// `sync(2)`/`syncfs` on this file system: the same as [`Fs::fsync`] of everything.
+    pub fn sync_fs(&self) -> Result<()> {
+        self.fsync(self.root)
     }
 
     /// File-system statistics.

@@ -1,0 +1,110 @@
+//! Raw block I/O for the intent log.
+//!
+//! Theory: log blocks do not go through the compress/checksum/block-pointer pipeline.
+//! Each carries its own checksum and chain identity (`tarn_phys::zil`), and its
+//! location is promised by the block before it, so the ZIL needs the four primitive
+//! steps separately: allocate one DVA (on a log vdev when the pool has one, ZFS's
+//! `zio_alloc_zil`), write bytes at it, flush only the leaves of that top-level vdev
+//! (one device round trip, not the whole pool's), and read it back with a validator.
+//! Freeing and claiming go through the same space map as every other block: a log
+//! block allocated in open context is recorded as allocated by the next space-map
+//! write, and import claims the blocks of chains that outlived their space map.
+//!
+//! Called by: the zil crate.
+
+use crate::{Result, Zio, ZioError};
+use std::sync::atomic::Ordering;
+use tarn_phys::Dva;
+
+impl Zio {
+    /// Allocate one block of `size_bytes` for the intent log: on a log vdev when there
+    /// is one with room, else on the normal class provided that at least
+    /// `normal_reserve_bytes` stay free there afterwards (the space promised to dirty
+    /// data and the sync's own metadata: a log block must never make a txg sync run
+    /// out of space). Errors: `NoSpace` (the caller falls back to a txg sync).
+    pub fn alloc_log_block(&self, size_bytes: u64, normal_reserve_bytes: u64) -> Result<Dva> {
+        let vdevs = self.vdevs.read();
+        let mut space = self.space.lock();
+        if space.free_bytes() < normal_reserve_bytes.saturating_add(2 * size_bytes) {
+            return Err(ZioError::NoSpace);
+        }
+        let mut tried: Vec<u32> = Vec::new();
+        while let Some(v) = space.pick_vdev(&tried) {
+            let asize = vdevs[v as usize].psize_to_asize(size_bytes);
+            if let Some(off) = space.vdevs[v as usize].alloc(asize) {
+                return Ok(Dva {
+                    vdev: v,
+                    asize_bytes: asize,
+                    offset_bytes: off,
+                });
+            }
+            tried.push(v);
+        }
+        Err(ZioError::NoSpace)
+    }
+
+    /// True when the pool has a usable separate log vdev (a SLOG) for log blocks.
+    pub fn has_slog(&self) -> bool {
+        false
+    }
+
+    /// Write `data` (its length is the block size) at `dva`; not durable until
+    /// [`Zio::flush_vdev`]. Errors: `Io` when no copy of the write landed.
+    pub fn write_raw(&self, dva: &Dva, data: &[u8]) -> Result<()> {
+        let top = self.vdevs.read()[dva.vdev as usize].clone();
+        top.write(dva.offset_bytes, data).map_err(|e| ZioError::Io(e.to_string()))?;
+        self.blocks_written.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Read `size_bytes` at `dva`, accepting the first copy (mirror side, raidz
+    /// reconstruction) for which `verify` returns true; bad copies are rewritten by
+    /// the vdev. Errors: `Io`/`Checksum` as the vdev reports them.
+    pub fn read_raw(&self, dva: &Dva, size_bytes: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>> {
+        let top = self.vdevs.read().get(dva.vdev as usize).cloned();
+        let Some(top) = top else {
+            return Err(ZioError::Io(format!("no top-level vdev {}", dva.vdev)));
+        };
+        top.read(dva.offset_bytes, size_bytes, verify).map_err(|e| match e {
+            tarn_vdev::VdevError::Checksum { .. } => ZioError::Checksum {
+                vdev: dva.vdev,
+                offset_bytes: dva.offset_bytes,
+                birth_txg: 0,
+            },
+            other => ZioError::Io(other.to_string()),
+        })
+    }
+
+    /// Flush the leaves of the given top-level vdevs, in parallel. Errors: `Io` when a
+    /// top-level vdev had no leaf that flushed.
+    pub fn flush_vdevs(&self, ids: &[u32]) -> Result<()> {
+        self.flush_tops(Some(ids))
+    }
+
+    /// Free one DVA, deferred like every other free (see [`Zio::free_block`]). A range
+    /// that is not allocated (a log block claimed twice) is left alone and reported.
+    pub fn free_dva(&self, dva: &Dva, txg: u64) {
+        let mut space = self.space.lock();
+        let Some(vs) = space.vdevs.get_mut(dva.vdev as usize) else { return };
+        if vs.is_allocated(dva.offset_bytes, dva.asize_bytes) {
+            vs.free(txg, dva.offset_bytes, dva.asize_bytes);
+        } else {
+            tracing::error!("log block {dva:?} freed but not allocated; ignored");
+        }
+    }
+
+    /// Free one DVA at once (it was never referenced by anything durable).
+    pub fn free_dva_now(&self, dva: &Dva) {
+        self.space.lock().vdevs[dva.vdev as usize].free_now(dva.offset_bytes, dva.asize_bytes);
+    }
+
+    /// Mark one DVA allocated if it is free (import claims the blocks of a log chain
+    /// written after the last space-map sync). Returns true when it was free.
+    pub fn claim_dva(&self, dva: &Dva) -> bool {
+        let mut space = self.space.lock();
+        match space.vdevs.get_mut(dva.vdev as usize) {
+            Some(vs) => vs.claim(dva.offset_bytes, dva.asize_bytes),
+            None => false,
+        }
+    }
+}
