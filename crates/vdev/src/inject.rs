@@ -43,7 +43,7 @@
 //!
 //! Invariants: handler ids are unique and never reused within a process
 //! (`Inner::next_id` only grows); a fixed delay has at least one lane and a seek delay
-//! has `min <= max` (asserted in [`Registry::add`]); `ANY` is true whenever a power cut
+//! has `min <= max` (asserted in `Registry::add`); `ANY` is true whenever a power cut
 //! or a handler exists (recomputed under both locks by `refresh_any` after every
 //! change), so the fast path — no injection registered — is one relaxed atomic load.
 //!
@@ -299,8 +299,9 @@ struct Inner {
 }
 
 /// A set of numbered handlers. The process-wide one behind [`add_handler`] and the
-/// leaf hooks is private; tests build their own to check matching without touching it.
-pub struct Registry {
+/// leaf hooks is a static; unit tests build their own to check matching without
+/// touching it.
+pub(crate) struct Registry {
     inner: Mutex<Inner>,
 }
 
@@ -312,7 +313,7 @@ impl Default for Registry {
 
 impl Registry {
     /// An empty registry; ids start at 1.
-    pub const fn new() -> Registry {
+    pub(crate) const fn new() -> Registry {
         Registry {
             inner: Mutex::new(Inner {
                 handlers: Vec::new(),
@@ -325,7 +326,7 @@ impl Registry {
     /// Register a handler; returns its id. Panics (a caller bug) on a fixed delay with
     /// zero lanes or a seek delay with `min_latency > max_latency`, or a frequency
     /// above [`FREQ_ALWAYS_PPM`].
-    pub fn add(&self, spec: HandlerSpec) -> u64 {
+    pub(crate) fn add(&self, spec: HandlerSpec) -> u64 {
         assert!(spec.freq_ppm <= FREQ_ALWAYS_PPM, "frequency {} ppm", spec.freq_ppm);
         let lanes = match spec.action {
             Action::Delay(Delay::Fixed { lanes, .. }) => {
@@ -355,7 +356,7 @@ impl Registry {
     }
 
     /// Remove handler `id`; false when there is none.
-    pub fn remove(&self, id: u64) -> bool {
+    pub(crate) fn remove(&self, id: u64) -> bool {
         let mut g = self.inner.lock();
         let before = g.handlers.len();
         g.handlers.retain(|h| h.info.id != id);
@@ -363,13 +364,13 @@ impl Registry {
     }
 
     /// Remove every handler; returns the ids removed, in registration order.
-    pub fn remove_all(&self) -> Vec<u64> {
+    pub(crate) fn remove_all(&self) -> Vec<u64> {
         let mut g = self.inner.lock();
         g.handlers.drain(..).map(|h| h.info.id).collect()
     }
 
     /// Every handler, in registration order, with its counters.
-    pub fn list(&self) -> Vec<HandlerInfo> {
+    pub(crate) fn list(&self) -> Vec<HandlerInfo> {
         self.inner.lock().handlers.iter().map(|h| h.info.clone()).collect()
     }
 
@@ -487,7 +488,9 @@ fn next_random(rng: &mut u64) -> u64 {
 }
 
 /// Register a handler in the process-wide registry the leaves consult; returns its id.
-/// Panics on an invalid spec (see [`Registry::add`]).
+/// Panics (a caller bug) on a fixed delay with zero lanes, a seek delay with
+/// `min_latency > max_latency`, or a frequency above [`FREQ_ALWAYS_PPM`]; spa checks
+/// requests before calling this.
 pub fn add_handler(spec: HandlerSpec) -> u64 {
     let id = HANDLERS.add(spec);
     refresh_any();
