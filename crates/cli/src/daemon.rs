@@ -299,14 +299,15 @@ pub fn dispatch(st: &mut State, req: &Request) -> Response {
         argv: req.argv.clone(),
     };
     let Some(family) = req.argv.first() else {
-        return Response::usage("usage: tarn zpool|zfs|daemon ...");
+        return Response::usage("usage: tarn zpool|zfs|zinject|daemon ...");
     };
     let rest = &req.argv[1..];
     match family.as_str() {
         "zpool" => crate::zpool::run(st, &ctx, rest),
         "zfs" => crate::zfs::run(st, &ctx, rest),
+        "zinject" => crate::zinject::run(st, &ctx, rest),
         "daemon" => Response::ok("tarn daemon running\n"),
-        other => Response::usage(format!("unrecognized command '{other}'\nusage: tarn zpool|zfs|daemon ...")),
+        other => Response::usage(format!("unrecognized command '{other}'\nusage: tarn zpool|zfs|zinject|daemon ...")),
     }
 }
 

@@ -1,11 +1,12 @@
-//! # tarn-cli — the `tarn` binary: `zpool`/`zfs` command families and the daemon
+//! # tarn-cli — the `tarn` binary: `zpool`/`zfs`/`zinject` command families and the daemon
 //!
 //! Theory: the binary has two roles. As a client (`tarn zpool …`, `tarn zfs …`, or
 //! invoked through a `zpool`/`zfs` symlink) it is thin: it forwards its argv and cwd to
 //! the daemon over a Unix socket ([`proto`]) and prints the answer, starting the daemon
 //! when none answers. As the daemon (`tarn daemon`) it holds every imported pool, runs
 //! commands against them ([`zpool`], [`zfs`]) one at a time under one lock, and owns
-//! the FUSE mounts of their datasets ([`mounts`]). A pool is open in exactly one
+//! the FUSE mounts of their datasets ([`mounts`]). `tarn zinject` ([`zinject`]) registers
+//! fault-injection handlers on the leaves of those pools, so faults hit the live pool. A pool is open in exactly one
 //! process, the daemon; the engine crates never depend on this one.
 //!
 //! Output follows OpenZFS byte for byte where Tarn implements the same command
@@ -21,4 +22,5 @@ pub mod format;
 pub mod mounts;
 pub mod proto;
 pub mod zfs;
+pub mod zinject;
 pub mod zpool;

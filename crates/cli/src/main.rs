@@ -1,9 +1,10 @@
 //! # tarn — entry point
 //!
-//! Theory: pick the role from argv. `argv[0]` named `zpool` or `zfs` (a symlink) means
-//! that command family; otherwise the first argument chooses: `zpool`, `zfs`, or
-//! `daemon [--foreground|--stop]`. Everything but `daemon` is forwarded to the daemon
-//! (see `tarn_cli::proto`); the process exits with the status the daemon returns.
+//! Theory: pick the role from argv. `argv[0]` named `zpool`, `zfs` or `zinject` (a
+//! symlink) means that command family; otherwise the first argument chooses: `zpool`,
+//! `zfs`, `zinject`, or `daemon [--foreground|--stop]`. Everything but `daemon` is
+//! forwarded to the daemon (see `tarn_cli::proto`); the process exits with the status
+//! the daemon returns.
 
 use std::io::Write;
 use std::path::Path;
@@ -11,13 +12,14 @@ use std::time::Duration;
 
 use tarn_cli::{daemon, proto};
 
-const USAGE: &str = "usage: tarn zpool <command> [args...]\n       tarn zfs <command> [args...]\n       tarn daemon [--foreground | --stop]\n";
+const USAGE: &str =
+    "usage: tarn zpool <command> [args...]\n       tarn zfs <command> [args...]\n       tarn zinject [args...]\n       tarn daemon [--foreground | --stop]\n";
 
 fn main() {
     let mut args: Vec<String> = std::env::args().collect();
     let argv0 = args.remove(0);
     let base = Path::new(&argv0).file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    if base == "zpool" || base == "zfs" {
+    if base == "zpool" || base == "zfs" || base == "zinject" {
         args.insert(0, base);
     }
     let code = match args.first().map(String::as_str) {
@@ -26,7 +28,7 @@ fn main() {
             2
         }
         Some("daemon") => run_daemon(&args[1..]),
-        Some("zpool") | Some("zfs") => forward(args),
+        Some("zpool") | Some("zfs") | Some("zinject") => forward(args),
         Some(other) => {
             eprint!("tarn: unknown command '{other}'\n{USAGE}");
             2

@@ -322,6 +322,9 @@ fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let Some(entry) = st.pools.get_mut(&name) else {
         return no_such_pool(&name);
     };
+    if let Some(e) = crate::zinject::busy(&entry.pool, "destroy") {
+        return Response::err(e);
+    }
     let errors = daemon::unmount_all(entry, p.has('f'));
     if !errors.is_empty() && !p.has('f') {
         return Response::err(format!("{}\ncannot destroy '{name}': could not unmount datasets", errors.join("\n")));
@@ -484,6 +487,11 @@ fn export(st: &mut State, args: &[String]) -> Response {
             resp.code = 1;
             continue;
         };
+        if let Some(e) = crate::zinject::busy(&entry.pool, "export") {
+            resp.stderr.push_str(&format!("{e}\n"));
+            resp.code = 1;
+            continue;
+        }
         let errors = daemon::unmount_all(entry, p.has('f'));
         if !errors.is_empty() && !p.has('f') {
             resp.stderr.push_str(&format!("{}\n", errors.join("\n")));

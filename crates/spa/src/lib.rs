@@ -20,6 +20,9 @@
 //! inheritance, and per-dataset records (`DslDatasetPhys` in a MOS object's bonus)
 //! pointing at each dataset's object set.
 //!
+//! Fault injection (`inject.rs`) registers `zinject -d` handlers on the pool's leaves
+//! after checking the request against the pool; the handlers live in `tarn_vdev::inject`.
+//!
 //! Locks (in order): txg hold → `admin` (MOS changes) → object-set locks. The sync
 //! thread never takes a txg hold.
 //!
@@ -29,6 +32,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 mod dsl;
+pub mod inject;
 mod names;
 mod pool;
 mod sync;

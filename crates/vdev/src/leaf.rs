@@ -15,6 +15,12 @@
 //! past the end of a regular file is an `Io` error (`UnexpectedEof`), never zeros.
 //! `flush` is `fdatasync`; a failed flush is reported and never retried here.
 //!
+//! Fault injection: when any injection is registered ([`crate::inject`]; otherwise the
+//! cost is one relaxed atomic load), `pread`/`pwrite`/`flush` first ask the registry,
+//! which may sleep out an injected latency, fail the request with `EIO` before it
+//! reaches the device, drop it (power cut), or have a bit of the read buffer flipped
+//! after the read. The callers above cannot tell these from a real disk's.
+//!
 //! Direct I/O: like ZFS, which talks to disks directly, a leaf also opens a second
 //! descriptor with `O_DIRECT` and uses it for every sector-aligned write of at least
 //! 64 KiB, through a per-thread 4 KiB-aligned bounce buffer. That avoids the kernel
@@ -28,6 +34,7 @@
 //!
 //! Called by: `tree` (leaf vdev nodes), `label`, and spa (open at create/import).
 
+use crate::inject::{self, Op, Verdict};
 use crate::VdevError;
 use std::fs::OpenOptions;
 use std::os::unix::fs::{FileExt, FileTypeExt};
@@ -119,6 +126,11 @@ fn direct_ok(offset: u64, len: usize) -> bool {
     offset.is_multiple_of(512) && len.is_multiple_of(512) && len >= DIRECT_MIN_BYTES
 }
 
+/// The error an injected I/O fault returns: `EIO`, as a failing disk would.
+fn injected_eio() -> std::io::Error {
+    std::io::Error::from_raw_os_error(libc::EIO)
+}
+
 impl std::fmt::Debug for Leaf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Leaf").field("path", &self.path).field("size_bytes", &self.size_bytes).finish()
@@ -186,14 +198,31 @@ impl Leaf {
     /// Raw positional read of `buf.len()` bytes at a device offset (labels use this
     /// directly). Errors: `Io`, including `UnexpectedEof` past the end of the device.
     pub fn pread(&self, device_offset_bytes: u64, buf: &mut [u8]) -> Result<(), VdevError> {
-        self.file.read_exact_at(buf, device_offset_bytes).map_err(|source| self.io(source))
+        let mut corrupt = None;
+        if inject::active() {
+            match inject::check(&self.path, Op::Read, device_offset_bytes, buf.len() as u64, self.size_bytes) {
+                Verdict::Proceed { corrupt: c } => corrupt = c,
+                Verdict::Fail => return Err(self.io(injected_eio())),
+                // Power cuts drop writes and flushes only; a read sees what landed.
+                Verdict::Drop => {}
+            }
+        }
+        self.file.read_exact_at(buf, device_offset_bytes).map_err(|source| self.io(source))?;
+        if let Some(r) = corrupt {
+            inject::flip_bit(buf, r);
+        }
+        Ok(())
     }
 
     /// Raw positional write of all of `data` at a device offset. Not durable until
     /// [`Leaf::flush`]. Errors: `Io`.
     pub fn pwrite(&self, device_offset_bytes: u64, data: &[u8]) -> Result<(), VdevError> {
-        if crate::inject::drop_write(&self.path) {
-            return Ok(());
+        if inject::active() {
+            match inject::check(&self.path, Op::Write, device_offset_bytes, data.len() as u64, self.size_bytes) {
+                Verdict::Proceed { .. } => {}
+                Verdict::Fail => return Err(self.io(injected_eio())),
+                Verdict::Drop => return Ok(()),
+            }
         }
         if let Some(d) = self.direct.as_ref().filter(|_| direct_ok(device_offset_bytes, data.len())) {
             return with_bounce(data.len(), |b| {
@@ -217,8 +246,12 @@ impl Leaf {
 
     /// fdatasync. Errors: `Io`; the caller must treat a failed flush as lost writes.
     pub fn flush(&self) -> Result<(), VdevError> {
-        if crate::inject::is_cut(&self.path) {
-            return Ok(());
+        if inject::active() {
+            match inject::check(&self.path, Op::Flush, 0, 0, self.size_bytes) {
+                Verdict::Proceed { .. } => {}
+                Verdict::Fail => return Err(self.io(injected_eio())),
+                Verdict::Drop => return Ok(()),
+            }
         }
         self.file.sync_data().map_err(|source| self.io(source))
     }

@@ -25,7 +25,9 @@
 //!
 //! Modules: [`leaf`] (the OS device), [`tree`] (node ops, states, counters), [`raidz`]
 //! (pure GF(2^8) parity math and column mapping), [`label`] (label and uberblock-ring
-//! I/O; the byte layouts belong to `tarn_phys::label`).
+//! I/O; the byte layouts belong to `tarn_phys::label`), [`inject`] (fault injection —
+//! errors, corruption, latency, power cuts — that every leaf I/O consults, so the
+//! layers above see injected faults exactly like real ones).
 //!
 //! Called by: zio (read/write/flush), spa (open/label I/O). Calls: the OS (pread/pwrite).
 
