@@ -237,7 +237,9 @@ pub fn mount_one(entry: &mut PoolEntry, info: &DatasetInfo, explicit: bool) -> R
         return Err(format!("cannot mount '{}': mountpoint is in use", mp.display()));
     }
     let os = entry.pool.objset(name).map_err(|e| cannot(&format!("cannot mount '{name}'"), e))?;
-    let zil = entry.pool.zilog(name).ok();
+    // TARN_ZIL=off (benchmarks only): mount without the intent log, so every fsync
+    // forces a txg sync as before the log existed.
+    let zil = entry.pool.zilog(name).ok().filter(|_| std::env::var("TARN_ZIL").as_deref() != Ok("off"));
     let m = mounts::mount(os, zil, name, &mp, mount_opts(info)).map_err(|e| format!("cannot mount '{}': {e}", mp.display()))?;
     tracing::info!("mounted {name} at {}", mp.display());
     entry.mounts.insert(name.clone(), m);
