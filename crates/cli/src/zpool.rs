@@ -625,8 +625,13 @@ fn import_one(
     st.remember_dirs(daemon::leaves(&entry.pool.status()));
     history_note(&entry, ctx);
     let errors = if no_mount { Vec::new() } else { daemon::mount_all(&mut entry) };
+    // Warnings that do not fail the import (an unreadable intent log): on stderr.
+    let mut resp = Response::ok("");
+    for note in entry.pool.import_notes() {
+        resp.stderr.push_str(&format!("warning: {note}\n"));
+    }
     st.pools.insert(name, entry);
-    with_mount_errors(Response::ok(""), errors)
+    with_mount_errors(resp, errors)
 }
 
 fn get(st: &mut State, args: &[String]) -> Response {

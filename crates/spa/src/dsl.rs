@@ -490,6 +490,11 @@ impl Pool {
         z.ok_or_else(|| SpaError::NotFound(format!("cannot open '{name}': no intent log")))
     }
 
+    /// Warnings from import for the user (an intent log that could not be read).
+    pub fn import_notes(&self) -> Vec<String> {
+        self.import_notes.lock().clone()
+    }
+
     /// Import: open the object set of dataset record `id` and claim its intent-log
     /// chain if it has one, before anything can be allocated.
     pub(crate) fn claim_intent_log(&self, id: u64, phys: &DslDatasetPhys) -> Result<()> {
@@ -498,9 +503,18 @@ impl Pool {
             return Ok(());
         }
         let zl = Zilog::open(self.zio.clone(), self.gate.clone(), os.clone());
-        let n = zl.claim();
-        tracing::info!("pool {}: claimed {n} intent-log blocks of dataset object {id}", self.name);
+        let info = zl.claim();
+        tracing::info!("pool {}: claimed {} intent-log blocks of dataset object {id}", self.name, info.blocks);
         let d = self.dir.lock().clone();
+        if let Some(why) = &info.unreadable {
+            let name = d.datasets.iter().find(|(_, r)| r.obj == id).map(|(n, _)| n.clone()).unwrap_or_default();
+            let note = format!(
+                "dataset '{name}': intent log unreadable ({why}); changes acknowledged after txg {} may be lost",
+                info.since_txg
+            );
+            tracing::warn!("pool {}: {note}", self.name);
+            self.import_notes.lock().push(note);
+        }
         if let Some((name, _)) = d.datasets.iter().find(|(_, r)| r.obj == id) {
             self.apply_props(&d, name, &os);
             self.apply_log_props(&d, name, &zl);

@@ -120,6 +120,8 @@ pub struct Pool {
     pub(crate) objsets: Mutex<BTreeMap<u64, Arc<Objset>>>,
     /// The intent log of each open dataset object set (same keys as `objsets`).
     pub(crate) zilogs: Mutex<BTreeMap<u64, Arc<Zilog>>>,
+    /// Warnings collected at import for the user.
+    pub(crate) import_notes: Mutex<Vec<String>>,
     pub(crate) spacemap_bp: Mutex<BlkPtr>,
     pub(crate) stop: AtomicBool,
     pub(crate) sync_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -312,6 +314,7 @@ impl Pool {
             dir: Mutex::new(Dir::default()),
             objsets: Mutex::new(BTreeMap::new()),
             zilogs: Mutex::new(BTreeMap::new()),
+            import_notes: Mutex::new(Vec::new()),
             spacemap_bp: Mutex::new(BlkPtr::HOLE),
             stop: AtomicBool::new(false),
             sync_thread: Mutex::new(None),
@@ -672,6 +675,7 @@ impl Pool {
             dir: Mutex::new(dir),
             objsets: Mutex::new(BTreeMap::new()),
             zilogs: Mutex::new(BTreeMap::new()),
+            import_notes: Mutex::new(Vec::new()),
             spacemap_bp: Mutex::new(ub.spacemap_bp),
             stop: AtomicBool::new(false),
             sync_thread: Mutex::new(None),

@@ -119,6 +119,18 @@ pub struct ReplayRecord {
     pub write: Option<(u64, u64, Vec<u8>)>,
 }
 
+/// What [`Zilog::claim`] found at import.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimInfo {
+    /// Log blocks claimed (valid blocks of the chain).
+    pub blocks: usize,
+    /// Set when the chain could not be read to its end (its device is missing or
+    /// failing): changes acknowledged after txg `since_txg` may be lost.
+    pub unreadable: Option<String>,
+    /// Last txg in the pool when the chain was claimed.
+    pub since_txg: u64,
+}
+
 /// What [`Zilog::replay`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReplayStats {
@@ -715,8 +727,9 @@ impl Zilog {
 
     /// Read the chain named by the header: every valid block in order with its records,
     /// and the pointer at which the chain ends (the first block that failed to verify).
-    fn read_chain(&self, h: &ZilHeader) -> (Vec<ChainBlock>, LwbPtr) {
+    fn read_chain(&self, h: &ZilHeader) -> (Vec<ChainBlock>, LwbPtr, Option<String>) {
         let mut out = Vec::new();
+        let mut unreadable = None;
         let mut ptr = h.head;
         loop {
             if ptr.is_none() {
@@ -725,8 +738,16 @@ impl Zilog {
             let guid = h.chain_guid;
             let seq = ptr.seq;
             let verify = |b: &[u8]| LwbHeader::open(b, guid, seq).is_ok();
-            let Ok(block) = self.zio.read_raw(&ptr.dva(), ptr.size_bytes as u64, &verify) else {
-                break;
+            let block = match self.zio.read_raw(&ptr.dva(), ptr.size_bytes as u64, &verify) {
+                Ok(b) => b,
+                // No copy carries the promised block: the chain ends here (normal).
+                Err(ZioError::Checksum { .. }) => break,
+                // The block cannot be read at all (its device is missing): records
+                // from here on are lost, which the caller reports.
+                Err(e) => {
+                    unreadable = Some(e.to_string());
+                    break;
+                }
             };
             let Ok(lh) = LwbHeader::open(&block, guid, seq) else { break };
             let mut recs = Vec::new();
@@ -783,22 +804,22 @@ impl Zilog {
                 indirect: bps,
             });
             if !intact {
-                return (out, LwbPtr::default());
+                return (out, LwbPtr::default(), unreadable);
             }
             ptr = lh.next;
         }
-        (out, ptr)
+        (out, ptr, unreadable)
     }
 
     /// Import: take ownership of the blocks of a chain awaiting replay, so the
     /// allocator cannot hand them out (they may postdate the last space map), and fix
-    /// `claim_txg` = first txg of this import. Returns the number of blocks claimed.
-    pub fn claim(&self) -> usize {
+    /// `claim_txg` = first txg of this import.
+    pub fn claim(&self) -> ClaimInfo {
         let h = self.st.lock().header;
         if h.is_empty() {
-            return 0;
+            return ClaimInfo::default();
         }
-        let (blocks, end) = self.read_chain(&h);
+        let (blocks, end, unreadable) = self.read_chain(&h);
         let mut st = self.st.lock();
         let mut n = 0;
         for b in &blocks {
@@ -823,7 +844,11 @@ impl Zilog {
             st.header = nh;
             self.os.set_zil_header(nh);
         }
-        n
+        ClaimInfo {
+            blocks: n,
+            unreadable,
+            since_txg: h.claim_txg.max(self.gate.synced_txg()),
+        }
     }
 
     /// Replay the chain found at open: call `apply` for every record not yet in the
@@ -839,7 +864,7 @@ impl Zilog {
             st.header
         };
         let claim_txg = if h.claim_txg != 0 { h.claim_txg } else { self.gate.synced_txg() + 1 };
-        let (blocks, _) = self.read_chain(&h);
+        let (blocks, _, _) = self.read_chain(&h);
         let mut stats = ReplayStats::default();
         for b in &blocks {
             stats.blocks += 1;
