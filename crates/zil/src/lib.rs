@@ -348,6 +348,12 @@ impl Zilog {
                     if st.committed_seq >= target {
                         return Ok(());
                     }
+                    if st.broken {
+                        // A block before ours failed: ours may sit behind a hole in
+                        // the chain. Only a txg sync makes them durable now.
+                        drop(st);
+                        return self.fallback(false);
+                    }
                     if st.issued_seq < target {
                         break;
                     }
@@ -378,15 +384,15 @@ impl Zilog {
     /// chain is also retired (a log write failed, so it has a hole).
     fn fallback(&self, retire: bool) -> Result<()> {
         self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
-        let txg = {
+        // Every itx logged so far carries a txg no newer than the open one.
+        let (txg, upto) = {
             let mut st = self.st.lock();
             st.broken |= retire && !st.replay_pending;
-            self.gate.open_txg()
+            (self.gate.open_txg(), st.next_seq - 1)
         };
         self.gate.wait_synced(txg).map_err(|e| ZilError::Io(e.to_string()))?;
         let mut st = self.st.lock();
-        let upto = st.next_seq - 1;
-        // Every change logged before the wait is in the pool now.
+        // Every change logged before the wait is in the pool now (later ones are not).
         st.pending.retain(|i| i.seq > upto);
         st.issued_seq = st.issued_seq.max(upto);
         st.committed_seq = st.committed_seq.max(upto);
@@ -418,6 +424,8 @@ impl Zilog {
         let slog = self.zio.has_slog();
         let indirect_ok = !slog || self.logbias_throughput.load(Ordering::Relaxed);
         let mut records: Vec<(Vec<u8>, u64, u64, Option<BlkPtr>)> = Vec::with_capacity(itxs.len());
+        // Every indirect data block written for this issue (freed again on failure).
+        let mut written: Vec<BlkPtr> = Vec::new();
         for itx in &itxs {
             let (rtype, body, ind) = match itx.write {
                 None => (itx.rtype, itx.body.clone(), None),
@@ -439,7 +447,13 @@ impl Zilog {
                                     fill: 1,
                                 },
                             )
-                            .map_err(|e| Fallback::Failed(zio_err(e)))?;
+                            .map_err(|e| {
+                                for bp in &written {
+                                    self.zio.free_now(bp);
+                                }
+                                Fallback::Failed(zio_err(e))
+                            })?;
+                        written.push(bp);
                         let w = WriteRecord {
                             obj,
                             offset_bytes: off,
@@ -475,7 +489,15 @@ impl Zilog {
         let need_chain = self.st.lock().tail.is_none();
         if need_chain {
             let size = round_lwb_size(LWB_HEADER_SIZE_BYTES + total);
-            let dva = self.alloc_block(size).map_err(Fallback::Failed)?;
+            let dva = match self.alloc_block(size) {
+                Ok(d) => d,
+                Err(e) => {
+                    for bp in &written {
+                        self.zio.free_now(bp);
+                    }
+                    return Err(Fallback::Failed(e));
+                }
+            };
             let mut st = self.st.lock();
             st.chain_guid = random_guid();
             st.tail = LwbPtr {
@@ -508,7 +530,7 @@ impl Zilog {
         for (rec, seq, txg, ind) in records {
             if cur.used + rec.len() > cur.buf.len() {
                 // Close this block; the next one is sized for what is left.
-                let next = match self.alloc_next(remaining) {
+                let next = match self.alloc_next(LWB_HEADER_SIZE_BYTES + remaining) {
                     Ok(n) => n,
                     Err(e) => {
                         result = Err(e);
@@ -546,10 +568,8 @@ impl Zilog {
             for b in &blocks {
                 self.zio.free_dva_now(&b.next.dva());
             }
-            for b in &blocks {
-                for bp in &b.indirect {
-                    self.zio.free_now(bp);
-                }
+            for bp in &written {
+                self.zio.free_now(bp);
             }
             drop(st);
             return Err(Fallback::Failed(e));
@@ -582,8 +602,9 @@ impl Zilog {
         self.zio.alloc_log_block(size_bytes as u64, self.normal_reserve_bytes()).map_err(zio_err)
     }
 
-    fn alloc_next(&self, want_bytes: usize) -> std::result::Result<LwbPtr, ZilError> {
-        let size = round_lwb_size(LWB_HEADER_SIZE_BYTES + want_bytes);
+    /// Allocate a successor block able to hold `block_bytes` (header included).
+    fn alloc_next(&self, block_bytes: usize) -> std::result::Result<LwbPtr, ZilError> {
+        let size = round_lwb_size(block_bytes);
         let dva = self.alloc_block(size)?;
         Ok(LwbPtr {
             vdev: dva.vdev,
@@ -618,8 +639,10 @@ impl Zilog {
         let chain_header_txg = {
             let mut st = self.st.lock();
             for b in &blocks {
-                if let Some(l) = st.lwbs.iter_mut().find(|l| l.ptr.seq == b.ptr.seq && l.ptr.offset_bytes == b.ptr.offset_bytes) {
-                    l.done = true;
+                if ok.is_ok() {
+                    if let Some(l) = st.lwbs.iter_mut().find(|l| l.ptr.seq == b.ptr.seq && l.ptr.offset_bytes == b.ptr.offset_bytes) {
+                        l.done = true;
+                    }
                 }
                 st.in_flight -= 1;
             }
@@ -671,8 +694,10 @@ impl Zilog {
             let s = st.replayed.remove(&t).unwrap();
             h.replay_seq = h.replay_seq.max(s);
         }
-        if st.broken && st.in_flight == 0 && !st.replay_pending {
-            // Retire the chain: everything it held is in this or an earlier txg.
+        // Retire a broken chain once nothing is being issued or written into it and
+        // every change it recorded is in this txg or an earlier one.
+        let issuing = self.issue.try_lock().is_none();
+        if st.broken && st.in_flight == 0 && !st.replay_pending && !issuing && st.lwbs.iter().all(|l| l.max_txg <= txg) {
             let lwbs: Vec<Lwb> = st.lwbs.drain(..).collect();
             for l in lwbs {
                 st.retired.push(l.ptr.dva());
@@ -698,7 +723,7 @@ impl Zilog {
             }
             h.head = st.lwbs.front().map(|l| l.ptr).unwrap_or(st.tail);
         }
-        if st.in_flight == 0 && !st.replay_pending {
+        if st.in_flight == 0 && !st.replay_pending && st.tail.is_none() {
             for d in std::mem::take(&mut st.retired) {
                 self.zio.free_dva(&d, txg);
             }
