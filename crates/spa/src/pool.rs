@@ -251,6 +251,7 @@ impl Pool {
                     nparity: 0,
                     ashift,
                     asize_bytes: 0,
+                    is_log: false,
                     children: vec![],
                 });
                 leaves.push(Arc::new(Vdev::new_leaf(i as u32, g, ashift, path, Some(leaf))));
@@ -278,6 +279,7 @@ impl Pool {
                 nparity,
                 ashift,
                 asize_bytes: asize,
+                is_log: false,
                 children: leaf_cfgs,
             });
             top.push(Arc::new(vdev));
@@ -291,6 +293,7 @@ impl Pool {
             nparity: 0,
             ashift: 0,
             asize_bytes: 0,
+            is_log: false,
             children: tops_cfg,
         };
         let space = SpaceMap::new(top.iter().map(|v| VdevSpace::new(v.asize_bytes(), v.alloc_align_bytes())).collect());
