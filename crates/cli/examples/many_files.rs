@@ -24,6 +24,7 @@ fn main() {
     let spec = CreateSpec {
         name: "many".into(),
         vdevs: vec![TopSpec::Mirror(vec![mk("a.img"), mk("b.img")])],
+        logs: Vec::new(),
         ashift: 12,
         force: true,
         pool_props: BTreeMap::new(),

@@ -266,6 +266,7 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let spec = CreateSpec {
         name: name.clone(),
         vdevs: tops,
+        logs: Vec::new(),
         ashift,
         force,
         pool_props,

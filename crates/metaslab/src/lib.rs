@@ -33,14 +33,30 @@
 //! [`SpaceMap::pick_vdev`] picks the top-level vdev with the most free bytes,
 //! round-robin among ties, skipping vdevs that already hold a copy.
 //!
+//! **Allocation classes.** Every top-level vdev belongs to one [`AllocClass`], as
+//! OpenZFS groups vdevs into metaslab classes: `Normal` vdevs hold every block of the
+//! pool (data, metadata, their ditto copies); `Log` vdevs (separate intent-log devices,
+//! SLOGs) hold only intent-log blocks, which the ZIL places with
+//! [`SpaceMap::pick_log_vdev`] (round-robin, so several log vdevs are striped); a `Hole`
+//! stands where a removed top-level vdev was, so that the ids of the others — which
+//! DVAs carry — never change (OpenZFS `vdev_hole`). A hole has no space at all.
+//! `pick_vdev` only ever returns `Normal` vdevs, and the pool-wide sums
+//! (`free_bytes`, `alloc_bytes`, `asize_bytes`, `deferred_bytes`) count only `Normal`
+//! vdevs: log space is not pool capacity (OpenZFS leaves it out of SIZE and FREE).
+//! A vdev can also be made non-allocatable ([`VdevSpace::set_allocatable`]) while it
+//! is being removed or while its devices are missing; neither picker returns it then.
+//! That flag is not persisted.
+//!
 //! **On-disk structure owned: the space map object.** Little-endian, u64 fields:
 //!
 //! ```text
 //! SpaceMap (pool):
 //!   off  0  magic         u64  = SPACE_MAP_MAGIC (the bytes "TARNSPMP")
-//!   off  8  version       u64  = SPACE_MAP_VERSION (1)
-//!   off 16  vdev_count    u64  = number of top-level vdevs
-//!   off 24  vdev section × vdev_count, back to back, in vdev id order
+//!   off  8  version       u64  = SPACE_MAP_VERSION (2; version 1 is still read)
+//!   off 16  vdev_count    u64  = N, number of top-level vdevs (holes included)
+//!   off 24  class × N     u64  each: 0 = Normal, 1 = Log, 2 = Hole     (version 2 only)
+//!   off 24 + 8*N          vdev section × N, back to back, in vdev id order
+//!                         (version 1: the sections start at 24 and every vdev is Normal)
 //!
 //! vdev section (VdevSpace::encode), offsets relative to its start,
 //! F = free_count, D = deferred_count:
@@ -56,8 +72,9 @@
 //! Free ranges are sorted by start, non-empty, aligned, inside `asize`, and neither
 //! overlapping nor adjacent (adjacent ranges are always merged: the encoding is
 //! canonical). Deferred entries are sorted by start, non-empty, aligned, inside
-//! `asize`, disjoint from each other and from every free range. No checksum is
-//! embedded: the block holding the map is checksummed by its block pointer.
+//! `asize`, disjoint from each other and from every free range. A hole's section is
+//! asize 0 with no entries. No checksum is embedded: the block holding the map is
+//! checksummed by its block pointer.
 //!
 //! **Invariants** (each with the check that enforces it):
 //! 1. FREE and every DEFERRED(txg) are pairwise disjoint — `RangeTree::add` asserts
@@ -74,7 +91,8 @@
 //!
 //! **Locks.** None. The caller (`spa`) owns the `SpaceMap` behind its own lock; allocs
 //! and frees happen in open/syncing context, `sync_done` at the end of each txg sync.
-//! `pick_vdev` takes `&self` and advances its tie-breaking rotor with a relaxed atomic.
+//! `pick_vdev` and `pick_log_vdev` take `&self` and advance their rotors with relaxed
+//! atomics.
 //!
 //! **Crash.** The map is rewritten whole in each txg that the caller syncs, inside the
 //! txg; after a crash the pool imports the map of the last synced uberblock, whose
@@ -109,8 +127,14 @@ pub const TXG_DEFER_SIZE: u64 = 4;
 /// Magic number at offset 0 of an encoded [`SpaceMap`]: the ASCII bytes `TARNSPMP`.
 pub const SPACE_MAP_MAGIC: u64 = u64::from_le_bytes(*b"TARNSPMP");
 
-/// Version of the space map encoding written by this crate.
-pub const SPACE_MAP_VERSION: u64 = 1;
+/// Version of the space map encoding written by this crate (2: a class per vdev).
+pub const SPACE_MAP_VERSION: u64 = 2;
+
+/// Oldest space map encoding this crate still reads (1: no classes, all `Normal`).
+pub const SPACE_MAP_VERSION_MIN: u64 = 1;
+
+/// Size of one encoded vdev class in a version 2 map.
+pub const CLASS_ENTRY_BYTES: usize = 8;
 
 /// Size of the [`SpaceMap`] header (magic, version, vdev count).
 pub const SPACE_MAP_HEADER_BYTES: usize = 24;
@@ -267,6 +291,43 @@ impl RangeTree {
 }
 
 // ---------------------------------------------------------------------------------
+// AllocClass
+// ---------------------------------------------------------------------------------
+
+/// What a top-level vdev's space is for (OpenZFS's metaslab classes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AllocClass {
+    /// Ordinary pool space: every block of the pool, picked by [`SpaceMap::pick_vdev`].
+    Normal,
+    /// A separate intent-log device: only ZIL blocks, picked by
+    /// [`SpaceMap::pick_log_vdev`]; not counted in the pool's size.
+    Log,
+    /// A removed top-level vdev: keeps its id, has no space.
+    Hole,
+}
+
+impl AllocClass {
+    /// The value stored in a version 2 space map.
+    pub fn to_u64(self) -> u64 {
+        match self {
+            AllocClass::Normal => 0,
+            AllocClass::Log => 1,
+            AllocClass::Hole => 2,
+        }
+    }
+
+    /// Parses a stored class; `None` for an unknown value.
+    pub fn from_u64(v: u64) -> Option<AllocClass> {
+        match v {
+            0 => Some(AllocClass::Normal),
+            1 => Some(AllocClass::Log),
+            2 => Some(AllocClass::Hole),
+            _ => None,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
 // VdevSpace
 // ---------------------------------------------------------------------------------
 
@@ -282,6 +343,10 @@ pub struct VdevSpace {
     deferred_bytes: u64,
     /// End of the previous `alloc`; the next first-fit search starts here.
     cursor_bytes: u64,
+    /// What the space is for (not part of the section encoding; the map stores it).
+    class: AllocClass,
+    /// Whether the pickers may choose this vdev (in memory only).
+    allocatable: bool,
 }
 
 impl VdevSpace {
@@ -301,9 +366,50 @@ impl VdevSpace {
             deferred: BTreeMap::new(),
             deferred_bytes: 0,
             cursor_bytes: 0,
+            class: AllocClass::Normal,
+            allocatable: true,
         };
         vs.check();
         vs
+    }
+
+    /// Like [`VdevSpace::new`], for a vdev of `class`. A `Hole` ignores the size and
+    /// has no space (see [`VdevSpace::hole`]).
+    pub fn new_class(asize_bytes: u64, align_bytes: u64, class: AllocClass) -> Self {
+        if class == AllocClass::Hole {
+            return VdevSpace::hole();
+        }
+        VdevSpace {
+            class,
+            ..VdevSpace::new(asize_bytes, align_bytes)
+        }
+    }
+
+    /// The space of a removed top-level vdev: no bytes, class `Hole`, never picked.
+    pub fn hole() -> Self {
+        VdevSpace {
+            class: AllocClass::Hole,
+            allocatable: false,
+            ..VdevSpace::new(0, 1)
+        }
+    }
+
+    /// What this vdev's space is for.
+    pub fn class(&self) -> AllocClass {
+        self.class
+    }
+
+    /// Whether [`SpaceMap::pick_vdev`] / [`SpaceMap::pick_log_vdev`] may choose this
+    /// vdev (false for holes, and while a vdev is being removed or is missing).
+    pub fn is_allocatable(&self) -> bool {
+        self.allocatable && self.class != AllocClass::Hole
+    }
+
+    /// Allow or forbid the pickers to choose this vdev. Blocks already allocated stay
+    /// and can be freed; `alloc` itself is not refused (the pickers are the gate).
+    /// Not persisted: a vdev is allocatable again after import.
+    pub fn set_allocatable(&mut self, allocatable: bool) {
+        self.allocatable = allocatable;
     }
 
     /// Allocates `size_bytes` (a non-zero multiple of the alignment; panics otherwise)
@@ -535,6 +641,8 @@ impl VdevSpace {
             deferred,
             deferred_bytes,
             cursor_bytes: 0,
+            class: AllocClass::Normal,
+            allocatable: true,
         };
         vs.check();
         Ok(vs)
@@ -623,6 +731,8 @@ pub struct SpaceMap {
     pub vdevs: Vec<VdevSpace>,
     /// Next vdev id to prefer among ties in `pick_vdev`.
     rotor: AtomicU32,
+    /// Next vdev id to try first in `pick_log_vdev`.
+    log_rotor: AtomicU32,
 }
 
 impl Clone for SpaceMap {
@@ -630,6 +740,7 @@ impl Clone for SpaceMap {
         SpaceMap {
             vdevs: self.vdevs.clone(),
             rotor: AtomicU32::new(self.rotor.load(Ordering::Relaxed)),
+            log_rotor: AtomicU32::new(self.log_rotor.load(Ordering::Relaxed)),
         }
     }
 }
@@ -646,6 +757,7 @@ impl SpaceMap {
         SpaceMap {
             vdevs,
             rotor: AtomicU32::new(0),
+            log_rotor: AtomicU32::new(0),
         }
     }
 
@@ -654,21 +766,26 @@ impl SpaceMap {
         SpaceMap::new(vdevs.iter().map(|&(asize, align)| VdevSpace::new(asize, align)).collect())
     }
 
-    /// Serializes the whole map (layout in the crate docs).
+    /// Serializes the whole map (layout in the crate docs; always the current version).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         put(&mut out, SPACE_MAP_MAGIC);
         put(&mut out, SPACE_MAP_VERSION);
         put(&mut out, self.vdevs.len() as u64);
         for v in &self.vdevs {
+            put(&mut out, v.class.to_u64());
+        }
+        for v in &self.vdevs {
             v.encode_into(&mut out);
         }
         out
     }
 
-    /// Parses a map produced by [`SpaceMap::encode`]. `vdevs` lists `(asize, align)`
-    /// for each top-level vdev from the pool config; the encoded vdev count and asizes
-    /// must match. Returns [`Corrupt`] (never panics) on malformed bytes.
+    /// Parses a map produced by [`SpaceMap::encode`] (or a version 1 map, whose vdevs
+    /// are all `Normal`). `vdevs` lists `(asize, align)` for each top-level vdev from
+    /// the pool config (a hole has asize 0); the encoded vdev count and asizes must
+    /// match, and a `Hole` must have asize 0. The caller checks the decoded classes
+    /// against its config. Returns [`Corrupt`] (never panics) on malformed bytes.
     pub fn decode(vdevs: &[(u64, u64)], bytes: &[u8]) -> Result<Self, Corrupt> {
         let mut r = Reader { b: bytes, pos: 0 };
         let magic = r.u64()?;
@@ -676,27 +793,49 @@ impl SpaceMap {
             return Err(Corrupt::new(KIND, format!("bad magic {magic:#018x}")));
         }
         let version = r.u64()?;
-        if version != SPACE_MAP_VERSION {
+        if !(SPACE_MAP_VERSION_MIN..=SPACE_MAP_VERSION).contains(&version) {
             return Err(Corrupt::new(KIND, format!("unsupported version {version}")));
         }
         let count = r.u64()?;
         if count != vdevs.len() as u64 {
             return Err(Corrupt::new(KIND, format!("{count} vdevs encoded, pool has {}", vdevs.len())));
         }
+        let mut classes = vec![AllocClass::Normal; vdevs.len()];
+        if version >= 2 {
+            for (i, c) in classes.iter_mut().enumerate() {
+                let v = r.u64()?;
+                *c = AllocClass::from_u64(v).ok_or_else(|| Corrupt::new(KIND, format!("vdev {i}: unknown class {v}")))?;
+            }
+        }
         let mut out = Vec::with_capacity(vdevs.len());
-        for &(asize, align) in vdevs {
-            out.push(VdevSpace::decode_from(asize, align, &mut r)?);
+        for (i, (&(asize, align), class)) in vdevs.iter().zip(classes).enumerate() {
+            if class == AllocClass::Hole {
+                if asize != 0 {
+                    return Err(Corrupt::new(KIND, format!("vdev {i} is a hole but the config gives it {asize} bytes")));
+                }
+                // A hole's section is the empty section of a zero-sized vdev.
+                VdevSpace::decode_from(0, 1, &mut r)?;
+                out.push(VdevSpace::hole());
+                continue;
+            }
+            let mut vs = VdevSpace::decode_from(asize, align, &mut r)?;
+            vs.class = class;
+            out.push(vs);
         }
         r.finish()?;
         Ok(SpaceMap::new(out))
     }
 
-    /// Chooses the top-level vdev for a new block: the one with the most free bytes,
-    /// skipping the ids in `exclude` (vdevs already holding a copy of the block).
-    /// Round-robin among ties. `None` if every candidate is excluded or full.
+    /// Chooses the top-level vdev for a new block: the `Normal`, allocatable vdev with
+    /// the most free bytes, skipping the ids in `exclude` (vdevs already holding a copy
+    /// of the block). Round-robin among ties. Never a `Log` vdev or a hole. `None` if
+    /// every candidate is excluded or full.
     pub fn pick_vdev(&self, exclude: &[u32]) -> Option<u32> {
         let n = self.vdevs.len();
-        let candidate = |i: usize| !exclude.contains(&(i as u32));
+        let candidate = |i: usize| {
+            let v = &self.vdevs[i];
+            v.class == AllocClass::Normal && v.is_allocatable() && !exclude.contains(&(i as u32))
+        };
         let best = (0..n).filter(|&i| candidate(i)).map(|i| self.vdevs[i].free_bytes()).max()?;
         if best == 0 {
             return None;
@@ -707,24 +846,63 @@ impl SpaceMap {
         Some(chosen as u32)
     }
 
-    /// Bytes allocatable now, summed over vdevs.
+    /// Chooses a separate intent-log vdev for the next log block: an allocatable
+    /// `Log`-class vdev with free space, not in `exclude`, taking them in turn
+    /// (round-robin from the one after the previous pick) so that consecutive log
+    /// blocks are striped over all log vdevs. `None` when the pool has no usable log
+    /// vdev (the ZIL then allocates from the normal class, as OpenZFS does).
+    pub fn pick_log_vdev(&self, exclude: &[u32]) -> Option<u32> {
+        let n = self.vdevs.len();
+        if n == 0 {
+            return None;
+        }
+        let start = self.log_rotor.load(Ordering::Relaxed) as usize % n;
+        let chosen = (0..n).map(|k| (start + k) % n).find(|&i| {
+            let v = &self.vdevs[i];
+            v.class == AllocClass::Log && v.is_allocatable() && v.free_bytes() > 0 && !exclude.contains(&(i as u32))
+        })?;
+        self.log_rotor.store(((chosen + 1) % n) as u32, Ordering::Relaxed);
+        Some(chosen as u32)
+    }
+
+    /// The vdevs of `class`.
+    fn of_class(&self, class: AllocClass) -> impl Iterator<Item = &VdevSpace> {
+        self.vdevs.iter().filter(move |v| v.class == class)
+    }
+
+    /// Bytes allocatable now, summed over `Normal` vdevs (log space is not pool space).
     pub fn free_bytes(&self) -> u64 {
-        self.vdevs.iter().map(VdevSpace::free_bytes).sum()
+        self.class_free_bytes(AllocClass::Normal)
     }
 
-    /// Bytes allocated, summed over vdevs.
+    /// Bytes allocated, summed over `Normal` vdevs.
     pub fn alloc_bytes(&self) -> u64 {
-        self.vdevs.iter().map(VdevSpace::alloc_bytes).sum()
+        self.class_alloc_bytes(AllocClass::Normal)
     }
 
-    /// Bytes in deferred frees, summed over vdevs.
+    /// Bytes in deferred frees, summed over `Normal` vdevs.
     pub fn deferred_bytes(&self) -> u64 {
-        self.vdevs.iter().map(VdevSpace::deferred_bytes).sum()
+        self.of_class(AllocClass::Normal).map(VdevSpace::deferred_bytes).sum()
     }
 
-    /// Usable bytes, summed over vdevs.
+    /// Usable bytes, summed over `Normal` vdevs.
     pub fn asize_bytes(&self) -> u64 {
-        self.vdevs.iter().map(VdevSpace::asize_bytes).sum()
+        self.class_asize_bytes(AllocClass::Normal)
+    }
+
+    /// Bytes allocatable now on the vdevs of `class`.
+    pub fn class_free_bytes(&self, class: AllocClass) -> u64 {
+        self.of_class(class).map(VdevSpace::free_bytes).sum()
+    }
+
+    /// Bytes allocated on the vdevs of `class`.
+    pub fn class_alloc_bytes(&self, class: AllocClass) -> u64 {
+        self.of_class(class).map(VdevSpace::alloc_bytes).sum()
+    }
+
+    /// Usable bytes of the vdevs of `class`.
+    pub fn class_asize_bytes(&self, class: AllocClass) -> u64 {
+        self.of_class(class).map(VdevSpace::asize_bytes).sum()
     }
 
     /// Txg `synced_txg` has synced: release aged deferred frees on every vdev.

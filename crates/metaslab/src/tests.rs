@@ -266,7 +266,9 @@ fn space_map_roundtrip_and_header() {
     assert_eq!(&b[0..8], b"TARNSPMP");
     assert_eq!(u64::from_le_bytes(b[8..16].try_into().unwrap()), SPACE_MAP_VERSION);
     assert_eq!(u64::from_le_bytes(b[16..24].try_into().unwrap()), 2);
-    assert_eq!(&b[24..24 + sm.vdevs[0].encode().len()], &sm.vdevs[0].encode()[..]);
+    // Version 2: one class per vdev (both Normal), then the sections.
+    assert_eq!(&b[24..40], &[0u8; 16]);
+    assert_eq!(&b[40..40 + sm.vdevs[0].encode().len()], &sm.vdevs[0].encode()[..]);
     let back = SpaceMap::decode(&[(64 * K, K), (32 * K + 7, 512)], &b).unwrap();
     assert_eq!(back.encode(), b);
     assert_eq!(back.free_bytes(), sm.free_bytes());
@@ -358,8 +360,14 @@ fn decode_rejects_bad_headers() {
     b[0] ^= 1;
     assert!(SpaceMap::decode(&cfg, &b).is_err(), "bad magic");
     let mut b = good.clone();
-    b[8] = 2;
+    b[8] = 3;
     assert!(SpaceMap::decode(&cfg, &b).is_err(), "bad version");
+    let mut b = good.clone();
+    b[8] = 0;
+    assert!(SpaceMap::decode(&cfg, &b).is_err(), "version 0");
+    let mut b = good.clone();
+    b[24] = 3;
+    assert!(SpaceMap::decode(&cfg, &b).is_err(), "unknown class");
     let mut b = good.clone();
     b[16] = 2;
     assert!(SpaceMap::decode(&cfg, &b).is_err(), "bad count");
@@ -367,7 +375,120 @@ fn decode_rejects_bad_headers() {
     assert!(SpaceMap::decode(&cfg, b"garbage garbage garbage garbage").is_err());
 }
 
+#[test]
+fn version_1_maps_still_decode_as_normal() {
+    // A version 1 map: header without classes, then the sections.
+    let mut v1 = Vec::new();
+    put(&mut v1, SPACE_MAP_MAGIC);
+    put(&mut v1, 1);
+    put(&mut v1, 2);
+    v1.extend(section(16 * K, &[(0, 4 * K)], &[(3, 4 * K, K)]));
+    v1.extend(section(8 * K, &[(0, 8 * K)], &[]));
+    let sm = SpaceMap::decode(&[(16 * K, K), (8 * K, K)], &v1).unwrap();
+    assert!(sm.vdevs.iter().all(|v| v.class() == AllocClass::Normal));
+    assert_eq!(sm.free_bytes(), 12 * K);
+    assert_eq!(sm.deferred_bytes(), K);
+    // Re-encoding writes version 2 with explicit classes.
+    let v2 = sm.encode();
+    assert_eq!(u64::from_le_bytes(v2[8..16].try_into().unwrap()), 2);
+    assert_eq!(v2.len(), v1.len() + 2 * CLASS_ENTRY_BYTES);
+}
+
+#[test]
+fn classes_and_holes_roundtrip() {
+    let mut sm = SpaceMap::new(vec![
+        VdevSpace::new(64 * K, K),
+        VdevSpace::hole(),
+        VdevSpace::new_class(32 * K, 512, AllocClass::Log),
+    ]);
+    sm.vdevs[2].alloc(1024).unwrap();
+    sm.vdevs[0].alloc(4 * K).unwrap();
+    let b = sm.encode();
+    let u = |off: usize| u64::from_le_bytes(b[off..off + 8].try_into().unwrap());
+    assert_eq!((u(16), u(24), u(32), u(40)), (3, 0, 2, 1));
+    let dims = [(64 * K, K), (0, 512), (32 * K, 512)];
+    let back = SpaceMap::decode(&dims, &b).unwrap();
+    assert_eq!(back.encode(), b);
+    let classes: Vec<AllocClass> = back.vdevs.iter().map(VdevSpace::class).collect();
+    assert_eq!(classes, [AllocClass::Normal, AllocClass::Hole, AllocClass::Log]);
+    assert!(!back.vdevs[1].is_allocatable());
+    assert_eq!(back.vdevs[1].asize_bytes(), 0);
+    // Pool sums are the normal class only; the log class is reported apart.
+    assert_eq!(back.asize_bytes(), 64 * K);
+    assert_eq!(back.alloc_bytes(), 4 * K);
+    assert_eq!(back.free_bytes(), 60 * K);
+    assert_eq!(back.class_asize_bytes(AllocClass::Log), 32 * K);
+    assert_eq!(back.class_alloc_bytes(AllocClass::Log), 1024);
+    assert_eq!(back.class_free_bytes(AllocClass::Log), 32 * K - 1024);
+    // A hole whose config gives it space is refused.
+    assert!(SpaceMap::decode(&[(64 * K, K), (K, 512), (32 * K, 512)], &b).is_err());
+}
+
 // ---- pick_vdev ------------------------------------------------------------------
+
+#[test]
+fn pick_vdev_never_returns_log_or_hole() {
+    let sm = SpaceMap::new(vec![
+        VdevSpace::new_class(1024 * K, K, AllocClass::Log),
+        VdevSpace::new(16 * K, K),
+        VdevSpace::hole(),
+        VdevSpace::new(16 * K, K),
+        VdevSpace::new_class(1024 * K, K, AllocClass::Log),
+    ]);
+    for _ in 0..20 {
+        let p = sm.pick_vdev(&[]).unwrap();
+        assert!(p == 1 || p == 3, "picked {p}");
+        // Ditto copies: excluding the normal vdevs leaves nothing, not a log vdev.
+        assert_eq!(sm.pick_vdev(&[1, 3]), None);
+        let q = sm.pick_vdev(&[p]).unwrap();
+        assert!(q == 1 || q == 3);
+    }
+    // A pool of only log vdevs and holes has no normal space at all.
+    let logs = SpaceMap::new(vec![VdevSpace::hole(), VdevSpace::new_class(64 * K, K, AllocClass::Log)]);
+    assert_eq!(logs.pick_vdev(&[]), None);
+    assert_eq!(logs.free_bytes(), 0);
+    // A normal vdev that is not allocatable is not picked either.
+    let mut sm2 = SpaceMap::create(&[(16 * K, K), (8 * K, K)]);
+    sm2.vdevs[0].set_allocatable(false);
+    assert_eq!(sm2.pick_vdev(&[]), Some(1));
+    assert_eq!(sm2.pick_vdev(&[1]), None);
+}
+
+#[test]
+fn pick_log_vdev_stripes_and_skips() {
+    let mut sm = SpaceMap::new(vec![
+        VdevSpace::new(64 * K, K),
+        VdevSpace::new_class(64 * K, K, AllocClass::Log),
+        VdevSpace::hole(),
+        VdevSpace::new_class(16 * K, K, AllocClass::Log),
+        VdevSpace::new_class(64 * K, K, AllocClass::Log),
+    ]);
+    // Round robin over the three log vdevs, whatever their free space.
+    let picks: Vec<u32> = (0..6).map(|_| sm.pick_log_vdev(&[]).unwrap()).collect();
+    assert_eq!(picks, [1, 3, 4, 1, 3, 4]);
+    // Excluded ones are skipped.
+    let p = sm.pick_log_vdev(&[1, 3]).unwrap();
+    assert_eq!(p, 4);
+    assert_eq!(sm.pick_log_vdev(&[1, 3, 4]), None);
+    // A full log vdev is skipped.
+    sm.vdevs[3].alloc(16 * K).unwrap();
+    let picks: Vec<u32> = (0..4).map(|_| sm.pick_log_vdev(&[]).unwrap()).collect();
+    assert!(picks.iter().all(|&p| p == 1 || p == 4), "{picks:?}");
+    assert!(picks.contains(&1) && picks.contains(&4));
+    // One being removed (not allocatable) is skipped; none left means None.
+    sm.vdevs[1].set_allocatable(false);
+    sm.vdevs[4].set_allocatable(false);
+    assert_eq!(sm.pick_log_vdev(&[]), None);
+    sm.vdevs[4].set_allocatable(true);
+    assert_eq!(sm.pick_log_vdev(&[]), Some(4));
+    // Pools without log vdevs have none to offer.
+    assert_eq!(SpaceMap::create(&[(16 * K, K)]).pick_log_vdev(&[]), None);
+    assert_eq!(SpaceMap::new(Vec::new()).pick_log_vdev(&[]), None);
+    // Log allocations never show in the pool's sums.
+    let before = (sm.free_bytes(), sm.alloc_bytes(), sm.asize_bytes());
+    sm.vdevs[4].alloc(8 * K).unwrap();
+    assert_eq!((sm.free_bytes(), sm.alloc_bytes(), sm.asize_bytes()), before);
+}
 
 #[test]
 fn pick_vdev_most_free_round_robin_and_exclude() {

@@ -59,10 +59,14 @@ pub enum PoolState {
     Destroyed,
 }
 
+/// `kind` of a removed top-level vdev (OpenZFS `VDEV_TYPE_HOLE`).
+pub const VDEV_KIND_HOLE: &str = "hole";
+
 /// A node of the vdev tree as stored in the label (ZFS's `vdev_tree` nvlist).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VdevConfig {
-    /// "root", "mirror", "raidz", "file" or "disk".
+    /// "root", "mirror", "raidz", "file", "disk", or "hole" for a removed top-level
+    /// vdev (a hole keeps its id so the ids of the others never change).
     pub kind: String,
     /// Index among siblings (for a top-level vdev: its id in DVAs).
     pub id: u64,
@@ -80,18 +84,39 @@ pub struct VdevConfig {
     /// Allocatable bytes of a top-level vdev.
     #[serde(default)]
     pub asize_bytes: u64,
+    /// A top-level vdev that is a separate intent log (SLOG, OpenZFS `is_log`): it
+    /// holds only intent-log blocks and is not part of the pool's capacity.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_log: bool,
     /// Children (mirror/raidz/root).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<VdevConfig>,
 }
 
 impl VdevConfig {
-    /// All leaves beneath (or self if a leaf), depth-first.
+    /// All leaves beneath (or self if a leaf), depth-first. A hole has none.
     pub fn leaves(&self) -> Vec<&VdevConfig> {
+        if self.is_hole() {
+            return Vec::new();
+        }
         if self.children.is_empty() {
             return vec![self];
         }
         self.children.iter().flat_map(|c| c.leaves()).collect()
+    }
+
+    /// Whether this is a hole left by a removed top-level vdev.
+    pub fn is_hole(&self) -> bool {
+        self.kind == VDEV_KIND_HOLE
+    }
+
+    /// The hole that replaces removed top-level vdev `id`: no guid, no space, no leaves.
+    pub fn hole(id: u64) -> VdevConfig {
+        VdevConfig {
+            kind: VDEV_KIND_HOLE.into(),
+            id,
+            ..VdevConfig::default()
+        }
     }
 }
 
@@ -182,7 +207,8 @@ mod tests {
                 nparity: 0,
                 ashift: 0,
                 asize_bytes: 0,
-                children: vec![],
+                is_log: false,
+                children: vec![VdevConfig::hole(0)],
             },
         };
         let mut b = encode_config(&cfg).unwrap();
@@ -190,5 +216,31 @@ mod tests {
         let n = b.len();
         b[n - 3] ^= 0x20;
         assert!(decode_config(&b).is_err());
+    }
+
+    #[test]
+    fn log_flag_and_holes_in_json() {
+        let log = VdevConfig {
+            kind: "file".into(),
+            id: 1,
+            guid: 7,
+            path: Some("/v/slog".into()),
+            is_log: true,
+            ..VdevConfig::default()
+        };
+        let json = serde_json::to_string(&log).unwrap();
+        assert!(json.contains("\"is_log\":true"), "{json}");
+        // Absent means false, and false is not written (older labels stay readable).
+        let normal = VdevConfig { is_log: false, ..log.clone() };
+        assert!(!serde_json::to_string(&normal).unwrap().contains("is_log"));
+        let old: VdevConfig = serde_json::from_str(r#"{"kind":"file","id":0,"guid":3}"#).unwrap();
+        assert!(!old.is_log);
+        let hole = VdevConfig::hole(2);
+        assert!(hole.is_hole() && hole.leaves().is_empty());
+        assert_eq!(
+            serde_json::to_string(&hole).unwrap(),
+            r#"{"kind":"hole","id":2,"guid":0,"nparity":0,"ashift":0,"asize_bytes":0}"#
+        );
+        assert_eq!(log.leaves().len(), 1);
     }
 }

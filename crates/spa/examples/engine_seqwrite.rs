@@ -21,6 +21,7 @@ fn main() {
     let spec = CreateSpec {
         name: "probe".into(),
         vdevs: vec![TopSpec::Mirror(vec![mk("a.img"), mk("b.img")])],
+        logs: Vec::new(),
         ashift: 12,
         force: true,
         pool_props: BTreeMap::new(),

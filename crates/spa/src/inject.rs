@@ -35,12 +35,17 @@ pub struct LeafDevice {
 impl Pool {
     /// Every leaf of the pool (UNAVAIL ones included), depth-first in config order.
     pub fn leaf_devices(&self) -> Vec<LeafDevice> {
-        self.top
+        self.zio
+            .vdevs()
             .iter()
-            .flat_map(|t| t.leaves())
-            .map(|l| LeafDevice {
-                path: l.path.clone().unwrap_or_default(),
-                guid: l.guid,
+            .flat_map(|t| {
+                t.leaves()
+                    .into_iter()
+                    .map(|l| LeafDevice {
+                        path: l.path.clone().unwrap_or_default(),
+                        guid: l.guid,
+                    })
+                    .collect::<Vec<_>>()
             })
             .collect()
     }

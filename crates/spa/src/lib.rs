@@ -16,6 +16,27 @@
 //!   durable (DESIGN "Transaction groups"). A failed sync suspends the pool.
 //! - **export/destroy** sync, mark the labels, and release the device locks.
 //!
+//! **Top-level vdevs and classes.** The root's children are the top-level vdevs; a
+//! child's index is its `id`, the vdev number in every DVA. A child is a normal vdev
+//! (pool capacity), a separate intent-log vdev (`is_log`, a SLOG: only ZIL blocks go
+//! there, picked by `metaslab::SpaceMap::pick_log_vdev`), or a hole left by a removed
+//! log vdev (so the ids of the others never change; `zpool add` fills the first hole,
+//! as OpenZFS does). `zpool add` validates everything first (the same checks as
+//! create, plus the replication level against the pool's), then brings the vdevs into
+//! the allocator and marks the config dirty; the next txg sync writes the uberblock —
+//! whose GUID sum now covers the new leaves — to every leaf, then the new config into
+//! every label. `zpool remove` of a log vdev stops allocation there, runs the ZIL's
+//! evacuation hook (or just syncs a txg), requires that nothing is allocated on it,
+//! swaps it for a hole, syncs the same way, and finally clears the removed leaves'
+//! labels and unlocks them. Crash safety of both rests on import choosing, among the
+//! label configs found, the newest one for which some uberblock's GUID sum matches:
+//! a crash before the uberblock of the change leaves the old config in force.
+//!
+//! **Missing log devices.** A pool whose log vdev has no usable leaf refuses to import
+//! unless asked to (`zpool import -m`, [`ImportOptions::missing_log`]); imported so,
+//! the log vdev is UNAVAIL, the pool DEGRADED, and the intent log uses the normal
+//! class. Losing a log device loses at most the unsynced log records, never the pool.
+//!
 //! The DSL half (`dsl.rs`) keeps the dataset directory: names, properties with
 //! inheritance, and per-dataset records (`DslDatasetPhys` in a MOS object's bonus)
 //! pointing at each dataset's object set.
@@ -36,10 +57,11 @@ pub mod inject;
 mod names;
 mod pool;
 mod sync;
+mod vdevs;
 
 pub use dsl::{recordsize_bytes, DATASET_PROPS};
 pub use names::{validate_dataset_name, validate_pool_name};
-pub use pool::{cache_limit, set_cache_limit, Pool, CACHE_LIMIT_DEFAULT_BYTES};
+pub use pool::{cache_limit, set_cache_limit, LogEvacuateHook, Pool, CACHE_LIMIT_DEFAULT_BYTES};
 pub use tarn_dmu::ObjectStore;
 pub use tarn_zil::Zilog;
 
@@ -87,6 +109,15 @@ pub enum SpaError {
     /// I/O error.
     #[error("I/O error: {0}")]
     Io(String),
+    /// Import refused because every leaf of one or more log vdevs is missing
+    /// (`zpool import -m` imports anyway). `missing` lists those log vdevs.
+    #[error("cannot import '{pool}': one or more devices is currently unavailable")]
+    MissingLogs {
+        /// Pool name as asked for.
+        pool: String,
+        /// The missing top-level log vdevs, with their leaves.
+        missing: Vec<VdevStatus>,
+    },
 }
 
 /// Result alias.
@@ -108,6 +139,16 @@ pub enum TopSpec {
     },
 }
 
+impl TopSpec {
+    /// The leaf paths, in order.
+    pub fn leaves(&self) -> &[PathBuf] {
+        match self {
+            TopSpec::Leaf(p) => std::slice::from_ref(p),
+            TopSpec::Mirror(v) | TopSpec::Raidz { leaves: v, .. } => v,
+        }
+    }
+}
+
 /// Arguments of `zpool create`.
 #[derive(Debug, Clone)]
 pub struct CreateSpec {
@@ -115,6 +156,8 @@ pub struct CreateSpec {
     pub name: String,
     /// Top-level vdevs.
     pub vdevs: Vec<TopSpec>,
+    /// Separate intent-log vdevs (`log ...`): single leaves or mirrors, not raidz.
+    pub logs: Vec<TopSpec>,
     /// log2 sector size, 9 or 12 (default 12).
     pub ashift: u8,
     /// `-f`: use devices that belong to an exported or destroyed pool.
@@ -123,6 +166,56 @@ pub struct CreateSpec {
     pub pool_props: BTreeMap<String, String>,
     /// Root dataset properties from `-O` and `-m` (mountpoint).
     pub fs_props: BTreeMap<String, String>,
+}
+
+impl Default for CreateSpec {
+    /// No name, no vdevs, ashift 12, no force, no properties.
+    fn default() -> Self {
+        CreateSpec {
+            name: String::new(),
+            vdevs: Vec::new(),
+            logs: Vec::new(),
+            ashift: 12,
+            force: false,
+            pool_props: BTreeMap::new(),
+            fs_props: BTreeMap::new(),
+        }
+    }
+}
+
+/// Arguments of `zpool add`.
+#[derive(Debug, Clone, Default)]
+pub struct AddSpec {
+    /// New normal top-level vdevs.
+    pub vdevs: Vec<TopSpec>,
+    /// New separate intent-log vdevs: single leaves or mirrors, not raidz.
+    pub logs: Vec<TopSpec>,
+    /// `-f`: use devices of exported or destroyed pools, and accept a replication
+    /// level different from the pool's.
+    pub force: bool,
+}
+
+/// How `zpool import` opens a pool.
+#[derive(Debug, Clone)]
+pub struct ImportOptions {
+    /// Which uberblock to use.
+    pub rewind: Rewind,
+    /// Import under this name instead of the one in the labels.
+    pub new_name: Option<String>,
+    /// `-m`: import even if every leaf of a log vdev is missing (its unsynced log
+    /// records are lost; the log vdev stays in the config, UNAVAIL).
+    pub missing_log: bool,
+}
+
+impl Default for ImportOptions {
+    /// Newest uberblock, the labels' name, no missing log devices.
+    fn default() -> Self {
+        ImportOptions {
+            rewind: Rewind::None,
+            new_name: None,
+            missing_log: false,
+        }
+    }
 }
 
 /// How to pick the uberblock at import.
@@ -170,6 +263,8 @@ pub struct VdevStatus {
     pub alloc_bytes: u64,
     /// Size in bytes.
     pub size_bytes: u64,
+    /// A top-level separate intent-log vdev (shown under `logs`).
+    pub is_log: bool,
     /// Children.
     pub children: Vec<VdevStatus>,
 }
@@ -185,6 +280,7 @@ impl VdevStatus {
             checksum_errors: 0,
             alloc_bytes: 0,
             size_bytes: 0,
+            is_log: false,
             children,
         }
     }

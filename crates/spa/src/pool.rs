@@ -2,7 +2,7 @@
 //! See the crate theory statement in `lib.rs`.
 
 use crate::dsl::{Dir, DslDatasetPhys};
-use crate::{CreateSpec, ImportCandidate, Result, Rewind, SpaError, TopSpec, VdevStatus};
+use crate::{CreateSpec, ImportCandidate, ImportOptions, Result, Rewind, SpaError, TopSpec, VdevStatus};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tarn_dmu::objset::{Objset, OS_TYPE_MOS};
 use tarn_dmu::txg::TxgGate;
 use tarn_dmu::{ObjectStore, TxHold};
-use tarn_metaslab::{SpaceMap, VdevSpace};
+use tarn_metaslab::{AllocClass, SpaceMap, VdevSpace};
 use tarn_phys::label::{LabelConfig, PoolState, VdevConfig};
 use tarn_phys::{BlkPtr, ObjectType, UberblockPhys, TARN_FORMAT_VERSION};
 use tarn_vdev::{label, Leaf, Vdev, VdevError, VdevState};
@@ -96,7 +96,7 @@ fn guid() -> u64 {
     }
 }
 
-fn kind_of_leaf(path: &Path) -> &'static str {
+pub(crate) fn kind_of_leaf(path: &Path) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     match std::fs::metadata(path) {
         Ok(m) if m.file_type().is_block_device() => "disk",
@@ -104,12 +104,49 @@ fn kind_of_leaf(path: &Path) -> &'static str {
     }
 }
 
+/// What the intent log supplies to `zpool remove` of a log vdev: given the vdev id,
+/// move or retire every live log block on it (commit and let a txg make the records
+/// permanent, then free the blocks) and return once that is done. See
+/// [`Pool::set_log_evacuate_hook`].
+pub type LogEvacuateHook = dyn Fn(u32) -> Result<()> + Send + Sync;
+
+/// The class of a top-level vdev as its config describes it.
+pub(crate) fn class_of(c: &VdevConfig) -> AllocClass {
+    if c.is_hole() {
+        AllocClass::Hole
+    } else if c.is_log {
+        AllocClass::Log
+    } else {
+        AllocClass::Normal
+    }
+}
+
+/// OpenZFS's `vdev_error` text: the header, then `msg`.
+pub(crate) fn vdev_error(force: bool, msg: &str) -> String {
+    let how = if force {
+        "the following errors must be manually repaired:"
+    } else {
+        "use '-f' to override the following errors:"
+    };
+    format!("invalid vdev specification\n{how}\n{msg}")
+}
+
+/// `zpool status` name of a top-level vdev config: "mirror-1", "raidz2-0", the path.
+pub(crate) fn config_display_name(t: &VdevConfig) -> String {
+    match t.kind.as_str() {
+        "mirror" => format!("mirror-{}", t.id),
+        "raidz" => format!("raidz{}-{}", t.nparity, t.id),
+        _ => t.path.clone().unwrap_or_default(),
+    }
+}
+
 /// An imported pool.
 pub struct Pool {
     pub(crate) name: String,
     pub(crate) guid: u64,
+    /// The vdev tree as the labels record it; its children match `zio.vdevs()` one to
+    /// one (holes included). Changed only under `sync_lock`.
     pub(crate) config: Mutex<VdevConfig>,
-    pub(crate) top: Vec<Arc<Vdev>>,
     pub(crate) zio: Arc<Zio>,
     pub(crate) gate: Arc<TxgGate>,
     pub(crate) mos: Arc<Objset>,
@@ -128,6 +165,11 @@ pub struct Pool {
     pub(crate) sync_lock: Mutex<()>,
     pub(crate) closed: AtomicBool,
     pub(crate) altroot: Mutex<Option<String>>,
+    /// The config changed (vdevs added or removed): the next txg sync writes an
+    /// uberblock even with nothing else dirty, then rewrites every label.
+    pub(crate) config_dirty: AtomicBool,
+    /// Supplied by the intent log; run by `remove_vdev` on a log vdev.
+    pub(crate) log_evacuate_hook: Mutex<Option<Arc<LogEvacuateHook>>>,
 }
 
 struct FoundLeaf {
@@ -148,19 +190,40 @@ impl Pool {
                 spec.ashift
             )));
         }
-        if spec.vdevs.is_empty() {
+        if spec.vdevs.is_empty() && spec.logs.is_empty() {
             return Err(SpaError::Invalid("invalid vdev specification: at least one device is required".into()));
         }
-        // Shape checks.
+        if spec.vdevs.is_empty() {
+            return Err(SpaError::Invalid(vdev_error(
+                spec.force,
+                "at least one general top-level vdev must be specified",
+            )));
+        }
+        let tops: Vec<(&TopSpec, bool)> = spec.vdevs.iter().map(|t| (t, false)).chain(spec.logs.iter().map(|t| (t, true))).collect();
+        let opened = Self::open_new_tops(&tops, spec.force, None)?;
+        register_name(&spec.name)?;
+        let res = Self::create_inner(spec, opened);
+        if res.is_err() {
+            unregister_name(&spec.name);
+        }
+        res
+    }
+
+    /// Check the shape of new top-level vdevs (`(spec, is_log)`), then open every leaf
+    /// and check its size and label, before anything is written. `pool` is the
+    /// pool being added to (its name and config), whose own leaves are refused.
+    pub(crate) fn open_new_tops(tops: &[(&TopSpec, bool)], force: bool, pool: Option<(&str, u64, &VdevConfig)>) -> Result<Vec<Vec<(PathBuf, Leaf)>>> {
         let mut seen = HashSet::new();
-        for t in &spec.vdevs {
-            let leaves: Vec<&PathBuf> = match t {
-                TopSpec::Leaf(p) => vec![p],
+        for &(t, is_log) in tops {
+            match t {
+                TopSpec::Leaf(_) => {}
                 TopSpec::Mirror(v) => {
                     if v.len() < 2 {
                         return Err(SpaError::Invalid("invalid vdev specification: mirror requires at least 2 devices".into()));
                     }
-                    v.iter().collect()
+                }
+                TopSpec::Raidz { .. } if is_log => {
+                    return Err(SpaError::Invalid("invalid vdev specification: unsupported 'log' device: raidz".into()));
                 }
                 TopSpec::Raidz { nparity, leaves } => {
                     if !(1..=3).contains(nparity) {
@@ -172,10 +235,9 @@ impl Pool {
                             *nparity as usize + 1
                         )));
                     }
-                    leaves.iter().collect()
                 }
-            };
-            for p in leaves {
+            }
+            for p in t.leaves() {
                 let canon = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
                 if !seen.insert(canon) {
                     return Err(SpaError::Invalid(format!(
@@ -185,20 +247,32 @@ impl Pool {
                 }
             }
         }
-        // Open every leaf and check size and labels before writing anything.
+        if let Some((name, _, cfg)) = pool {
+            let mine: HashSet<PathBuf> = cfg
+                .children
+                .iter()
+                .flat_map(|t| t.leaves())
+                .filter_map(|l| l.path.as_ref())
+                .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p)))
+                .collect();
+            for p in tops.iter().flat_map(|(t, _)| t.leaves()) {
+                if mine.contains(&std::fs::canonicalize(p).unwrap_or_else(|_| p.clone())) {
+                    return Err(SpaError::InUse {
+                        path: p.display().to_string(),
+                        pool: name.to_string(),
+                        state: "active".into(),
+                    });
+                }
+            }
+        }
         let mut opened: Vec<Vec<(PathBuf, Leaf)>> = Vec::new();
-        for t in &spec.vdevs {
-            let paths: Vec<PathBuf> = match t {
-                TopSpec::Leaf(p) => vec![p.clone()],
-                TopSpec::Mirror(v) => v.clone(),
-                TopSpec::Raidz { leaves, .. } => leaves.clone(),
-            };
+        for (t, _) in tops {
             let mut group = Vec::new();
-            for p in paths {
+            for p in t.leaves() {
                 if !p.exists() {
                     return Err(SpaError::NotFound(format!("cannot open '{}': No such file or directory", p.display())));
                 }
-                let leaf = Leaf::open(&p).map_err(|e| match e {
+                let leaf = Leaf::open(p).map_err(|e| match e {
                     VdevError::Busy { .. } => SpaError::Busy(format!("{} is in use and contains an imported pool", p.display())),
                     VdevError::Io { source, .. } if source.kind() == std::io::ErrorKind::InvalidInput => SpaError::TooSmall(p.display().to_string()),
                     other => SpaError::Io(other.to_string()),
@@ -207,13 +281,18 @@ impl Pool {
                     return Err(SpaError::TooSmall(p.display().to_string()));
                 }
                 if let Some(cfg) = label::read_configs(&leaf).into_iter().flatten().next() {
+                    // A label of this very pool for a leaf its tree does not have is
+                    // left over from an add or remove that a crash cut short.
+                    let stale =
+                        pool.is_some_and(|(_, guid, tree)| cfg.pool_guid == guid && !tree.children.iter().flat_map(|t| t.leaves()).any(|l| l.guid == cfg.guid));
                     let state = match cfg.state {
+                        _ if stale => None,
                         PoolState::Active => Some("active"),
                         PoolState::Exported => Some("exported"),
                         PoolState::Destroyed => None,
                     };
                     if let Some(state) = state {
-                        if !spec.force {
+                        if !force {
                             return Err(SpaError::InUse {
                                 path: p.display().to_string(),
                                 pool: cfg.name,
@@ -222,91 +301,92 @@ impl Pool {
                         }
                     }
                 }
-                group.push((p, leaf));
+                group.push((p.clone(), leaf));
             }
             opened.push(group);
         }
-        register_name(&spec.name)?;
-        let res = Self::create_inner(spec, opened);
-        if res.is_err() {
-            unregister_name(&spec.name);
+        Ok(opened)
+    }
+
+    /// Build top-level vdev `id` from its spec and opened leaves: the runtime node and
+    /// its config (fresh GUIDs; leaf paths canonicalized).
+    pub(crate) fn build_top(id: u32, t: &TopSpec, group: Vec<(PathBuf, Leaf)>, ashift: u8, is_log: bool) -> (Arc<Vdev>, VdevConfig) {
+        let single = matches!(t, TopSpec::Leaf(_));
+        let mut leaves = Vec::new();
+        let mut leaf_cfgs = Vec::new();
+        for (i, (p, leaf)) in group.into_iter().enumerate() {
+            // A lone leaf is itself the top-level vdev and carries its id.
+            let i = if single { id } else { i as u32 };
+            let g = guid();
+            let path = std::fs::canonicalize(&p).unwrap_or(p.clone()).display().to_string();
+            leaf_cfgs.push(VdevConfig {
+                kind: kind_of_leaf(&p).into(),
+                id: i as u64,
+                guid: g,
+                path: Some(path.clone()),
+                ashift,
+                ..VdevConfig::default()
+            });
+            leaves.push(Arc::new(Vdev::new_leaf(i, g, ashift, path, Some(leaf))));
         }
-        res
+        let tg = guid();
+        let (vdev, kind, nparity) = match t {
+            TopSpec::Leaf(_) => {
+                let (v, lc) = (leaves.pop().expect("one leaf"), leaf_cfgs.pop().expect("one leaf"));
+                let cfg = VdevConfig {
+                    asize_bytes: v.asize_bytes(),
+                    is_log,
+                    ..lc
+                };
+                return (v, cfg);
+            }
+            TopSpec::Mirror(_) => (Vdev::new_mirror(id, tg, ashift, leaves), "mirror", 0),
+            TopSpec::Raidz { nparity, .. } => (Vdev::new_raidz(id, tg, ashift, *nparity, leaves), "raidz", *nparity),
+        };
+        let cfg = VdevConfig {
+            kind: kind.into(),
+            id: id as u64,
+            guid: tg,
+            nparity,
+            ashift,
+            asize_bytes: vdev.asize_bytes(),
+            is_log,
+            children: leaf_cfgs,
+            ..VdevConfig::default()
+        };
+        (Arc::new(vdev), cfg)
     }
 
     fn create_inner(spec: &CreateSpec, opened: Vec<Vec<(PathBuf, Leaf)>>) -> Result<Arc<Pool>> {
         let ashift = spec.ashift;
         let mut top = Vec::new();
         let mut tops_cfg = Vec::new();
-        for (id, (t, group)) in spec.vdevs.iter().zip(opened).enumerate() {
-            let id = id as u32;
-            let mut leaves = Vec::new();
-            let mut leaf_cfgs = Vec::new();
-            let single = matches!(t, TopSpec::Leaf(_));
-            for (i, (p, leaf)) in group.into_iter().enumerate() {
-                // A lone leaf is itself the top-level vdev and carries its id.
-                let i = if single { id as usize } else { i };
-                let g = guid();
-                let path = std::fs::canonicalize(&p).unwrap_or(p.clone()).display().to_string();
-                leaf_cfgs.push(VdevConfig {
-                    kind: kind_of_leaf(&p).into(),
-                    id: i as u64,
-                    guid: g,
-                    path: Some(path.clone()),
-                    nparity: 0,
-                    ashift,
-                    asize_bytes: 0,
-                    children: vec![],
-                });
-                leaves.push(Arc::new(Vdev::new_leaf(i as u32, g, ashift, path, Some(leaf))));
-            }
-            let tg = guid();
-            let (vdev, kind, nparity) = match t {
-                TopSpec::Leaf(_) => {
-                    let (v, lc) = (leaves.pop().unwrap(), leaf_cfgs.pop().unwrap());
-                    tops_cfg.push(VdevConfig {
-                        asize_bytes: v.asize_bytes(),
-                        ..lc
-                    });
-                    top.push(v);
-                    continue;
-                }
-                TopSpec::Mirror(_) => (Vdev::new_mirror(id, tg, ashift, leaves), "mirror", 0),
-                TopSpec::Raidz { nparity, .. } => (Vdev::new_raidz(id, tg, ashift, *nparity, leaves), "raidz", *nparity),
-            };
-            let asize = vdev.asize_bytes();
-            tops_cfg.push(VdevConfig {
-                kind: kind.into(),
-                id: id as u64,
-                guid: tg,
-                path: None,
-                nparity,
-                ashift,
-                asize_bytes: asize,
-                children: leaf_cfgs,
-            });
-            top.push(Arc::new(vdev));
+        let specs = spec.vdevs.iter().map(|t| (t, false)).chain(spec.logs.iter().map(|t| (t, true)));
+        for (id, ((t, is_log), group)) in specs.zip(opened).enumerate() {
+            let (v, cfg) = Self::build_top(id as u32, t, group, ashift, is_log);
+            top.push(v);
+            tops_cfg.push(cfg);
         }
         let pool_guid = guid();
+        let space = SpaceMap::new(
+            top.iter()
+                .zip(&tops_cfg)
+                .map(|(v, c)| VdevSpace::new_class(v.asize_bytes(), v.alloc_align_bytes(), class_of(c)))
+                .collect(),
+        );
         let root_cfg = VdevConfig {
             kind: "root".into(),
-            id: 0,
             guid: pool_guid,
-            path: None,
-            nparity: 0,
-            ashift: 0,
-            asize_bytes: 0,
             children: tops_cfg,
+            ..VdevConfig::default()
         };
-        let space = SpaceMap::new(top.iter().map(|v| VdevSpace::new(v.asize_bytes(), v.alloc_align_bytes())).collect());
-        let zio = Arc::new(Zio::new(top.clone(), space, cache_max_bytes()));
+        let zio = Arc::new(Zio::new(top, space, cache_max_bytes()));
         let gate = Arc::new(TxgGate::new(1, dirty_max_bytes()));
         let mos = Objset::create(zio.clone(), gate.clone(), OS_TYPE_MOS);
         let pool = Arc::new(Pool {
             name: spec.name.clone(),
             guid: pool_guid,
             config: Mutex::new(root_cfg),
-            top,
             zio,
             gate,
             mos,
@@ -321,6 +401,8 @@ impl Pool {
             sync_lock: Mutex::new(()),
             closed: AtomicBool::new(false),
             altroot: Mutex::new(spec.pool_props.get("altroot").cloned()),
+            config_dirty: AtomicBool::new(false),
+            log_evacuate_hook: Mutex::new(None),
         });
         // Labels first (state active), so a crash mid-create leaves a recognisable pool.
         pool.write_labels(PoolState::Active, 0)?;
@@ -354,8 +436,14 @@ impl Pool {
 
     /// Write every leaf's label config with `state`.
     pub(crate) fn write_labels(&self, state: PoolState, txg: u64) -> Result<()> {
+        self.write_labels_where(state, txg, &|_| true)
+    }
+
+    /// Write the label config, with `state` and `txg`, on the leaves of the top-level
+    /// vdevs for which `pick` (given the top-level config) is true.
+    pub(crate) fn write_labels_where(&self, state: PoolState, txg: u64, pick: &dyn Fn(&VdevConfig) -> bool) -> Result<()> {
         let cfg = self.config.lock().clone();
-        for (t, tcfg) in self.top.iter().zip(cfg.children.iter()) {
+        for (t, tcfg) in self.zio.vdevs().iter().zip(cfg.children.iter()).filter(|(_, c)| pick(c)) {
             for (leaf, lcfg) in t.leaves().into_iter().zip(tcfg.leaves()) {
                 let tarn_vdev::VdevKind::Leaf(Some(l)) = &leaf.kind else { continue };
                 let lc = LabelConfig {
@@ -437,6 +525,7 @@ impl Pool {
             .map(|t| {
                 let id = t.id as u32;
                 let v = match t.kind.as_str() {
+                    tarn_phys::label::VDEV_KIND_HOLE => Vdev::new_hole(id),
                     "mirror" => Vdev::new_mirror(
                         id,
                         t.guid,
@@ -465,58 +554,60 @@ impl Pool {
             .collect()
     }
 
+    /// Health of top-level vdev config `t` when only the leaves in `present` exist.
+    fn config_state(t: &VdevConfig, present: &HashSet<u64>) -> VdevState {
+        let missing = t.leaves().iter().filter(|l| !present.contains(&l.guid)).count();
+        let tol = match t.kind.as_str() {
+            "mirror" => t.children.len().saturating_sub(1),
+            "raidz" => t.nparity as usize,
+            _ => 0,
+        };
+        if missing == 0 {
+            VdevState::Online
+        } else if missing <= tol {
+            VdevState::Degraded
+        } else {
+            VdevState::Unavail
+        }
+    }
+
+    /// The status node of top-level vdev config `t` (no counters).
+    fn config_status(t: &VdevConfig, present: &HashSet<u64>) -> VdevStatus {
+        let kids: Vec<VdevStatus> = t
+            .leaves()
+            .iter()
+            .filter(|_| !t.children.is_empty())
+            .map(|l| {
+                VdevStatus::new(
+                    &l.path.clone().unwrap_or_default(),
+                    if present.contains(&l.guid) { "ONLINE" } else { "UNAVAIL" },
+                    vec![],
+                )
+            })
+            .collect();
+        VdevStatus {
+            size_bytes: t.asize_bytes,
+            is_log: t.is_log,
+            ..VdevStatus::new(&config_display_name(t), Self::config_state(t, present).as_str(), kids)
+        }
+    }
+
     fn candidate_of(name: &str, guid: u64, cfg: &VdevConfig, leaves: &[FoundLeaf], state: PoolState) -> ImportCandidate {
         let present: HashSet<u64> = leaves.iter().map(|f| f.config.guid).collect();
         let mut worst = VdevState::Online;
-        let children = cfg
-            .children
-            .iter()
-            .map(|t| {
-                let kids: Vec<VdevStatus> = t
-                    .leaves()
-                    .iter()
-                    .filter(|_| !t.children.is_empty())
-                    .map(|l| {
-                        VdevStatus::new(
-                            &l.path.clone().unwrap_or_default(),
-                            if present.contains(&l.guid) { "ONLINE" } else { "UNAVAIL" },
-                            vec![],
-                        )
-                    })
-                    .collect();
-                let missing = t.leaves().iter().filter(|l| !present.contains(&l.guid)).count();
-                let tol = match t.kind.as_str() {
-                    "mirror" => t.children.len().saturating_sub(1),
-                    "raidz" => t.nparity as usize,
-                    _ => 0,
-                };
-                let st = if missing == 0 {
-                    VdevState::Online
-                } else if missing <= tol {
-                    VdevState::Degraded
-                } else {
-                    VdevState::Unavail
-                };
-                if st == VdevState::Unavail || (st == VdevState::Degraded && worst == VdevState::Online) {
-                    worst = st;
-                }
-                let name = match t.kind.as_str() {
-                    "mirror" => format!("mirror-{}", t.id),
-                    "raidz" => format!("raidz{}-{}", t.nparity, t.id),
-                    _ => t.path.clone().unwrap_or_default(),
-                };
-                VdevStatus {
-                    name,
-                    state: st.as_str().into(),
-                    read_errors: 0,
-                    write_errors: 0,
-                    checksum_errors: 0,
-                    alloc_bytes: 0,
-                    size_bytes: t.asize_bytes,
-                    children: kids,
-                }
-            })
-            .collect();
+        let mut children = Vec::new();
+        for t in cfg.children.iter().filter(|t| !t.is_hole()) {
+            let node = Self::config_status(t, &present);
+            let mut st = Self::config_state(t, &present);
+            // As OpenZFS's root vdev: a missing log device degrades the pool, no more.
+            if t.is_log && st == VdevState::Unavail {
+                st = VdevState::Degraded;
+            }
+            if st == VdevState::Unavail || (st == VdevState::Degraded && worst == VdevState::Online) {
+                worst = st;
+            }
+            children.push(node);
+        }
         let mut dirs: Vec<PathBuf> = leaves.iter().filter_map(|f| f.path.parent().map(|p| p.to_path_buf())).collect();
         dirs.sort();
         dirs.dedup();
@@ -535,12 +626,24 @@ impl Pool {
         }
     }
 
+    /// The label config to import a pool from: the newest (by label txg) for which some
+    /// uberblock on the found leaves carries the config's GUID sum, else the newest.
+    /// A crash during `zpool add`/`remove` between the uberblock and the label rewrite
+    /// therefore leaves the last config that some txg actually committed.
+    fn choose_config(leaves: &[FoundLeaf]) -> LabelConfig {
+        let sums: HashSet<u64> = leaves.iter().flat_map(|f| label::read_uberblocks(&f.leaf)).map(|u| u.guid_sum).collect();
+        let mut cfgs: Vec<&LabelConfig> = leaves.iter().map(|f| &f.config).collect();
+        cfgs.sort_by_key(|c| std::cmp::Reverse(c.txg));
+        let chosen = cfgs.iter().find(|c| sums.contains(&Self::guid_sum(&c.vdev_tree))).unwrap_or(&cfgs[0]);
+        (*chosen).clone()
+    }
+
     /// `zpool import` with no name: pools whose labels are found under `search_dirs`.
     pub fn find_importable(search_dirs: &[PathBuf]) -> Result<Vec<ImportCandidate>> {
         let groups = Self::group(Self::scan_dirs(search_dirs));
         let mut out = Vec::new();
         for (g, leaves) in groups {
-            let best = leaves.iter().max_by_key(|f| f.config.txg).unwrap().config.clone();
+            let best = Self::choose_config(&leaves);
             out.push(Self::candidate_of(&best.name, g, &best.vdev_tree, &leaves, best.state));
         }
         Ok(out)
@@ -548,6 +651,18 @@ impl Pool {
 
     /// `zpool import NAME|GUID` from leaves found under `search_dirs`.
     pub fn import(name_or_guid: &str, search_dirs: &[PathBuf], rewind: Rewind, new_name: Option<&str>) -> Result<Arc<Pool>> {
+        let opts = ImportOptions {
+            rewind,
+            new_name: new_name.map(String::from),
+            missing_log: false,
+        };
+        Self::import_with(name_or_guid, search_dirs, &opts)
+    }
+
+    /// `zpool import [-m] [-F | -T txg] NAME|GUID [NEWNAME]` from leaves found under
+    /// `search_dirs`. Without `opts.missing_log`, a pool with a log vdev whose every
+    /// leaf is missing is refused with [`SpaError::MissingLogs`].
+    pub fn import_with(name_or_guid: &str, search_dirs: &[PathBuf], opts: &ImportOptions) -> Result<Arc<Pool>> {
         let groups = Self::group(Self::scan_dirs(search_dirs));
         let mut matches: Vec<(u64, Vec<FoundLeaf>)> = groups
             .into_iter()
@@ -562,7 +677,7 @@ impl Pool {
             )));
         }
         let (pool_guid, leaves) = matches.pop().unwrap();
-        let best = leaves.iter().max_by_key(|f| f.config.txg).unwrap().config.clone();
+        let best = Self::choose_config(&leaves);
         if best.version > TARN_FORMAT_VERSION {
             return Err(SpaError::NewerVersion(best.name.clone(), best.version, TARN_FORMAT_VERSION));
         }
@@ -573,7 +688,7 @@ impl Pool {
                 best.features_for_read.join("\n\t")
             )));
         }
-        let name = new_name.unwrap_or(&best.name).to_string();
+        let name = opts.new_name.as_deref().unwrap_or(&best.name).to_string();
         crate::validate_pool_name(&name)?;
         let cand = Self::candidate_of(&name, pool_guid, &best.vdev_tree, &leaves, best.state);
         if cand.health == "UNAVAIL" {
@@ -581,8 +696,21 @@ impl Pool {
                 "cannot import '{name}': one or more devices is currently unavailable"
             )));
         }
+        if !opts.missing_log {
+            let present: HashSet<u64> = leaves.iter().map(|f| f.config.guid).collect();
+            let missing: Vec<VdevStatus> = best
+                .vdev_tree
+                .children
+                .iter()
+                .filter(|t| t.is_log && Self::config_state(t, &present) == VdevState::Unavail)
+                .map(|t| Self::config_status(t, &present))
+                .collect();
+            if !missing.is_empty() {
+                return Err(SpaError::MissingLogs { pool: name, missing });
+            }
+        }
         register_name(&name)?;
-        let r = Self::open_pool(name.clone(), pool_guid, best.vdev_tree.clone(), leaves, rewind);
+        let r = Self::open_pool(name.clone(), pool_guid, best.vdev_tree.clone(), leaves, opts.rewind);
         if r.is_err() {
             unregister_name(&name);
         }
@@ -638,9 +766,10 @@ impl Pool {
 
     fn open_at(name: &str, pool_guid: u64, cfg: &VdevConfig, top: &[Arc<Vdev>], ub: &UberblockPhys) -> Result<Arc<Pool>> {
         let dims: Vec<(u64, u64)> = top.iter().zip(&cfg.children).map(|(v, c)| (c.asize_bytes, v.alloc_align_bytes())).collect();
+        let classes: Vec<AllocClass> = cfg.children.iter().map(class_of).collect();
         let zio = Arc::new(Zio::new(
             top.to_vec(),
-            SpaceMap::new(dims.iter().map(|&(a, al)| VdevSpace::new(a, al)).collect()),
+            SpaceMap::new(dims.iter().zip(&classes).map(|(&(a, al), &c)| VdevSpace::new_class(a, al, c)).collect()),
             cache_max_bytes(),
         ));
         let sm_bytes = zio
@@ -653,8 +782,20 @@ impl Pool {
                 .try_into()
                 .unwrap(),
         ) as usize;
-        let sm = SpaceMap::decode(&dims, sm_bytes.get(8..8 + sm_len).ok_or_else(|| SpaError::Corrupt("space map length".into()))?)
+        let mut sm = SpaceMap::decode(&dims, sm_bytes.get(8..8 + sm_len).ok_or_else(|| SpaError::Corrupt("space map length".into()))?)
             .map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': {e}")))?;
+        for (i, (vs, &class)) in sm.vdevs.iter_mut().zip(&classes).enumerate() {
+            if vs.class() != class {
+                return Err(SpaError::Corrupt(format!(
+                    "cannot import '{name}': space map gives vdev {i} class {:?}, the config {class:?}",
+                    vs.class()
+                )));
+            }
+            // A log vdev with no usable leaf (imported with -m) takes no new blocks.
+            if class == AllocClass::Log && !top[i].state().is_usable() {
+                vs.set_allocatable(false);
+            }
+        }
         zio.with_space(|s| {
             *s = sm;
             s.sync_done(ub.txg);
@@ -667,7 +808,6 @@ impl Pool {
             name: name.to_string(),
             guid: pool_guid,
             config: Mutex::new(cfg.clone()),
-            top: top.to_vec(),
             zio,
             gate,
             mos,
@@ -682,6 +822,8 @@ impl Pool {
             sync_lock: Mutex::new(()),
             closed: AtomicBool::new(false),
             altroot: Mutex::new(None),
+            config_dirty: AtomicBool::new(false),
+            log_evacuate_hook: Mutex::new(None),
         });
         // Every dataset record must be readable.
         let ids: Vec<u64> = pool.dir.lock().datasets.values().map(|d| d.obj).collect();
@@ -701,7 +843,7 @@ impl Pool {
     /// After a rewind import, remove uberblocks newer than `txg` so a later import
     /// cannot pick a tree whose blocks may since have been reused.
     fn discard_newer_uberblocks(&self, txg: u64) {
-        for t in &self.top {
+        for t in self.zio.vdevs() {
             for leaf in t.leaves() {
                 let tarn_vdev::VdevKind::Leaf(Some(l)) = &leaf.kind else { continue };
                 if label::clear_uberblocks_after(l, txg).and_then(|_| l.flush()).is_err() {
@@ -739,10 +881,17 @@ impl Pool {
     }
     fn root_state(&self) -> VdevState {
         let mut worst = VdevState::Online;
-        for t in &self.top {
+        for (t, is_log) in self.tops() {
             match t.state() {
                 VdevState::Online => {}
+                // As OpenZFS's root vdev: a log vdev that cannot be used only degrades
+                // the pool (its loss costs unsynced log records, not data).
                 VdevState::Degraded => {
+                    if worst == VdevState::Online {
+                        worst = VdevState::Degraded
+                    }
+                }
+                _ if is_log => {
                     if worst == VdevState::Online {
                         worst = VdevState::Degraded
                     }
@@ -752,11 +901,31 @@ impl Pool {
         }
         worst
     }
-    /// Total allocatable bytes.
+    /// The top-level vdevs other than holes, with whether each is a log vdev.
+    fn tops(&self) -> Vec<(Arc<Vdev>, bool)> {
+        let cfg = self.config.lock();
+        self.zio
+            .vdevs()
+            .into_iter()
+            .zip(cfg.children.iter().map(|c| c.is_log))
+            .filter(|(t, _)| !t.is_hole())
+            .collect()
+    }
+    /// Whether some log vdev has no usable leaf (imported with `-m`, or its devices
+    /// failed): the intent log then writes to the normal class.
+    pub fn log_vdevs_missing(&self) -> bool {
+        self.tops().iter().any(|(t, is_log)| *is_log && !t.state().is_usable())
+    }
+    /// The pool's I/O pipeline (for the intent log, which allocates on log vdevs with
+    /// `zio.with_space(|s| s.pick_log_vdev(..))`, and for tests).
+    pub fn zio(&self) -> &Arc<Zio> {
+        &self.zio
+    }
+    /// Total allocatable bytes (normal class: log vdevs are not counted, as in OpenZFS).
     pub fn size_bytes(&self) -> u64 {
         self.zio.size_bytes()
     }
-    /// Allocated bytes.
+    /// Allocated bytes (normal class).
     pub fn alloc_bytes(&self) -> u64 {
         self.zio.alloc_bytes()
     }
@@ -776,10 +945,12 @@ impl Pool {
                 checksum_errors: v.stats.checksum_errors.load(Ordering::Relaxed),
                 alloc_bytes: if top { alloc } else { 0 },
                 size_bytes: v.asize_bytes(),
+                is_log: false,
                 children: v.children().iter().map(|c| node(c, false, 0)).collect(),
             }
         }
         let allocs: Vec<u64> = self.zio.with_space(|s| s.vdevs.iter().map(|v| v.alloc_bytes()).collect());
+        let logs: Vec<bool> = self.config.lock().children.iter().map(|c| c.is_log).collect();
         VdevStatus {
             name: self.name.clone(),
             state: self.health(),
@@ -788,7 +959,16 @@ impl Pool {
             checksum_errors: 0,
             alloc_bytes: self.alloc_bytes(),
             size_bytes: self.size_bytes(),
-            children: self.top.iter().zip(allocs).map(|(t, a)| node(t, true, a)).collect(),
+            is_log: false,
+            children: self
+                .zio
+                .vdevs()
+                .iter()
+                .zip(allocs)
+                .zip(logs)
+                .filter(|((t, _), _)| !t.is_hole())
+                .map(|((t, a), is_log)| VdevStatus { is_log, ..node(t, true, a) })
+                .collect(),
         }
     }
 
@@ -812,7 +992,7 @@ impl Pool {
         self.gate.set_readonly(true);
         let txg = self.gate.synced_txg();
         self.write_labels(state, txg)?;
-        for t in &self.top {
+        for t in self.zio.vdevs() {
             for leaf in t.leaves() {
                 if let tarn_vdev::VdevKind::Leaf(Some(l)) = &leaf.kind {
                     let _ = l.flush();
@@ -851,7 +1031,7 @@ impl Pool {
             "health" => self.health(),
             "guid" => self.guid.to_string(),
             "version" => "-".into(),
-            "ashift" => self.top.first().map(|t| t.ashift).unwrap_or(12).to_string(),
+            "ashift" => self.tops().iter().find(|(_, l)| !l).map(|(t, _)| t.ashift).unwrap_or(12).to_string(),
             "altroot" => self.altroot().unwrap_or_else(|| "-".into()),
             "readonly" => if self.gate.is_readonly() { "on" } else { "off" }.into(),
             "txg" => self.synced_txg().to_string(),

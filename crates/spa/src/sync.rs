@@ -76,7 +76,10 @@ impl Pool {
         for z in &logs {
             z.sync(txg);
         }
-        let any = batches.iter().any(|(_, _, b)| !b.is_empty()) || self.mos.has_dirty() || batches.iter().any(|(_, os, _)| os.zil_dirty());
+        // A changed vdev tree needs an uberblock with the new GUID sum even when no
+        // block changed.
+        let config_changed = self.config_dirty.swap(false, Ordering::SeqCst);
+        let any = batches.iter().any(|(_, _, b)| !b.is_empty()) || self.mos.has_dirty() || batches.iter().any(|(_, os, _)| os.zil_dirty()) || config_changed;
         if !any {
             self.gate.mark_synced(txg);
             for z in &logs {
@@ -137,7 +140,8 @@ impl Pool {
             spacemap_bp: smbp,
         };
         // Every leaf's label ring, in parallel (one device round trip per txg).
-        let leaves: Vec<&tarn_vdev::Vdev> = self.top.iter().flat_map(|t| t.leaves()).collect();
+        let top = self.zio.vdevs();
+        let leaves: Vec<&tarn_vdev::Vdev> = top.iter().flat_map(|t| t.leaves()).collect();
         let written = std::thread::scope(|s| {
             let handles: Vec<_> = leaves
                 .iter()
@@ -160,6 +164,12 @@ impl Pool {
         }
         *self.spacemap_bp.lock() = smbp;
         self.zio.with_space(|s| s.sync_done(txg));
+        if config_changed {
+            // The uberblock above committed the new vdev tree; now every label (new
+            // leaves included) records it. A crash before this point imports the old
+            // config at the previous txg (see `Pool::choose_config`).
+            self.write_labels(tarn_phys::label::PoolState::Active, txg)?;
+        }
         self.gate.mark_synced(txg);
         for z in &logs {
             z.synced(txg);

@@ -52,6 +52,7 @@ fn run_one(seed: u64, layout: &str) -> bool {
     let spec = CreateSpec {
         name: name.clone(),
         vdevs,
+        logs: Vec::new(),
         ashift: 12,
         force: false,
         pool_props: BTreeMap::new(),

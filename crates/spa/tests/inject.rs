@@ -20,6 +20,7 @@ fn create(name: &str, vdevs: Vec<TopSpec>) -> std::sync::Arc<Pool> {
     Pool::create(&CreateSpec {
         name: name.into(),
         vdevs,
+        logs: Vec::new(),
         ashift: 12,
         force: false,
         pool_props: BTreeMap::new(),

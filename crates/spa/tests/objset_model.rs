@@ -42,6 +42,7 @@ fn objset_matches_memstore() {
         let spec = CreateSpec {
             name: name.clone(),
             vdevs: vec![TopSpec::Mirror(vec![mk("a"), mk("b")])],
+            logs: Vec::new(),
             ashift: 9 + 3 * (round % 2) as u8,
             force: false,
             pool_props: BTreeMap::new(),

@@ -17,6 +17,7 @@ fn spec(name: &str, vdevs: Vec<TopSpec>) -> CreateSpec {
     CreateSpec {
         name: name.into(),
         vdevs,
+        logs: Vec::new(),
         ashift: 12,
         force: false,
         pool_props: BTreeMap::new(),

@@ -23,6 +23,7 @@ fn make_pool(dir: &Path, name: &str) -> Arc<Pool> {
     let spec = CreateSpec {
         name: name.into(),
         vdevs: vec![TopSpec::Mirror(vec![mk("a"), mk("b")])],
+        logs: Vec::new(),
         ashift: 12,
         force: false,
         pool_props: BTreeMap::new(),

@@ -138,6 +138,7 @@ mod tests {
                 nparity: 0,
                 ashift: 0,
                 asize_bytes: 0,
+                is_log: false,
                 children: vec![],
             },
         }

@@ -7,7 +7,11 @@
 //!   and count a CKSUM error on the leaf when it fails;
 //! - mirror: the same offset on every child;
 //! - raidz: column `c` of a block at `o` lives on child `c` at `o / n`
-//!   (see [`crate::raidz`] for the parity math and column layout).
+//!   (see [`crate::raidz`] for the parity math and column layout);
+//! - hole: the place of a removed top-level vdev (OpenZFS `vdev_hole`), kept so the
+//!   ids of the other top-level vdevs never change. It presents no space: every read
+//!   and write fails with `Unavailable`, it has no leaves, and it reports ONLINE so
+//!   that it never affects the pool's health (callers skip it with [`Vdev::is_hole`]).
 //!
 //! States: a leaf is ONLINE when open, UNAVAIL when its device is missing (`None`),
 //! OFFLINE when the administrator set [`Vdev::set_offline`]. A mirror is ONLINE when
@@ -106,6 +110,8 @@ pub enum VdevKind {
         /// Children in column order.
         children: Vec<Arc<Vdev>>,
     },
+    /// A removed top-level vdev: no space, no children.
+    Hole,
 }
 
 /// One node of the vdev tree. Top-level vdevs have `id` = their index in DVAs.
@@ -172,6 +178,16 @@ impl Vdev {
         Vdev::new(id, guid, ashift, None, VdevKind::Raidz { nparity, children })
     }
 
+    /// The hole left by removed top-level vdev `id` (ashift 9; it never does I/O).
+    pub fn new_hole(id: u32) -> Vdev {
+        Vdev::new(id, 0, 9, None, VdevKind::Hole)
+    }
+
+    /// Whether this is a hole (a removed top-level vdev).
+    pub fn is_hole(&self) -> bool {
+        matches!(self.kind, VdevKind::Hole)
+    }
+
     /// Mark a leaf administratively offline (or back online). No effect on interior
     /// nodes. An offline leaf fails I/O with `Unavailable` without counting errors.
     pub fn set_offline(&self, offline: bool) {
@@ -202,7 +218,7 @@ impl Vdev {
     pub fn asize_bytes(&self) -> u64 {
         let s = self.sector_bytes();
         match &self.kind {
-            VdevKind::Leaf(None) => 0,
+            VdevKind::Leaf(None) | VdevKind::Hole => 0,
             VdevKind::Leaf(Some(l)) => (data_end_bytes(l.size_bytes).saturating_sub(DATA_START_BYTES)) / s * s,
             VdevKind::Mirror(ch) => min_usable_asize(ch) / s * s,
             VdevKind::Raidz { children, .. } => {
@@ -256,7 +272,7 @@ impl Vdev {
     /// few) children are usable, else the first child's `Io` error; `Io`/`InvalidInput`
     /// for a misaligned or out-of-range request. Not durable until [`Vdev::flush`].
     pub fn write(&self, offset_bytes: u64, data: &[u8]) -> Result<(), VdevError> {
-        if !self.state().is_usable() {
+        if !self.state().is_usable() || self.is_hole() {
             return Err(VdevError::Unavailable { vdev: self.id });
         }
         self.check_range(offset_bytes, data.len() as u64)?;
@@ -315,6 +331,7 @@ impl Vdev {
                     Err(first_err.unwrap_or(VdevError::Unavailable { vdev: self.id }))
                 }
             }
+            VdevKind::Hole => unreachable!("holes are refused above"),
         };
         match &r {
             Ok(()) => {
@@ -333,7 +350,7 @@ impl Vdev {
     /// Errors: `Checksum` when data was read but no candidate verified; otherwise the
     /// first `Io` error, or `Unavailable` when too few children are usable.
     pub fn read(&self, offset_bytes: u64, psize_bytes: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>, VdevError> {
-        if !self.state().is_usable() {
+        if !self.state().is_usable() || self.is_hole() {
             return Err(VdevError::Unavailable { vdev: self.id });
         }
         self.check_range(offset_bytes, psize_bytes)?;
@@ -341,6 +358,7 @@ impl Vdev {
             VdevKind::Leaf(leaf) => self.read_leaf(leaf.as_ref().expect("usable leaf is open"), offset_bytes, psize_bytes, verify),
             VdevKind::Mirror(children) => self.read_mirror(children, offset_bytes, psize_bytes, verify),
             VdevKind::Raidz { children, .. } => self.read_raidz(children, offset_bytes, psize_bytes, verify),
+            VdevKind::Hole => unreachable!("holes are refused above"),
         };
         match &r {
             Ok(_) => {
@@ -479,9 +497,13 @@ impl Vdev {
         Ok(data)
     }
 
-    /// fsync/fdatasync every leaf below. Ok if at least one usable leaf flushed;
-    /// otherwise the first `Io` error, or `Unavailable` when no leaf is usable.
+    /// fsync/fdatasync every leaf below. Ok if at least one usable leaf flushed (or
+    /// this is a hole: nothing to flush); otherwise the first `Io` error, or
+    /// `Unavailable` when no leaf is usable.
     pub fn flush(&self) -> Result<(), VdevError> {
+        if self.is_hole() {
+            return Ok(());
+        }
         let mut ok = 0;
         let mut first_err = None;
         for l in self.leaves() {
@@ -507,7 +529,7 @@ impl Vdev {
         match &self.kind {
             VdevKind::Leaf(None) => VdevState::Unavail,
             VdevKind::Leaf(Some(_)) if self.offline.load(Ordering::Relaxed) => VdevState::Offline,
-            VdevKind::Leaf(Some(_)) => VdevState::Online,
+            VdevKind::Leaf(Some(_)) | VdevKind::Hole => VdevState::Online,
             VdevKind::Mirror(children) => {
                 let states: Vec<VdevState> = children.iter().map(|c| c.state()).collect();
                 if states.iter().all(|&s| s == VdevState::Online) {
@@ -535,23 +557,26 @@ impl Vdev {
     /// Children (empty for leaves).
     pub fn children(&self) -> &[Arc<Vdev>] {
         match &self.kind {
-            VdevKind::Leaf(_) => &[],
+            VdevKind::Leaf(_) | VdevKind::Hole => &[],
             VdevKind::Mirror(children) | VdevKind::Raidz { children, .. } => children,
         }
     }
 
-    /// All leaves beneath (self for a leaf), depth-first in child order.
+    /// All leaves beneath (self for a leaf, none for a hole), depth-first in child order.
     pub fn leaves(&self) -> Vec<&Vdev> {
         match &self.kind {
             VdevKind::Leaf(_) => vec![self],
+            VdevKind::Hole => Vec::new(),
             _ => self.children().iter().flat_map(|c| c.leaves()).collect(),
         }
     }
 
-    /// Type word for `zpool status`: "mirror-0", "raidz1-0", or the leaf path.
+    /// Type word for `zpool status`: "mirror-0", "raidz1-0", the leaf path, or
+    /// "hole-N" (holes are never shown; the name is for messages).
     pub fn display_name(&self) -> String {
         match &self.kind {
             VdevKind::Leaf(_) => self.path.clone().unwrap_or_default(),
+            VdevKind::Hole => format!("hole-{}", self.id),
             VdevKind::Mirror(_) => format!("mirror-{}", self.id),
             VdevKind::Raidz { nparity, .. } => format!("raidz{}-{}", nparity, self.id),
         }
@@ -832,6 +857,20 @@ mod tests {
         assert_eq!(&r.read(*off, data.len() as u64, &ok).unwrap(), data);
         assert_eq!(get(&r.children()[3].stats.checksum_errors), 1);
         assert_eq!(get(&r.children()[4].stats.checksum_errors), 0);
+    }
+
+    #[test]
+    fn hole_has_no_space_and_refuses_io() {
+        let h = Vdev::new_hole(3);
+        assert!(h.is_hole());
+        assert_eq!((h.id, h.asize_bytes()), (3, 0));
+        assert_eq!(h.state(), VdevState::Online);
+        assert!(h.leaves().is_empty() && h.children().is_empty());
+        assert!(matches!(h.write(0, &[1; 512]), Err(VdevError::Unavailable { vdev: 3 })));
+        assert!(matches!(h.read(0, 512, &|_| true), Err(VdevError::Unavailable { vdev: 3 })));
+        h.flush().unwrap();
+        assert_eq!(get(&h.stats.write_errors) + get(&h.stats.read_errors), 0);
+        assert_eq!(h.display_name(), "hole-3");
     }
 
     #[test]

@@ -192,6 +192,8 @@ struct ZilState {
     next_size_bytes: u32,
     /// Blocks in flight (issued, not done).
     in_flight: usize,
+    /// Vdevs a log write failed on: no more log blocks there until the next import.
+    failed_vdevs: Vec<u32>,
 }
 
 /// A dataset's intent log (ZFS `zilog_t`).
@@ -599,7 +601,22 @@ impl Zilog {
     }
 
     fn alloc_block(&self, size_bytes: u32) -> std::result::Result<Dva, ZilError> {
-        self.zio.alloc_log_block(size_bytes as u64, self.normal_reserve_bytes()).map_err(zio_err)
+        let avoid = self.st.lock().failed_vdevs.clone();
+        self.zio
+            .alloc_log_block(size_bytes as u64, self.normal_reserve_bytes(), &avoid)
+            .map_err(zio_err)
+    }
+
+    /// `zpool remove` of log vdev `vdev` (allocation there has stopped): if the chain
+    /// has a block on it, retire the chain so the next syncs free them all. Returns
+    /// whether there was anything to retire.
+    pub fn evacuate(&self, vdev: u32) -> bool {
+        let mut st = self.st.lock();
+        let on = st.lwbs.iter().any(|l| l.ptr.vdev == vdev) || (!st.tail.is_none() && st.tail.vdev == vdev);
+        if on && !st.replay_pending {
+            st.broken = true;
+        }
+        on
     }
 
     /// Allocate a successor block able to hold `block_bytes` (header included).
@@ -648,6 +665,12 @@ impl Zilog {
             }
             if ok.is_err() {
                 st.broken = true;
+                // Which of them failed is not known here: avoid all that were written.
+                for v in &vdevs {
+                    if !st.failed_vdevs.contains(v) {
+                        st.failed_vdevs.push(*v);
+                    }
+                }
             }
             st.chain_header_txg
         };

@@ -20,7 +20,22 @@
 //! Frees are deferred ([`tarn_metaslab::TXG_DEFER_SIZE`]) so that the last few
 //! uberblocks stay importable for rewind.
 //!
-//! Locks (in order): `space`, then `cache`; neither is held across I/O.
+//! Allocation classes: ordinary blocks (and their dittos) only ever go to `Normal`
+//! vdevs ([`tarn_metaslab::SpaceMap::pick_vdev`]). Separate intent-log vdevs (`Log`
+//! class) are left to the ZIL, which picks one with `SpaceMap::pick_log_vdev` inside
+//! [`Zio::with_space`], allocates there, and writes through [`Zio::vdevs`]. The pool's
+//! size and free space ([`Zio::size_bytes`], [`Zio::free_bytes`]) count only the
+//! normal class. A log vdev's failure does not fail [`Zio::flush`]: no txg data lives
+//! on it, and losing it loses at most unsynced log records (DESIGN "Caching and
+//! logging").
+//!
+//! Live reconfiguration: the vdev vector is behind an `RwLock` that the hot paths only
+//! read-lock (one uncontended atomic per block). `zpool add` appends a top-level vdev
+//! or fills a hole ([`Zio::attach_vdev`]); `zpool remove` of a log vdev swaps it for a
+//! hole ([`Zio::detach_vdev`]) once nothing is allocated on it. Ids never move.
+//!
+//! Locks (in order): `vdevs`, then `space`, then `cache`; none is held across I/O
+//! except the `vdevs` read lock.
 //!
 //! Called by: dmu (block trees), spa (space map, uberblock bookkeeping).
 //! Calls: metaslab, vdev.
@@ -29,7 +44,7 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tarn_metaslab::SpaceMap;
+use tarn_metaslab::{AllocClass, SpaceMap, VdevSpace};
 use tarn_phys::{BlkPtr, ChecksumAlg, Compression, Dva, ObjectType};
 use tarn_vdev::{Vdev, VdevError};
 
@@ -120,7 +135,8 @@ pub const PREFETCH_QUEUE: usize = 64;
 
 /// The pool's I/O pipeline: top-level vdevs, their free space, and the read cache.
 pub struct Zio {
-    inflation: f64,
+    /// `f64` bits of the worst normal-class asize/psize ratio (see [`Zio::inflation`]).
+    inflation_bits: AtomicU64,
     prefetch_tx: Mutex<Option<std::sync::mpsc::SyncSender<BlkPtr>>>,
     vdevs: RwLock<Vec<Arc<Vdev>>>,
     space: Mutex<SpaceMap>,
@@ -135,12 +151,10 @@ impl Zio {
     /// Build a pipeline over top-level vdevs (index = DVA vdev id) and their space map.
     /// `cache_max_bytes` bounds the read cache.
     pub fn new(vdevs: Vec<Arc<Vdev>>, space: SpaceMap, cache_max_bytes: u64) -> Zio {
-        let inflation = vdevs
-            .iter()
-            .map(|d| d.psize_to_asize(128 << 10) as f64 / (128 << 10) as f64)
-            .fold(1.0, f64::max);
+        assert_eq!(vdevs.len(), space.vdevs.len(), "one VdevSpace per top-level vdev");
+        let inflation = Self::compute_inflation(&vdevs, &space);
         Zio {
-            inflation,
+            inflation_bits: AtomicU64::new(inflation.to_bits()),
             prefetch_tx: Mutex::new(None),
             vdevs: RwLock::new(vdevs),
             space: Mutex::new(space),
@@ -155,9 +169,66 @@ impl Zio {
         }
     }
 
-    /// The top-level vdevs.
+    /// The top-level vdevs, index = DVA vdev id (holes included).
     pub fn vdevs(&self) -> Vec<Arc<Vdev>> {
         self.vdevs.read().clone()
+    }
+
+    /// Number of top-level vdev ids in use (holes included).
+    pub fn vdev_count(&self) -> usize {
+        self.vdevs.read().len()
+    }
+
+    /// Worst asize/psize ratio of a 128 KiB block over the normal-class vdevs.
+    fn compute_inflation(vdevs: &[Arc<Vdev>], space: &SpaceMap) -> f64 {
+        vdevs
+            .iter()
+            .zip(&space.vdevs)
+            .filter(|(_, s)| s.class() == AllocClass::Normal)
+            .map(|(d, _)| d.psize_to_asize(128 << 10) as f64 / (128 << 10) as f64)
+            .fold(1.0, f64::max)
+    }
+
+    /// Bring a new top-level vdev into the pipeline with its (empty) space: appended
+    /// when `vdev.id` is the next id, or put in place of the hole with that id. Panics
+    /// (a caller bug) for any other id, or when `space` is a hole.
+    pub fn attach_vdev(&self, vdev: Arc<Vdev>, space: VdevSpace) {
+        assert_ne!(space.class(), AllocClass::Hole, "attach a hole");
+        let mut vdevs = self.vdevs.write();
+        let mut sm = self.space.lock();
+        let id = vdev.id as usize;
+        if id == vdevs.len() {
+            vdevs.push(vdev);
+            sm.vdevs.push(space);
+        } else {
+            assert!(
+                id < vdevs.len() && vdevs[id].is_hole(),
+                "attach_vdev: id {id} is neither the next id nor a hole"
+            );
+            vdevs[id] = vdev;
+            sm.vdevs[id] = space;
+        }
+        self.inflation_bits.store(Self::compute_inflation(&vdevs, &sm).to_bits(), Ordering::Relaxed);
+    }
+
+    /// Replace top-level vdev `id` by a hole, if nothing is allocated on it: its space
+    /// (free and deferred) is dropped and its id stays taken. Returns the removed vdev
+    /// (the caller releases its leaves), or `Err(allocated bytes)` and changes nothing.
+    /// The check and the swap happen under the space lock, so no allocation can slip
+    /// in between. Panics if `id` is out of range or already a hole.
+    pub fn detach_vdev(&self, id: u32) -> std::result::Result<Arc<Vdev>, u64> {
+        let mut vdevs = self.vdevs.write();
+        let mut sm = self.space.lock();
+        let i = id as usize;
+        assert!(i < vdevs.len() && !vdevs[i].is_hole(), "detach_vdev: no vdev {id}");
+        let alloc = sm.vdevs[i].alloc_bytes();
+        if alloc != 0 {
+            return Err(alloc);
+        }
+        sm.vdevs[i] = VdevSpace::hole();
+        let old = std::mem::replace(&mut vdevs[i], Arc::new(Vdev::new_hole(id)));
+        self.inflation_bits.store(Self::compute_inflation(&vdevs, &sm).to_bits(), Ordering::Relaxed);
+        Ok(old)
     }
 
     /// Run `f` with the space map locked (spa uses this to encode/inspect it).
@@ -170,11 +241,11 @@ impl Zio {
         self.vdevs.read()[vdev as usize].psize_to_asize(psize_bytes)
     }
 
-    /// Worst-case allocated/physical ratio over all top-level vdevs for a 128 KiB
-    /// block (used by the write throttle to reserve space before accepting dirty
-    /// data). Fixed by the vdev tree, so computed once in [`Zio::new`].
+    /// Worst-case allocated/physical ratio over the normal-class top-level vdevs for a
+    /// 128 KiB block (used by the write throttle to reserve space before accepting
+    /// dirty data). Fixed by the vdev tree, so computed when it changes, not per call.
     pub fn inflation(&self) -> f64 {
-        self.inflation
+        f64::from_bits(self.inflation_bits.load(Ordering::Relaxed))
     }
 
     /// Fraction of allocated bytes that holds data rather than parity/padding, for a
@@ -183,8 +254,9 @@ impl Zio {
     /// per-vdev deflate ratio (`vdev_deflate_ratio`).
     pub fn deflate_ratio(&self) -> f64 {
         let v = self.vdevs.read();
+        let normal: Vec<bool> = self.space.lock().vdevs.iter().map(|s| s.class() == AllocClass::Normal).collect();
         let (mut data, mut alloc) = (0f64, 0f64);
-        for d in v.iter() {
+        for (d, _) in v.iter().zip(normal).filter(|(_, n)| *n) {
             let share = d.asize_bytes() as f64;
             let a = d.psize_to_asize(128 << 10) as f64;
             data += share * (128u64 << 10) as f64 / a;
@@ -197,8 +269,8 @@ impl Zio {
         }
     }
 
-    /// Allocate `copies` DVAs for a block of `psize_bytes`; distinct top-level vdevs
-    /// when possible, otherwise far apart on the same one.
+    /// Allocate `copies` DVAs for a block of `psize_bytes` on normal-class vdevs;
+    /// distinct top-level vdevs when possible, otherwise far apart on the same one.
     fn allocate(&self, psize_bytes: u64, copies: u8) -> Result<[Dva; 3]> {
         let vdevs = self.vdevs.read();
         let mut space = self.space.lock();
@@ -216,9 +288,13 @@ impl Zio {
             let off = match off {
                 Some(o) => o,
                 None => {
-                    // Try any other vdev with room before giving up on this copy.
+                    // Try any other normal vdev with room before giving up on this copy.
                     let mut found = None;
                     for (k, d) in vdevs.iter().enumerate() {
+                        let vs = &space.vdevs[k];
+                        if vs.class() != AllocClass::Normal || !vs.is_allocatable() {
+                            continue;
+                        }
                         let a = d.psize_to_asize(psize_bytes);
                         if let Some(o) = space.vdevs[k].alloc(a) {
                             found = Some((k as u32, a, o));
@@ -407,7 +483,8 @@ impl Zio {
         let _ = tx.as_ref().unwrap().try_send(bp);
     }
 
-    /// Free a block's DVAs, deferred until `txg + TXG_DEFER_SIZE` has synced.
+    /// Free a block's DVAs, deferred until `txg + TXG_DEFER_SIZE` has synced. A DVA
+    /// on a removed vdev (a hole) has nothing to free and is skipped.
     pub fn free_block(&self, bp: &BlkPtr, txg: u64) {
         if bp.is_hole() {
             return;
@@ -415,20 +492,28 @@ impl Zio {
         self.cache.lock().remove(&(bp.dva[0], bp.birth_txg));
         let mut space = self.space.lock();
         for d in bp.dvas() {
-            space.vdevs[d.vdev as usize].free(txg, d.offset_bytes, d.asize_bytes);
+            let vs = &mut space.vdevs[d.vdev as usize];
+            if vs.class() != AllocClass::Hole {
+                vs.free(txg, d.offset_bytes, d.asize_bytes);
+            }
         }
     }
 
-    /// Free a block immediately (it was never referenced by a synced uberblock).
+    /// Free a block immediately (it was never referenced by a synced uberblock). DVAs
+    /// on holes are skipped, as in [`Zio::free_block`].
     pub fn free_now(&self, bp: &BlkPtr) {
         let mut space = self.space.lock();
         for d in bp.dvas() {
-            space.vdevs[d.vdev as usize].free_now(d.offset_bytes, d.asize_bytes);
+            let vs = &mut space.vdevs[d.vdev as usize];
+            if vs.class() != AllocClass::Hole {
+                vs.free_now(d.offset_bytes, d.asize_bytes);
+            }
         }
     }
 
-    /// Flush every top-level vdev (fdatasync on every leaf). Errors if any vdev failed
-    /// to flush entirely.
+    /// Flush every top-level vdev (fdatasync on every leaf). Errors if any normal-class
+    /// vdev failed to flush entirely; log vdevs hold no txg data, so their failures
+    /// (and missing log devices) are only counted on their leaves.
     pub fn flush(&self) -> Result<()> {
         self.flush_tops(None)
     }
@@ -437,6 +522,9 @@ impl Zio {
     /// parallel: a txg's or a log commit's latency is one device flush, not the sum.
     fn flush_tops(&self, ids: Option<&[u32]>) -> Result<()> {
         let vdevs = self.vdevs.read();
+        // For a txg flush (all vdevs) only normal-class failures count: log vdevs hold
+        // no txg data. A log commit names its vdevs and needs every one of them.
+        let normal: Vec<bool> = self.space.lock().vdevs.iter().map(|s| s.class() == AllocClass::Normal).collect();
         let tops: Vec<&Arc<Vdev>> = vdevs.iter().filter(|t| ids.is_none_or(|i| i.contains(&t.id))).collect();
         let leaves: Vec<(u32, &Vdev)> = tops.iter().flat_map(|top| top.leaves().into_iter().map(move |leaf| (top.id, leaf))).collect();
         let results: Vec<(u32, bool)> = if leaves.len() == 1 {
@@ -447,7 +535,10 @@ impl Zio {
                 handles.into_iter().map(|h| h.join().expect("flush thread")).collect()
             })
         };
-        for top in tops {
+        for top in tops
+            .into_iter()
+            .filter(|t| ids.is_some() || normal.get(t.id as usize).copied().unwrap_or(false))
+        {
             let mine: Vec<bool> = results.iter().filter(|(id, _)| *id == top.id).map(|(_, ok)| *ok).collect();
             if !mine.is_empty() && !mine.iter().any(|&ok| ok) {
                 return Err(ZioError::Io(format!("no leaf of top-level vdev {} could be flushed", top.id)));
@@ -456,18 +547,89 @@ impl Zio {
         Ok(())
     }
 
-    /// Free bytes now allocatable.
+    /// Free bytes now allocatable (normal class).
     pub fn free_bytes(&self) -> u64 {
         self.space.lock().free_bytes()
     }
 
-    /// Allocated bytes (including deferred frees).
+    /// Allocated bytes (normal class; deferred frees are not counted).
     pub fn alloc_bytes(&self) -> u64 {
         self.space.lock().alloc_bytes()
     }
 
-    /// Total allocatable bytes.
+    /// Total allocatable bytes (normal class: log vdevs are not pool capacity).
     pub fn size_bytes(&self) -> u64 {
         self.space.lock().asize_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tarn_vdev::Leaf;
+
+    fn leaf_vdev(dir: &tempfile::TempDir, name: &str, id: u32) -> Arc<Vdev> {
+        let p = dir.path().join(name);
+        std::fs::File::create(&p).unwrap().set_len(80 << 20).unwrap();
+        let l = Leaf::open(&p).unwrap();
+        Arc::new(Vdev::new_leaf(id, 100 + id as u64, 12, p.display().to_string(), Some(l)))
+    }
+
+    fn props(copies: u8) -> WriteProps {
+        WriteProps {
+            otype: ObjectType::FileData,
+            level: 0,
+            compression: Compression::Off,
+            copies,
+            txg: 1,
+            fill: 1,
+        }
+    }
+
+    #[test]
+    fn blocks_never_land_on_log_vdevs_and_holes_keep_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, log) = (leaf_vdev(&dir, "a", 0), leaf_vdev(&dir, "log", 1));
+        let space = SpaceMap::new(vec![
+            VdevSpace::new(a.asize_bytes(), a.alloc_align_bytes()),
+            VdevSpace::new_class(log.asize_bytes(), log.alloc_align_bytes(), AllocClass::Log),
+        ]);
+        let zio = Zio::new(vec![a.clone(), log.clone()], space, 1 << 20);
+        assert_eq!(zio.size_bytes(), a.asize_bytes(), "log space is not pool space");
+        let data = vec![7u8; 8192];
+        for copies in [1u8, 2, 3, 1, 2, 3] {
+            let bp = zio.write_block(&data, props(copies)).unwrap();
+            assert!(bp.dvas().all(|d| d.vdev == 0), "{bp:?}");
+            assert_eq!(bp.dvas().count(), copies as usize, "dittos on the one normal vdev");
+            assert_eq!(&zio.read_block(&bp).unwrap()[..], &data[..]);
+        }
+        assert_eq!(zio.with_space(|s| s.vdevs[1].alloc_bytes()), 0);
+        // A log vdev with a live block cannot be detached; without one it becomes a hole.
+        let off = zio.with_space(|s| {
+            let v = s.pick_log_vdev(&[]).unwrap();
+            s.vdevs[v as usize].alloc(4096).unwrap()
+        });
+        assert_eq!(zio.detach_vdev(1).err(), Some(4096));
+        zio.with_space(|s| s.vdevs[1].free_now(off, 4096));
+        let old = zio.detach_vdev(1).unwrap();
+        assert_eq!(old.id, 1);
+        assert!(zio.vdevs()[1].is_hole());
+        assert_eq!(zio.vdev_count(), 2);
+        zio.flush().unwrap();
+        // A new vdev fills the hole, another is appended; the first keeps id 0.
+        drop(old);
+        let b = leaf_vdev(&dir, "b", 1);
+        zio.attach_vdev(b.clone(), VdevSpace::new(b.asize_bytes(), b.alloc_align_bytes()));
+        let c = leaf_vdev(&dir, "c", 2);
+        zio.attach_vdev(c.clone(), VdevSpace::new(c.asize_bytes(), c.alloc_align_bytes()));
+        assert_eq!(zio.size_bytes(), a.asize_bytes() + b.asize_bytes() + c.asize_bytes());
+        let mut seen = [false; 3];
+        for _ in 0..12 {
+            let bp = zio.write_block(&data, props(1)).unwrap();
+            seen[bp.dva[0].vdev as usize] = true;
+        }
+        // Most-free first: the empty new vdevs take the new blocks.
+        assert_eq!(seen, [false, true, true]);
+        zio.flush().unwrap();
     }
 }

@@ -17,14 +17,31 @@ use std::sync::atomic::Ordering;
 use tarn_phys::Dva;
 
 impl Zio {
-    /// Allocate one block of `size_bytes` for the intent log: on a log vdev when there
-    /// is one with room, else on the normal class provided that at least
+    /// Allocate one block of `size_bytes` for the intent log (ZFS `zio_alloc_zil`): on a
+    /// separate log vdev when the pool has a usable one not in `avoid` (striped over
+    /// several), else on the normal class provided that at least
     /// `normal_reserve_bytes` stay free there afterwards (the space promised to dirty
     /// data and the sync's own metadata: a log block must never make a txg sync run
     /// out of space). Errors: `NoSpace` (the caller falls back to a txg sync).
-    pub fn alloc_log_block(&self, size_bytes: u64, normal_reserve_bytes: u64) -> Result<Dva> {
+    pub fn alloc_log_block(&self, size_bytes: u64, normal_reserve_bytes: u64, avoid: &[u32]) -> Result<Dva> {
         let vdevs = self.vdevs.read();
         let mut space = self.space.lock();
+        let usable = |v: u32| vdevs.get(v as usize).is_some_and(|t| t.state().is_usable());
+        let mut tried: Vec<u32> = avoid.to_vec();
+        while let Some(v) = space.pick_log_vdev(&tried) {
+            tried.push(v);
+            if !usable(v) {
+                continue;
+            }
+            let asize = vdevs[v as usize].psize_to_asize(size_bytes);
+            if let Some(off) = space.vdevs[v as usize].alloc(asize) {
+                return Ok(Dva {
+                    vdev: v,
+                    asize_bytes: asize,
+                    offset_bytes: off,
+                });
+            }
+        }
         if space.free_bytes() < normal_reserve_bytes.saturating_add(2 * size_bytes) {
             return Err(ZioError::NoSpace);
         }
@@ -45,7 +62,13 @@ impl Zio {
 
     /// True when the pool has a usable separate log vdev (a SLOG) for log blocks.
     pub fn has_slog(&self) -> bool {
-        false
+        let vdevs = self.vdevs.read();
+        let space = self.space.lock();
+        space
+            .vdevs
+            .iter()
+            .enumerate()
+            .any(|(i, s)| s.class() == tarn_metaslab::AllocClass::Log && s.is_allocatable() && vdevs.get(i).is_some_and(|t| t.state().is_usable()))
     }
 
     /// Write `data` (its length is the block size) at `dva`; not durable until
