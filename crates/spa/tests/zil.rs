@@ -285,10 +285,28 @@ fn random_run(seed: u64) -> bool {
     let at = snaps.iter().rposition(|s| *s == got);
     match at {
         Some(i) => assert!(i >= acked, "seed {seed}: recovered state {i} is older than the acknowledged {acked}"),
-        None => panic!(
-            "seed {seed}: recovered a state the workload never passed through: {got:?}\nacked: {:?}",
-            snaps[acked]
-        ),
+        None => {
+            let brief = |s: &Snapshot| -> Vec<String> {
+                s.iter()
+                    .map(|(k, v)| format!("{k}:{}:{}", v.len(), String::from_utf8_lossy(&v[v.len().saturating_sub(9)..])))
+                    .collect()
+            };
+            let differs = |i: usize| brief(&snaps[i]).iter().filter(|l| !brief(&got).contains(l)).count();
+            let nearest = (acked..snaps.len()).min_by_key(|&i| differs(i)).unwrap();
+            for (i, snap) in snaps.iter().enumerate().skip(acked) {
+                let (a, b) = (brief(snap), brief(&got));
+                let missing: Vec<&String> = a.iter().filter(|l| !b.contains(l)).collect();
+                let extra: Vec<&String> = b.iter().filter(|l| !a.contains(l)).collect();
+                eprintln!("snap {i}: got lacks {missing:?}, got has extra {extra:?}");
+            }
+            panic!(
+                "seed {seed}: recovered a state the workload never passed through ({} snapshots, acked {acked}, nearest {nearest})\ngot:     {:?}\nnearest: {:?}\nnext:    {:?}",
+                snaps.len(),
+                brief(&got),
+                brief(&snaps[nearest]),
+                snaps.get(nearest + 1).map(brief)
+            )
+        }
     }
     drop(fs);
     pool.export().unwrap();
@@ -344,6 +362,165 @@ fn log_blocks_and_indirect_data_are_freed_once_synced() {
         after <= before + (256 << 10),
         "allocation grew from {before} to {after} bytes: log blocks or indirect data leaked"
     );
+    drop(fs);
+    pool.export().unwrap();
+}
+
+fn make_pool_with_log(dir: &Path, name: &str, log_mirror: bool) -> Arc<Pool> {
+    let mk = |n: &str| {
+        let p = dir.join(n);
+        std::fs::File::create(&p).unwrap().set_len(96 << 20).unwrap();
+        p
+    };
+    let logs = if log_mirror {
+        vec![TopSpec::Mirror(vec![mk("la"), mk("lb")])]
+    } else {
+        vec![TopSpec::Leaf(mk("la"))]
+    };
+    let spec = CreateSpec {
+        name: name.into(),
+        vdevs: vec![TopSpec::Mirror(vec![mk("a"), mk("b")])],
+        logs,
+        ashift: 12,
+        force: false,
+        pool_props: BTreeMap::new(),
+        fs_props: BTreeMap::new(),
+    };
+    Pool::create(&spec).unwrap()
+}
+
+fn log_class_alloc(pool: &Pool) -> u64 {
+    pool.zio().with_space(|s| s.class_alloc_bytes(tarn_metaslab::AllocClass::Log))
+}
+
+/// Write `n` files of `len` bytes with an fsync each; returns the expected snapshot.
+fn fsynced_files(fs: &Fs, prefix: &str, n: u32, len: usize) -> Snapshot {
+    let root = fs.root();
+    for i in 0..n {
+        let f = fs.create(root, format!("{prefix}{i}").as_bytes(), 0o644, 0, 0).unwrap().ino;
+        fs.write(f, 0, &vec![(i as u8).wrapping_add(1); len]).unwrap();
+        fs.fsync(f).unwrap();
+    }
+    snapshot(fs)
+}
+
+#[test]
+fn slog_takes_the_log_blocks_and_replays_after_a_power_cut() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(d.path()).unwrap();
+    let prefix = dir.display().to_string();
+    let pool = make_pool_with_log(&dir, "zilslog", true);
+    let (fs, _) = mount(&pool, "zilslog");
+    let normal_before = pool.alloc_bytes();
+    // Large writes too: with a SLOG and logbias=latency they are copied into the log.
+    let expect = fsynced_files(&fs, "s", 20, 100_000);
+    assert!(log_class_alloc(&pool) > 0, "no log block on the log vdev");
+    // The main pool took only the chain's first txg, not the 2 MB of file data.
+    assert!(pool.alloc_bytes() < normal_before + (1 << 20), "{normal_before} -> {}", pool.alloc_bytes());
+    crash(pool, Some(fs), &prefix, 0);
+    let pool = Pool::import("zilslog", &[PathBuf::from(&dir)], Rewind::None, None).unwrap();
+    let (fs, stats) = mount(&pool, "zilslog");
+    assert!(stats.applied >= 40, "{stats:?}");
+    assert_eq!(snapshot(&fs), expect);
+    drop(fs);
+    // After replay and export nothing is left on the log vdev.
+    for _ in 0..6 {
+        pool.sync().unwrap();
+    }
+    assert_eq!(log_class_alloc(&pool), 0);
+    pool.export().unwrap();
+}
+
+#[test]
+fn failing_slog_falls_back_to_the_main_pool_without_losing_fsyncs() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(d.path()).unwrap();
+    let prefix = dir.display().to_string();
+    let pool = make_pool_with_log(&dir, "zilfail", false);
+    let (fs, _) = mount(&pool, "zilfail");
+    fsynced_files(&fs, "before", 3, 5000);
+    // Every write and flush to the log device now fails.
+    let la = pool.leaf_devices().into_iter().find(|l| l.path.ends_with("/la")).unwrap();
+    let h = pool
+        .inject(
+            la.guid,
+            tarn_spa::inject::IoType::All,
+            tarn_spa::inject::Action::Fault(tarn_spa::inject::Fault::Io),
+            tarn_vdev::inject::FREQ_ALWAYS_PPM,
+        )
+        .unwrap();
+    let expect = fsynced_files(&fs, "after", 10, 5000);
+    let zl = pool.zilog("zilfail").unwrap();
+    assert!(
+        zl.stats.fallbacks.load(std::sync::atomic::Ordering::Relaxed) >= 1,
+        "the failed log write was not noticed"
+    );
+    drop(zl);
+    assert!(tarn_spa::inject::clear(h));
+    crash(pool, Some(fs), &prefix, 0);
+    let pool = Pool::import("zilfail", &[PathBuf::from(&dir)], Rewind::None, None).unwrap();
+    let (fs, _) = mount(&pool, "zilfail");
+    assert_eq!(snapshot(&fs), expect);
+    drop(fs);
+    pool.export().unwrap();
+}
+
+#[test]
+fn removing_a_slog_with_a_live_chain_keeps_every_change() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(d.path()).unwrap();
+    let prefix = dir.display().to_string();
+    let pool = make_pool_with_log(&dir, "zilrm", false);
+    let (fs, _) = mount(&pool, "zilrm");
+    fsynced_files(&fs, "a", 5, 3000);
+    assert!(log_class_alloc(&pool) > 0);
+    pool.remove_vdev(&dir.join("la").display().to_string()).unwrap();
+    // The log goes on in the main pool; a crash right after loses nothing.
+    let expect = fsynced_files(&fs, "b", 5, 3000);
+    crash(pool, Some(fs), &prefix, 0);
+    let pool = Pool::import("zilrm", &[PathBuf::from(&dir)], Rewind::None, None).unwrap();
+    let (fs, stats) = mount(&pool, "zilrm");
+    assert!(stats.applied >= 5, "{stats:?}");
+    assert_eq!(snapshot(&fs), expect);
+    drop(fs);
+    pool.export().unwrap();
+}
+
+#[test]
+fn missing_slog_at_import_needs_m_and_reports_what_may_be_lost() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(d.path()).unwrap();
+    let prefix = dir.display().to_string();
+    let pool = make_pool_with_log(&dir, "zilgone", false);
+    let (fs, _) = mount(&pool, "zilgone");
+    let durable = fsynced_files(&fs, "d", 2, 1000);
+    for _ in 0..2 {
+        pool.sync().unwrap();
+    }
+    fsynced_files(&fs, "l", 3, 1000);
+    crash(pool, Some(fs), &prefix, 0);
+    std::fs::remove_file(dir.join("la")).unwrap();
+    assert!(Pool::import("zilgone", &[PathBuf::from(&dir)], Rewind::None, None).is_err());
+    let opts = tarn_spa::ImportOptions {
+        rewind: Rewind::None,
+        new_name: None,
+        missing_log: true,
+    };
+    let pool = Pool::import_with("zilgone", &[PathBuf::from(&dir)], &opts).unwrap();
+    let notes = pool.import_notes();
+    assert!(
+        notes.iter().any(|n| n.contains("intent log unreadable") && n.contains("may be lost")),
+        "{notes:?}"
+    );
+    let (fs, _) = mount(&pool, "zilgone");
+    // What a txg made durable is there; the log-only changes are gone with the device.
+    assert_eq!(snapshot(&fs), durable);
+    // The pool keeps working: new fsyncs go to the main pool.
+    let more = fsynced_files(&fs, "m", 2, 1000);
+    crash(pool, Some(fs), &prefix, 0);
+    let pool = Pool::import_with("zilgone", &[PathBuf::from(&dir)], &opts).unwrap();
+    let (fs, _) = mount(&pool, "zilgone");
+    assert_eq!(snapshot(&fs), more);
     drop(fs);
     pool.export().unwrap();
 }

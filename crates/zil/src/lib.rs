@@ -89,6 +89,8 @@ struct Itx {
     body: Vec<u8>,
     /// (object, offset, length) for writes: the bytes are fetched at commit.
     write: Option<(u64, u64, u64)>,
+    /// A write's bytes, fetched early because the object is about to be freed.
+    data: Option<Vec<u8>>,
 }
 
 /// A log block of the current chain that has been issued.
@@ -308,6 +310,7 @@ impl Zilog {
             rtype,
             body,
             write: None,
+            data: None,
         });
     }
 
@@ -330,8 +333,26 @@ impl Zilog {
                 rtype: TX_WRITE,
                 body: Vec::new(),
                 write: Some((obj, off, n)),
+                data: None,
             });
             off += n;
+        }
+    }
+
+    /// Object `obj` is about to be freed (its last link goes): fetch the bytes of its
+    /// pending write records now, while they can still be read, so those records keep
+    /// their place in the log (a record left out would let a crash replay later
+    /// changes without it). Waits for an issue in progress, which may hold some of
+    /// them. Call with the change that frees the object not yet made.
+    pub fn materialize_writes(&self, obj: u64, get_data: GetData<'_>) {
+        let _issue = self.issue.lock();
+        let mut st = self.st.lock();
+        for itx in st.pending.iter_mut() {
+            if let (Some((o, off, len)), None) = (itx.write, &itx.data) {
+                if o == obj {
+                    itx.data = get_data(o, off, len);
+                }
+            }
         }
     }
 
@@ -432,7 +453,12 @@ impl Zilog {
             let (rtype, body, ind) = match itx.write {
                 None => (itx.rtype, itx.body.clone(), None),
                 Some((obj, off, len)) => {
-                    let Some(data) = get_data(obj, off, len) else { continue };
+                    // Objects are only freed after `materialize_writes`, so the bytes
+                    // are either here already or still readable.
+                    let Some(data) = itx.data.clone().or_else(|| get_data(obj, off, len)) else {
+                        tracing::error!("intent log: data of write record {} (object {obj}) unavailable", itx.seq);
+                        return Err(Fallback::Failed(ZilError::Io(format!("object {obj} vanished before its write was logged"))));
+                    };
                     // Indirect data lands on the normal class: only while that keeps
                     // the space promised to the next sync.
                     if indirect_ok && len > IMMEDIATE_WRITE_MAX_BYTES && self.zio.free_bytes() >= self.normal_reserve_bytes() + 2 * len {

@@ -383,6 +383,7 @@ impl<'a> Op<'a> {
         if open > 0 {
             zap::update(&*self.fs.os, &self.tx, self.fs.delete_queue, &dq_name(ino), ino)?;
         } else {
+            self.fs.before_free(ino);
             self.fs.os.free_object(&self.tx, ino)?;
             self.nodes.remove(&ino);
         }
@@ -586,17 +587,24 @@ impl Fs {
         Ok(())
     }
 
+    /// Current bytes of a logged write, for the intent log (ZFS `zfs_get_data`).
+    fn log_data(&self, obj: u64, off: u64, len: u64) -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; len as usize];
+        self.os.read(obj, off, &mut buf).ok().map(|()| buf)
+    }
+
     /// Commit the intent log (or, without one, wait for a txg sync).
     fn commit_log(&self) -> Result<()> {
         match &self.zil {
-            Some(z) => {
-                let get = |obj: u64, off: u64, len: u64| -> Option<Vec<u8>> {
-                    let mut buf = vec![0u8; len as usize];
-                    self.os.read(obj, off, &mut buf).ok().map(|()| buf)
-                };
-                z.commit(&get).map_err(|e| ZplError::Io(e.to_string()))
-            }
+            Some(z) => z.commit(&|o, off, len| self.log_data(o, off, len)).map_err(|e| ZplError::Io(e.to_string())),
             None => Ok(self.os.wait_synced()?),
+        }
+    }
+
+    /// `ino` is about to be freed: its logged writes must keep their bytes.
+    fn before_free(&self, ino: u64) {
+        if let Some(z) = &self.zil {
+            z.materialize_writes(ino, &|o, off, len| self.log_data(o, off, len));
         }
     }
 
@@ -1200,6 +1208,7 @@ impl Fs {
             Ok(_) | Err(ZplError::NotFound) => return Ok(()),
             Err(e) => return Err(e),
         }
+        self.before_free(ino);
         self.os.free_object(&tx, ino)?;
         match zap::remove(&*self.os, &tx, self.delete_queue, &dq_name(ino)) {
             Ok(()) | Err(DmuError::NotFound) => Ok(()),
