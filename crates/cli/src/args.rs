@@ -6,9 +6,12 @@
 //! reports the two OpenZFS errors ("invalid option 'x'", "missing argument for 'o'
 //! option"), which the callers turn into usage text and exit status 2.
 //!
-//! The vdev grammar of `zpool create` is parsed here too ([`parse_vdev_words`]): a
-//! sequence of groups, each either a bare device or a type word (`mirror`, `raidz`,
-//! `raidz1..3`) followed by its devices. Nothing here touches the file system; path
+//! The vdev grammar of `zpool create` and `zpool add` is parsed here too
+//! ([`parse_vdev_words`]): a sequence of groups, each either a bare device or a type
+//! word (`mirror`, `raidz`, `raidz1..3`) followed by its devices; the word `log`
+//! (once) starts the separate intent-log section, where every following group is a
+//! log vdev (single devices or mirrors, not raidz — OpenZFS `construct_spec`).
+//! Nothing here touches the file system; path
 //! resolution against the client's working directory is [`resolve_device`], pure too.
 //! Dataset property values are checked by [`check_fs_prop`] so that bad input is refused
 //! with OpenZFS wording before the pool is asked.
@@ -123,7 +126,8 @@ fn vdev_keyword(w: &str) -> Option<Result<VdevKind, String>> {
         "raidz" | "raidz1" => Some(Ok(VdevKind::Raidz(1))),
         "raidz2" => Some(Ok(VdevKind::Raidz(2))),
         "raidz3" => Some(Ok(VdevKind::Raidz(3))),
-        "log" | "cache" | "spare" | "special" | "dedup" => Some(Err(format!("invalid vdev specification: '{w}' vdevs are not supported yet"))),
+        "log" => Some(Ok(VdevKind::Log)),
+        "cache" | "spare" | "special" | "dedup" => Some(Err(format!("invalid vdev specification: '{w}' vdevs are not supported yet"))),
         _ if w.starts_with("raidz") || w.starts_with("draid") => Some(Err(format!("invalid vdev specification: unknown vdev type '{w}'"))),
         _ => None,
     }
@@ -133,18 +137,41 @@ fn vdev_keyword(w: &str) -> Option<Result<VdevKind, String>> {
 enum VdevKind {
     Mirror,
     Raidz(u8),
+    Log,
 }
 
-/// Parse the vdev words of `zpool create` into groups, checking device counts.
-pub fn parse_vdev_words(words: &[String]) -> Result<Vec<VdevWords>, String> {
+/// The vdev words of `zpool create` / `zpool add`, grouped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VdevSpecWords {
+    /// Normal top-level vdevs.
+    pub normal: Vec<VdevWords>,
+    /// Separate intent-log vdevs (after `log`).
+    pub logs: Vec<VdevWords>,
+}
+
+/// Parse the vdev words of `zpool create` / `zpool add` into groups, checking device
+/// counts and the log section. Errors are OpenZFS's messages.
+pub fn parse_vdev_words(words: &[String]) -> Result<VdevSpecWords, String> {
     if words.is_empty() {
         return Err("missing vdev specification".into());
     }
-    let mut out = Vec::new();
+    let mut spec = VdevSpecWords::default();
+    let mut seen_log = false;
     let mut i = 0;
     while i < words.len() {
+        let out = if seen_log { &mut spec.logs } else { &mut spec.normal };
         match vdev_keyword(&words[i]) {
             Some(Err(e)) => return Err(e),
+            Some(Ok(VdevKind::Log)) => {
+                if seen_log {
+                    return Err("invalid vdev specification: 'log' can be specified only once".into());
+                }
+                seen_log = true;
+                i += 1;
+            }
+            Some(Ok(VdevKind::Raidz(_))) if seen_log => {
+                return Err("invalid vdev specification: unsupported 'log' device: raidz".into());
+            }
             Some(Ok(kind)) => {
                 let type_word = words[i].clone();
                 let mut devs = Vec::new();
@@ -168,6 +195,7 @@ pub fn parse_vdev_words(words: &[String]) -> Result<Vec<VdevWords>, String> {
                         }
                         out.push(VdevWords::Raidz(p, devs));
                     }
+                    VdevKind::Log => unreachable!("handled above"),
                 }
             }
             None => {
@@ -176,7 +204,10 @@ pub fn parse_vdev_words(words: &[String]) -> Result<Vec<VdevWords>, String> {
             }
         }
     }
-    Ok(out)
+    if seen_log && spec.logs.is_empty() {
+        return Err("invalid vdev specification: log requires at least 1 device".into());
+    }
+    Ok(spec)
 }
 
 /// OpenZFS's replication-level check: mixing disks, mirrors and raidz of different
@@ -363,20 +394,18 @@ mod tests {
         assert_eq!(p.operands, s(&["-weird"]));
     }
 
+    fn normal(w: &[&str]) -> Vec<VdevWords> {
+        parse_vdev_words(&s(w)).unwrap().normal
+    }
+
     #[test]
     fn vdev_grammar() {
         assert_eq!(
-            parse_vdev_words(&s(&["mirror", "a", "b", "mirror", "c", "d"])).unwrap(),
+            normal(&["mirror", "a", "b", "mirror", "c", "d"]),
             vec![VdevWords::Mirror(s(&["a", "b"])), VdevWords::Mirror(s(&["c", "d"]))]
         );
-        assert_eq!(
-            parse_vdev_words(&s(&["raidz2", "a", "b", "c"])).unwrap(),
-            vec![VdevWords::Raidz(2, s(&["a", "b", "c"]))]
-        );
-        assert_eq!(
-            parse_vdev_words(&s(&["a", "b"])).unwrap(),
-            vec![VdevWords::Leaf("a".into()), VdevWords::Leaf("b".into())]
-        );
+        assert_eq!(normal(&["raidz2", "a", "b", "c"]), vec![VdevWords::Raidz(2, s(&["a", "b", "c"]))]);
+        assert_eq!(normal(&["a", "b"]), vec![VdevWords::Leaf("a".into()), VdevWords::Leaf("b".into())]);
         assert_eq!(
             parse_vdev_words(&s(&["mirror", "a"])).unwrap_err(),
             "invalid vdev specification: mirror requires at least 2 devices"
@@ -397,17 +426,55 @@ mod tests {
     }
 
     #[test]
+    fn log_section_grammar() {
+        let g = parse_vdev_words(&s(&["mirror", "a", "b", "log", "e", "mirror", "c", "d", "mirror", "f", "g", "h"])).unwrap();
+        assert_eq!(g.normal, vec![VdevWords::Mirror(s(&["a", "b"]))]);
+        assert_eq!(
+            g.logs,
+            vec![
+                VdevWords::Leaf("e".into()),
+                VdevWords::Mirror(s(&["c", "d"])),
+                VdevWords::Mirror(s(&["f", "g", "h"]))
+            ]
+        );
+        // `log a b`: two striped log vdevs; `zpool add pool log x`: logs only.
+        let g = parse_vdev_words(&s(&["log", "a", "b"])).unwrap();
+        assert!(g.normal.is_empty());
+        assert_eq!(g.logs, vec![VdevWords::Leaf("a".into()), VdevWords::Leaf("b".into())]);
+        assert_eq!(
+            parse_vdev_words(&s(&["a", "log"])).unwrap_err(),
+            "invalid vdev specification: log requires at least 1 device"
+        );
+        assert_eq!(
+            parse_vdev_words(&s(&["a", "log", "raidz", "b", "c"])).unwrap_err(),
+            "invalid vdev specification: unsupported 'log' device: raidz"
+        );
+        assert_eq!(
+            parse_vdev_words(&s(&["a", "log", "b", "log", "c"])).unwrap_err(),
+            "invalid vdev specification: 'log' can be specified only once"
+        );
+        assert_eq!(
+            parse_vdev_words(&s(&["a", "log", "mirror", "b"])).unwrap_err(),
+            "invalid vdev specification: mirror requires at least 2 devices"
+        );
+        // A mirror's device list ends at the next keyword, `log` included.
+        let g = parse_vdev_words(&s(&["mirror", "a", "b", "log", "c"])).unwrap();
+        assert_eq!((g.normal.len(), g.logs.len()), (1, 1));
+    }
+
+    #[test]
     fn replication_levels() {
-        let g = parse_vdev_words(&s(&["mirror", "a", "b", "c"])).unwrap();
+        let g = normal(&["mirror", "a", "b", "c"]);
         assert_eq!(replication_mismatch(&g), None);
-        let g = parse_vdev_words(&s(&["mirror", "a", "b", "c"])).unwrap();
+        // Log vdevs are not part of the replication level.
+        let g = normal(&["mirror", "a", "b", "log", "c"]);
         assert!(replication_mismatch(&g).is_none());
-        let g = parse_vdev_words(&s(&["mirror", "a", "b", "raidz", "c", "d", "e"])).unwrap();
+        let g = normal(&["mirror", "a", "b", "raidz", "c", "d", "e"]);
         assert_eq!(
             replication_mismatch(&g).unwrap(),
             "mismatched replication level: both mirror and raidz1 vdevs are present"
         );
-        let g = parse_vdev_words(&s(&["mirror", "a", "b", "mirror", "c", "d", "e"])).unwrap();
+        let g = normal(&["mirror", "a", "b", "mirror", "c", "d", "e"]);
         assert_eq!(
             replication_mismatch(&g).unwrap(),
             "mismatched replication level: both 2-way and 3-way mirror vdevs are present"

@@ -11,6 +11,9 @@
 //! * scripted (`-H`): no header, one tab between fields, nothing padded;
 //! * the `zpool status` / `zpool import` configuration trees, whose name column is as
 //!   wide as the widest name plus its indentation (two spaces per level), at least 10.
+//!   Separate log vdevs are left out of the pool's tree and listed after it under a
+//!   `logs` line (OpenZFS `print_class_vdevs`: a tab, "logs", a tab), two spaces in;
+//!   the name column's width counts them too.
 //!
 //! Sizes are printed like `zfs_nicebytes`: 1024-based, suffixes K M G T P E, at most
 //! five characters ("1.88G", "63.5G", "960M"), exact multiples without decimals
@@ -194,6 +197,23 @@ fn is_leaf(v: &VdevStatus) -> bool {
     v.children.is_empty()
 }
 
+/// OpenZFS's reason after an unusable vdev's state: a leaf that could not be opened,
+/// or an interior vdev with too few usable children ("insufficient replicas").
+fn aux_note(v: &VdevStatus, root: bool) -> &'static str {
+    if root || !(v.state == "UNAVAIL" || v.state == "FAULTED") {
+        ""
+    } else if is_leaf(v) {
+        "  cannot open"
+    } else {
+        "  insufficient replicas"
+    }
+}
+
+/// The root's children of one class: normal vdevs (`logs` false) or log vdevs.
+fn class_children(root: &VdevStatus, logs: bool) -> impl Iterator<Item = &VdevStatus> {
+    root.children.iter().filter(move |c| c.is_log == logs)
+}
+
 fn status_rows(v: &VdevStatus, depth: usize, width: usize, root: bool, out: &mut String) {
     let pad = width.saturating_sub(v.name.chars().count() + depth);
     out.push_str(&format!(
@@ -206,20 +226,31 @@ fn status_rows(v: &VdevStatus, depth: usize, width: usize, root: bool, out: &mut
         nicenum(v.write_errors),
         nicenum(v.checksum_errors)
     ));
-    if !root && is_leaf(v) && (v.state == "UNAVAIL" || v.state == "FAULTED") {
-        out.push_str("  cannot open");
-    }
+    out.push_str(aux_note(v, root));
     out.push('\n');
-    for c in &v.children {
+    let children: Vec<&VdevStatus> = if root {
+        class_children(v, false).collect()
+    } else {
+        v.children.iter().collect()
+    };
+    for c in children {
         status_rows(c, depth + 2, width, false, out);
     }
 }
 
-/// The `config:` tree of `zpool status` (header line and one line per vdev).
+/// The `config:` tree of `zpool status` (header line and one line per vdev), log
+/// vdevs under `logs` after the pool's tree.
 pub fn status_config(root: &VdevStatus) -> String {
     let width = tree_width(root, 0).max(10);
     let mut out = format!("\t{:<width$}  {:<8} {:>5} {:>5} {:>5}\n", "NAME", "STATE", "READ", "WRITE", "CKSUM");
     status_rows(root, 0, width, true, &mut out);
+    let mut logs = class_children(root, true).peekable();
+    if logs.peek().is_some() {
+        out.push_str("\tlogs\t\n");
+        for l in logs {
+            status_rows(l, 2, width, false, &mut out);
+        }
+    }
     out
 }
 
@@ -283,13 +314,34 @@ pub fn pool_is_healthy(health: &str, root: &VdevStatus, data_errors: u64) -> boo
 fn import_rows(v: &VdevStatus, depth: usize, width: usize, out: &mut String) {
     let pad = width.saturating_sub(v.name.chars().count() + depth);
     out.push_str(&format!("\t{}{}{}  {}", " ".repeat(depth), v.name, " ".repeat(pad), v.state));
-    if depth > 0 && is_leaf(v) && (v.state == "UNAVAIL" || v.state == "FAULTED") {
-        out.push_str("  cannot open");
-    }
+    out.push_str(aux_note(v, depth == 0));
     out.push('\n');
-    for c in &v.children {
+    let children: Vec<&VdevStatus> = if depth == 0 {
+        class_children(v, false).collect()
+    } else {
+        v.children.iter().collect()
+    };
+    for c in children {
         import_rows(c, depth + 2, width, out);
     }
+}
+
+/// The missing log vdevs that make `zpool import` ask for `-m`, as OpenZFS's
+/// `print_vdev_tree` lists them: top-level vdevs four spaces in with " [log]", their
+/// leaves two further.
+pub fn missing_vdev_tree(missing: &[VdevStatus]) -> String {
+    fn rows(v: &VdevStatus, indent: usize, out: &mut String) {
+        let tag = if v.is_log { " [log]" } else { "" };
+        out.push_str(&format!("\t{}{}{tag}\n", " ".repeat(indent), v.name));
+        for c in &v.children {
+            rows(c, indent + 2, out);
+        }
+    }
+    let mut out = String::new();
+    for v in missing {
+        rows(v, 4, &mut out);
+    }
+    out
 }
 
 /// One candidate of `zpool import` (no name): the OpenZFS listing.
@@ -336,6 +388,13 @@ pub fn import_candidate(c: &ImportCandidate) -> String {
     out.push_str(" config:\n\n");
     let width = tree_width(&c.config, 0).max(10);
     import_rows(&c.config, 0, width, &mut out);
+    let mut logs = class_children(&c.config, true).peekable();
+    if logs.peek().is_some() {
+        out.push_str("\tlogs\t\n");
+        for l in logs {
+            import_rows(l, 2, width, &mut out);
+        }
+    }
     out
 }
 
@@ -493,6 +552,50 @@ mod tests {
         assert_eq!(lines[12], "\t    /tmp/scratch/vdevs/b  UNAVAIL      3     0     0  cannot open");
         assert_eq!(lines.last().unwrap(), &"errors: 2 data errors, use '-v' for a list");
         assert!(!pool_is_healthy("DEGRADED", &root, 0));
+    }
+
+    #[test]
+    fn status_tree_with_logs() {
+        let mut slog = v("/srv/slog", "ONLINE", vec![]);
+        slog.is_log = true;
+        let mut lmirror = v("mirror-2", "ONLINE", vec![v("/srv/c", "ONLINE", vec![]), v("/srv/d", "ONLINE", vec![])]);
+        lmirror.is_log = true;
+        let root = v(
+            "tank",
+            "ONLINE",
+            vec![
+                v("mirror-0", "ONLINE", vec![v("/srv/a", "ONLINE", vec![]), v("/srv/b", "ONLINE", vec![])]),
+                slog,
+                lmirror,
+            ],
+        );
+        assert_eq!(
+            status_config(&root),
+            "\tNAME         STATE     READ WRITE CKSUM\n\
+             \ttank         ONLINE       0     0     0\n\
+             \t  mirror-0   ONLINE       0     0     0\n\
+             \t    /srv/a   ONLINE       0     0     0\n\
+             \t    /srv/b   ONLINE       0     0     0\n\
+             \tlogs\t\n\
+             \t  /srv/slog  ONLINE       0     0     0\n\
+             \t  mirror-2   ONLINE       0     0     0\n\
+             \t    /srv/c   ONLINE       0     0     0\n\
+             \t    /srv/d   ONLINE       0     0     0\n"
+        );
+        let mut gone = v("/srv/slog", "UNAVAIL", vec![]);
+        gone.is_log = true;
+        let root = v("tank", "DEGRADED", vec![v("/srv/a", "ONLINE", vec![]), gone.clone()]);
+        let s = status_config(&root);
+        assert!(s.ends_with("\tlogs\t\n\t  /srv/slog  UNAVAIL      0     0     0  cannot open\n"), "{s}");
+        let mut m = v("mirror-1", "UNAVAIL", vec![v("/srv/c", "UNAVAIL", vec![]), v("/srv/d", "UNAVAIL", vec![])]);
+        m.is_log = true;
+        let root = v("tank", "DEGRADED", vec![v("/srv/a", "ONLINE", vec![]), m.clone()]);
+        assert!(status_config(&root)
+            .contains("\t  mirror-1  UNAVAIL      0     0     0  insufficient replicas\n\t    /srv/c  UNAVAIL      0     0     0  cannot open\n"));
+        assert_eq!(
+            missing_vdev_tree(&[gone, m]),
+            "\t    /srv/slog [log]\n\t    mirror-1 [log]\n\t      /srv/c\n\t      /srv/d\n"
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use tarn_spa::{CreateSpec, Pool, Rewind, SpaError, TopSpec, VdevStatus};
+use tarn_spa::{AddSpec, CreateSpec, ImportOptions, Pool, Rewind, SpaError, TopSpec, VdevStatus};
 
 use crate::args::{self, getopt, split_prop, VdevWords};
 use crate::daemon::{self, Ctx, PoolEntry, State};
@@ -26,7 +26,9 @@ pub const MIN_DEVICE_BYTES: u64 = 64 << 20;
 const USAGE: &str = "usage: zpool command args ...\nwhere 'command' is one of the following:\n\n\
 \tcreate [-fn] [-m mountpoint] [-o property=value] ... \n\t    [-O file-system-property=value] ... [-R root] <pool> <vdev> ...\n\
 \tdestroy [-f] <pool>\n\n\
-\timport [-d dir] [-D]\n\timport [-d dir]... [-fFN] [-R root] [-T txg] [-o property=value] ...\n\t    <pool | id> [newpool]\n\
+\tadd [-fn] <pool> <vdev> ...\n\
+\tremove <pool> <device> ...\n\n\
+\timport [-d dir] [-D]\n\timport [-d dir]... [-fFmN] [-R root] [-T txg] [-o property=value] ...\n\t    <pool | id> [newpool]\n\
 \texport [-f] <pool> ...\n\n\
 \tlist [-Hp] [-o property[,...]] [pool] ...\n\
 \tstatus [-vx] [pool] ...\n\
@@ -47,6 +49,8 @@ pub fn run(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     match sub.as_str() {
         "create" => create(st, ctx, rest),
         "destroy" => destroy(st, ctx, rest),
+        "add" => add(st, ctx, rest),
+        "remove" => remove(st, ctx, rest),
         "list" => list(st, rest),
         "status" => status(st, rest),
         "export" => export(st, rest),
@@ -198,49 +202,40 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         }
         Ok(path)
     };
-    let mut tops = Vec::new();
-    for g in &groups {
-        let top = match g {
-            VdevWords::Leaf(w) => resolve(w).map(TopSpec::Leaf),
-            VdevWords::Mirror(ws) => ws.iter().map(|w| resolve(w)).collect::<Result<Vec<_>, _>>().map(TopSpec::Mirror),
-            VdevWords::Raidz(n, ws) => ws
-                .iter()
-                .map(|w| resolve(w))
-                .collect::<Result<Vec<_>, _>>()
-                .map(|leaves| TopSpec::Raidz { nparity: *n, leaves }),
-        };
-        match top {
-            Ok(t) => tops.push(t),
-            Err(r) => return r,
-        }
-    }
+    let tops = match resolve_groups(&groups.normal, &mut resolve) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let logs = match resolve_groups(&groups.logs, &mut resolve) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
     if let Some(n) = size_bytes {
         if n < MIN_DEVICE_BYTES && planned.iter().any(|l| l.create) {
             return fail("one or more devices is less than the minimum size (64M)".into());
         }
     }
     if !force {
-        if let Some(why) = args::replication_mismatch(&groups) {
+        if let Some(why) = args::replication_mismatch(&groups.normal) {
             return Response::err(format!("invalid vdev specification\nuse '-f' to override the following errors:\n{why}"));
         }
     }
+    if tops.is_empty() {
+        let how = if force {
+            "the following errors must be manually repaired:"
+        } else {
+            "use '-f' to override the following errors:"
+        };
+        return Response::err(format!(
+            "invalid vdev specification\n{how}\nat least one general top-level vdev must be specified"
+        ));
+    }
     if p.has('n') {
         let mut out = format!("would create '{name}' with the following layout:\n\n\t{name}\n");
-        for t in &tops {
-            match t {
-                TopSpec::Leaf(l) => out.push_str(&format!("\t  {}\n", l.display())),
-                TopSpec::Mirror(ls) | TopSpec::Raidz { leaves: ls, .. } => {
-                    let word = match t {
-                        TopSpec::Mirror(_) => "mirror".to_string(),
-                        TopSpec::Raidz { nparity, .. } => format!("raidz{nparity}"),
-                        TopSpec::Leaf(_) => unreachable!(),
-                    };
-                    out.push_str(&format!("\t  {word}\n"));
-                    for l in ls {
-                        out.push_str(&format!("\t    {}\n", l.display()));
-                    }
-                }
-            }
+        out.push_str(&spec_tree(&tops));
+        if !logs.is_empty() {
+            out.push_str("\tlogs\n");
+            out.push_str(&spec_tree(&logs));
         }
         return Response::ok(out);
     }
@@ -266,7 +261,7 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let spec = CreateSpec {
         name: name.clone(),
         vdevs: tops,
-        logs: Vec::new(),
+        logs,
         ashift,
         force,
         pool_props,
@@ -291,7 +286,194 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     with_mount_errors(Response::ok(""), errors)
 }
 
+/// Resolve the device words of vdev groups into specs with `resolve` (which checks
+/// each device and reports the first problem as the command's response).
+fn resolve_groups(groups: &[VdevWords], resolve: &mut impl FnMut(&str) -> Result<PathBuf, Response>) -> Result<Vec<TopSpec>, Response> {
+    let mut tops = Vec::new();
+    for g in groups {
+        let top = match g {
+            VdevWords::Leaf(w) => resolve(w).map(TopSpec::Leaf),
+            VdevWords::Mirror(ws) => ws.iter().map(|w| resolve(w)).collect::<Result<Vec<_>, _>>().map(TopSpec::Mirror),
+            VdevWords::Raidz(n, ws) => ws
+                .iter()
+                .map(|w| resolve(w))
+                .collect::<Result<Vec<_>, _>>()
+                .map(|leaves| TopSpec::Raidz { nparity: *n, leaves }),
+        };
+        tops.push(top?);
+    }
+    Ok(tops)
+}
+
+/// The vdevs of a spec as OpenZFS's `print_vdev_tree` lays out new vdevs (type words
+/// without ids, leaves below), two spaces in.
+fn spec_tree(tops: &[TopSpec]) -> String {
+    let mut out = String::new();
+    for t in tops {
+        match t {
+            TopSpec::Leaf(l) => out.push_str(&format!("\t  {}\n", l.display())),
+            TopSpec::Mirror(ls) | TopSpec::Raidz { leaves: ls, .. } => {
+                let word = match t {
+                    TopSpec::Raidz { nparity, .. } => format!("raidz{nparity}"),
+                    _ => "mirror".to_string(),
+                };
+                out.push_str(&format!("\t  {word}\n"));
+                for l in ls {
+                    out.push_str(&format!("\t    {}\n", l.display()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The pool's own top-level vdevs of one class (`logs`), laid out like [`spec_tree`]
+/// but with their `zpool status` names ("mirror-0").
+fn pool_tree(root: &VdevStatus, logs: bool) -> String {
+    let mut out = String::new();
+    for t in root.children.iter().filter(|t| t.is_log == logs) {
+        out.push_str(&format!("\t  {}\n", t.name));
+        for l in &t.children {
+            out.push_str(&format!("\t    {}\n", l.name));
+        }
+    }
+    out
+}
+
+/// `zpool add [-fn] POOL VDEV...`: add normal and (after `log`) log vdevs.
+fn add(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "fn") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("add", &e),
+    };
+    let Some(name) = p.operands.first().cloned() else {
+        return bad_usage("add", "missing pool name argument");
+    };
+    if p.operands.len() < 2 {
+        return bad_usage("add", "missing vdev specification");
+    }
+    let Some(entry) = st.pools.get(&name) else {
+        return no_such_pool(&name);
+    };
+    let fail = |msg: &str| Response::err(format!("cannot add to '{name}': {msg}"));
+    let groups = match args::parse_vdev_words(&p.operands[1..]) {
+        Ok(g) => g,
+        Err(e) => return Response::err(e),
+    };
+    let mut seen: BTreeMap<PathBuf, ()> = BTreeMap::new();
+    let mut leaves: Vec<PathBuf> = Vec::new();
+    let mut resolve = |w: &str| -> Result<PathBuf, Response> {
+        let path = args::resolve_device(w, &ctx.cwd, false);
+        let key = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+        if seen.insert(key, ()).is_some() {
+            return Err(Response::err(format!("invalid vdev specification: {} is used twice", path.display())));
+        }
+        use std::os::unix::fs::FileTypeExt;
+        let Ok(md) = std::fs::metadata(&path) else {
+            return Err(Response::err(format!("cannot open '{}': No such file or directory", path.display())));
+        };
+        let ft = md.file_type();
+        if ft.is_dir() {
+            return Err(Response::err(format!("cannot open '{}': Is a directory", path.display())));
+        }
+        if !(ft.is_file() || ft.is_block_device()) {
+            return Err(Response::err(format!(
+                "cannot use '{}': must be a block device or regular file",
+                path.display()
+            )));
+        }
+        if ft.is_file() && md.len() < MIN_DEVICE_BYTES {
+            return Err(fail("device is less than the minimum size (64M)"));
+        }
+        leaves.push(path.clone());
+        Ok(path)
+    };
+    let vdevs = match resolve_groups(&groups.normal, &mut resolve) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let logs = match resolve_groups(&groups.logs, &mut resolve) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    if p.has('n') {
+        let root = entry.pool.status();
+        let mut out = format!("would update '{name}' to the following configuration:\n\n\t{name}\n");
+        out.push_str(&pool_tree(&root, false));
+        out.push_str(&spec_tree(&vdevs));
+        if root.children.iter().any(|t| t.is_log) || !logs.is_empty() {
+            out.push_str("\tlogs\n");
+            out.push_str(&pool_tree(&root, true));
+            out.push_str(&spec_tree(&logs));
+        }
+        return Response::ok(out);
+    }
+    let spec = AddSpec {
+        vdevs,
+        logs,
+        force: p.has('f'),
+    };
+    if let Err(e) = entry.pool.add_vdevs(&spec) {
+        return Response::err(add_error(&name, e));
+    }
+    st.remember_dirs(leaves);
+    history_note(entry, ctx);
+    Response::ok("")
+}
+
+/// `zpool remove POOL DEVICE...`: remove separate log vdevs.
+fn remove(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("remove", &e),
+    };
+    let Some(name) = p.operands.first() else {
+        return bad_usage("remove", "missing pool name argument");
+    };
+    if p.operands.len() < 2 {
+        return bad_usage("remove", "missing device");
+    }
+    let Some(entry) = st.pools.get(name) else {
+        return no_such_pool(name);
+    };
+    let mut resp = Response::ok("");
+    for word in &p.operands[1..] {
+        // Paths relative to the client's directory, as for create and add; vdev names
+        // ("mirror-1"), GUIDs and absolute paths as they are.
+        let device = if word.contains('/') && !word.starts_with('/') {
+            args::normalize(&ctx.cwd.join(word)).display().to_string()
+        } else {
+            word.clone()
+        };
+        match entry.pool.remove_vdev(&device) {
+            Ok(()) => history_note(entry, ctx),
+            Err(e) => {
+                resp.stderr.push_str(&format!("{e}\n"));
+                resp.code = 1;
+            }
+        }
+    }
+    resp
+}
+
 fn create_error(name: &str, e: SpaError) -> String {
+    match e {
+        SpaError::TooSmall(_) => format!("cannot create '{name}': one or more devices is less than the minimum size (64M)"),
+        SpaError::Exists(_) => format!("cannot create '{name}': pool already exists"),
+        other => vdev_spec_error(&format!("cannot create '{name}'"), other),
+    }
+}
+
+fn add_error(name: &str, e: SpaError) -> String {
+    match e {
+        SpaError::TooSmall(_) => format!("cannot add to '{name}': device is less than the minimum size (64M)"),
+        other => vdev_spec_error(&format!("cannot add to '{name}'"), other),
+    }
+}
+
+/// Errors of a vdev specification as OpenZFS's `vdev_error` prints them; anything else
+/// after `what` ("cannot create 'tank'").
+fn vdev_spec_error(what: &str, e: SpaError) -> String {
     match e {
         SpaError::InUse { path, pool, state } if state == "active" => {
             format!("invalid vdev specification\nthe following errors must be manually repaired:\n{path} is part of active pool '{pool}'")
@@ -299,10 +481,8 @@ fn create_error(name: &str, e: SpaError) -> String {
         SpaError::InUse { path, pool, state } => {
             format!("invalid vdev specification\nuse '-f' to override the following errors:\n{path} is part of {state} pool '{pool}'")
         }
-        SpaError::TooSmall(_) => format!("cannot create '{name}': one or more devices is less than the minimum size (64M)"),
-        SpaError::Exists(_) => format!("cannot create '{name}': pool already exists"),
         SpaError::Invalid(m) if m.starts_with("invalid vdev specification") => m,
-        other => daemon::cannot(&format!("cannot create '{name}'"), other),
+        other => daemon::cannot(what, other),
     }
 }
 
@@ -542,6 +722,11 @@ fn import(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     };
     let altroot = p.last('R').map(PathBuf::from);
     let show_destroyed = p.has('D');
+    let opts = ImportOptions {
+        rewind,
+        new_name: None,
+        missing_log: p.has('m'),
+    };
     if p.operands.is_empty() || p.has('a') {
         let candidates = match Pool::find_importable(&dirs) {
             Ok(c) => c,
@@ -566,7 +751,7 @@ fn import(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         }
         let mut resp = Response::ok("");
         for c in candidates {
-            let r = import_one(st, ctx, &c.guid.to_string(), None, &dirs, rewind, altroot.clone(), p.has('N'));
+            let r = import_one(st, ctx, &c.guid.to_string(), None, &dirs, &opts, altroot.clone(), p.has('N'));
             resp.stdout.push_str(&r.stdout);
             resp.stderr.push_str(&r.stderr);
             resp.code = resp.code.max(r.code);
@@ -578,7 +763,7 @@ fn import(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         [w, n] => (w.clone(), Some(n.clone())),
         _ => return bad_usage("import", "too many arguments"),
     };
-    import_one(st, ctx, &which, new_name.as_deref(), &dirs, rewind, altroot, p.has('N'))
+    import_one(st, ctx, &which, new_name.as_deref(), &dirs, &opts, altroot, p.has('N'))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -588,7 +773,7 @@ fn import_one(
     which: &str,
     new_name: Option<&str>,
     dirs: &[PathBuf],
-    rewind: Rewind,
+    opts: &ImportOptions,
     altroot: Option<PathBuf>,
     no_mount: bool,
 ) -> Response {
@@ -604,9 +789,25 @@ fn import_one(
              use the form 'zpool import <pool | id> <newpool>' to give it a new name"
         ));
     }
-    let pool = match Pool::import(which, dirs, rewind, new_name) {
+    let opts = ImportOptions {
+        new_name: new_name.map(String::from),
+        ..opts.clone()
+    };
+    let pool = match Pool::import_with(which, dirs, &opts) {
         Ok(p) => p,
         Err(SpaError::NotFound(_)) => return Response::err(format!("cannot import '{which}': no such pool available")),
+        Err(e @ SpaError::MissingLogs { .. }) => {
+            // OpenZFS prints the list on stdout, then the error on stderr.
+            let SpaError::MissingLogs { missing, .. } = &e else { unreachable!() };
+            return Response {
+                stdout: format!(
+                    "The devices below are missing or corrupted, use '-m' to import the pool anyway:\n{}\n",
+                    format::missing_vdev_tree(missing)
+                ),
+                stderr: format!("{e}\n"),
+                code: 1,
+            };
+        }
         Err(e) => return Response::err(daemon::cannot(&format!("cannot import '{which}'"), e)),
     };
     let name = pool.name();

@@ -1,23 +1,37 @@
-//! End-to-end crash consistency: `kill -9` the daemon at random moments while a writer
-//! creates files through the FUSE mount (OpenZFS has no direct analogue; ztest kills
-//! itself the same way).
+//! End-to-end crash consistency with the intent log: `kill -9` the daemon at random
+//! moments while a client writes through the FUSE mount (OpenZFS has no direct
+//! analogue; ztest kills itself the same way).
 //!
-//! How: a mirror pool; a writer thread creates files with known content and calls
-//! fsync on every other one, recording each acknowledged fsync outside the pool. After
-//! a random delay the daemon is killed with SIGKILL. The FUSE mount must vanish by
-//! itself (auto_unmount), `zpool import` must succeed, every acknowledged file must be
-//! intact, and every file present must be a prefix of what was written to it (a txg
-//! boundary), never garbage. 20 iterations (TARN_KILL_ITERATIONS overrides).
+//! The client, a thread of this test, repeats a publish/retire cycle:
+//! 1. create `tmp{i}`, write its content, `fsync` it;
+//! 2. rename it to `f{i}` and `fsync` the directory: from here on `f{i}` is
+//!    *acknowledged*, recorded outside the pool;
+//! 3. unlink `f{i-8}` (when it exists) and `fsync` the directory: that removal is
+//!    acknowledged too.
+//!
+//! After each kill the mount must vanish by itself (auto_unmount) and `zpool import`
+//! (which replays the log) must succeed. Then:
+//! - every acknowledged `f{i}` that the client never tried to remove exists, intact;
+//! - no acknowledged removal is undone;
+//! - every `f{i}` present holds its full content (rename after fsync is all or
+//!   nothing), every `tmp{i}` present a prefix of it — nothing half-applied, never
+//!   garbage.
+//!
+//! Two layouts: the log on the main pool (a mirror), 100 kills; and a mirrored
+//! separate log whose first leaf is overwritten with garbage before every kill, so
+//! replay must read the log from the other side, 30 kills. TARN_KILL_ITERATIONS
+//! overrides both counts.
 
 mod common;
 use common::*;
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 fn content(i: u64) -> Vec<u8> {
-    let len = (i.wrapping_mul(7919) % 300_000) as usize + 1;
+    let len = (i.wrapping_mul(7919) % 200_000) as usize + 1;
     let mut x = i.wrapping_mul(0x9e3779b97f4a7c15) | 1;
     (0..len)
         .map(|_| {
@@ -49,57 +63,115 @@ fn sigkill(pid: i32) {
     unsafe { kill(pid, 9) };
 }
 
-#[test]
-fn kill_9_during_writes_loses_no_fsynced_file() {
-    if !fuse_usable("kill_9_during_writes_loses_no_fsynced_file") {
+/// What the client has been told is durable.
+#[derive(Default)]
+struct Acked {
+    published: BTreeSet<u64>,
+    /// Removals issued (acknowledged or not: an unacknowledged one may or may not stay).
+    removing: BTreeSet<u64>,
+    removed: BTreeSet<u64>,
+}
+
+/// Overwrite the data area of a log leaf with garbage (labels are left alone).
+fn scribble(path: &str, seed: u64) {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    let mut x = seed | 1;
+    let junk: Vec<u8> = (0..(1 << 20))
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    // The data area starts at 4 MiB; log blocks are allocated from its start.
+    for k in 0..8u64 {
+        f.seek(SeekFrom::Start((4 << 20) + k * (1 << 20))).unwrap();
+        f.write_all(&junk).unwrap();
+    }
+    f.sync_all().unwrap();
+}
+
+fn client(dir: std::path::PathBuf, start: u64, acked: Arc<Mutex<Acked>>, stop: Arc<AtomicBool>) -> u64 {
+    use std::io::Write;
+    let mut i = start;
+    let dirf = || std::fs::File::open(&dir);
+    while !stop.load(Ordering::SeqCst) {
+        let tmp = dir.join(format!("tmp{i}"));
+        let Ok(mut f) = std::fs::File::create(&tmp) else { break };
+        if f.write_all(&content(i)).is_err() || f.sync_all().is_err() {
+            break;
+        }
+        if std::fs::rename(&tmp, dir.join(format!("f{i}"))).is_err() {
+            break;
+        }
+        let Ok(d) = dirf() else { break };
+        if d.sync_all().is_err() {
+            break;
+        }
+        acked.lock().unwrap().published.insert(i);
+        if i >= 8 {
+            let old = i - 8;
+            acked.lock().unwrap().removing.insert(old);
+            match std::fs::remove_file(dir.join(format!("f{old}"))) {
+                Ok(()) => {
+                    if d.sync_all().is_err() {
+                        break;
+                    }
+                    acked.lock().unwrap().removed.insert(old);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(_) => break,
+            }
+        }
+        i += 1;
+    }
+    i
+}
+
+fn run(test: &str, with_slog: bool, default_iterations: u64) {
+    if !fuse_usable(test) {
         return;
     }
-    let iterations: u64 = std::env::var("TARN_KILL_ITERATIONS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
+    let iterations: u64 = std::env::var("TARN_KILL_ITERATIONS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default_iterations);
     let env = Env::new();
     let mnt = env.path().join("mnt");
-    // Sparse 2 GiB files: with the intent log, fsyncs are fast enough that a run writes
-    // far more than the 256 MiB this test started with.
-    let a = env.make_vdev("a.img", 2 << 30);
-    let b = env.make_vdev("b.img", 2 << 30);
-    env.zpool(&["create", "-m", mnt.to_str().unwrap(), "crashpool", "mirror", &a, &b]).ok();
+    let a = env.make_vdev("a.img", 1 << 30);
+    let b = env.make_vdev("b.img", 1 << 30);
+    let (la, lb) = (env.make_vdev("la.img", 128 << 20), env.make_vdev("lb.img", 128 << 20));
+    let mut args = vec!["create", "-m", mnt.to_str().unwrap(), "crashpool", "mirror", &a, &b];
+    if with_slog {
+        args.extend(["log", "mirror", &la, &lb]);
+    }
+    env.zpool(&args).ok();
     let dir = mnt.join("data");
     std::fs::create_dir(&dir).unwrap();
-    let acked: Arc<Mutex<Vec<u64>>> = Arc::new(Mutex::new(Vec::new()));
+    let acked: Arc<Mutex<Acked>> = Arc::default();
     let mut next = 0u64;
     let mut seed = 0x2545F4914F6CDD1Du64;
     let mut killed_mid_write = 0;
+    let mut replayed = 0u64;
     for iter in 0..iterations {
         let stop = Arc::new(AtomicBool::new(false));
         let start = next;
         let writer = {
             let (dir, acked, stop) = (dir.clone(), acked.clone(), stop.clone());
-            std::thread::spawn(move || -> u64 {
-                use std::io::Write;
-                let mut i = start;
-                while !stop.load(Ordering::SeqCst) {
-                    let p = dir.join(format!("f{i}"));
-                    let Ok(mut f) = std::fs::File::create(&p) else { break };
-                    if f.write_all(&content(i)).is_err() {
-                        break;
-                    }
-                    if i.is_multiple_of(2) {
-                        if f.sync_all().is_err() {
-                            break;
-                        }
-                        acked.lock().unwrap().push(i);
-                    }
-                    i += 1;
-                }
-                i
-            })
+            std::thread::spawn(move || client(dir, start, acked, stop))
         };
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
-        std::thread::sleep(Duration::from_millis(150 + seed % 600));
+        std::thread::sleep(Duration::from_millis(100 + seed % 400));
+        if with_slog {
+            scribble(&la, seed);
+        }
         let pid = daemon_pid(&env);
         sigkill(pid);
-        // Wait until the process is gone (kill(pid, 0) fails), as an init system would.
+        // Wait until the process is gone, as an init system would.
         let t = Instant::now();
         while std::path::Path::new(&format!("/proc/{pid}/stat")).exists()
             && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ")
@@ -117,35 +189,80 @@ fn kill_9_during_writes_loses_no_fsynced_file() {
         while mounted(&mnt) && t.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(50));
         }
-        assert!(!mounted(&mnt), "iteration {iter}: mount still present 10 s after kill -9 (auto_unmount)");
+        assert!(!mounted(&mnt), "{test} iteration {iter}: mount still present 10 s after kill -9 (auto_unmount)");
         let out = env.zpool(&["import", "-d", env.vdir().to_str().unwrap(), "crashpool"]);
-        assert_eq!(out.code, 0, "iteration {iter}: import after kill -9 failed: {out:?}\n{}", env.daemon_log());
-        // Every acknowledged file is intact.
-        for &i in acked.lock().unwrap().iter() {
-            let got = std::fs::read(dir.join(format!("f{i}"))).unwrap_or_else(|e| panic!("iteration {iter}: fsynced f{i} lost: {e}"));
+        assert_eq!(
+            out.code,
+            0,
+            "{test} iteration {iter}: import after kill -9 failed: {out:?}\n{}",
+            env.daemon_log()
+        );
+        let ack = acked.lock().unwrap();
+        for &i in ack.published.difference(&ack.removing) {
+            let got = std::fs::read(dir.join(format!("f{i}"))).unwrap_or_else(|e| {
+                let mut names: Vec<String> = std::fs::read_dir(&dir)
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect();
+                names.sort();
+                let log = env.daemon_log();
+                let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                panic!("{test} iteration {iter}: acknowledged f{i} lost: {e}\npresent: {names:?}\nlog tail: {tail:#?}")
+            });
             assert!(
                 got == content(i),
-                "iteration {iter}: fsynced f{i} differs ({} bytes vs {})",
+                "{test} iteration {iter}: acknowledged f{i} differs ({} bytes vs {})",
                 got.len(),
                 content(i).len()
             );
         }
-        // Everything present is a prefix of what was written: no garbage.
+        for &i in &ack.removed {
+            assert!(
+                !dir.join(format!("f{i}")).exists(),
+                "{test} iteration {iter}: acknowledged removal of f{i} undone"
+            );
+        }
         for e in std::fs::read_dir(&dir).unwrap() {
             let e = e.unwrap();
             let name = e.file_name().to_string_lossy().into_owned();
-            let i: u64 = name[1..].parse().unwrap();
             let got = std::fs::read(e.path()).unwrap();
-            let want = content(i);
-            assert!(
-                got.len() <= want.len() && got[..] == want[..got.len()],
-                "iteration {iter}: {name} holds bytes that were never written"
-            );
+            if let Some(n) = name.strip_prefix("tmp") {
+                let want = content(n.parse().unwrap());
+                assert!(
+                    got.len() <= want.len() && got[..] == want[..got.len()],
+                    "{test} iteration {iter}: {name} holds bytes never written"
+                );
+            } else {
+                let i: u64 = name[1..].parse().unwrap();
+                assert!(
+                    got == content(i),
+                    "{test} iteration {iter}: {name} is half-applied ({} of {} bytes)",
+                    got.len(),
+                    content(i).len()
+                );
+            }
+        }
+        drop(ack);
+        if env.daemon_log().matches("intent log replayed").count() as u64 > replayed {
+            replayed += 1;
         }
     }
     assert!(
         killed_mid_write * 2 >= iterations,
-        "only {killed_mid_write} of {iterations} kills landed during writes"
+        "{test}: only {killed_mid_write} of {iterations} kills landed during writes"
     );
-    let _: PathBuf = mnt;
+    assert!(
+        replayed * 2 >= iterations,
+        "{test}: the log was replayed after only {replayed} of {iterations} kills"
+    );
+}
+
+#[test]
+fn kill_9_loses_no_acknowledged_change_log_on_main_pool() {
+    run("kill_9_loses_no_acknowledged_change_log_on_main_pool", false, 100);
+}
+
+#[test]
+fn kill_9_loses_no_acknowledged_change_with_a_damaged_mirrored_slog() {
+    run("kill_9_loses_no_acknowledged_change_with_a_damaged_mirrored_slog", true, 30);
 }

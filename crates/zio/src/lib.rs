@@ -231,7 +231,21 @@ impl Zio {
         Ok(old)
     }
 
-    /// Run `f` with the space map locked (spa uses this to encode/inspect it).
+    /// Run `f` with the space map locked (spa uses this to encode/inspect it; the
+    /// intent log picks and allocates log blocks with it).
+    ///
+    /// `f` must not call back into this `Zio`: the lock order is `vdevs` before
+    /// `space`. Take the vdevs first, then size and allocate inside:
+    ///
+    /// ```ignore
+    /// let vdevs = zio.vdevs();
+    /// let dva = zio.with_space(|s| {
+    ///     let v = s.pick_log_vdev(&[])?;
+    ///     let asize = vdevs[v as usize].psize_to_asize(psize_bytes);
+    ///     let off = s.vdevs[v as usize].alloc(asize)?;
+    ///     Some(Dva { vdev: v, asize_bytes: asize, offset_bytes: off })
+    /// });
+    /// ```
     pub fn with_space<R>(&self, f: impl FnOnce(&mut SpaceMap) -> R) -> R {
         f(&mut self.space.lock())
     }
