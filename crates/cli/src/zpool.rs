@@ -81,6 +81,22 @@ fn with_mount_errors(mut resp: Response, errors: Vec<String>) -> Response {
     resp
 }
 
+/// A path that is neither a regular file nor a block device, with OpenZFS's wording.
+fn unusable_device(path: &std::path::Path, md: &std::fs::Metadata) -> Option<Response> {
+    use std::os::unix::fs::FileTypeExt;
+    let ft = md.file_type();
+    if ft.is_dir() {
+        return Some(Response::err(format!("cannot open '{}': Is a directory", path.display())));
+    }
+    if !(ft.is_file() || ft.is_block_device()) {
+        return Some(Response::err(format!(
+            "cannot use '{}': must be a block device or regular file",
+            path.display()
+        )));
+    }
+    None
+}
+
 struct PlannedLeaf {
     path: PathBuf,
     create: bool,
@@ -170,18 +186,10 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         }
         match std::fs::metadata(&path) {
             Ok(md) => {
-                use std::os::unix::fs::FileTypeExt;
-                let ft = md.file_type();
-                if ft.is_dir() {
-                    return Err(Response::err(format!("cannot open '{}': Is a directory", path.display())));
+                if let Some(e) = unusable_device(&path, &md) {
+                    return Err(e);
                 }
-                if !(ft.is_file() || ft.is_block_device()) {
-                    return Err(Response::err(format!(
-                        "cannot use '{}': must be a block device or regular file",
-                        path.display()
-                    )));
-                }
-                if ft.is_file() && md.len() < MIN_DEVICE_BYTES {
+                if md.file_type().is_file() && md.len() < MIN_DEVICE_BYTES {
                     return Err(fail("one or more devices is less than the minimum size (64M)".into()));
                 }
                 planned.push(PlannedLeaf {
@@ -368,21 +376,13 @@ fn add(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         if seen.insert(key, ()).is_some() {
             return Err(Response::err(format!("invalid vdev specification: {} is used twice", path.display())));
         }
-        use std::os::unix::fs::FileTypeExt;
         let Ok(md) = std::fs::metadata(&path) else {
             return Err(Response::err(format!("cannot open '{}': No such file or directory", path.display())));
         };
-        let ft = md.file_type();
-        if ft.is_dir() {
-            return Err(Response::err(format!("cannot open '{}': Is a directory", path.display())));
+        if let Some(e) = unusable_device(&path, &md) {
+            return Err(e);
         }
-        if !(ft.is_file() || ft.is_block_device()) {
-            return Err(Response::err(format!(
-                "cannot use '{}': must be a block device or regular file",
-                path.display()
-            )));
-        }
-        if ft.is_file() && md.len() < MIN_DEVICE_BYTES {
+        if md.file_type().is_file() && md.len() < MIN_DEVICE_BYTES {
             return Err(fail("device is less than the minimum size (64M)"));
         }
         leaves.push(path.clone());

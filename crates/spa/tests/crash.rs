@@ -124,15 +124,8 @@ fn run_one(seed: u64, layout: &str) -> bool {
     let all_ids: Vec<u64> = (1..200).collect();
     // A dead machine writes nothing more: keep the cut in force until the abandoned
     // pool (and its sync thread, which may be mid-txg) is completely gone.
-    let weak = std::sync::Arc::downgrade(&pool);
     drop(os);
-    drop(pool);
-    let t = std::time::Instant::now();
-    while weak.strong_count() > 0 {
-        assert!(t.elapsed().as_secs() < 30, "seed {seed}: abandoned pool never went away");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    tarn_vdev::inject::clear(&prefix);
+    common::abandon(pool, &prefix);
     let pool = Pool::import(&name, &[PathBuf::from(&dir)], Rewind::None, None).unwrap_or_else(|e| panic!("seed {seed} {layout}: import failed: {e}"));
     let os = pool.objset(&name).unwrap();
     let got = read_all(&*os, &all_ids);

@@ -16,6 +16,8 @@ use tarn_dmu::{ObjectStore, ObjectType};
 use tarn_metaslab::AllocClass;
 use tarn_spa::{AddSpec, CreateSpec, ImportOptions, Pool, Rewind, SpaError, TopSpec, VdevStatus};
 
+mod common;
+
 const MB: u64 = 1 << 20;
 
 fn mkfile(dir: &Path, name: &str, size: u64) -> PathBuf {
@@ -419,17 +421,9 @@ fn missing_log_device_needs_missing_log_option() {
     pool.export().unwrap();
 }
 
-/// Abandon `pool` as a crash would (no export), wait until it is gone with the power
-/// cut still in force, then lift the cut.
+/// Abandon `pool` as a crash would; see `common::abandon`.
 fn crash(pool: Arc<Pool>, prefix: &str) {
-    let weak = Arc::downgrade(&pool);
-    drop(pool);
-    let t = std::time::Instant::now();
-    while weak.strong_count() > 0 {
-        assert!(t.elapsed().as_secs() < 30, "abandoned pool never went away");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    tarn_vdev::inject::clear(prefix);
+    common::abandon(pool, prefix);
 }
 
 /// A power cut at every point of `zpool add` of a log vdev and of `zpool remove`: the

@@ -74,15 +74,8 @@ fn snapshot(fs: &Fs) -> Snapshot {
 /// Abandon `pool` with every device write from now on dropped, as if the power went.
 fn crash(pool: Arc<Pool>, fs: Option<Arc<Fs>>, prefix: &str, writes_before_cut: u64) {
     tarn_vdev::inject::power_cut_after(prefix, writes_before_cut);
-    let weak = Arc::downgrade(&pool);
     drop(fs);
-    drop(pool);
-    let t = std::time::Instant::now();
-    while weak.strong_count() > 0 {
-        assert!(t.elapsed().as_secs() < 30, "abandoned pool never went away");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    tarn_vdev::inject::clear(prefix);
+    common::abandon(pool, prefix);
 }
 
 fn lookup(fs: &Fs, dir: u64, name: &str) -> u64 {

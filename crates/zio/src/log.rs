@@ -26,20 +26,21 @@ impl Zio {
     pub fn alloc_log_block(&self, size_bytes: u64, normal_reserve_bytes: u64, avoid: &[u32]) -> Result<Dva> {
         let vdevs = self.vdevs.read();
         let mut space = self.space.lock();
-        let usable = |v: u32| vdevs.get(v as usize).is_some_and(|t| t.state().is_usable());
+        let take = |space: &mut tarn_metaslab::SpaceMap, v: u32| {
+            let asize = vdevs[v as usize].psize_to_asize(size_bytes);
+            space.vdevs[v as usize].alloc(asize).map(|off| Dva {
+                vdev: v,
+                asize_bytes: asize,
+                offset_bytes: off,
+            })
+        };
         let mut tried: Vec<u32> = avoid.to_vec();
         while let Some(v) = space.pick_log_vdev(&tried) {
             tried.push(v);
-            if !usable(v) {
-                continue;
-            }
-            let asize = vdevs[v as usize].psize_to_asize(size_bytes);
-            if let Some(off) = space.vdevs[v as usize].alloc(asize) {
-                return Ok(Dva {
-                    vdev: v,
-                    asize_bytes: asize,
-                    offset_bytes: off,
-                });
+            if vdevs.get(v as usize).is_some_and(|t| t.state().is_usable()) {
+                if let Some(dva) = take(&mut space, v) {
+                    return Ok(dva);
+                }
             }
         }
         if space.free_bytes() < normal_reserve_bytes.saturating_add(2 * size_bytes) {
@@ -47,13 +48,8 @@ impl Zio {
         }
         let mut tried: Vec<u32> = Vec::new();
         while let Some(v) = space.pick_vdev(&tried) {
-            let asize = vdevs[v as usize].psize_to_asize(size_bytes);
-            if let Some(off) = space.vdevs[v as usize].alloc(asize) {
-                return Ok(Dva {
-                    vdev: v,
-                    asize_bytes: asize,
-                    offset_bytes: off,
-                });
+            if let Some(dva) = take(&mut space, v) {
+                return Ok(dva);
             }
             tried.push(v);
         }

@@ -17,3 +17,17 @@ impl Rng {
         self.next() % n.max(1)
     }
 }
+
+/// Abandon `pool` as a crash would (no export): drop it and wait until it and its sync
+/// thread are gone (a power cut registered on `prefix` stays in force meanwhile, since
+/// a dead machine writes nothing more), then lift the cut.
+pub fn abandon(pool: std::sync::Arc<tarn_spa::Pool>, prefix: &str) {
+    let weak = std::sync::Arc::downgrade(&pool);
+    drop(pool);
+    let t = std::time::Instant::now();
+    while weak.strong_count() > 0 {
+        assert!(t.elapsed().as_secs() < 30, "abandoned pool never went away");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    tarn_vdev::inject::clear(prefix);
+}
