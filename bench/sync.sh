@@ -5,7 +5,7 @@
 #
 # Usage: bash bench/sync.sh [--targets T1,T2,...] [--runtime 15] [--files 5000]
 #                           [--filetime SECONDS] [--delay 8] [--size 1G]
-#                           [--workdir DIR] [--logdir DIR]
+#                           [--workdir DIR] [--logdir DIR] [--tarn-cache SIZE]
 #
 # Workloads (the same jobs for every target):
 #   W1  fio rand write 8K, fsync after every write (--fsync=1), 1 job, time-based
@@ -13,7 +13,8 @@
 #   W3  bench/smallfiles.c: N files of 8 KiB, each create-write-fsync-close, 1 thread
 #   W4  the same with 4 threads
 #   (IOPS for W1/W2, files/s for W3/W4; a small-file run that has not finished after
-#   --filetime seconds is stopped and rated by the files it completed, marked '*')
+#   --filetime seconds is stopped and rated by the files it completed, marked '*').
+#   Every workload runs on a freshly created pool, so none inherits another's backlog.
 #
 # Targets (default: all, in this order):
 #   raw-log           fio/smallfiles on a plain directory in the log device's directory
@@ -28,6 +29,10 @@
 #   zfs-fuse          Debian's zfs-fuse, mirror of two files, private mount namespace,
 #                     -o cachefile=none
 #   zfs-fuse-slog     the same plus a log file (`... mirror A B log FILE`)
+#
+# --tarn-cache SIZE starts the Tarn daemons with TARN_CACHE_MAX=SIZE (per-pool memory
+# budget; a quarter of it is the dirty-data limit that throttles writers). Default: unset,
+# Tarn's own default (256M), so dirty data is capped at 64M.
 #
 # Needs root. Installs fio, fuse (never fuse3) and zfs-fuse with apt-get when they are
 # missing and a chosen target needs them. Builds tarn with `cargo build --release -p
@@ -45,10 +50,11 @@ DELAY_MS=${BENCH_DELAY_MS:-8}
 SIZE=${BENCH_SIZE:-1G}
 WORK=${BENCH_DIR:-/var/tmp/tarn-sync}
 LOGDIR=${BENCH_LOGDIR:-}
+TARN_CACHE=${BENCH_TARN_CACHE:-}
 VDEV_SIZE=4G      # each main-pool leaf
 LOG_SIZE=1G       # each log device file
 
-usage() { sed -n '2,37p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,39p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case $1 in
         --targets) TARGETS=$2; shift 2 ;;
@@ -67,6 +73,8 @@ while [ $# -gt 0 ]; do
         --workdir=*) WORK=${1#*=}; shift ;;
         --logdir) LOGDIR=$2; shift 2 ;;
         --logdir=*) LOGDIR=${1#*=}; shift ;;
+        --tarn-cache) TARN_CACHE=$2; shift 2 ;;
+        --tarn-cache=*) TARN_CACHE=${1#*=}; shift ;;
         -h|--help) usage 0 ;;
         *) echo "sync.sh: unknown option $1" >&2; usage 2 ;;
     esac
@@ -174,6 +182,7 @@ setup_tarn() {  # setup_tarn MODE(txg|nolog|slog) LATENCY(1|0) NAME
     rm -rf "$d"; mkdir -p "$d/state" "$d/run"
     export TARN_STATE_DIR=$d/state TARN_SOCKET=$d/run/tarn.sock
     if [ "$mode" = txg ]; then export TARN_ZIL=off; else unset TARN_ZIL; fi
+    if [ -n "$TARN_CACHE" ]; then export TARN_CACHE_MAX=$TARN_CACHE; else unset TARN_CACHE_MAX; fi
     truncate -s $VDEV_SIZE "$d/a.img" "$d/b.img"
     local vdevs=(mirror "$d/a.img" "$d/b.img")
     if [ "$mode" = slog ]; then
@@ -252,6 +261,7 @@ teardown_zfs_fuse_any() {  # teardown_zfs_fuse_any NAME
     if [ -n "$ZF_NS_PID" ]; then kill "$ZF_NS_PID" 2>/dev/null || true; wait "$ZF_NS_PID" 2>/dev/null || true; fi
     ZF_NS_PID=""; ZF_PID=""; RUN=()
     [ -z "$ZF_DIR" ] || rm -rf "$ZF_DIR"
+    ZF_DIR=""
     rm -f "$LOGDIR/$1-log.img"
 }
 
@@ -330,30 +340,39 @@ small_files() {
     fi
 }
 
-run_workloads() {
-    local t=$1 v
-    log "$t: W1 rand write 8K fsync=1 x1 (${RUNTIME}s)"
-    v=$(fio_sync W1 1); record "$t" W1 "$v"; log "$t: W1 = $v IOPS"
-    log "$t: W2 rand write 8K fsync=1 x8 (${RUNTIME}s)"
-    v=$(fio_sync W2 8); record "$t" W2 "$v"; log "$t: W2 = $v IOPS"
-    "${RUN[@]}" rm -f "$DIR/bench.dat"
-    local threads key
-    for threads in 1 4; do
-        key=W3; [ "$threads" = 4 ] && key=W4
-        log "$t: $key $NFILES small files, $threads thread(s) (at most ${FILETIME}s)"
-        v=$(small_files "$threads")
-        record "$t" "$key" "${v% \*}" "$([[ $v == *'*' ]] && echo capped)"
-        log "$t: $key = $v files/s"
-    done
+run_workload() {  # run_workload TARGET KEY: one workload, recorded in results.tsv
+    local t=$1 key=$2 v threads
+    case $key in
+        W1|W2)
+            local jobs=1; [ "$key" = W2 ] && jobs=8
+            log "$t: $key rand write 8K fsync=1 x$jobs (${RUNTIME}s)"
+            v=$(fio_sync "$key" "$jobs"); record "$t" "$key" "$v"; log "$t: $key = $v IOPS" ;;
+        W3|W4)
+            threads=1; [ "$key" = W4 ] && threads=4
+            log "$t: $key $NFILES small files, $threads thread(s) (at most ${FILETIME}s)"
+            v=$(small_files "$threads")
+            record "$t" "$key" "${v% \*}" "$([[ $v == *'*' ]] && echo capped)"
+            log "$t: $key = $v files/s" ;;
+    esac
 }
 
 run_target() {  # in a subshell: teardown always runs, a failure does not stop the others
-    local t=$1
-    trap "set +e; log '=== $t: teardown'; teardown_target $t" EXIT
+    local t=$1 key
+    trap "set +e; teardown_target $t" EXIT
     trap 'exit 143' TERM INT
-    log "=== $t: setup"
-    setup_target "$t"
-    run_workloads "$t"
+    # A fresh pool (and daemon) for every workload: otherwise the dirty data one workload
+    # leaves behind is still being written to the slow main pool while the next runs,
+    # and the write throttle makes the second pay for the first.
+    for key in W1 W2 W3 W4; do
+        log "=== $t: setup for $key"
+        setup_target "$t"
+        # One fsync before measuring: a new intent-log chain costs a txg sync once per
+        # pool, which would otherwise land in the first measured operation.
+        "${RUN[@]}" dd if=/dev/zero of="$DIR/warmup" bs=8k count=1 conv=fsync status=none
+        run_workload "$t" "$key"
+        log "=== $t: teardown"
+        set +e; teardown_target "$t"; set -e
+    done
 }
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -393,6 +412,7 @@ capped() { awk -F'\t' -v t="$1" -v w="$2" '$1 == t && $2 == w && $4 == "capped" 
 echo
 echo "sync-write benchmark: fio size=$SIZE runtime=${RUNTIME}s, $NFILES files (at most ${FILETIME}s), injected latency ${DELAY_MS} ms/IO"
 echo "workdir $WORK on $(df --output=source "$WORK" | tail -n 1), log devices in $LOGDIR on $(df --output=source "$LOGDIR" | tail -n 1)"
+echo "tarn: $( [ -n "$TARN" ] && echo "$TARN" || echo "not used"), TARN_CACHE_MAX=${TARN_CACHE:-default (256M; dirty-data limit 64M)}"
 echo "$(uname -r), $(nproc) CPUs, load average before $LOAD_BEFORE, after $(cut -d' ' -f1-3 /proc/loadavg), ${ELAPSED}s"
 echo
 printf '%-18s %-34s' "target" "configuration"
