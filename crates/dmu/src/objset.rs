@@ -566,35 +566,30 @@ impl Objset {
     pub fn sync_write_data(&self, batch: &mut SyncBatch, threads: usize) -> Result<()> {
         let compression = self.compression();
         let txg = batch.txg;
-        let n = batch.blocks.len();
-        let mut out: Vec<Option<std::result::Result<BlkPtr, ZioError>>> = (0..n).map(|_| None).collect();
-        let threads = threads.clamp(1, 8).min(n.max(1));
-        let chunk = n.div_ceil(threads).max(1);
-        std::thread::scope(|s| {
-            for (blocks, outs) in batch.blocks.chunks(chunk).zip(out.chunks_mut(chunk)) {
-                let zio = &self.zio;
-                let os_type = self.os_type;
-                s.spawn(move || {
-                    for ((_, _, otype, data), o) in blocks.iter().zip(outs.iter_mut()) {
-                        let comp = if *otype == ObjectType::FileData { compression } else { Compression::Lz4 };
-                        *o = Some(zio.write_block(
-                            data,
-                            WriteProps {
-                                otype: *otype,
-                                level: 0,
-                                compression: comp,
-                                copies: copies_for(*otype, os_type),
-                                txg,
-                                fill: 1,
-                            },
-                        ));
-                    }
-                });
-            }
-        });
+        // One batch through zio: compressed and checksummed in parallel, then written
+        // with adjacent blocks merged into larger device writes.
+        let items: Vec<(&[u8], WriteProps)> = batch
+            .blocks
+            .iter()
+            .map(|(_, _, otype, data)| {
+                let comp = if *otype == ObjectType::FileData { compression } else { Compression::Lz4 };
+                (
+                    data.as_slice(),
+                    WriteProps {
+                        otype: *otype,
+                        level: 0,
+                        compression: comp,
+                        copies: copies_for(*otype, self.os_type),
+                        txg,
+                        fill: 1,
+                    },
+                )
+            })
+            .collect();
+        let out = self.zio.write_blocks(&items, threads);
         let mut first_err = None;
         for o in out {
-            match o.unwrap() {
+            match o {
                 Ok(bp) => batch.written.push(bp),
                 Err(e) => {
                     batch.written.push(BlkPtr::HOLE);

@@ -48,7 +48,9 @@ use tarn_metaslab::{AllocClass, SpaceMap, VdevSpace};
 use tarn_phys::{BlkPtr, ChecksumAlg, Compression, Dva, ObjectType};
 use tarn_vdev::{Vdev, VdevError};
 
+mod aggregate;
 mod log;
+pub use aggregate::AGGREGATE_MAX_BYTES;
 
 /// Errors of the I/O pipeline.
 #[derive(Debug, thiserror::Error)]
@@ -645,5 +647,29 @@ mod tests {
         // Most-free first: the empty new vdevs take the new blocks.
         assert_eq!(seen, [false, true, true]);
         zio.flush().unwrap();
+    }
+
+    #[test]
+    fn batched_writes_merge_adjacent_blocks_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = leaf_vdev(&dir, "a", 0);
+        let space = SpaceMap::new(vec![VdevSpace::new(a.asize_bytes(), a.alloc_align_bytes())]);
+        let zio = Zio::new(vec![a.clone()], space, 1 << 20);
+        // Odd sizes (padded to the sector) and a ditto pair among them.
+        let datas: Vec<Vec<u8>> = (0..40u32).map(|i| vec![i as u8 + 1; 3000 + 1000 * (i as usize % 7)]).collect();
+        let items: Vec<(&[u8], WriteProps)> = datas
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.as_slice(), props(if i == 5 { 2 } else { 1 })))
+            .collect();
+        let before = a.stats.write_ops.load(Ordering::Relaxed);
+        let bps: Vec<BlkPtr> = zio.write_blocks(&items, 2).into_iter().map(|r| r.unwrap()).collect();
+        let ios = a.stats.write_ops.load(Ordering::Relaxed) - before;
+        assert!(ios < 10, "{ios} device writes for 41 block copies: not aggregated");
+        zio.clear_cache();
+        for (bp, d) in bps.iter().zip(&datas) {
+            assert_eq!(&zio.read_block(bp).unwrap()[..], &d[..]);
+        }
+        assert_eq!(bps[5].dvas().count(), 2);
     }
 }
