@@ -125,7 +125,7 @@ pub trait ObjectStore: Send + Sync {
     /// Object metadata.
     fn object_info(&self, obj: u64) -> Result<ObjectInfo>;
     /// Block until every change made before this call is durable on disk
-    /// (until the intent log exists, this forces a txg sync).
+    /// by forcing a txg sync (the POSIX layer's `fsync` uses the intent log instead).
     fn wait_synced(&self) -> Result<()>;
     /// Space numbers for this object set.
     fn space(&self) -> SpaceInfo;

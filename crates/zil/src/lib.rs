@@ -57,9 +57,6 @@ pub enum ZilError {
     /// The log could not be written and the fallback txg sync failed too.
     #[error("intent log: {0}")]
     Io(String),
-    /// A replay handler failed.
-    #[error("intent log replay: {0}")]
-    Replay(String),
 }
 
 /// Result alias.

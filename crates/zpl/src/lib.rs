@@ -48,7 +48,11 @@
 //! returned as `NoSpace`, the operation's earlier changes in the same tx stay (as in
 //! ZFS, a tx cannot be rolled back; the pre-checks make this rare).
 //!
-//! Limits: no xattrs, ACLs or ZIL yet (fsync forces a txg sync); names ≤ 255 bytes;
+//! Intent log: with a [`Zilog`] (see [`Fs::open_logged`]) every change queues a record
+//! under its tx and locks (`log.rs`), `fsync` commits the log, and a log left by a crash
+//! is replayed at open; without one (in-memory tests), `fsync` waits for a txg sync.
+//!
+//! Limits: no xattrs or ACLs; names ≤ 255 bytes;
 //! symlink targets ≤ 4095 bytes; file size ≤ i64::MAX; object ids < 2^60.
 
 pub mod error;
