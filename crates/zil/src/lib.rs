@@ -170,7 +170,6 @@ struct ZilState {
     lwbs: VecDeque<Lwb>,
     /// Where the next block goes (pre-allocated); none when there is no chain.
     tail: LwbPtr,
-    chain_guid: u64,
     /// Txg whose sync makes the current chain's header durable (0: already durable).
     chain_header_txg: u64,
     /// A log write failed: commits fall back to txg syncs until `sync` retires the chain.
@@ -524,7 +523,6 @@ impl Zilog {
                 }
             };
             let mut st = self.st.lock();
-            st.chain_guid = random_guid();
             st.tail = LwbPtr {
                 vdev: dva.vdev,
                 size_bytes: size,
@@ -536,7 +534,7 @@ impl Zilog {
             let h = ZilHeader {
                 claim_txg: 0,
                 replay_seq: 0,
-                chain_guid: st.chain_guid,
+                chain_guid: random_guid(),
                 head: st.tail,
             };
             st.header = h;
@@ -544,11 +542,11 @@ impl Zilog {
         }
         // Pack records into blocks, allocating each block's successor as we go.
         let mut blocks: Vec<Building> = Vec::new();
-        let (guid, tail) = {
+        // The chain's identity is the one in the header handed to the object set.
+        let (guid, tail, mut first_seq) = {
             let st = self.st.lock();
-            (st.chain_guid, st.tail)
+            (st.header.chain_guid, st.tail, st.issued_seq + 1)
         };
-        let mut first_seq = self.st.lock().issued_seq + 1;
         let mut cur = Building::new(tail, first_seq);
         let mut remaining = total;
         let mut result: std::result::Result<(), ZilError> = Ok(());
@@ -754,7 +752,6 @@ impl Zilog {
                 st.retired.push(t);
             }
             st.tail = LwbPtr::default();
-            st.chain_guid = 0;
             st.chain_header_txg = 0;
             st.broken = false;
             h = ZilHeader::default();

@@ -347,48 +347,23 @@ impl Zio {
     /// Write one block. `data` is the logical content (its length is the lsize).
     /// Returns the block pointer to store in the parent.
     pub fn write_block(&self, data: &[u8], props: WriteProps) -> Result<BlkPtr> {
-        assert!(!data.is_empty() && data.len() <= u32::MAX as usize, "block size out of range");
-        let compressed = props.compression.compress(data);
-        let (payload, compression): (&[u8], Compression) = match &compressed {
-            Some(c) => (c.as_slice(), props.compression),
-            None => (data, Compression::Off),
-        };
-        // File data: fletcher4, OpenZFS's default (`checksum=on`), several times cheaper;
-        // metadata: BLAKE3, a cryptographic 256-bit sum.
-        let checksum_alg = if props.otype == ObjectType::FileData {
-            ChecksumAlg::Fletcher4
-        } else {
-            ChecksumAlg::Blake3
-        };
-        let checksum = checksum_alg.compute(payload);
-        let dva = self.allocate(payload.len() as u64, props.copies)?;
+        let aggregate::Prepared { payload, mut bp } = aggregate::prepare(data, &props);
+        bp.dva = self.allocate(payload.len() as u64, props.copies)?;
         let vdevs = self.vdevs.read();
         let mut ok = 0;
         let mut last_err = None;
-        for d in dva.iter().filter(|d| !d.is_empty()) {
-            match vdevs[d.vdev as usize].write(d.offset_bytes, payload) {
+        for d in bp.dvas() {
+            match vdevs[d.vdev as usize].write(d.offset_bytes, &payload) {
                 Ok(()) => ok += 1,
                 Err(e) => last_err = Some(e),
             }
         }
         if ok == 0 {
-            let bp = BlkPtr { dva, ..BlkPtr::HOLE };
             self.free_now(&bp);
             return Err(ZioError::Io(last_err.map(|e| e.to_string()).unwrap_or_default()));
         }
         self.blocks_written.fetch_add(1, Ordering::Relaxed);
-        Ok(BlkPtr {
-            dva,
-            lsize_bytes: data.len() as u32,
-            psize_bytes: payload.len() as u32,
-            otype: props.otype,
-            level: props.level,
-            checksum_alg,
-            compression,
-            birth_txg: props.txg,
-            fill: props.fill,
-            checksum,
-        })
+        Ok(bp)
     }
 
     /// Write a block whose content depends on the allocation itself (the pool space

@@ -395,12 +395,7 @@ impl<'a> Op<'a> {
     }
 
     fn commit(self) -> Result<()> {
-        for (ino, (z, dirty)) in &self.nodes {
-            if *dirty {
-                self.fs.os.set_bonus(&self.tx, *ino, &z.encode())?;
-            }
-        }
-        Ok(())
+        self.commit_keep().map(drop)
     }
 
     /// Commit, then queue the intent-log record describing the operation while the tx
@@ -415,6 +410,7 @@ impl<'a> Op<'a> {
         Ok(())
     }
 
+    /// Write back the changed znodes; the tx stays held by the caller.
     fn commit_keep(self) -> Result<TxHold> {
         for (ino, (z, dirty)) in &self.nodes {
             if *dirty {
