@@ -31,13 +31,15 @@
 //!
 //! Called by: zio (read/write/flush), spa (open/label I/O). Calls: the OS (pread/pwrite).
 
+pub mod dtl;
 pub mod inject;
 pub mod leaf;
 pub mod raidz;
 pub mod tree;
 
 pub use leaf::Leaf;
-pub use tree::{Vdev, VdevKind, VdevState, VdevStats};
+pub use dtl::Dtl;
+pub use tree::{MirrorRole, Vdev, VdevKind, VdevState, VdevStats};
 
 /// Errors from vdev I/O and opening.
 #[derive(Debug, thiserror::Error)]

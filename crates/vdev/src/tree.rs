@@ -35,6 +35,7 @@
 //!
 //! Called by: zio (read/write/flush), spa (tree construction, status).
 
+use crate::dtl::Dtl;
 use crate::raidz::{self, Geometry};
 use crate::{Leaf, VdevError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -114,6 +115,19 @@ pub enum VdevKind {
     Hole,
 }
 
+/// What a mirror-shaped node stands for (OpenZFS has three vdev types with mirror
+/// I/O semantics: `mirror`, `replacing`, `spare`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MirrorRole {
+    /// A user-made N-way mirror (`mirror-N`).
+    Mirror,
+    /// A leaf being replaced: children are the old leaf and its replacement
+    /// (`replacing-N`); the old one is detached when the resilver completes.
+    Replacing,
+    /// A leaf stood in for by a hot spare: the original leaf and the spare (`spare-N`).
+    Spare,
+}
+
 /// One node of the vdev tree. Top-level vdevs have `id` = their index in DVAs.
 pub struct Vdev {
     /// Index among siblings; for top-level vdevs, the DVA vdev id.
@@ -130,6 +144,12 @@ pub struct Vdev {
     pub stats: VdevStats,
     /// Administratively offline (leaves only; `zpool offline`).
     offline: AtomicBool,
+    /// Faulted: too many errors, or faulted by the administrator (leaves only).
+    faulted: AtomicBool,
+    /// Txgs this leaf missed (leaves only; see [`crate::dtl`]).
+    pub dtl: Dtl,
+    /// For `VdevKind::Mirror` nodes: which of mirror/replacing/spare this is.
+    pub role: MirrorRole,
 }
 
 /// What one raidz column read produced.
@@ -139,6 +159,8 @@ enum Column {
     Failed,
     /// Child is UNAVAIL/OFFLINE; neither read nor rewritten.
     Absent,
+    /// Child's DTL holds the block's birth txg: not read, rewritten after a good read.
+    Stale,
 }
 
 impl Vdev {
@@ -152,6 +174,9 @@ impl Vdev {
             kind,
             stats: VdevStats::default(),
             offline: AtomicBool::new(false),
+            faulted: AtomicBool::new(false),
+            dtl: Dtl::default(),
+            role: MirrorRole::Mirror,
         }
     }
 
@@ -164,6 +189,14 @@ impl Vdev {
     pub fn new_mirror(id: u32, guid: u64, ashift: u8, children: Vec<Arc<Vdev>>) -> Vdev {
         assert!(!children.is_empty(), "mirror needs children");
         Vdev::new(id, guid, ashift, None, VdevKind::Mirror(children))
+    }
+
+    /// Build a mirror-shaped node of the given role (`replacing-N`, `spare-N`); I/O is
+    /// a mirror's. Panics (a bug) with no children.
+    pub fn new_mirror_role(id: u32, guid: u64, ashift: u8, role: MirrorRole, children: Vec<Arc<Vdev>>) -> Vdev {
+        let mut v = Vdev::new_mirror(id, guid, ashift, children);
+        v.role = role;
+        v
     }
 
     /// Build a raidz node (`nparity` 1..=3, `children.len() > nparity`). Panics (a bug)
@@ -192,6 +225,29 @@ impl Vdev {
     /// nodes. An offline leaf fails I/O with `Unavailable` without counting errors.
     pub fn set_offline(&self, offline: bool) {
         self.offline.store(offline, Ordering::Relaxed);
+    }
+
+    /// Mark a leaf FAULTED (or clear that). A faulted leaf is not used for I/O.
+    pub fn set_faulted(&self, faulted: bool) {
+        self.faulted.store(faulted, Ordering::Relaxed);
+    }
+
+    /// Whether `offline` was set on this leaf (`zpool offline`).
+    pub fn is_offline(&self) -> bool {
+        self.offline.load(Ordering::Relaxed)
+    }
+
+    /// Whether blocks born in `birth_txg` cannot be read from this vdev: a leaf that is
+    /// unusable or whose DTL holds the txg; a mirror whose every child misses it; a
+    /// raidz with more than `p` children missing it. `birth_txg = 0` means "unknown"
+    /// and only usability counts.
+    pub fn missing(&self, birth_txg: u64) -> bool {
+        match &self.kind {
+            VdevKind::Hole => true,
+            VdevKind::Leaf(_) => !self.state().is_usable() || (birth_txg != 0 && self.dtl.contains(birth_txg)),
+            VdevKind::Mirror(ch) => ch.iter().all(|c| c.missing(birth_txg)),
+            VdevKind::Raidz { nparity, children } => children.iter().filter(|c| c.missing(birth_txg)).count() > *nparity as usize,
+        }
     }
 
     fn sector_bytes(&self) -> u64 {
@@ -350,14 +406,22 @@ impl Vdev {
     /// Errors: `Checksum` when data was read but no candidate verified; otherwise the
     /// first `Io` error, or `Unavailable` when too few children are usable.
     pub fn read(&self, offset_bytes: u64, psize_bytes: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>, VdevError> {
+        self.read_birth(offset_bytes, psize_bytes, 0, verify)
+    }
+
+    /// [`Vdev::read`] of a block born in `birth_txg` (0: unknown). Children whose DTL
+    /// holds the txg are tried last (a mirror) or treated as absent (raidz), and a
+    /// wrong copy found there is rewritten without counting a CKSUM error: it was
+    /// known to be missing, not damaged.
+    pub fn read_birth(&self, offset_bytes: u64, psize_bytes: u64, birth_txg: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>, VdevError> {
         if !self.state().is_usable() || self.is_hole() {
             return Err(VdevError::Unavailable { vdev: self.id });
         }
         self.check_range(offset_bytes, psize_bytes)?;
         let r = match &self.kind {
             VdevKind::Leaf(leaf) => self.read_leaf(leaf.as_ref().expect("usable leaf is open"), offset_bytes, psize_bytes, verify),
-            VdevKind::Mirror(children) => self.read_mirror(children, offset_bytes, psize_bytes, verify),
-            VdevKind::Raidz { children, .. } => self.read_raidz(children, offset_bytes, psize_bytes, verify),
+            VdevKind::Mirror(children) => self.read_mirror(children, offset_bytes, psize_bytes, birth_txg, verify),
+            VdevKind::Raidz { children, .. } => self.read_raidz(children, offset_bytes, psize_bytes, birth_txg, verify),
             VdevKind::Hole => unreachable!("holes are refused above"),
         };
         match &r {
@@ -387,12 +451,30 @@ impl Vdev {
         Ok(buf)
     }
 
-    fn read_mirror(&self, children: &[Arc<Vdev>], offset_bytes: u64, psize_bytes: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>, VdevError> {
+    fn read_mirror(
+        &self,
+        children: &[Arc<Vdev>],
+        offset_bytes: u64,
+        psize_bytes: u64,
+        birth_txg: u64,
+        verify: &dyn Fn(&[u8]) -> bool,
+    ) -> Result<Vec<u8>, VdevError> {
         let mut bad: Vec<&Arc<Vdev>> = Vec::new();
         let mut saw_checksum = false;
         let mut first_io = None;
-        for c in children.iter().filter(|c| c.state().is_usable()) {
-            match c.read(offset_bytes, psize_bytes, verify) {
+        // Children that have the block first; those known to miss it last (they are
+        // still tried: a DTL is conservative, the data may be there).
+        let mut order: Vec<&Arc<Vdev>> = children.iter().filter(|c| c.state().is_usable()).collect();
+        order.sort_by_key(|c| c.missing(birth_txg));
+        for c in order {
+            let known_missing = c.missing(birth_txg);
+            let before = if known_missing { checksum_counts(c) } else { Vec::new() };
+            let r = c.read_birth(offset_bytes, psize_bytes, birth_txg, verify);
+            if known_missing && matches!(r, Err(VdevError::Checksum { .. })) {
+                // Expected: not damage. Undo the counts the child made.
+                uncount(c, &before);
+            }
+            match r {
                 Ok(data) => {
                     for b in bad {
                         // Self-heal; a failure is counted by the child.
@@ -419,7 +501,14 @@ impl Vdev {
         }
     }
 
-    fn read_raidz(&self, children: &[Arc<Vdev>], offset_bytes: u64, psize_bytes: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>, VdevError> {
+    fn read_raidz(
+        &self,
+        children: &[Arc<Vdev>],
+        offset_bytes: u64,
+        psize_bytes: u64,
+        birth_txg: u64,
+        verify: &dyn Fn(&[u8]) -> bool,
+    ) -> Result<Vec<u8>, VdevError> {
         let g = self.geometry().expect("raidz geometry");
         let (n, p) = (g.ncols, g.nparity);
         let col_bytes = g.column_bytes(psize_bytes) as u64;
@@ -431,7 +520,12 @@ impl Vdev {
                 if !c.state().is_usable() {
                     return Column::Absent;
                 }
-                match c.read(child_off, col_bytes, &|_| true) {
+                if c.missing(birth_txg) {
+                    // Known not to hold this block: rebuild it from parity and
+                    // rewrite it, without counting an error.
+                    return Column::Stale;
+                }
+                match c.read_birth(child_off, col_bytes, birth_txg, &|_| true) {
                     Ok(b) => Column::Read(b),
                     Err(VdevError::Unavailable { .. }) => Column::Absent,
                     Err(e) => {
@@ -487,7 +581,7 @@ impl Vdev {
                     bump(&child.stats.checksum_errors, 1);
                     true
                 }
-                Column::Failed => true,
+                Column::Failed | Column::Stale => true,
                 _ => false,
             };
             if heal {
@@ -529,6 +623,7 @@ impl Vdev {
         match &self.kind {
             VdevKind::Leaf(None) => VdevState::Unavail,
             VdevKind::Leaf(Some(_)) if self.offline.load(Ordering::Relaxed) => VdevState::Offline,
+            VdevKind::Leaf(Some(_)) if self.faulted.load(Ordering::Relaxed) => VdevState::Faulted,
             VdevKind::Leaf(Some(_)) | VdevKind::Hole => VdevState::Online,
             VdevKind::Mirror(children) => {
                 let states: Vec<VdevState> = children.iter().map(|c| c.state()).collect();
@@ -577,10 +672,34 @@ impl Vdev {
         match &self.kind {
             VdevKind::Leaf(_) => self.path.clone().unwrap_or_default(),
             VdevKind::Hole => format!("hole-{}", self.id),
-            VdevKind::Mirror(_) => format!("mirror-{}", self.id),
+            VdevKind::Mirror(_) => match self.role {
+                MirrorRole::Mirror => format!("mirror-{}", self.id),
+                MirrorRole::Replacing => format!("replacing-{}", self.id),
+                MirrorRole::Spare => format!("spare-{}", self.id),
+            },
             VdevKind::Raidz { nparity, .. } => format!("raidz{}-{}", nparity, self.id),
         }
     }
+}
+
+/// CKSUM counters of `v` and every node below it, depth first.
+fn checksum_counts(v: &Vdev) -> Vec<u64> {
+    let mut out = vec![v.stats.checksum_errors.load(Ordering::Relaxed)];
+    for c in v.children() {
+        out.extend(checksum_counts(c));
+    }
+    out
+}
+
+/// Put back CKSUM counters taken by [`checksum_counts`] (a miss the DTL predicted is
+/// not damage). Returns the number of entries used.
+fn uncount(v: &Vdev, before: &[u64]) -> usize {
+    v.stats.checksum_errors.store(before[0], Ordering::Relaxed);
+    let mut used = 1;
+    for c in v.children() {
+        used += uncount(c, &before[used..]);
+    }
+    used
 }
 
 /// Smallest `asize_bytes` among usable children (0 if none is usable).

@@ -425,7 +425,7 @@ impl Zio {
         let mut err: Option<VdevError> = None;
         for d in bp.dvas() {
             let Some(v) = vdevs.get(d.vdev as usize) else { continue };
-            match v.read(d.offset_bytes, bp.psize_bytes as u64, &verify) {
+            match v.read_birth(d.offset_bytes, bp.psize_bytes as u64, bp.birth_txg, &verify) {
                 Ok(mut phys) => {
                     let logical = if bp.compression == Compression::Off && phys.len() >= bp.lsize_bytes as usize {
                         phys.truncate(bp.lsize_bytes as usize);
