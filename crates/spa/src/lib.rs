@@ -56,6 +56,7 @@ mod dsl;
 pub mod inject;
 mod names;
 mod pool;
+mod repair;
 mod sync;
 mod vdevs;
 
