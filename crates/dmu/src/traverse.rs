@@ -76,3 +76,141 @@ pub fn traverse(zio: &Zio, root: &BlkPtr, visit: &mut dyn FnMut(&BlkPtr)) -> Res
     visit(root);
     Ok(())
 }
+
+/// How a resumable traversal ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walked {
+    /// Every object from the start object on was visited.
+    Done,
+    /// `object_done` asked to stop; resume with this object id.
+    StoppedBefore(u64),
+}
+
+/// State of one [`traverse_resumable`] walk.
+struct Resumable<'a> {
+    zio: &'a Zio,
+    min_birth_txg: u64,
+    start_object: u64,
+    dnodes_per_block: u64,
+    visit: &'a mut dyn FnMut(&BlkPtr, u64),
+    object_done: &'a mut dyn FnMut(u64) -> bool,
+}
+
+/// Object id the meta-dnode's own blocks are reported under.
+pub const META_OBJECT: u64 = u64::MAX;
+
+impl Resumable<'_> {
+    /// Visit `bp`'s subtree, pruning blocks born before `min_birth_txg` (their
+    /// children are no younger, since a parent is rewritten whenever a child is).
+    fn tree(&mut self, bp: &BlkPtr, depth_left: u8, object: u64) -> Result<()> {
+        if bp.is_hole() || bp.birth_txg < self.min_birth_txg {
+            return Ok(());
+        }
+        if bp.level > 0 {
+            if depth_left == 0 {
+                return Err(DmuError::Corrupt(tarn_phys::Corrupt::new("indirect", "tree deeper than nlevels")));
+            }
+            let ind = read(self.zio, bp)?;
+            for c in ind.chunks_exact(BLKPTR_SIZE_BYTES) {
+                let child = BlkPtr::decode(c)?;
+                if !child.is_hole() && child.level + 1 != bp.level {
+                    return Err(DmuError::Corrupt(tarn_phys::Corrupt::new("indirect", "child level mismatch")));
+                }
+                self.tree(&child, depth_left - 1, object)?;
+            }
+        }
+        (self.visit)(bp, object);
+        Ok(())
+    }
+
+    /// Walk the meta-dnode tree below `bp` (block `blkid` at its level); for each
+    /// dnode block, visit it and then each allocated object's tree in id order.
+    fn meta(&mut self, bp: &BlkPtr, blkid: u64, depth_left: u8) -> Result<Walked> {
+        if bp.is_hole() || bp.birth_txg < self.min_birth_txg {
+            return Ok(Walked::Done);
+        }
+        if bp.level > 0 {
+            if depth_left == 0 {
+                return Err(DmuError::Corrupt(tarn_phys::Corrupt::new("indirect", "tree deeper than nlevels")));
+            }
+            let ind = read(self.zio, bp)?;
+            let fanout = (ind.len() / BLKPTR_SIZE_BYTES) as u64;
+            // Objects below child i start at (blkid * fanout + i) << (level - 1 fanouts).
+            let span = self.dnodes_per_block * fanout.pow(bp.level as u32 - 1);
+            for (i, c) in ind.chunks_exact(BLKPTR_SIZE_BYTES).enumerate() {
+                let child_blkid = blkid * fanout + i as u64;
+                if (child_blkid + 1) * span <= self.start_object {
+                    continue;
+                }
+                let child = BlkPtr::decode(c)?;
+                if !child.is_hole() && child.level + 1 != bp.level {
+                    return Err(DmuError::Corrupt(tarn_phys::Corrupt::new("indirect", "child level mismatch")));
+                }
+                if let Walked::StoppedBefore(o) = self.meta(&child, child_blkid, depth_left - 1)? {
+                    return Ok(Walked::StoppedBefore(o));
+                }
+            }
+            (self.visit)(bp, META_OBJECT);
+            return Ok(Walked::Done);
+        }
+        if bp.otype != ObjectType::Dnode {
+            return Err(DmuError::Corrupt(tarn_phys::Corrupt::new("dnode block", "wrong type")));
+        }
+        let blk = read(self.zio, bp)?;
+        (self.visit)(bp, META_OBJECT);
+        let first = blkid * self.dnodes_per_block;
+        for (j, d) in blk.chunks_exact(DNODE_SIZE_BYTES).enumerate() {
+            let object = first + j as u64;
+            if object < self.start_object {
+                continue;
+            }
+            let dn = DnodePhys::decode(d)?;
+            if dn.is_free() {
+                continue;
+            }
+            self.tree(&dn.blkptr, dn.nlevels.saturating_sub(1), object)?;
+            if (self.object_done)(object) {
+                return Ok(Walked::StoppedBefore(object + 1));
+            }
+        }
+        Ok(Walked::Done)
+    }
+}
+
+/// The scan's walk of one object set: visit every block born at or after
+/// `min_birth_txg` (subtrees older than that are pruned) of every object with id
+/// `>= start_object`, object by object in id order, each block with the object it
+/// belongs to ([`META_OBJECT`] for the meta-dnode tree and the object-set root).
+/// After each object, `object_done(id)` may return true to stop: the walk then
+/// returns [`Walked::StoppedBefore`] with the id to resume from. Blocks of the
+/// meta-dnode tree above the resume point are visited again on resumption (a few
+/// blocks read twice; the caller tolerates duplicates).
+///
+/// Errors: the first block that cannot be read or decoded (the walk stops there).
+pub fn traverse_resumable(
+    zio: &Zio,
+    root: &BlkPtr,
+    min_birth_txg: u64,
+    start_object: u64,
+    visit: &mut dyn FnMut(&BlkPtr, u64),
+    object_done: &mut dyn FnMut(u64) -> bool,
+) -> Result<Walked> {
+    if root.is_hole() || root.birth_txg < min_birth_txg {
+        return Ok(Walked::Done);
+    }
+    let phys = ObjsetPhys::decode(&read(zio, root)?)?;
+    let md = &phys.meta_dnode;
+    let mut w = Resumable {
+        zio,
+        min_birth_txg,
+        start_object,
+        dnodes_per_block: (md.datablksz_bytes as u64 / DNODE_SIZE_BYTES as u64).max(1),
+        visit,
+        object_done,
+    };
+    if let Walked::StoppedBefore(o) = w.meta(&md.blkptr, 0, md.nlevels.saturating_sub(1))? {
+        return Ok(Walked::StoppedBefore(o));
+    }
+    (w.visit)(root, META_OBJECT);
+    Ok(Walked::Done)
+}

@@ -475,10 +475,11 @@ impl VdevSpace {
     }
 
     /// Called after txg `synced_txg` has synced: every deferred free with
-    /// `free_txg + TXG_DEFER_SIZE <= synced_txg` becomes allocatable.
-    pub fn sync_done(&mut self, synced_txg: u64) {
+    /// `free_txg + TXG_DEFER_SIZE <= synced_txg` — and `free_txg < hold_from_txg` —
+    /// becomes allocatable.
+    pub fn sync_done(&mut self, synced_txg: u64, hold_from_txg: u64) {
         while let Some(entry) = self.deferred.first_entry() {
-            if entry.key().saturating_add(TXG_DEFER_SIZE) > synced_txg {
+            if entry.key().saturating_add(TXG_DEFER_SIZE) > synced_txg || *entry.key() >= hold_from_txg {
                 break;
             }
             let tree = entry.remove();
@@ -733,6 +734,8 @@ pub struct SpaceMap {
     rotor: AtomicU32,
     /// Next vdev id to try first in `pick_log_vdev`.
     log_rotor: AtomicU32,
+    /// Frees from this txg on are held deferred ([`SpaceMap::hold_frees_from`]).
+    hold_from_txg: Option<u64>,
 }
 
 impl Clone for SpaceMap {
@@ -741,6 +744,7 @@ impl Clone for SpaceMap {
             vdevs: self.vdevs.clone(),
             rotor: AtomicU32::new(self.rotor.load(Ordering::Relaxed)),
             log_rotor: AtomicU32::new(self.log_rotor.load(Ordering::Relaxed)),
+            hold_from_txg: self.hold_from_txg,
         }
     }
 }
@@ -758,6 +762,7 @@ impl SpaceMap {
             vdevs,
             rotor: AtomicU32::new(0),
             log_rotor: AtomicU32::new(0),
+            hold_from_txg: None,
         }
     }
 
@@ -905,11 +910,23 @@ impl SpaceMap {
         self.of_class(class).map(VdevSpace::asize_bytes).sum()
     }
 
-    /// Txg `synced_txg` has synced: release aged deferred frees on every vdev.
+    /// Txg `synced_txg` has synced: release aged deferred frees on every vdev, except
+    /// those freed in or after the txg given to [`SpaceMap::hold_frees_from`].
     pub fn sync_done(&mut self, synced_txg: u64) {
+        let hold = self.hold_from_txg.unwrap_or(u64::MAX);
         for v in &mut self.vdevs {
-            v.sync_done(synced_txg);
+            v.sync_done(synced_txg, hold);
         }
+    }
+
+    /// Keep every block freed in txg `txg` or later out of the free trees (they stay
+    /// deferred) until called with `None`. A scan holds frees while it works on a
+    /// traversal of txg `txg - 1`, so that no block it is about to read or rewrite can
+    /// be reallocated and rewritten under it (OpenZFS handles the same race by removing
+    /// freed blocks from its scan queues). Not persisted: a restarted scan traverses
+    /// again.
+    pub fn hold_frees_from(&mut self, txg: Option<u64>) {
+        self.hold_from_txg = txg;
     }
 }
 

@@ -137,10 +137,10 @@ fn deferred_frees_wait_for_txg_plus_defer() {
     assert_eq!(v.free_bytes(), 0);
     assert_eq!(v.alloc_bytes(), 0);
     for synced in 10..10 + TXG_DEFER_SIZE {
-        v.sync_done(synced);
+        v.sync_done(synced, u64::MAX);
         assert_eq!(v.alloc(K), None, "reused at txg {synced}");
     }
-    v.sync_done(10 + TXG_DEFER_SIZE);
+    v.sync_done(10 + TXG_DEFER_SIZE, u64::MAX);
     assert_eq!(v.deferred_bytes(), 0);
     assert_eq!(v.free_bytes(), 4 * K);
     assert!(v.alloc(4 * K).is_some());
@@ -153,9 +153,9 @@ fn deferred_frees_release_per_txg() {
     let b = v.alloc(K).unwrap();
     v.free(5, a, K);
     v.free(6, b, K);
-    v.sync_done(9);
+    v.sync_done(9, u64::MAX);
     assert_eq!((v.free_bytes(), v.deferred_bytes()), (7 * K, K));
-    v.sync_done(10);
+    v.sync_done(10, u64::MAX);
     assert_eq!((v.free_bytes(), v.deferred_bytes()), (8 * K, 0));
     assert!(v.deferred_iter().next().is_none());
 }
@@ -610,7 +610,7 @@ proptest! {
                 }
                 Op::Free(_) | Op::FreeNow(_) => {}
                 Op::Sync => {
-                    v.sync_done(txg);
+                    v.sync_done(txg, u64::MAX);
                     for blk in &mut model {
                         if let Block::Deferred(t) = *blk {
                             if t + TXG_DEFER_SIZE <= txg {
@@ -671,4 +671,20 @@ proptest! {
             prop_assert_eq!(back.encode(), bytes);
         }
     }
+}
+
+#[test]
+fn held_frees_stay_deferred_until_released() {
+    let mut sm = SpaceMap::new(vec![VdevSpace::new(8 * K, K)]);
+    let a = sm.vdevs[0].alloc(K).unwrap();
+    let b = sm.vdevs[0].alloc(K).unwrap();
+    sm.vdevs[0].free(5, a, K);
+    sm.hold_frees_from(Some(6));
+    sm.vdevs[0].free(6, b, K);
+    sm.sync_done(20);
+    // The free of txg 5 predates the hold; the one of txg 6 waits.
+    assert_eq!((sm.vdevs[0].free_bytes(), sm.vdevs[0].deferred_bytes()), (7 * K, K));
+    sm.hold_frees_from(None);
+    sm.sync_done(21);
+    assert_eq!((sm.vdevs[0].free_bytes(), sm.vdevs[0].deferred_bytes()), (8 * K, 0));
 }

@@ -33,6 +33,12 @@ pub(crate) struct Dir {
     pub history_obj: u64,
     /// Locally set pool properties (e.g. comment).
     pub pool_props: BTreeMap<String, String>,
+    /// The last or current scrub/resilver (absent in pools never scanned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan: Option<crate::scan::ScanPhys>,
+    /// Objects with unrecoverable blocks found by scans: (dataset MOS object, object).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub errlog: std::collections::BTreeSet<(u64, u64)>,
 }
 
 /// A dataset's entry in the directory.

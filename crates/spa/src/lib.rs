@@ -57,6 +57,7 @@ pub mod inject;
 mod names;
 mod pool;
 mod repair;
+pub mod scan;
 mod sync;
 mod vdevs;
 

@@ -170,6 +170,8 @@ pub struct Pool {
     pub(crate) config_dirty: AtomicBool,
     /// Supplied by the intent log; run by `remove_vdev` on a log vdev.
     pub(crate) log_evacuate_hook: Mutex<Option<Arc<LogEvacuateHook>>>,
+    /// The scrub/resilver thread and its live counters.
+    pub(crate) scanner: crate::scan::Scanner,
 }
 
 struct FoundLeaf {
@@ -403,6 +405,7 @@ impl Pool {
             altroot: Mutex::new(spec.pool_props.get("altroot").cloned()),
             config_dirty: AtomicBool::new(false),
             log_evacuate_hook: Mutex::new(None),
+            scanner: Default::default(),
         });
         // Labels first (state active), so a crash mid-create leaves a recognisable pool.
         pool.write_labels(PoolState::Active, 0)?;
@@ -756,6 +759,7 @@ impl Pool {
                     }
                     p.write_labels(PoolState::Active, ub.txg)?;
                     p.start_sync_thread();
+                    p.resume_scan();
                     return Ok(p);
                 }
                 Err(e) => last_err = Some(e),
@@ -824,6 +828,7 @@ impl Pool {
             altroot: Mutex::new(None),
             config_dirty: AtomicBool::new(false),
             log_evacuate_hook: Mutex::new(None),
+            scanner: Default::default(),
         });
         // Every dataset record must be readable.
         let ids: Vec<u64> = pool.dir.lock().datasets.values().map(|d| d.obj).collect();
@@ -984,6 +989,7 @@ impl Pool {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Err(SpaError::NotFound(format!("cannot export '{}': no such pool", self.name)));
         }
+        self.stop_scan_thread();
         self.stop_sync_thread();
         for z in self.zilogs.lock().values() {
             z.close();

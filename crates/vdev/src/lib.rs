@@ -35,10 +35,11 @@ pub mod dtl;
 pub mod inject;
 pub mod leaf;
 pub mod raidz;
+pub mod scan;
 pub mod tree;
 
-pub use leaf::Leaf;
 pub use dtl::Dtl;
+pub use leaf::Leaf;
 pub use tree::{MirrorRole, Vdev, VdevKind, VdevState, VdevStats};
 
 /// Errors from vdev I/O and opening.

@@ -94,7 +94,7 @@ pub struct VdevStats {
     pub checksum_errors: AtomicU64,
 }
 
-fn bump(c: &AtomicU64, by: u64) {
+pub(crate) fn bump(c: &AtomicU64, by: u64) {
     c.fetch_add(by, Ordering::Relaxed);
 }
 
@@ -153,7 +153,7 @@ pub struct Vdev {
 }
 
 /// What one raidz column read produced.
-enum Column {
+pub(crate) enum Column {
     Read(Vec<u8>),
     /// Child reported an I/O error (it counted it); rewrite after a good read.
     Failed,
@@ -539,36 +539,7 @@ impl Vdev {
         if missing.len() > p {
             return Err(first_io.unwrap_or(VdevError::Unavailable { vdev: self.id }));
         }
-        let base: Vec<Vec<u8>> = read
-            .iter()
-            .map(|c| match c {
-                Column::Read(b) => b.clone(),
-                _ => vec![0u8; col_bytes as usize],
-            })
-            .collect();
-        let present: Vec<usize> = (0..n).filter(|c| !missing.contains(c)).collect();
-        let mut good: Option<Vec<u8>> = None;
-        // Fewest erasures first: the known-missing columns, then each combination of
-        // suspected-bad columns on top, up to p in all.
-        'search: for k in 0..=(p - missing.len()) {
-            for extra in raidz::combinations(&present, k) {
-                let erased: Vec<usize> = missing.iter().chain(&extra).copied().collect();
-                let mut cols = base.clone();
-                if erased.iter().any(|&c| c >= p) {
-                    if raidz::reconstruct(&mut cols, p, &erased).is_err() {
-                        continue;
-                    }
-                } else if k > 0 {
-                    // Only parity erased: the data is what the k = 0 attempt saw.
-                    continue;
-                }
-                let data = g.assemble(&cols, psize_bytes);
-                if verify(&data) {
-                    good = Some(data);
-                    break 'search;
-                }
-            }
-        }
+        let good = raidz_solve(&g, &read, psize_bytes, verify);
         let Some(data) = good else {
             return Err(VdevError::Checksum { vdev: self.id, offset_bytes });
         };
@@ -680,6 +651,48 @@ impl Vdev {
             VdevKind::Raidz { nparity, .. } => format!("raidz{}-{}", nparity, self.id),
         }
     }
+}
+
+/// Find the raidz block's data from its columns as read: the data columns as they
+/// are, then every combination of up to `p` erased columns (missing ones first)
+/// rebuilt from parity, returning the first assembly that `verify` accepts. `None`
+/// when too many columns are missing or nothing verifies.
+pub(crate) fn raidz_solve(g: &Geometry, read: &[Column], psize_bytes: u64, verify: &dyn Fn(&[u8]) -> bool) -> Option<Vec<u8>> {
+    let (n, p) = (g.ncols, g.nparity);
+    let col_bytes = g.column_bytes(psize_bytes);
+    let missing: Vec<usize> = (0..n).filter(|&c| !matches!(read[c], Column::Read(_))).collect();
+    if missing.len() > p {
+        return None;
+    }
+    let base: Vec<Vec<u8>> = read
+        .iter()
+        .map(|c| match c {
+            Column::Read(b) => b.clone(),
+            _ => vec![0u8; col_bytes],
+        })
+        .collect();
+    let present: Vec<usize> = (0..n).filter(|c| !missing.contains(c)).collect();
+    // Fewest erasures first: the known-missing columns, then each combination of
+    // suspected-bad columns on top, up to p in all.
+    for k in 0..=(p - missing.len()) {
+        for extra in raidz::combinations(&present, k) {
+            let erased: Vec<usize> = missing.iter().chain(&extra).copied().collect();
+            let mut cols = base.clone();
+            if erased.iter().any(|&c| c >= p) {
+                if raidz::reconstruct(&mut cols, p, &erased).is_err() {
+                    continue;
+                }
+            } else if k > 0 {
+                // Only parity erased: the data is what the k = 0 attempt saw.
+                continue;
+            }
+            let data = g.assemble(&cols, psize_bytes);
+            if verify(&data) {
+                return Some(data);
+            }
+        }
+    }
+    None
 }
 
 /// CKSUM counters of `v` and every node below it, depth first.

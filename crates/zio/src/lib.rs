@@ -147,6 +147,9 @@ pub struct Zio {
     pub data_errors: AtomicU64,
     /// Blocks written since open (for tests and `zpool iostat`).
     pub blocks_written: AtomicU64,
+    /// Blocks read from disk (cache misses) since open. With `blocks_written` this is
+    /// the application activity that scan I/O yields to.
+    pub blocks_read: AtomicU64,
 }
 
 impl Zio {
@@ -168,6 +171,7 @@ impl Zio {
             }),
             data_errors: AtomicU64::new(0),
             blocks_written: AtomicU64::new(0),
+            blocks_read: AtomicU64::new(0),
         }
     }
 
@@ -402,6 +406,12 @@ impl Zio {
         })
     }
 
+    /// Application block I/O so far (reads that missed the cache plus block writes);
+    /// a scan compares two readings to see whether the pool is busy.
+    pub fn io_activity(&self) -> u64 {
+        self.blocks_read.load(Ordering::Relaxed) + self.blocks_written.load(Ordering::Relaxed)
+    }
+
     /// Drop every cached block (after a rewind or for cold-cache measurements).
     pub fn clear_cache(&self) {
         let mut c = self.cache.lock();
@@ -420,6 +430,7 @@ impl Zio {
         if let Some(d) = self.cache.lock().get(&key) {
             return Ok(d);
         }
+        self.blocks_read.fetch_add(1, Ordering::Relaxed);
         let vdevs = self.vdevs.read();
         let verify = |b: &[u8]| bp.checksum_alg.compute(b) == bp.checksum;
         let mut err: Option<VdevError> = None;

@@ -1,0 +1,360 @@
+//! # scan — scrub and resilver: one traversal, sorted and aggregated issue
+//!
+//! Theory. Scrub and resilver are the same walk with a different action per block
+//! (DESIGN "Redundancy and repair"; the two-phase *sequential resilver* of
+//! `seeds/003`, which OpenZFS calls sorted scan):
+//! 1. **Populate.** [`collect`] traverses the pool's block trees — the MOS, the space
+//!    map block, then each dataset's object set in id order — and queues one
+//!    [`Entry`] per DVA of every block born in `[min_txg, max_txg]`. Subtrees born
+//!    before `min_txg` are pruned (a resilver of a leaf that missed txgs 100..=200
+//!    never descends into older trees). Memory is bounded: the walk stops after the
+//!    object that takes the queue past `batch_max_entries` and returns a
+//!    [`Bookmark`] to resume from.
+//! 2. **Issue.** [`issue`] sorts each top-level vdev's entries by offset, merges
+//!    runs of blocks that are adjacent or separated by at most `gap_max_bytes` into
+//!    extents of at most `extent_max_bytes`, and hands each extent to
+//!    [`tarn_vdev::Vdev::scan_extent`], which reads it from each leaf in one I/O,
+//!    verifies every block, and rewrites what is damaged or missing. Top-level vdevs
+//!    are issued in parallel, each in ascending offset order. The *naive* order
+//!    (`sorted = false`) issues block by block in traversal order, as ZFS did before
+//!    sequential resilver; it is kept for comparison benchmarks.
+//!
+//! Invariants the caller (spa) provides: the roots come from one synced txg, and
+//! frees from the next txg on are held deferred (`SpaceMap::hold_frees_from`) until
+//! the batch is issued, so no block queued here can be reallocated and rewritten
+//! before the scan reads or repairs it. Blocks born after `max_txg` need nothing:
+//! they were written with every leaf present.
+//!
+//! Low priority: before each extent, `throttle` is called; the spa's throttle sleeps
+//! while application I/O is active (OpenZFS's `zfs_scan_idle` / `zfs_scrub_delay`
+//! scheme), so applications keep their latency and the scan still progresses.
+//!
+//! Not scanned: intent-log chains (their blocks are short-lived and replay verifies
+//! them) and the labels (rewritten every txg).
+//!
+//! Called by: spa (the scan thread). Calls: dmu (traversal), zio (vdevs), vdev.
+
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
+use tarn_dmu::traverse::{traverse_resumable, Walked, META_OBJECT};
+use tarn_phys::{BlkPtr, ChecksumAlg};
+use tarn_vdev::scan::{IoTrace, ScanBlock, ScanFunc};
+use tarn_zio::Zio;
+
+/// Dataset id under which the MOS (and the space map block) is walked: it comes first.
+pub const MOS_DATASET: u64 = 0;
+
+/// Where a scan resumes: a dataset (its MOS object id; [`MOS_DATASET`] for the
+/// MOS) and an object id within it (OpenZFS `zbookmark_phys_t`, coarser).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+pub struct Bookmark {
+    /// Dataset MOS object id; 0 = the MOS.
+    pub dataset: u64,
+    /// First object not yet visited.
+    pub object: u64,
+}
+
+/// The trees of one synced txg.
+#[derive(Debug, Clone)]
+pub struct Roots {
+    /// Root of the MOS.
+    pub mos: BlkPtr,
+    /// The space map block.
+    pub spacemap: BlkPtr,
+    /// Each dataset's MOS object id and object-set root, any order.
+    pub datasets: Vec<(u64, BlkPtr)>,
+}
+
+/// What to scan and how.
+#[derive(Debug, Clone)]
+pub struct Params {
+    /// Scrub or resilver.
+    pub func: ScanFunc,
+    /// Blocks born before this txg are skipped (resilver: first DTL txg; scrub: 0).
+    pub min_txg: u64,
+    /// Blocks born after this txg are skipped (the last txg synced at scan start).
+    pub max_txg: u64,
+    /// Sorted, aggregated issue (true) or the naive traversal order (false).
+    pub sorted: bool,
+    /// Largest extent handed to a vdev (bytes of address space).
+    pub extent_max_bytes: u64,
+    /// Largest hole between two blocks of one extent (bytes; read and discarded).
+    pub gap_max_bytes: u64,
+    /// Queue bound per batch (entries; one entry is about 100 bytes).
+    pub batch_max_entries: usize,
+}
+
+impl Params {
+    /// Defaults for `func` over txgs `[min_txg, max_txg]`: sorted, extents of up to
+    /// 2 MiB with holes of up to 64 KiB, batches of up to 1M entries (about 100 MiB).
+    pub fn new(func: ScanFunc, min_txg: u64, max_txg: u64) -> Params {
+        Params {
+            func,
+            min_txg,
+            max_txg,
+            sorted: true,
+            extent_max_bytes: 2 << 20,
+            gap_max_bytes: 64 << 10,
+            batch_max_entries: 1 << 20,
+        }
+    }
+}
+
+/// One DVA of one block, queued for issue.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    /// Top-level vdev id.
+    pub vdev: u32,
+    /// Offset in the top-level vdev (bytes).
+    pub offset_bytes: u64,
+    /// Allocated size (bytes).
+    pub asize_bytes: u64,
+    /// Physical size (bytes).
+    pub psize_bytes: u32,
+    /// Birth txg.
+    pub birth_txg: u64,
+    /// Checksum algorithm and value of the physical bytes.
+    pub checksum_alg: ChecksumAlg,
+    /// Expected checksum.
+    pub checksum: tarn_phys::Checksum,
+    /// Dataset (MOS object id, 0 = MOS) and object the block belongs to.
+    pub dataset: u64,
+    /// Object id ([`META_OBJECT`] for object-set metadata).
+    pub object: u64,
+}
+
+/// A populate pass's result.
+#[derive(Debug, Default)]
+pub struct Collected {
+    /// Queued DVAs, in traversal order.
+    pub entries: Vec<Entry>,
+    /// Where the next batch starts; None when the walk reached the end.
+    pub next: Option<Bookmark>,
+    /// Blocks that could not be read during the walk (their subtrees are lost to
+    /// the scan): dataset and object.
+    pub unreadable: Vec<(u64, u64)>,
+}
+
+/// Walk from `from` and queue the blocks `params` selects (see the crate theory).
+///
+/// A tree that cannot be read is reported in `unreadable` and skipped; the walk
+/// goes on with the next dataset.
+pub fn collect(zio: &Zio, roots: &Roots, params: &Params, from: Bookmark) -> Collected {
+    let mut out = Collected::default();
+    let mut datasets: Vec<(u64, BlkPtr)> = roots.datasets.iter().copied().filter(|(id, _)| *id != MOS_DATASET).collect();
+    datasets.sort_by_key(|(id, _)| *id);
+    let mut all = vec![(MOS_DATASET, roots.mos)];
+    all.extend(datasets);
+    if from == Bookmark::default() {
+        queue(zio, params, &roots.spacemap, MOS_DATASET, META_OBJECT, &mut out.entries);
+    }
+    for (ds, root) in all.into_iter().filter(|(ds, _)| *ds >= from.dataset) {
+        let start = if ds == from.dataset { from.object } else { 0 };
+        let entries = std::cell::RefCell::new(std::mem::take(&mut out.entries));
+        let limit = params.batch_max_entries;
+        let walked = traverse_resumable(
+            zio,
+            &root,
+            params.min_txg,
+            start,
+            &mut |bp, object| queue(zio, params, bp, ds, object, &mut entries.borrow_mut()),
+            &mut |_| entries.borrow().len() >= limit,
+        );
+        out.entries = entries.into_inner();
+        match walked {
+            Ok(Walked::Done) => {}
+            Ok(Walked::StoppedBefore(object)) => {
+                out.next = Some(Bookmark { dataset: ds, object });
+                return out;
+            }
+            Err(e) => {
+                tracing::warn!("scan: dataset {ds}: traversal stopped: {e}");
+                out.unreadable.push((ds, META_OBJECT));
+            }
+        }
+    }
+    out
+}
+
+fn queue(zio: &Zio, params: &Params, bp: &BlkPtr, dataset: u64, object: u64, entries: &mut Vec<Entry>) {
+    if bp.is_hole() || bp.birth_txg < params.min_txg || bp.birth_txg > params.max_txg {
+        return;
+    }
+    for d in bp.dvas() {
+        entries.push(Entry {
+            vdev: d.vdev,
+            offset_bytes: d.offset_bytes,
+            asize_bytes: zio.asize_of(d.vdev, bp.psize_bytes as u64),
+            psize_bytes: bp.psize_bytes,
+            birth_txg: bp.birth_txg,
+            checksum_alg: bp.checksum_alg,
+            checksum: bp.checksum,
+            dataset,
+            object,
+        });
+    }
+}
+
+/// Counters of a scan, updated as extents complete (read by `zpool status`).
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Bytes (allocated) of blocks queued by traversal.
+    pub examined_bytes: AtomicU64,
+    /// Bytes (allocated) of blocks issued to vdevs.
+    pub issued_bytes: AtomicU64,
+    /// Bytes written to repair or resilver.
+    pub repaired_bytes: AtomicU64,
+    /// Blocks no copy of which verified.
+    pub errors: AtomicU64,
+}
+
+/// What [`issue`] found besides the counters: the damaged objects.
+#[derive(Debug, Default)]
+pub struct Issued {
+    /// (dataset, object) of every unrecoverable block.
+    pub damaged: Vec<(u64, u64)>,
+}
+
+/// Group entries into extents: per vdev, sorted by offset, merged per `params`
+/// (sorted mode); or one entry per extent in the given order (naive mode).
+/// Duplicate DVAs (a block visited twice) are dropped in sorted mode.
+pub fn plan(entries: &mut [Entry], params: &Params) -> Vec<(u32, Vec<Entry>)> {
+    if !params.sorted {
+        return entries.iter().map(|e| (e.vdev, vec![*e])).collect();
+    }
+    entries.sort_by_key(|e| (e.vdev, e.offset_bytes));
+    let mut extents: Vec<(u32, Vec<Entry>)> = Vec::new();
+    for e in entries.iter() {
+        if let Some((v, ext)) = extents.last_mut() {
+            let first = ext[0].offset_bytes;
+            let last = ext[ext.len() - 1];
+            let end = last.offset_bytes + last.asize_bytes;
+            if *v == e.vdev && e.offset_bytes < end {
+                continue; // the same DVA again (or an overlap, which would be a bug elsewhere)
+            }
+            if *v == e.vdev && e.offset_bytes - end <= params.gap_max_bytes && e.offset_bytes + e.asize_bytes - first <= params.extent_max_bytes {
+                ext.push(*e);
+                continue;
+            }
+        }
+        extents.push((e.vdev, vec![*e]));
+    }
+    extents
+}
+
+/// A block's checksum check, owned.
+type Verifier = Box<dyn Fn(&[u8]) -> bool + Sync>;
+
+/// Issue `entries` (see the crate theory), calling `throttle` before each extent;
+/// when it returns false the issue stops there (pause, cancel, export) and the
+/// caller must not treat the batch as done. Progress and errors are added to
+/// `progress`; every leaf I/O to `trace`.
+pub fn issue(zio: &Zio, mut entries: Vec<Entry>, params: &Params, progress: &Progress, trace: &IoTrace, throttle: &(dyn Fn() -> bool + Sync)) -> Issued {
+    let vdevs = zio.vdevs();
+    let extents = plan(&mut entries, params);
+    // Per top-level vdev, in order; vdevs in parallel.
+    let mut per_vdev: Vec<Vec<Vec<Entry>>> = vec![Vec::new(); vdevs.len()];
+    for (v, ext) in extents {
+        if let Some(q) = per_vdev.get_mut(v as usize) {
+            q.push(ext);
+        }
+    }
+    let damaged = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for (v, queue) in per_vdev.into_iter().enumerate().filter(|(_, q)| !q.is_empty()) {
+            let vdev = vdevs[v].clone();
+            let damaged = &damaged;
+            s.spawn(move || {
+                for ext in queue {
+                    if !throttle() {
+                        return;
+                    }
+                    let verifiers: Vec<Verifier> = ext
+                        .iter()
+                        .map(|e| {
+                            let (alg, sum) = (e.checksum_alg, e.checksum);
+                            Box::new(move |d: &[u8]| alg.compute(d) == sum) as Verifier
+                        })
+                        .collect();
+                    let blocks: Vec<ScanBlock<'_>> = ext
+                        .iter()
+                        .zip(&verifiers)
+                        .map(|(e, f)| ScanBlock {
+                            offset_bytes: e.offset_bytes,
+                            psize_bytes: e.psize_bytes as u64,
+                            birth_txg: e.birth_txg,
+                            verify: f.as_ref(),
+                        })
+                        .collect();
+                    let r = if vdev.is_hole() || !vdev.state().is_usable() {
+                        tarn_vdev::scan::ExtentReport {
+                            repaired_bytes: 0,
+                            unrecoverable: (0..ext.len()).collect(),
+                        }
+                    } else {
+                        vdev.scan_extent(params.func, &blocks, trace)
+                    };
+                    let bytes: u64 = ext.iter().map(|e| e.asize_bytes).sum();
+                    progress.issued_bytes.fetch_add(bytes, Ordering::Relaxed);
+                    progress.repaired_bytes.fetch_add(r.repaired_bytes, Ordering::Relaxed);
+                    if !r.unrecoverable.is_empty() {
+                        progress.errors.fetch_add(r.unrecoverable.len() as u64, Ordering::Relaxed);
+                        let mut d = damaged.lock().unwrap_or_else(|e| e.into_inner());
+                        d.extend(r.unrecoverable.iter().map(|&i| (ext[i].dataset, ext[i].object)));
+                    }
+                }
+            });
+        }
+    });
+    Issued {
+        damaged: damaged.into_inner().unwrap_or_else(|e| e.into_inner()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(vdev: u32, off: u64, asize: u64) -> Entry {
+        Entry {
+            vdev,
+            offset_bytes: off,
+            asize_bytes: asize,
+            psize_bytes: asize as u32,
+            birth_txg: 1,
+            checksum_alg: ChecksumAlg::Blake3,
+            checksum: Default::default(),
+            dataset: 0,
+            object: 0,
+        }
+    }
+
+    #[test]
+    fn plan_sorts_merges_and_dedups() {
+        let k = 1024;
+        let mut e = vec![
+            entry(0, 300 * k, 4 * k),
+            entry(1, 0, 4 * k),
+            entry(0, 0, 128 * k),
+            entry(0, 128 * k, 128 * k),
+            entry(0, 0, 128 * k), // the same DVA again
+            entry(0, 256 * k + 8 * k, 4 * k),
+        ];
+        let mut p = Params::new(ScanFunc::Scrub, 0, 10);
+        p.gap_max_bytes = 16 * k;
+        p.extent_max_bytes = 1 << 20;
+        let ext = plan(&mut e, &p);
+        let shape: Vec<(u32, Vec<u64>)> = ext.iter().map(|(v, x)| (*v, x.iter().map(|e| e.offset_bytes / k).collect())).collect();
+        // 0..256K adjacent, 264K within the 16K gap, 300K beyond it.
+        assert_eq!(shape, vec![(0, vec![0, 128, 264]), (0, vec![300]), (1, vec![0])]);
+        // Extent size limit.
+        p.extent_max_bytes = 200 * k;
+        let ext = plan(&mut e, &p);
+        assert_eq!(ext.len(), 4);
+        // Naive mode keeps traversal order, one block per extent.
+        p.sorted = false;
+        let mut e2 = vec![entry(0, 300 * k, 4 * k), entry(0, 0, 4 * k)];
+        let ext = plan(&mut e2, &p);
+        assert_eq!(ext.iter().map(|(_, x)| x[0].offset_bytes / k).collect::<Vec<_>>(), vec![300, 0]);
+    }
+}

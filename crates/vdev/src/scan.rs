@@ -1,0 +1,295 @@
+//! Scan I/O: scrub or resilver one extent of a top-level vdev in a few large I/Os.
+//!
+//! Theory: the scan engine (crate `tarn-scan`) hands a top-level vdev an *extent*: a
+//! run of blocks sorted by offset whose address ranges are adjacent or separated by
+//! small gaps. [`Vdev::scan_extent`] reads the whole extent from each leaf it needs
+//! with **one** positional read (so a resilver of a disk streams at disk bandwidth, as
+//! in the sequential resilver of the seeds), then works block by block in memory:
+//! - it finds the block's true bytes the way a normal read does — the first mirror
+//!   copy that verifies, or the raidz assembly (plain, then up to `p` columns rebuilt
+//!   from parity) that verifies — and, when the extent reads cannot produce it, falls
+//!   back to [`Vdev::read_birth`] for that block alone;
+//! - it then compares every copy it read with the truth: a copy that differs is
+//!   damage (CKSUM on its leaf, unless the leaf's DTL says it was known to miss that
+//!   txg) and is rewritten; a leaf that was not read but whose DTL holds the block's
+//!   birth txg is a resilver target and is written.
+//!
+//! Writes to each leaf are sorted and coalesced, so a resilvering leaf also sees few
+//! large ascending writes. Only block ranges are ever written — never the gaps between
+//! blocks, which may be free space that a concurrent txg is allocating.
+//!
+//! Which leaves are read: a **scrub** reads every usable leaf (every copy must be
+//! checked, parity included); a **resilver** reads, per mirror side set or raidz
+//! column, the first usable leaf that holds at least one of the extent's blocks, and
+//! skips leaves whose DTL covers every block (the targets).
+//!
+//! Every leaf I/O is recorded in the caller's [`IoTrace`] (count, bytes, and whether it
+//! started at or after the previous I/O's offset on that leaf), which is how the scan
+//! reports how sequential it was. Leaf counters (`zpool iostat`) count scan I/O too.
+//!
+//! Called by: the scan engine, with extents of one top-level vdev. Calls: leaves.
+
+use crate::raidz::Geometry;
+use crate::tree::{bump, raidz_solve, Column};
+use crate::{Vdev, VdevKind};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use tarn_phys::label::DATA_START_BYTES;
+
+/// One block (one DVA of a block pointer) inside an extent.
+pub struct ScanBlock<'a> {
+    /// Offset of this DVA in the top-level vdev's address space (bytes).
+    pub offset_bytes: u64,
+    /// Physical size of the block (bytes); the allocation is `psize_to_asize` of it.
+    pub psize_bytes: u64,
+    /// Birth txg of the block (selects resilver targets through DTLs).
+    pub birth_txg: u64,
+    /// The block's checksum check (true when the bytes are the block).
+    pub verify: &'a (dyn Fn(&[u8]) -> bool + Sync),
+}
+
+/// What a scan does with the blocks it visits (OpenZFS `pool_scan_func_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanFunc {
+    /// Verify every copy and parity; rewrite damage.
+    Scrub,
+    /// Copy blocks onto leaves whose DTL holds their birth txg; rewrite damage seen.
+    Resilver,
+}
+
+/// What one extent's scan did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ExtentReport {
+    /// Bytes written to leaves to repair damage or fill DTL gaps.
+    pub repaired_bytes: u64,
+    /// Indices (into the extent's blocks) of blocks no copy of which verified.
+    pub unrecoverable: Vec<usize>,
+}
+
+/// I/O counts of one leaf during a scan.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LeafTrace {
+    /// I/Os issued (reads and writes).
+    pub ios: u64,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// I/Os whose offset was at or after the previous I/O's offset on this leaf.
+    pub ascending: u64,
+    /// Offset of the last I/O (device data-area offset, bytes).
+    pub last_offset_bytes: u64,
+}
+
+/// Per-leaf I/O record of one scan, keyed by leaf GUID.
+#[derive(Debug, Default)]
+pub struct IoTrace {
+    leaves: Mutex<HashMap<u64, LeafTrace>>,
+}
+
+impl IoTrace {
+    fn record(&self, leaf_guid: u64, offset_bytes: u64, len_bytes: u64) {
+        let mut m = self.leaves.lock();
+        let t = m.entry(leaf_guid).or_default();
+        if t.ios == 0 || offset_bytes >= t.last_offset_bytes {
+            t.ascending += 1;
+        }
+        t.ios += 1;
+        t.bytes += len_bytes;
+        t.last_offset_bytes = offset_bytes;
+    }
+
+    /// A copy of the per-leaf counts (leaf GUID → counts).
+    pub fn snapshot(&self) -> HashMap<u64, LeafTrace> {
+        self.leaves.lock().clone()
+    }
+
+    /// Sum over all leaves.
+    pub fn total(&self) -> LeafTrace {
+        self.leaves.lock().values().fold(LeafTrace::default(), |a, t| LeafTrace {
+            ios: a.ios + t.ios,
+            bytes: a.bytes + t.bytes,
+            ascending: a.ascending + t.ascending,
+            last_offset_bytes: 0,
+        })
+    }
+}
+
+/// One leaf that holds a copy (mirror) or a column (raidz), and what its extent read gave.
+struct Copy<'v> {
+    leaf: &'v Vdev,
+    /// Whether it was read, and what came back.
+    read: Option<Result<Vec<u8>, ()>>,
+}
+
+impl Vdev {
+    /// Scrub or resilver `blocks` (sorted by offset, non-overlapping, all on this
+    /// top-level vdev) with one read per needed leaf; see the module theory.
+    ///
+    /// Never fails as a whole: a block no copy of which verifies is listed in
+    /// `unrecoverable` (and counted as a CKSUM error on this vdev); leaf read and
+    /// write errors are counted on the leaves. Panics (a bug) on an empty extent.
+    pub fn scan_extent(&self, func: ScanFunc, blocks: &[ScanBlock<'_>], trace: &IoTrace) -> ExtentReport {
+        assert!(!blocks.is_empty(), "empty scan extent");
+        let geometry = match &self.kind {
+            VdevKind::Raidz { nparity, children } => Some(Geometry {
+                ncols: children.len(),
+                nparity: *nparity as usize,
+                sector_bytes: 1 << self.ashift,
+            }),
+            _ => None,
+        };
+        let ndiv = geometry.as_ref().map_or(1, |g| g.ncols as u64);
+        let ext_start = blocks[0].offset_bytes;
+        let last = &blocks[blocks.len() - 1];
+        let ext_end = last.offset_bytes + self.psize_to_asize(last.psize_bytes);
+        let (leaf_start, leaf_len) = (ext_start / ndiv, (ext_end - ext_start) / ndiv);
+        // Column sets: all leaves of a mirror hold the whole block; raidz child c's
+        // leaves hold column c.
+        let sets: Vec<Vec<&Vdev>> = match &self.kind {
+            VdevKind::Raidz { children, .. } => children.iter().map(|c| c.leaves()).collect(),
+            _ => vec![self.leaves()],
+        };
+        let mut copies: Vec<Vec<Copy<'_>>> = sets
+            .iter()
+            .map(|set| {
+                let useful = |leaf: &Vdev| leaf.state().is_usable() && !blocks.iter().all(|b| leaf.dtl.contains(b.birth_txg));
+                // A resilver reads one source per set: a leaf that missed nothing if
+                // there is one, else any leaf holding some of the blocks.
+                let source = set
+                    .iter()
+                    .position(|l| useful(l) && l.dtl.is_empty())
+                    .or_else(|| set.iter().position(|l| useful(l)));
+                set.iter()
+                    .enumerate()
+                    .map(|(i, &leaf)| {
+                        let read = useful(leaf) && (func == ScanFunc::Scrub || source == Some(i));
+                        Copy {
+                            leaf,
+                            read: read.then_some(Err(())),
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        // One read per chosen leaf, all leaves in parallel.
+        std::thread::scope(|s| {
+            for copy in copies.iter_mut().flatten().filter(|c| c.read.is_some()) {
+                s.spawn(move || copy.read = Some(read_leaf(copy.leaf, leaf_start, leaf_len, trace)));
+            }
+        });
+        let mut report = ExtentReport::default();
+        let mut writes: Vec<(usize, usize, u64, Vec<u8>)> = Vec::new(); // (set, copy, leaf offset, bytes)
+        for (i, b) in blocks.iter().enumerate() {
+            let rel = (b.offset_bytes - ext_start) / ndiv;
+            let asize = self.psize_to_asize(b.psize_bytes);
+            let col_len = (asize / ndiv) as usize;
+            let slice = |c: &Copy<'_>, len: usize| match &c.read {
+                Some(Ok(buf)) => Some(buf[rel as usize..rel as usize + len].to_vec()),
+                _ => None,
+            };
+            // The truth, per column (a mirror has one column: the padded block).
+            let truth: Option<Vec<Vec<u8>>> = match &geometry {
+                None => {
+                    let psize = b.psize_bytes as usize;
+                    let found = copies[0].iter().filter_map(|c| slice(c, psize)).find(|d| (b.verify)(d));
+                    found
+                        .or_else(|| self.read_birth(b.offset_bytes, b.psize_bytes, b.birth_txg, b.verify).ok())
+                        .map(|mut d| {
+                            d.resize(col_len, 0);
+                            vec![d]
+                        })
+                }
+                Some(g) => {
+                    let cols: Vec<Column> = copies
+                        .iter()
+                        .map(|set| {
+                            let fresh = set.iter().filter(|c| !c.leaf.dtl.contains(b.birth_txg)).find_map(|c| slice(c, col_len));
+                            match fresh {
+                                Some(d) => Column::Read(d),
+                                None => Column::Failed,
+                            }
+                        })
+                        .collect();
+                    raidz_solve(g, &cols, b.psize_bytes, b.verify)
+                        .or_else(|| self.read_birth(b.offset_bytes, b.psize_bytes, b.birth_txg, b.verify).ok())
+                        .map(|d| g.columns(&d))
+                }
+            };
+            let Some(truth) = truth else {
+                bump(&self.stats.checksum_errors, 1);
+                report.unrecoverable.push(i);
+                continue;
+            };
+            for (si, set) in copies.iter().enumerate() {
+                for (ci, c) in set.iter().enumerate() {
+                    if !c.leaf.state().is_usable() {
+                        continue;
+                    }
+                    let missing = c.leaf.dtl.contains(b.birth_txg);
+                    let fix = match (&c.read, slice(c, col_len)) {
+                        (Some(_), Some(d)) if d == truth[si] => false,
+                        (Some(_), Some(_)) => {
+                            if !missing {
+                                bump(&c.leaf.stats.checksum_errors, 1);
+                            }
+                            true
+                        }
+                        (Some(_), None) => true, // the read failed (counted by read_leaf)
+                        (None, _) => missing,
+                    };
+                    if fix {
+                        report.repaired_bytes += col_len as u64;
+                        writes.push((si, ci, b.offset_bytes / ndiv, truth[si].clone()));
+                    }
+                }
+            }
+        }
+        // Coalesce each leaf's writes into runs of adjacent ranges.
+        writes.sort_by_key(|w| (w.0, w.1, w.2));
+        let mut runs: Vec<(&Vdev, u64, Vec<u8>)> = Vec::new();
+        let mut last_key = None;
+        for (si, ci, off, data) in writes {
+            match runs.last_mut() {
+                Some((_, start, buf)) if last_key == Some((si, ci)) && *start + buf.len() as u64 == off => buf.extend_from_slice(&data),
+                _ => runs.push((copies[si][ci].leaf, off, data)),
+            }
+            last_key = Some((si, ci));
+        }
+        std::thread::scope(|s| {
+            for (leaf, off, data) in &runs {
+                s.spawn(move || write_leaf(leaf, *off, data, trace));
+            }
+        });
+        report
+    }
+}
+
+/// One positional read of `len` bytes at data-area offset `off` of a leaf node.
+fn read_leaf(v: &Vdev, off: u64, len: u64, trace: &IoTrace) -> Result<Vec<u8>, ()> {
+    let VdevKind::Leaf(Some(leaf)) = &v.kind else { return Err(()) };
+    let mut buf = vec![0u8; len as usize];
+    trace.record(v.guid, off, len);
+    match leaf.pread(DATA_START_BYTES + off, &mut buf) {
+        Ok(()) => {
+            bump(&v.stats.read_ops, 1);
+            bump(&v.stats.read_bytes, len);
+            Ok(buf)
+        }
+        Err(_) => {
+            bump(&v.stats.read_errors, 1);
+            Err(())
+        }
+    }
+}
+
+/// One positional write at data-area offset `off` of a leaf node (errors are counted).
+fn write_leaf(v: &Vdev, off: u64, data: &[u8], trace: &IoTrace) {
+    let VdevKind::Leaf(Some(leaf)) = &v.kind else { return };
+    trace.record(v.guid, off, data.len() as u64);
+    match leaf.pwrite(DATA_START_BYTES + off, data) {
+        Ok(()) => {
+            bump(&v.stats.write_ops, 1);
+            bump(&v.stats.write_bytes, data.len() as u64);
+        }
+        Err(_) => bump(&v.stats.write_errors, 1),
+    }
+}
