@@ -58,6 +58,9 @@ pub struct State {
     pub pools: BTreeMap<String, PoolEntry>,
     /// `$TARN_STATE_DIR`.
     pub state_dir: PathBuf,
+    /// Pools whose scan the current request waits for (`zpool scrub -w`) once the
+    /// state lock is released; emptied by every request.
+    pub wait_scan: Vec<Arc<Pool>>,
 }
 
 /// The per-command context: the client's cwd and the command line (for history).
@@ -81,6 +84,7 @@ impl State {
         State {
             pools: BTreeMap::new(),
             state_dir,
+            wait_scan: Vec::new(),
         }
     }
 
@@ -351,17 +355,21 @@ impl Daemon {
             drop(stream);
             self.shutdown();
         }
-        let resp = {
+        let (resp, waits) = {
             let mut st = self.state.lock();
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dispatch(&mut st, &req))) {
+            let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dispatch(&mut st, &req))) {
                 Ok(r) => r,
                 Err(p) => {
                     let msg = panic_message(&*p);
                     tracing::error!("command {:?} panicked: {msg}", req.argv);
                     Response::err(format!("internal error: {msg}"))
                 }
-            }
+            };
+            (r, std::mem::take(&mut st.wait_scan))
         };
+        for pool in waits {
+            pool.scan_wait();
+        }
         if let Err(e) = write_response(&mut stream, &resp) {
             tracing::warn!("write response: {e}");
         }

@@ -21,6 +21,7 @@ pub mod daemon;
 pub mod format;
 pub mod mounts;
 pub mod proto;
+pub mod scrub;
 pub mod zfs;
 pub mod zinject;
 pub mod zpool;

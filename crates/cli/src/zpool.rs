@@ -58,6 +58,7 @@ pub fn run(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         "get" => get(st, rest),
         "set" => set(st, ctx, rest),
         "history" => history(st, rest),
+        "scrub" => crate::scrub::scrub(st, rest),
         "-?" | "help" | "--help" => Response::ok(USAGE),
         other => Response::usage(format!("unrecognized command '{other}'\n{USAGE}")),
     }
@@ -635,14 +636,23 @@ fn status(st: &mut State, args: &[String]) -> Response {
         };
         let health = entry.pool.health();
         let tree = entry.pool.status();
-        let errs = entry.pool.data_errors();
+        let errs = entry.pool.data_errors().max(entry.pool.error_log().len() as u64);
         if p.has('x') && format::pool_is_healthy(&health, &tree, errs) {
             if !p.operands.is_empty() {
                 blocks.push(format!("pool '{n}' is healthy\n"));
             }
             continue;
         }
-        blocks.push(format::pool_status(n, &health, &tree, errs));
+        let mut block = format::pool_status(n, &health, &tree, errs);
+        if let Some(scan) = entry.pool.scan_status() {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            block = block.replacen("config:\n", &format!("{}config:\n", crate::scrub::scan_lines(&scan, now)), 1);
+        }
+        if let Some(at) = block.find("errors: ") {
+            block.truncate(at);
+            block.push_str(&crate::scrub::errors_block(entry, errs, p.has('v')));
+        }
+        blocks.push(block);
     }
     if p.has('x') && blocks.is_empty() && resp.code == 0 {
         resp.stdout = "all pools are healthy\n".into();

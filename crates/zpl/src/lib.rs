@@ -1383,3 +1383,36 @@ impl Fs {
         self.open.lock().get(&ino).copied().unwrap_or(0)
     }
 }
+
+/// The path of `object` inside the file system in `os` ("/dir/file"), found by
+/// following parent pointers and looking up each name in the parent directory
+/// (OpenZFS `zfs_obj_to_path`). For a file with several hard links, the name in the
+/// directory its parent pointer names. None when the object is not a live file or
+/// directory of this file system, or its path cannot be read (for `zpool status -v`,
+/// which then prints `dataset:<0xN>`).
+pub fn object_path(os: &dyn ObjectStore, object: u64) -> Option<String> {
+    let root = zap::lookup(os, MASTER_NODE_OBJ, b"ROOT").ok()??;
+    let mut names: Vec<Vec<u8>> = Vec::new();
+    let mut cur = object;
+    // Bounded: a corrupt parent cycle must not loop forever.
+    for _ in 0..4096 {
+        if cur == root {
+            names.reverse();
+            let parts: Vec<String> = names.iter().map(|n| String::from_utf8_lossy(n).into_owned()).collect();
+            return Some(format!("/{}", parts.join("/")));
+        }
+        let parent = ZnodePhys::decode(cur, &os.bonus(cur).ok()?).ok()?.parent;
+        let mut cursor = 0;
+        let name = loop {
+            let batch = zap::list(os, parent, cursor, 256).ok()?;
+            let last = batch.last()?.next_cursor;
+            if let Some(e) = batch.iter().find(|e| e.value & DIRENT_OBJ_MASK == cur) {
+                break e.name.clone();
+            }
+            cursor = last;
+        };
+        names.push(name);
+        cur = parent;
+    }
+    None
+}
