@@ -128,10 +128,9 @@ pub fn scan_lines(s: &ScanStatus, now_s: u64) -> String {
             };
             out.push_str(&format!("\t{} {done_word}, {pct:.2}% done", nicebytes(p.repaired_bytes)));
             if p.paused_since_s.is_none() {
-                if issue_rate > 0 {
-                    out.push_str(&format!(", {} to go\n", duration(total.saturating_sub(p.issued_bytes) / issue_rate)));
-                } else {
-                    out.push_str(", no estimated completion time\n");
+                match total.saturating_sub(p.issued_bytes).checked_div(issue_rate) {
+                    Some(left_s) => out.push_str(&format!(", {} to go\n", duration(left_s))),
+                    None => out.push_str(", no estimated completion time\n"),
                 }
             } else {
                 out.push('\n');
