@@ -503,6 +503,17 @@ fn scan_batch(pool: &Arc<Pool>) -> bool {
             if phys.func == ScanKind::Resilver {
                 pool.resilver_done(phys.max_txg);
             }
+            for (leaf, t) in pool.scan_io_report().leaves {
+                tracing::info!(
+                    "pool {}: {:?} I/O on {leaf}: {} I/Os, {} bytes, average {} bytes, {:.1}% ascending",
+                    pool.name,
+                    phys.func,
+                    t.ios,
+                    t.bytes,
+                    t.bytes / t.ios.max(1),
+                    100.0 * t.ascending as f64 / t.ios.max(1) as f64
+                );
+            }
             pool.finish_scan(phys, ScanState::Finished, &damaged).map(|_| false)
         }
     };
