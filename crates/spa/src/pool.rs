@@ -170,6 +170,9 @@ pub struct Pool {
     pub(crate) config_dirty: AtomicBool,
     /// Supplied by the intent log; run by `remove_vdev` on a log vdev.
     pub(crate) log_evacuate_hook: Mutex<Option<Arc<LogEvacuateHook>>>,
+    /// When this process created or imported the pool: `zpool iostat`'s first report
+    /// averages the I/O counters over the time since then.
+    pub(crate) imported_at: std::time::Instant,
 }
 
 struct FoundLeaf {
@@ -403,6 +406,7 @@ impl Pool {
             altroot: Mutex::new(spec.pool_props.get("altroot").cloned()),
             config_dirty: AtomicBool::new(false),
             log_evacuate_hook: Mutex::new(None),
+            imported_at: std::time::Instant::now(),
         });
         // Labels first (state active), so a crash mid-create leaves a recognisable pool.
         pool.write_labels(PoolState::Active, 0)?;
@@ -824,6 +828,7 @@ impl Pool {
             altroot: Mutex::new(None),
             config_dirty: AtomicBool::new(false),
             log_evacuate_hook: Mutex::new(None),
+            imported_at: std::time::Instant::now(),
         });
         // Every dataset record must be readable.
         let ids: Vec<u64> = pool.dir.lock().datasets.values().map(|d| d.obj).collect();
