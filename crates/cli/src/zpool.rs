@@ -59,6 +59,7 @@ pub fn run(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         "set" => set(st, ctx, rest),
         "history" => history(st, rest),
         "scrub" => crate::scrub::scrub(st, rest),
+        "iostat" => crate::iostat::run(st, rest),
         "-?" | "help" | "--help" => Response::ok(USAGE),
         other => Response::usage(format!("unrecognized command '{other}'\n{USAGE}")),
     }

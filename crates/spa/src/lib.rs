@@ -54,6 +54,7 @@ use std::path::PathBuf;
 
 mod dsl;
 pub mod inject;
+mod iostat;
 mod names;
 mod pool;
 mod repair;
@@ -62,6 +63,7 @@ mod sync;
 mod vdevs;
 
 pub use dsl::{recordsize_bytes, DATASET_PROPS};
+pub use iostat::{PoolIostat, VdevIostat};
 pub use names::{validate_dataset_name, validate_pool_name};
 pub use pool::{cache_limit, format_time, set_cache_limit, LogEvacuateHook, Pool, CACHE_LIMIT_DEFAULT_BYTES};
 pub use tarn_dmu::ObjectStore;

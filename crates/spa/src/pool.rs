@@ -172,6 +172,9 @@ pub struct Pool {
     pub(crate) log_evacuate_hook: Mutex<Option<Arc<LogEvacuateHook>>>,
     /// The scrub/resilver thread and its live counters.
     pub(crate) scanner: crate::scan::Scanner,
+    /// When this process created or imported the pool: `zpool iostat`'s first report
+    /// averages the I/O counters over the time since then.
+    pub(crate) imported_at: std::time::Instant,
 }
 
 struct FoundLeaf {
@@ -406,6 +409,7 @@ impl Pool {
             config_dirty: AtomicBool::new(false),
             log_evacuate_hook: Mutex::new(None),
             scanner: Default::default(),
+            imported_at: std::time::Instant::now(),
         });
         // Labels first (state active), so a crash mid-create leaves a recognisable pool.
         pool.write_labels(PoolState::Active, 0)?;
@@ -829,6 +833,7 @@ impl Pool {
             config_dirty: AtomicBool::new(false),
             log_evacuate_hook: Mutex::new(None),
             scanner: Default::default(),
+            imported_at: std::time::Instant::now(),
         });
         // Every dataset record must be readable.
         let ids: Vec<u64> = pool.dir.lock().datasets.values().map(|d| d.obj).collect();

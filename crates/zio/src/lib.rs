@@ -10,7 +10,8 @@
 //! caller stores in the parent block, so the checksum always lives one level up
 //! (invariant 4). A read is *issue → verify → decompress*: each DVA is tried in turn;
 //! the vdev itself tries mirror sides and raidz reconstructions with our checksum as
-//! the oracle (invariant 6). Only when every copy fails does the read return
+//! the oracle (invariant 6), and ditto copies that failed before one verified are
+//! rewritten with the verified bytes, as a mirror heals its sides. Only when every copy fails does the read return
 //! [`ZioError::Checksum`] or [`ZioError::Io`], and `data_errors` counts it.
 //!
 //! Owns: the pool's [`SpaceMap`] (behind a mutex) and a small read cache of verified
@@ -434,10 +435,19 @@ impl Zio {
         let vdevs = self.vdevs.read();
         let verify = |b: &[u8]| bp.checksum_alg.compute(b) == bp.checksum;
         let mut err: Option<VdevError> = None;
+        let mut failed: Vec<&Dva> = Vec::new();
         for d in bp.dvas() {
             let Some(v) = vdevs.get(d.vdev as usize) else { continue };
             match v.read_birth(d.offset_bytes, bp.psize_bytes as u64, bp.birth_txg, &verify) {
                 Ok(mut phys) => {
+                    // Self-heal ditto copies as a mirror heals its sides: rewrite every
+                    // copy that failed with the verified bytes (a failure is counted by
+                    // the vdev; an unavailable one refuses the write).
+                    for f in failed {
+                        if let Some(fv) = vdevs.get(f.vdev as usize) {
+                            let _ = fv.write(f.offset_bytes, &phys);
+                        }
+                    }
                     let logical = if bp.compression == Compression::Off && phys.len() >= bp.lsize_bytes as usize {
                         phys.truncate(bp.lsize_bytes as usize);
                         Arc::new(phys)
@@ -447,7 +457,10 @@ impl Zio {
                     self.cache.lock().insert(key, logical.clone());
                     return Ok(logical);
                 }
-                Err(e) => err = Some(e),
+                Err(e) => {
+                    failed.push(d);
+                    err = Some(e);
+                }
             }
         }
         self.data_errors.fetch_add(1, Ordering::Relaxed);
