@@ -134,6 +134,8 @@ impl Default for ScanTunables {
 pub struct ScanIoReport {
     /// Leaf path → counts.
     pub leaves: Vec<(String, LeafTrace)>,
+    /// Times the scan waited for application I/O to pause (this import).
+    pub busy_delays: u64,
 }
 
 /// How long after application I/O the pool counts as busy (OpenZFS `zfs_scan_idle`).
@@ -152,6 +154,8 @@ pub(crate) struct Scanner {
     tunables: Mutex<ScanTunables>,
     /// Last application-activity reading and when it last changed.
     activity: Mutex<(u64, Option<Instant>)>,
+    /// Delays taken because applications were busy.
+    busy_delays: std::sync::atomic::AtomicU64,
 }
 
 fn busy_msg(pool: &str, phys: &ScanPhys) -> SpaError {
@@ -352,7 +356,10 @@ impl Pool {
                 }
             }
         }
-        ScanIoReport { leaves }
+        ScanIoReport {
+            leaves,
+            busy_delays: self.scanner.busy_delays.load(Ordering::Relaxed),
+        }
     }
 
     /// The error log: (dataset name, object id) of every object with a block found
@@ -398,6 +405,16 @@ impl Pool {
 
     fn spawn_scan(self: &Arc<Self>) {
         self.stop_scan_thread();
+        // The pass starts now: counters continue from the record.
+        if let Some(p) = self.scan_phys() {
+            let prog = Progress::default();
+            prog.examined_bytes.store(p.examined_bytes, Ordering::Relaxed);
+            prog.issued_bytes.store(p.issued_bytes, Ordering::Relaxed);
+            prog.repaired_bytes.store(p.repaired_bytes, Ordering::Relaxed);
+            prog.errors.store(p.errors, Ordering::Relaxed);
+            *self.scanner.progress.lock() = Arc::new(prog);
+            *self.scanner.pass.lock() = (now_s(), p.examined_bytes, p.issued_bytes);
+        }
         let weak = Arc::downgrade(self);
         let h = std::thread::Builder::new()
             .name(format!("scan:{}", self.name))
@@ -432,6 +449,7 @@ impl Pool {
             a.1.is_some_and(|t| t.elapsed() < Duration::from_millis(SCAN_IDLE_MS))
         };
         if busy {
+            self.scanner.busy_delays.fetch_add(1, Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(delay_ms));
         }
         !self.scanner.stop.load(Ordering::Relaxed)
@@ -527,18 +545,6 @@ fn scan_batch(pool: &Arc<Pool>) -> bool {
 }
 
 fn scan_thread(weak: Weak<Pool>) {
-    // The pass starts now: counters continue from the record.
-    if let Some(pool) = weak.upgrade() {
-        if let Some(p) = pool.scan_phys() {
-            let prog = Progress::default();
-            prog.examined_bytes.store(p.examined_bytes, Ordering::Relaxed);
-            prog.issued_bytes.store(p.issued_bytes, Ordering::Relaxed);
-            prog.repaired_bytes.store(p.repaired_bytes, Ordering::Relaxed);
-            prog.errors.store(p.errors, Ordering::Relaxed);
-            *pool.scanner.progress.lock() = Arc::new(prog);
-            *pool.scanner.pass.lock() = (now_s(), p.examined_bytes, p.issued_bytes);
-        }
-    }
     loop {
         let Some(pool) = weak.upgrade() else { return };
         if pool.scanner.stop.load(Ordering::Relaxed) || pool.closed.load(Ordering::SeqCst) {

@@ -282,18 +282,28 @@ fn dataset_blocks(pool: &Pool, name: &str) -> Vec<BlkPtr> {
     out
 }
 
-/// SCRUB SLOT — where a scrub goes once `Pool::scrub_start()`, `Pool::scan_wait()` and
-/// `Pool::scan_status()` exist: after damage within tolerance, the first scrub must
-/// repair it (its repaired bytes > 0), a second scrub must repair 0 bytes, and every
-/// file must still read back intact. Until the scan engine lands, this only re-reads
-/// every file, which is the part of a scrub's verification the read path can do.
-fn scrub_slot(pool: &Pool, name: &str, expected: &Files) {
-    assert_intact(pool, name, expected, "scrub slot");
+/// After damage within tolerance was healed (by reads or a scrub): a scrub finds no
+/// unrecoverable block, a second one repairs 0 bytes, and every file reads back intact.
+fn scrub_slot(pool: &Arc<Pool>, name: &str, expected: &Files) {
+    let first = scrub(pool);
+    assert_eq!(first.errors, 0, "{first:?}");
+    let second = scrub(pool);
+    assert_eq!((second.repaired_bytes, second.errors), (0, 0), "second scrub: {second:?}");
+    assert_intact(pool, name, expected, "after scrubs");
+}
+
+/// Run a scrub to the end and return its record.
+fn scrub(pool: &Arc<Pool>) -> tarn_spa::scan::ScanPhys {
+    pool.scrub_start().unwrap();
+    pool.scan_wait();
+    let s = pool.scan_status().unwrap().phys;
+    assert_eq!(s.state, tarn_spa::scan::ScanState::Finished);
+    s
 }
 
 /// Damage every block copy of the dataset on `t` leaves (rotating), or on a single disk
 /// one ditto copy of each metadata block; then read, heal, and read clean.
-fn blocks_within_tolerance(layout: Layout, name: &str) {
+fn blocks_within_tolerance(layout: Layout, name: &str, scrub_first: bool) {
     let (rig, pool) = Rig::new(layout, name);
     let files = write_files(&pool, name, 0x5eed_0001);
     let blocks = dataset_blocks(&pool, name);
@@ -328,6 +338,11 @@ fn blocks_within_tolerance(layout: Layout, name: &str) {
     }
     assert!(damaged > 0);
     let pool = rig.import();
+    if scrub_first {
+        // The scrub, not a reader, finds and repairs every damaged copy.
+        let s = scrub(&pool);
+        assert!(s.repaired_bytes > 0 && s.errors == 0, "first scrub: {s:?}");
+    }
     assert_intact(&pool, name, &files, "after damage");
     assert!(total_errors(&pool) > 0, "damage went unnoticed: {:?}", leaf_errors(&pool));
     assert_eq!(pool.data_errors(), 0);
@@ -453,7 +468,8 @@ fn beyond_tolerance(layout: Layout, name: &str) {
 }
 
 fn all_scenarios(layout: Layout, tag: &str) {
-    blocks_within_tolerance(layout, &format!("rb{tag}"));
+    blocks_within_tolerance(layout, &format!("rb{tag}"), false);
+    blocks_within_tolerance(layout, &format!("rs{tag}"), true);
     if layout.tolerance() > 0 {
         whole_leaves(layout, &format!("rw{tag}"));
         injected(layout, &format!("ri{tag}"));

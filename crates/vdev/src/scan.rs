@@ -254,9 +254,21 @@ impl Vdev {
             }
             last_key = Some((si, ci));
         }
+        // Leaves in parallel; each leaf's runs in ascending order.
+        let mut per_leaf: Vec<Vec<(&Vdev, u64, Vec<u8>)>> = Vec::new();
+        for run in runs {
+            match per_leaf.last_mut() {
+                Some(l) if std::ptr::eq(l[0].0, run.0) => l.push(run),
+                _ => per_leaf.push(vec![run]),
+            }
+        }
         std::thread::scope(|s| {
-            for (leaf, off, data) in &runs {
-                s.spawn(move || write_leaf(leaf, *off, data, trace));
+            for leaf_runs in &per_leaf {
+                s.spawn(move || {
+                    for (leaf, off, data) in leaf_runs {
+                        write_leaf(leaf, *off, data, trace);
+                    }
+                });
             }
         });
         report
@@ -354,11 +366,12 @@ mod tests {
 
     fn scan(v: &Vdev, func: ScanFunc, blocks: &[Vec<u8>], stride: u64, trace: &IoTrace) -> ExtentReport {
         let sums: Vec<blake3::Hash> = blocks.iter().map(|b| blake3::hash(b)).collect();
-        let verifiers: Vec<Box<dyn Fn(&[u8]) -> bool + Sync>> = sums
+        type Verifier = Box<dyn Fn(&[u8]) -> bool + Sync>;
+        let verifiers: Vec<Verifier> = sums
             .iter()
             .map(|h| {
                 let h = *h;
-                Box::new(move |d: &[u8]| blake3::hash(d) == h) as Box<dyn Fn(&[u8]) -> bool + Sync>
+                Box::new(move |d: &[u8]| blake3::hash(d) == h) as Verifier
             })
             .collect();
         let sb: Vec<ScanBlock<'_>> = verifiers
