@@ -19,6 +19,7 @@
 //! - when the leaf comes back (`zpool online`, `zpool clear` of a faulted leaf, found
 //!   again at import) the open range is closed at the last synced txg and a resilver is
 //!   requested; a newly attached or replacing leaf gets `[1, last synced txg]`.
+//!
 //! DTLs, the persistent offline flag and the faulted flag live in the label config
 //! (`VdevConfig::dtl/offline/faulted`): every label write first copies them from the
 //! runtime leaves (`Pool::refresh_leaf_config`). `zpool offline -t` is not persisted
@@ -955,8 +956,7 @@ impl Pool {
             let nodes = self.top_nodes(id);
             let mut changed = false;
             // Repeat until no replacing node in this top-level vdev is complete.
-            loop {
-                let Some(at) = find_complete_replacing(&cfg, id, &nodes) else { break };
+            while let Some(at) = find_complete_replacing(&cfg, id, &nodes) {
                 let rep = node(&cfg, &at).clone();
                 let keep = rep.children.last().expect("children").guid;
                 for c in &rep.children {
