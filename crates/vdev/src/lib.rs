@@ -37,8 +37,8 @@ pub mod leaf;
 pub mod raidz;
 pub mod tree;
 
-pub use leaf::Leaf;
 pub use dtl::Dtl;
+pub use leaf::Leaf;
 pub use tree::{MirrorRole, Vdev, VdevKind, VdevState, VdevStats};
 
 /// Errors from vdev I/O and opening.
