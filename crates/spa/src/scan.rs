@@ -156,6 +156,8 @@ pub(crate) struct Scanner {
     activity: Mutex<(u64, Option<Instant>)>,
     /// Delays taken because applications were busy.
     busy_delays: std::sync::atomic::AtomicU64,
+    /// The pool itself, for the scan thread.
+    self_ref: Mutex<Weak<Pool>>,
 }
 
 fn busy_msg(pool: &str, phys: &ScanPhys) -> SpaError {
@@ -190,7 +192,7 @@ impl Pool {
     ///
     /// Errors: `Busy` ("cannot scrub P: currently scrubbing; …" / "currently
     /// resilvering") while a scan runs; `Io` if the record cannot be stored.
-    pub fn scrub_start(self: &Arc<Self>) -> Result<()> {
+    pub fn scrub_start(&self) -> Result<()> {
         if let Some(mut p) = self.scan_phys().filter(|p| p.state == ScanState::Scanning) {
             let Some(since) = p.paused_since_s.filter(|_| p.func == ScanKind::Scrub) else {
                 return Err(busy_msg(&self.name, &p));
@@ -205,7 +207,7 @@ impl Pool {
     }
 
     /// Start a new scan of `kind` from the beginning (any running one must be stopped).
-    fn begin(self: &Arc<Self>, kind: ScanKind) -> Result<()> {
+    fn begin(&self, kind: ScanKind) -> Result<()> {
         self.stop_scan_thread();
         let synced = self.gate.synced_txg();
         let min_txg = match kind {
@@ -255,7 +257,7 @@ impl Pool {
 
     /// Start (or restart, wider) a resilver of every block born in a usable leaf's
     /// DTL. A scrub in progress is canceled first. No-op when no DTL is set.
-    pub fn request_resilver(self: &Arc<Self>) {
+    pub fn request_resilver(&self) {
         if let Some(p) = self.scan_phys().filter(|p| p.state == ScanState::Scanning) {
             if p.func == ScanKind::Scrub {
                 let _ = self.finish_scan(p, ScanState::Canceled, &[]);
@@ -383,11 +385,24 @@ impl Pool {
             .collect()
     }
 
-    /// Resume a scan that was running when the pool was last active (import).
-    pub(crate) fn resume_scan(self: &Arc<Self>) {
-        if self.scan_phys().is_some_and(|p| p.state == ScanState::Scanning && p.paused_since_s.is_none()) {
-            self.spawn_scan();
+    /// Resume a scan that was running when the pool was last active (import);
+    /// otherwise start a resilver if some leaf misses txgs.
+    pub(crate) fn resume_scan(&self) {
+        match self.scan_phys() {
+            Some(p) if p.state == ScanState::Scanning && p.paused_since_s.is_none() => self.spawn_scan(),
+            Some(p) if p.state == ScanState::Scanning && p.func == ScanKind::Resilver => {}
+            _ => self.request_resilver_if_needed(),
         }
+    }
+
+    /// Whether a resilver is in progress (for the "(resilvering)" annotation).
+    pub(crate) fn resilver_running(&self) -> bool {
+        self.scan_phys().is_some_and(|p| p.state == ScanState::Scanning && p.func == ScanKind::Resilver)
+    }
+
+    /// Let the scan thread reach the pool (called once the pool is in its `Arc`).
+    pub(crate) fn set_scan_self(self: &Arc<Self>) {
+        *self.scanner.self_ref.lock() = Arc::downgrade(self);
     }
 
     /// Stop the scan thread (it leaves at its next extent) and wait for it.
@@ -403,7 +418,7 @@ impl Pool {
         self.zio.with_space(|s| s.hold_frees_from(None));
     }
 
-    fn spawn_scan(self: &Arc<Self>) {
+    fn spawn_scan(&self) {
         self.stop_scan_thread();
         // The pass starts now: counters continue from the record.
         if let Some(p) = self.scan_phys() {
@@ -415,7 +430,7 @@ impl Pool {
             *self.scanner.progress.lock() = Arc::new(prog);
             *self.scanner.pass.lock() = (now_s(), p.examined_bytes, p.issued_bytes);
         }
-        let weak = Arc::downgrade(self);
+        let weak = self.scanner.self_ref.lock().clone();
         let h = std::thread::Builder::new()
             .name(format!("scan:{}", self.name))
             .spawn(move || scan_thread(weak))

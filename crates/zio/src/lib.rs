@@ -33,7 +33,9 @@
 //! Live reconfiguration: the vdev vector is behind an `RwLock` that the hot paths only
 //! read-lock (one uncontended atomic per block). `zpool add` appends a top-level vdev
 //! or fills a hole ([`Zio::attach_vdev`]); `zpool remove` of a log vdev swaps it for a
-//! hole ([`Zio::detach_vdev`]) once nothing is allocated on it. Ids never move.
+//! hole ([`Zio::detach_vdev`]) once nothing is allocated on it; `zpool attach`,
+//! `detach` and `replace` swap a top-level node for one with other children over the
+//! same space ([`Zio::replace_top`]). Ids never move.
 //!
 //! Locks (in order): `vdevs`, then `space`, then `cache`; none is held across I/O
 //! except the `vdevs` read lock.
@@ -236,6 +238,21 @@ impl Zio {
         let old = std::mem::replace(&mut vdevs[i], Arc::new(Vdev::new_hole(id)));
         self.inflation_bits.store(Self::compute_inflation(&vdevs, &sm).to_bits(), Ordering::Relaxed);
         Ok(old)
+    }
+
+    /// Swap top-level vdev `id` for `vdev`, a rebuilt node over the same address space
+    /// (spa does this when `zpool attach`, `detach` or `replace` changes the children
+    /// below a top-level vdev: the node is immutable, so a new one reuses the child
+    /// `Arc`s). Its space, and so every DVA on it, is unchanged. Returns the old node.
+    /// Panics (a caller bug) if `id` is out of range or a hole, or `vdev` is a hole.
+    pub fn replace_top(&self, id: u32, vdev: Arc<Vdev>) -> Arc<Vdev> {
+        let mut vdevs = self.vdevs.write();
+        let i = id as usize;
+        assert!(i < vdevs.len() && !vdevs[i].is_hole() && !vdev.is_hole(), "replace_top: no vdev {id}");
+        let old = std::mem::replace(&mut vdevs[i], vdev);
+        let sm = self.space.lock();
+        self.inflation_bits.store(Self::compute_inflation(&vdevs, &sm).to_bits(), Ordering::Relaxed);
+        old
     }
 
     /// Run `f` with the space map locked (spa uses this to encode/inspect it; the
