@@ -29,6 +29,7 @@ fn create(name: &str, top: TopSpec) -> Arc<Pool> {
         name: name.into(),
         vdevs: vec![top],
         logs: Vec::new(),
+        spares: Vec::new(),
         ashift: 12,
         force: false,
         pool_props: BTreeMap::new(),
