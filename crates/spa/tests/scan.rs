@@ -434,3 +434,99 @@ fn scrub_progress_survives_a_crash() {
     check(&pool, "crashscan", &objs);
     pool.export().unwrap();
 }
+
+#[test]
+fn replace_in_a_70_percent_full_pool_resilvers_everything() {
+    for raidz in [false, true] {
+        let d = tempfile::tempdir().unwrap();
+        let files = mkfiles(d.path(), 4);
+        let name = if raidz { "fullrz" } else { "fullm" };
+        let top = if raidz {
+            TopSpec::Raidz {
+                nparity: 1,
+                leaves: files[..3].to_vec(),
+            }
+        } else {
+            TopSpec::Mirror(files[..2].to_vec())
+        };
+        let pool = create(name, top);
+        // Fill to about 70 % with objects of 1 MiB.
+        let os = pool.objset(name).unwrap();
+        let mut objs = Vec::new();
+        let mut i = 0u64;
+        while (pool.alloc_bytes() as f64) < 0.7 * pool.size_bytes() as f64 {
+            let tx = os.hold_tx().unwrap();
+            let obj = os.create_object(&tx, ObjectType::FileData, 512, 128 << 10, &[]).unwrap();
+            os.write(&tx, obj, 0, &pattern(1 << 20, i)).unwrap();
+            drop(tx);
+            objs.push((obj, i, 1 << 20));
+            i += 1;
+            if i % 8 == 0 {
+                pool.sync().unwrap();
+            }
+        }
+        pool.sync().unwrap();
+        drop(os);
+        let old = files[1].display().to_string();
+        pool.replace(&old, Some(&files[3]), false).unwrap();
+        pool.scan_wait();
+        let s = pool.scan_status().unwrap().phys;
+        assert_eq!((s.func, s.state, s.errors), (ScanKind::Resilver, ScanState::Finished, 0), "{name}");
+        assert!(
+            s.repaired_bytes as f64 > 0.6 * pool.alloc_bytes() as f64 / if raidz { 3.0 } else { 1.0 },
+            "{name}: {s:?}"
+        );
+        // The replaced leaf leaves the pool once a txg records the finished replace.
+        pool.sync().unwrap();
+        pool.sync().unwrap();
+        let leaves: Vec<String> = pool.zio().vdevs()[0].leaves().iter().map(|l| l.display_name()).collect();
+        assert!(!leaves.contains(&old) && leaves.contains(&files[3].display().to_string()), "{name}: {leaves:?}");
+        // Every block verifies: a scrub repairs nothing; the new leaf alone (with the
+        // other sides' help for raidz) serves every object.
+        assert_eq!(scrub(&pool).repaired_bytes, 0, "{name}");
+        let pool = reopen(pool, name, d.path());
+        if !raidz {
+            pool.offline(&files[0].display().to_string(), true).unwrap();
+        }
+        check(&pool, name, &objs);
+        pool.export().unwrap();
+    }
+}
+
+#[test]
+fn online_after_offline_resilvers_only_the_missed_txgs() {
+    let d = tempfile::tempdir().unwrap();
+    let files = mkfiles(d.path(), 2);
+    let pool = create("dtl", TopSpec::Mirror(files.clone()));
+    let before = fill(&pool, "dtl", 30);
+    let leaf = files[1].display().to_string();
+    pool.offline(&leaf, false).unwrap();
+    let first_missed = pool.synced_txg() + 1;
+    let os = pool.objset("dtl").unwrap();
+    let mut after = Vec::new();
+    for i in 0..6u64 {
+        let tx = os.hold_tx().unwrap();
+        let obj = os.create_object(&tx, ObjectType::FileData, 512, 128 << 10, &[]).unwrap();
+        os.write(&tx, obj, 0, &pattern(300_000, 1000 + i)).unwrap();
+        drop(tx);
+        after.push((obj, 1000 + i, 300_000));
+        pool.sync().unwrap();
+    }
+    drop(os);
+    let dtl = pool.dtl_of(&leaf).unwrap();
+    assert!(dtl.len() == 1 && dtl[0].0 <= first_missed, "{dtl:?}");
+    pool.online(&leaf).unwrap();
+    pool.scan_wait();
+    let s = pool.scan_status().unwrap().phys;
+    assert_eq!((s.func, s.state, s.errors), (ScanKind::Resilver, ScanState::Finished, 0));
+    assert!(s.min_txg >= first_missed - 1, "only the missed txgs: {s:?}");
+    // Much less than the whole pool was copied.
+    assert!(s.repaired_bytes < pool.alloc_bytes() / 2, "{s:?} vs {}", pool.alloc_bytes());
+    assert!(pool.dtl_of(&leaf).unwrap().is_empty());
+    // The returned leaf now holds everything, old and new.
+    pool.offline(&files[0].display().to_string(), true).unwrap();
+    pool.zio().clear_cache();
+    check(&pool, "dtl", &before);
+    check(&pool, "dtl", &after);
+    pool.export().unwrap();
+}
