@@ -140,6 +140,24 @@ pub fn scan_lines(s: &ScanStatus, now_s: u64) -> String {
     }
 }
 
+/// A status block whose `status:`/`action:`/`see:` lines are replaced by OpenZFS's
+/// text for a pool being resilvered (which takes precedence over "degraded").
+pub fn with_resilver_explanation(block: &str) -> String {
+    let (Some(from), Some(to)) = (
+        block.find(" state: ").and_then(|i| block[i..].find('\n').map(|j| i + j + 1)),
+        block.find("config:\n"),
+    ) else {
+        return block.to_string();
+    };
+    format!(
+        "{}status: One or more devices is currently being resilvered.  The pool will\n\
+         \tcontinue to function, possibly in a degraded state.\n\
+         action: Wait for the resilver to complete.\n{}",
+        &block[..from],
+        &block[to..]
+    )
+}
+
 /// The files of the pool's error log, as `zpool status -v` lists them.
 pub fn error_files(entry: &PoolEntry) -> Vec<String> {
     let pool: &Pool = &entry.pool;
@@ -231,5 +249,11 @@ mod tests {
         r.repaired_bytes = 3 << 20;
         assert!(scan_lines(&st(r), 0).starts_with("  scan: resilvered 3M in 00:01:05 with 0 errors on"));
         assert_eq!(duration(90_061), "1 days 01:01:01");
+        let degraded = "  pool: t\n state: DEGRADED\nstatus: One or more devices could not be opened.\naction: x\nconfig:\n\nrows\n";
+        assert_eq!(
+            with_resilver_explanation(degraded),
+            "  pool: t\n state: DEGRADED\nstatus: One or more devices is currently being resilvered.  The pool will\n\
+             \tcontinue to function, possibly in a degraded state.\naction: Wait for the resilver to complete.\nconfig:\n\nrows\n"
+        );
     }
 }

@@ -851,6 +851,9 @@ fn status(st: &mut State, args: &[String]) -> Response {
         let mut block = format::pool_status(n, &health, &tree, errs);
         if let Some(scan) = entry.pool.scan_status() {
             let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            if scan.phys.func == tarn_spa::scan::ScanKind::Resilver && scan.phys.state == tarn_spa::scan::ScanState::Scanning {
+                block = crate::scrub::with_resilver_explanation(&block);
+            }
             block = block.replacen("config:\n", &format!("{}config:\n", crate::scrub::scan_lines(&scan, now)), 1);
         }
         if let Some(at) = block.find("errors: ") {

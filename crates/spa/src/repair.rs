@@ -183,15 +183,16 @@ fn node_mut<'a>(root: &'a mut VdevConfig, at: &[usize]) -> &'a mut VdevConfig {
     at.iter().fold(root, |n, &i| &mut n.children[i])
 }
 
-/// Index path of the leaf named `device` (path or GUID) in the tree, if any.
-fn find_leaf_path(root: &VdevConfig, device: &str) -> Option<Vec<usize>> {
-    fn walk(n: &VdevConfig, device: &str, at: &mut Vec<usize>) -> bool {
-        if is_leaf_cfg(n) {
-            return n.path.as_deref().is_some_and(|p| same_device(p, device)) || n.guid.to_string() == device;
+/// Index path (top-level index, then child indices) of the first node, depth first,
+/// for which `hit` is true; holes are skipped.
+fn find_path(root: &VdevConfig, hit: &dyn Fn(&VdevConfig) -> bool) -> Option<Vec<usize>> {
+    fn walk(n: &VdevConfig, hit: &dyn Fn(&VdevConfig) -> bool, at: &mut Vec<usize>) -> bool {
+        if hit(n) {
+            return true;
         }
         for (i, c) in n.children.iter().enumerate() {
             at.push(i);
-            if walk(c, device, at) {
+            if walk(c, hit, at) {
                 return true;
             }
             at.pop();
@@ -201,7 +202,7 @@ fn find_leaf_path(root: &VdevConfig, device: &str) -> Option<Vec<usize>> {
     let mut at = Vec::new();
     for (i, t) in root.children.iter().enumerate().filter(|(_, t)| !t.is_hole()) {
         at.push(i);
-        if walk(t, device, &mut at) {
+        if walk(t, hit, &mut at) {
             return Some(at);
         }
         at.pop();
@@ -209,35 +210,23 @@ fn find_leaf_path(root: &VdevConfig, device: &str) -> Option<Vec<usize>> {
     None
 }
 
+/// Index path of the leaf named `device` (path or GUID) in the tree, if any.
+fn find_leaf_path(root: &VdevConfig, device: &str) -> Option<Vec<usize>> {
+    find_path(root, &|n| {
+        is_leaf_cfg(n) && (n.path.as_deref().is_some_and(|p| same_device(p, device)) || n.guid.to_string() == device)
+    })
+}
+
 /// Index path of any node (leaf, or interior by its `zpool status` name or GUID).
 fn find_node_path(root: &VdevConfig, device: &str) -> Option<Vec<usize>> {
-    fn walk(n: &VdevConfig, device: &str, at: &mut Vec<usize>) -> bool {
-        let hit = if is_leaf_cfg(n) {
+    find_path(root, &|n| {
+        let named = if is_leaf_cfg(n) {
             n.path.as_deref().is_some_and(|p| same_device(p, device))
         } else {
             display_name(n) == device
         };
-        if hit || n.guid.to_string() == device {
-            return true;
-        }
-        for (i, c) in n.children.iter().enumerate() {
-            at.push(i);
-            if walk(c, device, at) {
-                return true;
-            }
-            at.pop();
-        }
-        false
-    }
-    let mut at = Vec::new();
-    for (i, t) in root.children.iter().enumerate().filter(|(_, t)| !t.is_hole()) {
-        at.push(i);
-        if walk(t, device, &mut at) {
-            return Some(at);
-        }
-        at.pop();
-    }
-    None
+        named || n.guid.to_string() == device
+    })
 }
 
 /// `zpool status` name of any config node.

@@ -95,6 +95,22 @@ fn scrub(pool: &Arc<Pool>) -> tarn_spa::scan::ScanPhys {
     s
 }
 
+/// Slow every read of the leaf with `guid` by `ms` (with `lanes` in flight); returns
+/// the handler id for `inject::clear`.
+fn slow_reads(pool: &Pool, guid: u64, ms: u64, lanes: u32) -> u64 {
+    let delay = tarn_spa::inject::Delay::Fixed {
+        latency: std::time::Duration::from_millis(ms),
+        lanes,
+    };
+    pool.inject(
+        guid,
+        tarn_spa::inject::IoType::Read,
+        tarn_spa::inject::Action::Delay(delay),
+        tarn_spa::inject::FREQ_ALWAYS_PPM,
+    )
+    .unwrap()
+}
+
 fn leaf_cksum(pool: &Pool) -> Vec<u64> {
     pool.zio().vdevs()[0]
         .leaves()
@@ -203,19 +219,7 @@ fn paused_scrub_survives_export_and_resumes() {
         batch_max_entries: 4,
         ..pool.scan_tunables()
     });
-    let delay = tarn_spa::inject::Delay::Fixed {
-        latency: std::time::Duration::from_millis(5),
-        lanes: 1,
-    };
-    let guid = pool.leaf_devices()[0].guid;
-    let id = pool
-        .inject(
-            guid,
-            tarn_spa::inject::IoType::Read,
-            tarn_spa::inject::Action::Delay(delay),
-            tarn_spa::inject::FREQ_ALWAYS_PPM,
-        )
-        .unwrap();
+    let id = slow_reads(&pool, pool.leaf_devices()[0].guid, 5, 1);
     pool.scrub_start().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     pool.scrub_pause().unwrap();
@@ -332,23 +336,7 @@ fn application_reads_keep_working_during_a_scrub() {
     let pool = create("busy", TopSpec::Mirror(files.clone()));
     let objs = fill(&pool, "busy", 40);
     // Slow leaves so that the scrub lasts long enough to overlap the readers.
-    let ids: Vec<u64> = pool
-        .leaf_devices()
-        .iter()
-        .map(|l| {
-            let delay = tarn_spa::inject::Delay::Fixed {
-                latency: std::time::Duration::from_millis(2),
-                lanes: 4,
-            };
-            pool.inject(
-                l.guid,
-                tarn_spa::inject::IoType::Read,
-                tarn_spa::inject::Action::Delay(delay),
-                tarn_spa::inject::FREQ_ALWAYS_PPM,
-            )
-            .unwrap()
-        })
-        .collect();
+    let ids: Vec<u64> = pool.leaf_devices().iter().map(|l| slow_reads(&pool, l.guid, 2, 4)).collect();
     pool.set_scan_tunables(ScanTunables {
         batch_max_entries: 16,
         ..pool.scan_tunables()
@@ -393,19 +381,7 @@ fn scrub_progress_survives_a_crash() {
         batch_max_entries: 4,
         ..pool.scan_tunables()
     });
-    let guid = pool.leaf_devices()[0].guid;
-    let delay = tarn_spa::inject::Delay::Fixed {
-        latency: std::time::Duration::from_millis(5),
-        lanes: 1,
-    };
-    let id = pool
-        .inject(
-            guid,
-            tarn_spa::inject::IoType::Read,
-            tarn_spa::inject::Action::Delay(delay),
-            tarn_spa::inject::FREQ_ALWAYS_PPM,
-        )
-        .unwrap();
+    let id = slow_reads(&pool, pool.leaf_devices()[0].guid, 5, 1);
     pool.scrub_start().unwrap();
     // Wait until a few batches are recorded and a txg has made them durable.
     let t = std::time::Instant::now();
@@ -461,7 +437,7 @@ fn replace_in_a_70_percent_full_pool_resilvers_everything() {
             drop(tx);
             objs.push((obj, i, 1 << 20));
             i += 1;
-            if i % 8 == 0 {
+            if i.is_multiple_of(8) {
                 pool.sync().unwrap();
             }
         }
