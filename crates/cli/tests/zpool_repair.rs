@@ -118,6 +118,9 @@ fn attach_detach_replace_wording_and_tree() {
     let small = env.make_vdev("small", 96 * MB);
     env.zpool(&["create", "-m", "none", "tank", &a]).ok();
     let w = (4 + a.len()).max(10);
+    // Slow reads of the source so that each resilver is still running when the
+    // status below is taken (a real resilver of this tiny pool takes milliseconds).
+    env.tarn(&["zinject", "-d", &a, "-D", "1500", "-T", "read", "tank"]).ok();
     env.zpool(&["attach", "tank", &a, &b]).ok();
     let st = status_of(&env, "tank");
     let tree = format!(
@@ -165,6 +168,7 @@ fn attach_detach_replace_wording_and_tree() {
         .fails_with(&format!("cannot attach {c} to {d}: can only attach to mirrors and top-level disks"));
     env.zpool(&["detach", "rz", &d])
         .fails_with(&format!("cannot detach {d}: only applicable to mirror and replacing vdevs"));
+    env.tarn(&["zinject", "-d", &d, "-D", "1500", "-T", "read", "rz"]).ok();
     env.zpool(&["replace", "rz", &e, &c]).ok();
     let st = status_of(&env, "rz");
     let wz = w6;
@@ -179,8 +183,25 @@ fn attach_detach_replace_wording_and_tree() {
         "\n"
     );
     assert!(st.contains(&tree), "{st}");
-    // Survives export/import.
+    assert!(st.contains("status: One or more devices is currently being resilvered."), "{st}");
+    // Export stops the resilver; import resumes it, and when it is done the old
+    // leaf leaves the tree.
+    env.tarn(&["zinject", "-c", "all"]).ok();
     env.zpool(&["export", "rz"]).ok();
     env.zpool(&["import", "-d", "v", "rz"]).ok();
-    assert!(status_of(&env, "rz").contains(&tree));
+    let done = format!(
+        "{}{}{}{}",
+        row(2, "raidz1-0", "ONLINE", w, ""),
+        row(4, &d, "ONLINE", w, ""),
+        row(4, &c, "ONLINE", w, ""),
+        row(4, &f, "ONLINE", w, ""),
+    );
+    let t = std::time::Instant::now();
+    let mut st = status_of(&env, "rz");
+    while !st.contains(&done) {
+        assert!(t.elapsed().as_secs() < 30, "resilver never completed:\n{st}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        st = status_of(&env, "rz");
+    }
+    assert!(st.contains("  scan: resilvered ") && st.contains(" with 0 errors on "), "{st}");
 }
