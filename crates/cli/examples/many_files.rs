@@ -25,6 +25,7 @@ fn main() {
         name: "many".into(),
         vdevs: vec![TopSpec::Mirror(vec![mk("a.img"), mk("b.img")])],
         logs: Vec::new(),
+        spares: Vec::new(),
         ashift: 12,
         force: true,
         pool_props: BTreeMap::new(),

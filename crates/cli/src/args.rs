@@ -10,7 +10,8 @@
 //! ([`parse_vdev_words`]): a sequence of groups, each either a bare device or a type
 //! word (`mirror`, `raidz`, `raidz1..3`) followed by its devices; the word `log`
 //! (once) starts the separate intent-log section, where every following group is a
-//! log vdev (single devices or mirrors, not raidz — OpenZFS `construct_spec`).
+//! log vdev (single devices or mirrors, not raidz — OpenZFS `construct_spec`); the
+//! word `spare` (once) is followed by hot spares, single devices only.
 //! Nothing here touches the file system; path
 //! resolution against the client's working directory is [`resolve_device`], pure too.
 //! Dataset property values are checked by [`check_fs_prop`] so that bad input is refused
@@ -127,7 +128,8 @@ fn vdev_keyword(w: &str) -> Option<Result<VdevKind, String>> {
         "raidz2" => Some(Ok(VdevKind::Raidz(2))),
         "raidz3" => Some(Ok(VdevKind::Raidz(3))),
         "log" => Some(Ok(VdevKind::Log)),
-        "cache" | "spare" | "special" | "dedup" => Some(Err(format!("invalid vdev specification: '{w}' vdevs are not supported yet"))),
+        "spare" => Some(Ok(VdevKind::Spare)),
+        "cache" | "special" | "dedup" => Some(Err(format!("invalid vdev specification: '{w}' vdevs are not supported yet"))),
         _ if w.starts_with("raidz") || w.starts_with("draid") => Some(Err(format!("invalid vdev specification: unknown vdev type '{w}'"))),
         _ => None,
     }
@@ -138,6 +140,7 @@ enum VdevKind {
     Mirror,
     Raidz(u8),
     Log,
+    Spare,
 }
 
 /// The vdev words of `zpool create` / `zpool add`, grouped.
@@ -147,6 +150,8 @@ pub struct VdevSpecWords {
     pub normal: Vec<VdevWords>,
     /// Separate intent-log vdevs (after `log`).
     pub logs: Vec<VdevWords>,
+    /// Hot spares (after `spare`): single devices.
+    pub spares: Vec<String>,
 }
 
 /// Parse the vdev words of `zpool create` / `zpool add` into groups, checking device
@@ -157,11 +162,29 @@ pub fn parse_vdev_words(words: &[String]) -> Result<VdevSpecWords, String> {
     }
     let mut spec = VdevSpecWords::default();
     let mut seen_log = false;
+    let mut seen_spare = false;
     let mut i = 0;
     while i < words.len() {
         let out = if seen_log { &mut spec.logs } else { &mut spec.normal };
         match vdev_keyword(&words[i]) {
             Some(Err(e)) => return Err(e),
+            Some(Ok(VdevKind::Spare)) => {
+                if seen_spare {
+                    return Err("invalid vdev specification: 'spare' can be specified only once".into());
+                }
+                seen_spare = true;
+                i += 1;
+                while i < words.len() && vdev_keyword(&words[i]).is_none() {
+                    spec.spares.push(words[i].clone());
+                    i += 1;
+                }
+                if spec.spares.is_empty() {
+                    return Err("invalid vdev specification: spare requires at least 1 device".into());
+                }
+                if let Some(w) = words.get(i).filter(|w| w.as_str() != "log") {
+                    return Err(format!("invalid vdev specification: unsupported 'spare' device: {w}"));
+                }
+            }
             Some(Ok(VdevKind::Log)) => {
                 if seen_log {
                     return Err("invalid vdev specification: 'log' can be specified only once".into());
@@ -195,7 +218,7 @@ pub fn parse_vdev_words(words: &[String]) -> Result<VdevSpecWords, String> {
                         }
                         out.push(VdevWords::Raidz(p, devs));
                     }
-                    VdevKind::Log => unreachable!("handled above"),
+                    VdevKind::Log | VdevKind::Spare => unreachable!("handled above"),
                 }
             }
             None => {
@@ -460,6 +483,24 @@ mod tests {
         // A mirror's device list ends at the next keyword, `log` included.
         let g = parse_vdev_words(&s(&["mirror", "a", "b", "log", "c"])).unwrap();
         assert_eq!((g.normal.len(), g.logs.len()), (1, 1));
+    }
+
+    #[test]
+    fn spare_section_grammar() {
+        let g = parse_vdev_words(&s(&["mirror", "a", "b", "spare", "c", "d", "log", "e"])).unwrap();
+        assert_eq!((g.normal.len(), g.logs.len(), g.spares.clone()), (1, 1, s(&["c", "d"])));
+        let g = parse_vdev_words(&s(&["a", "log", "b", "spare", "c"])).unwrap();
+        assert_eq!((g.logs.len(), g.spares.clone()), (1, s(&["c"])));
+        let g = parse_vdev_words(&s(&["spare", "c"])).unwrap();
+        assert!(g.normal.is_empty() && g.spares == s(&["c"]));
+        assert_eq!(
+            parse_vdev_words(&s(&["a", "spare"])).unwrap_err(),
+            "invalid vdev specification: spare requires at least 1 device"
+        );
+        assert_eq!(
+            parse_vdev_words(&s(&["a", "spare", "b", "mirror", "c", "d"])).unwrap_err(),
+            "invalid vdev specification: unsupported 'spare' device: mirror"
+        );
     }
 
     #[test]

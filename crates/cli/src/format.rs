@@ -13,7 +13,10 @@
 //!   wide as the widest name plus its indentation (two spaces per level), at least 10.
 //!   Separate log vdevs are left out of the pool's tree and listed after it under a
 //!   `logs` line (OpenZFS `print_class_vdevs`: a tab, "logs", a tab), two spaces in;
-//!   the name column's width counts them too.
+//!   the name column's width counts them too. Hot spares follow under `spares`
+//!   (OpenZFS `print_spares`): AVAIL, or INUSE "currently in use", no counters.
+//!   A leaf that a running resilver writes ends with "(resilvering)"; a faulted leaf
+//!   says "too many errors".
 //!
 //! Sizes are printed like `zfs_nicebytes`: 1024-based, suffixes K M G T P E, at most
 //! five characters ("1.88G", "63.5G", "960M"), exact multiples without decimals
@@ -190,7 +193,8 @@ pub fn table(columns: &[Column], rows: &[Vec<String>], scripted: bool) -> String
 
 fn tree_width(v: &VdevStatus, depth: usize) -> usize {
     let own = v.name.chars().count() + depth;
-    v.children.iter().map(|c| tree_width(c, depth + 2)).fold(own, usize::max)
+    let spares = v.spares.iter().map(|c| tree_width(c, depth + 2));
+    v.children.iter().map(|c| tree_width(c, depth + 2)).chain(spares).fold(own, usize::max)
 }
 
 fn is_leaf(v: &VdevStatus) -> bool {
@@ -202,6 +206,8 @@ fn is_leaf(v: &VdevStatus) -> bool {
 fn aux_note(v: &VdevStatus, root: bool) -> &'static str {
     if root || !(v.state == "UNAVAIL" || v.state == "FAULTED") {
         ""
+    } else if is_leaf(v) && v.state == "FAULTED" {
+        "  too many errors"
     } else if is_leaf(v) {
         "  cannot open"
     } else {
@@ -227,6 +233,9 @@ fn status_rows(v: &VdevStatus, depth: usize, width: usize, root: bool, out: &mut
         nicenum(v.checksum_errors)
     ));
     out.push_str(aux_note(v, root));
+    if v.resilvering {
+        out.push_str("  (resilvering)");
+    }
     out.push('\n');
     let children: Vec<&VdevStatus> = if root {
         class_children(v, false).collect()
@@ -251,6 +260,18 @@ pub fn status_config(root: &VdevStatus) -> String {
             status_rows(l, 2, width, false, &mut out);
         }
     }
+    if !root.spares.is_empty() {
+        // OpenZFS `print_spares`: state AVAIL/INUSE (padded, no counters), then why.
+        out.push_str("\tspares\n");
+        for sp in &root.spares {
+            let note = match sp.state.as_str() {
+                "INUSE" => "  currently in use",
+                "UNAVAIL" => "  cannot open",
+                _ => "",
+            };
+            out.push_str(&format!("\t  {:<w$}  {:<8}{note}\n", sp.name, sp.state, w = width - 2));
+        }
+    }
     out
 }
 
@@ -258,8 +279,37 @@ fn any_errors(v: &VdevStatus) -> bool {
     v.read_errors + v.write_errors + v.checksum_errors > 0 || v.children.iter().any(any_errors)
 }
 
+/// Whether some leaf below `v` is in `state`.
+fn any_leaf(v: &VdevStatus, state: &str) -> bool {
+    if is_leaf(v) {
+        v.state == state
+    } else {
+        v.children.iter().any(|c| any_leaf(c, state))
+    }
+}
+
 /// `status:`/`action:`/`see:` lines for a pool in this state (empty when healthy).
+/// A degraded pool is explained by its first kind of trouble in OpenZFS's order:
+/// devices that could not be opened, data errors, faulted devices, offline devices.
 pub fn status_explanation(health: &str, root: &VdevStatus, data_errors: u64) -> String {
+    let degraded_by = |state: &str| health == "DEGRADED" && !any_leaf(root, "UNAVAIL") && data_errors == 0 && any_leaf(root, state);
+    if degraded_by("FAULTED") {
+        return "status: One or more devices are faulted in response to persistent errors.\n\
+                \tSufficient replicas exist for the pool to continue functioning in a\n\
+                \tdegraded state.\n\
+                action: Replace the faulted device, or use 'zpool clear' to mark the device\n\
+                \trepaired.\n   \
+                see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-K4\n"
+            .to_string();
+    }
+    if degraded_by("OFFLINE") {
+        return "status: One or more devices has been taken offline by the administrator.\n\
+                \tSufficient replicas exist for the pool to continue functioning in a\n\
+                \tdegraded state.\n\
+                action: Online the device using 'zpool online' or replace the device with\n\
+                \t'zpool replace'.\n"
+            .to_string();
+    }
     match health {
         "DEGRADED" => "status: One or more devices could not be opened.  Sufficient replicas exist for\n\
                        \tthe pool to continue functioning in a degraded state.\n\

@@ -19,6 +19,7 @@
 pub mod args;
 pub mod daemon;
 pub mod format;
+pub mod iostat;
 pub mod mounts;
 pub mod proto;
 pub mod scrub;

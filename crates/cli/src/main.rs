@@ -28,6 +28,8 @@ fn main() {
             2
         }
         Some("daemon") => run_daemon(&args[1..]),
+        // Reports every interval: the client loops, asking the daemon for counters.
+        Some("zpool") if args.get(1).map(String::as_str) == Some("iostat") => tarn_cli::iostat::client(&args[2..]),
         Some("zpool") | Some("zfs") | Some("zinject") => forward(args),
         Some(other) => {
             eprint!("tarn: unknown command '{other}'\n{USAGE}");

@@ -28,6 +28,12 @@ const USAGE: &str = "usage: zpool command args ...\nwhere 'command' is one of th
 \tdestroy [-f] <pool>\n\n\
 \tadd [-fn] <pool> <vdev> ...\n\
 \tremove <pool> <device> ...\n\n\
+\tattach [-f] <pool> <device> <new-device>\n\
+\tdetach <pool> <device>\n\
+\treplace [-f] <pool> <device> [new-device]\n\n\
+\tonline <pool> <device> ...\n\
+\toffline [-t] <pool> <device> ...\n\
+\tclear <pool> [device]\n\n\
 \timport [-d dir] [-D]\n\timport [-d dir]... [-fFmN] [-R root] [-T txg] [-o property=value] ...\n\t    <pool | id> [newpool]\n\
 \texport [-f] <pool> ...\n\n\
 \tlist [-Hp] [-o property[,...]] [pool] ...\n\
@@ -51,6 +57,12 @@ pub fn run(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         "destroy" => destroy(st, ctx, rest),
         "add" => add(st, ctx, rest),
         "remove" => remove(st, ctx, rest),
+        "attach" => attach(st, ctx, rest),
+        "detach" => detach(st, ctx, rest),
+        "replace" => replace(st, ctx, rest),
+        "online" => online(st, ctx, rest),
+        "offline" => offline(st, ctx, rest),
+        "clear" => clear(st, ctx, rest),
         "list" => list(st, rest),
         "status" => status(st, rest),
         "export" => export(st, rest),
@@ -59,6 +71,7 @@ pub fn run(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         "set" => set(st, ctx, rest),
         "history" => history(st, rest),
         "scrub" => crate::scrub::scrub(st, rest),
+        "iostat" => crate::iostat::run(st, rest),
         "-?" | "help" | "--help" => Response::ok(USAGE),
         other => Response::usage(format!("unrecognized command '{other}'\n{USAGE}")),
     }
@@ -219,6 +232,10 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         Ok(t) => t,
         Err(r) => return r,
     };
+    let spares = match groups.spares.iter().map(|w| resolve(w)).collect::<Result<Vec<_>, _>>() {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
     if let Some(n) = size_bytes {
         if n < MIN_DEVICE_BYTES && planned.iter().any(|l| l.create) {
             return fail("one or more devices is less than the minimum size (64M)".into());
@@ -246,6 +263,10 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
             out.push_str("\tlogs\n");
             out.push_str(&spec_tree(&logs));
         }
+        if !spares.is_empty() {
+            out.push_str("\tspares\n");
+            out.push_str(&spec_tree(&spares.iter().cloned().map(TopSpec::Leaf).collect::<Vec<_>>()));
+        }
         return Response::ok(out);
     }
     // Create the missing file vdevs (Tarn's `-o size`), removed again on failure.
@@ -271,6 +292,7 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         name: name.clone(),
         vdevs: tops,
         logs,
+        spares,
         ashift,
         force,
         pool_props,
@@ -397,6 +419,10 @@ fn add(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         Ok(t) => t,
         Err(r) => return r,
     };
+    let spares = match groups.spares.iter().map(|w| resolve(w)).collect::<Result<Vec<_>, _>>() {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
     if p.has('n') {
         let root = entry.pool.status();
         let mut out = format!("would update '{name}' to the following configuration:\n\n\t{name}\n");
@@ -412,6 +438,7 @@ fn add(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let spec = AddSpec {
         vdevs,
         logs,
+        spares,
         force: p.has('f'),
     };
     if let Err(e) = entry.pool.add_vdevs(&spec) {
@@ -455,6 +482,184 @@ fn remove(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         }
     }
     resp
+}
+
+/// A device word as the pool layer takes it: paths relative to the client's
+/// directory are made absolute; vdev names ("mirror-1"), GUIDs and absolute paths
+/// stay as they are.
+fn device_word(ctx: &Ctx, word: &str) -> String {
+    if word.contains('/') && !word.starts_with('/') {
+        args::normalize(&ctx.cwd.join(word)).display().to_string()
+    } else {
+        word.to_string()
+    }
+}
+
+/// The message of a failed repair command: the pool layer words it whole, except
+/// for vdev specification errors of a new device (OpenZFS `vdev_error`).
+fn repair_error(what: &str, e: SpaError) -> String {
+    match e {
+        e @ SpaError::InUse { .. } => vdev_spec_error(what, e),
+        SpaError::NotFound(m) if m.starts_with("cannot open") => m,
+        other => other.to_string(),
+    }
+}
+
+/// `zpool attach [-f] POOL DEVICE NEW_DEVICE`.
+fn attach(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "fsw") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("attach", &e),
+    };
+    let (name, dev, new) = match p.operands.as_slice() {
+        [] => return bad_usage("attach", "missing pool name argument"),
+        [_] => return bad_usage("attach", "missing <device> specification"),
+        [_, _] => return bad_usage("attach", "missing <new_device> specification"),
+        [n, d, w] => (n, device_word(ctx, d), args::resolve_device(w, &ctx.cwd, false)),
+        _ => return bad_usage("attach", "too many arguments"),
+    };
+    let Some(entry) = st.pools.get(name) else {
+        return no_such_pool(name);
+    };
+    if let Err(e) = entry.pool.attach(&dev, &new, p.has('f')) {
+        return Response::err(repair_error(&format!("cannot attach {} to {dev}", new.display()), e));
+    }
+    st.remember_dirs([new]);
+    history_note(&st.pools[name], ctx);
+    Response::ok("")
+}
+
+/// `zpool detach POOL DEVICE`.
+fn detach(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("detach", &e),
+    };
+    let (name, dev) = match p.operands.as_slice() {
+        [] => return bad_usage("detach", "missing pool name argument"),
+        [_] => return bad_usage("detach", "missing <device> specification"),
+        [n, d] => (n, device_word(ctx, d)),
+        _ => return bad_usage("detach", "too many arguments"),
+    };
+    let Some(entry) = st.pools.get(name) else {
+        return no_such_pool(name);
+    };
+    if let Err(e) = entry.pool.detach(&dev) {
+        return Response::err(e.to_string());
+    }
+    history_note(entry, ctx);
+    Response::ok("")
+}
+
+/// `zpool replace [-f] POOL DEVICE [NEW_DEVICE]`.
+fn replace(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "fsw") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("replace", &e),
+    };
+    let (name, dev, new) = match p.operands.as_slice() {
+        [] => return bad_usage("replace", "missing pool name argument"),
+        [_] => return bad_usage("replace", "missing <device> specification"),
+        [n, d] => (n, device_word(ctx, d), None),
+        [n, d, w] => (n, device_word(ctx, d), Some(args::resolve_device(w, &ctx.cwd, false))),
+        _ => return bad_usage("replace", "too many arguments"),
+    };
+    let Some(entry) = st.pools.get(name) else {
+        return no_such_pool(name);
+    };
+    let new_word = new.as_ref().map(|n| n.display().to_string()).unwrap_or_else(|| dev.clone());
+    if let Err(e) = entry.pool.replace(&dev, new.as_deref(), p.has('f')) {
+        return Response::err(repair_error(&format!("cannot replace {dev} with {new_word}"), e));
+    }
+    st.remember_dirs(new);
+    history_note(&st.pools[name], ctx);
+    Response::ok("")
+}
+
+/// `zpool online POOL DEVICE...`.
+fn online(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "e") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("online", &e),
+    };
+    let Some(name) = p.operands.first() else {
+        return bad_usage("online", "missing pool name");
+    };
+    if p.operands.len() < 2 {
+        return bad_usage("online", "missing device name");
+    }
+    let Some(entry) = st.pools.get(name) else {
+        return no_such_pool(name);
+    };
+    let mut resp = Response::ok("");
+    for word in &p.operands[1..] {
+        let dev = device_word(ctx, word);
+        match entry.pool.online(&dev) {
+            Ok(state) => {
+                if !state.is_usable() {
+                    resp.stderr.push_str(&format!(
+                        "warning: device '{dev}' onlined, but remains in faulted state\nuse 'zpool replace' to replace devices that are no longer present\n"
+                    ));
+                }
+                history_note(entry, ctx);
+            }
+            Err(e) => {
+                resp.stderr.push_str(&format!("{e}\n"));
+                resp.code = 1;
+            }
+        }
+    }
+    resp
+}
+
+/// `zpool offline [-t] POOL DEVICE...`.
+fn offline(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "ft") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("offline", &e),
+    };
+    let Some(name) = p.operands.first() else {
+        return bad_usage("offline", "missing pool name");
+    };
+    if p.operands.len() < 2 {
+        return bad_usage("offline", "missing device name");
+    }
+    let Some(entry) = st.pools.get(name) else {
+        return no_such_pool(name);
+    };
+    let mut resp = Response::ok("");
+    for word in &p.operands[1..] {
+        match entry.pool.offline(&device_word(ctx, word), p.has('t')) {
+            Ok(()) => history_note(entry, ctx),
+            Err(e) => {
+                resp.stderr.push_str(&format!("{e}\n"));
+                resp.code = 1;
+            }
+        }
+    }
+    resp
+}
+
+/// `zpool clear POOL [DEVICE]`.
+fn clear(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "nF") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("clear", &e),
+    };
+    let (name, dev) = match p.operands.as_slice() {
+        [] => return bad_usage("clear", "missing pool name"),
+        [n] => (n, None),
+        [n, d] => (n, Some(device_word(ctx, d))),
+        _ => return bad_usage("clear", "too many arguments"),
+    };
+    let Some(entry) = st.pools.get(name) else {
+        return no_such_pool(name);
+    };
+    if let Err(e) = entry.pool.clear(dev.as_deref()) {
+        return Response::err(e.to_string());
+    }
+    history_note(entry, ctx);
+    Response::ok("")
 }
 
 fn create_error(name: &str, e: SpaError) -> String {

@@ -88,13 +88,29 @@ pub struct VdevConfig {
     /// holds only intent-log blocks and is not part of the pool's capacity.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub is_log: bool,
-    /// Children (mirror/raidz/root).
+    /// Children (mirror/raidz/replacing/spare/root).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<VdevConfig>,
+    /// A leaf taken offline with `zpool offline` (not `-t`): it stays offline across
+    /// export and import until `zpool online`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub offline: bool,
+    /// A leaf faulted for too many I/O errors: it stays unused until `zpool clear`
+    /// or `zpool online`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub faulted: bool,
+    /// A leaf's dirty time log: inclusive txg ranges it lacks, `u64::MAX` as the end
+    /// of a range still open (the leaf is missing, offline or faulted right now).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dtl: Vec<(u64, u64)>,
+    /// The root's hot spares (leaves; each carries a label naming the pool).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spares: Vec<VdevConfig>,
 }
 
 impl VdevConfig {
-    /// All leaves beneath (or self if a leaf), depth-first. A hole has none.
+    /// All leaves beneath (or self if a leaf), depth-first. A hole has none; the
+    /// root's spares are not among them.
     pub fn leaves(&self) -> Vec<&VdevConfig> {
         if self.is_hole() {
             return Vec::new();
@@ -209,6 +225,7 @@ mod tests {
                 asize_bytes: 0,
                 is_log: false,
                 children: vec![VdevConfig::hole(0)],
+                ..VdevConfig::default()
             },
         };
         let mut b = encode_config(&cfg).unwrap();
@@ -242,5 +259,34 @@ mod tests {
             r#"{"kind":"hole","id":2,"guid":0,"nparity":0,"ashift":0,"asize_bytes":0}"#
         );
         assert_eq!(log.leaves().len(), 1);
+    }
+
+    #[test]
+    fn repair_fields_in_json() {
+        let leaf = VdevConfig {
+            kind: "file".into(),
+            id: 0,
+            guid: 9,
+            ..VdevConfig::default()
+        };
+        // Defaults are not written, so labels without them read back the same.
+        let json = serde_json::to_string(&leaf).unwrap();
+        assert!(!json.contains("offline") && !json.contains("dtl") && !json.contains("spares") && !json.contains("faulted"));
+        let marked = VdevConfig {
+            offline: true,
+            dtl: vec![(5, 9), (12, u64::MAX)],
+            ..leaf.clone()
+        };
+        let json = serde_json::to_string(&marked).unwrap();
+        assert!(json.contains("\"offline\":true") && json.contains("[12,18446744073709551615]"), "{json}");
+        assert_eq!(serde_json::from_str::<VdevConfig>(&json).unwrap(), marked);
+        let root = VdevConfig {
+            kind: "root".into(),
+            spares: vec![leaf],
+            ..VdevConfig::default()
+        };
+        let back: VdevConfig = serde_json::from_str(&serde_json::to_string(&root).unwrap()).unwrap();
+        assert_eq!(back.spares.len(), 1);
+        assert!(back.leaves().iter().all(|l| l.guid != 9));
     }
 }

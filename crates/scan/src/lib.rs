@@ -121,6 +121,8 @@ pub struct Entry {
     pub dataset: u64,
     /// Object id ([`META_OBJECT`] for object-set metadata).
     pub object: u64,
+    /// The whole block pointer (its other DVAs repair a ditto copy no vdev can).
+    pub bp: BlkPtr,
 }
 
 /// A populate pass's result.
@@ -191,6 +193,7 @@ fn queue(zio: &Zio, params: &Params, bp: &BlkPtr, dataset: u64, object: u64, ent
             checksum: bp.checksum,
             dataset,
             object,
+            bp: *bp,
         });
     }
 }
@@ -263,7 +266,7 @@ pub fn issue(zio: &Zio, mut entries: Vec<Entry>, params: &Params, progress: &Pro
     std::thread::scope(|s| {
         for (v, queue) in per_vdev.into_iter().enumerate().filter(|(_, q)| !q.is_empty()) {
             let vdev = vdevs[v].clone();
-            let damaged = &damaged;
+            let (damaged, vdevs) = (&damaged, &vdevs);
             s.spawn(move || {
                 for ext in queue {
                     if !throttle() {
@@ -297,10 +300,17 @@ pub fn issue(zio: &Zio, mut entries: Vec<Entry>, params: &Params, progress: &Pro
                     let bytes: u64 = ext.iter().map(|e| e.asize_bytes).sum();
                     progress.issued_bytes.fetch_add(bytes, Ordering::Relaxed);
                     progress.repaired_bytes.fetch_add(r.repaired_bytes, Ordering::Relaxed);
-                    if !r.unrecoverable.is_empty() {
-                        progress.errors.fetch_add(r.unrecoverable.len() as u64, Ordering::Relaxed);
+                    // A copy this vdev cannot rebuild may have a ditto copy elsewhere.
+                    let lost: Vec<&Entry> = r.unrecoverable.iter().map(|&i| &ext[i]).filter(|e| !repair_from_ditto(vdevs, e)).collect();
+                    for &i in &r.unrecoverable {
+                        if !lost.iter().any(|e| e.offset_bytes == ext[i].offset_bytes) {
+                            progress.repaired_bytes.fetch_add(ext[i].asize_bytes, Ordering::Relaxed);
+                        }
+                    }
+                    if !lost.is_empty() {
+                        progress.errors.fetch_add(lost.len() as u64, Ordering::Relaxed);
                         let mut d = damaged.lock().unwrap_or_else(|e| e.into_inner());
-                        d.extend(r.unrecoverable.iter().map(|&i| (ext[i].dataset, ext[i].object)));
+                        d.extend(lost.iter().map(|e| (e.dataset, e.object)));
                     }
                 }
             });
@@ -309,6 +319,20 @@ pub fn issue(zio: &Zio, mut entries: Vec<Entry>, params: &Params, progress: &Pro
     Issued {
         damaged: damaged.into_inner().unwrap_or_else(|e| e.into_inner()),
     }
+}
+
+/// Rewrite the copy `e` from another DVA of its block that verifies; true when done.
+fn repair_from_ditto(vdevs: &[std::sync::Arc<tarn_vdev::Vdev>], e: &Entry) -> bool {
+    let verify = |d: &[u8]| e.checksum_alg.compute(d) == e.checksum;
+    for d in e.bp.dvas().filter(|d| d.vdev != e.vdev || d.offset_bytes != e.offset_bytes) {
+        let Some(v) = vdevs.get(d.vdev as usize) else { continue };
+        if let Ok(good) = v.read_birth(d.offset_bytes, e.psize_bytes as u64, e.birth_txg, &verify) {
+            if let Some(target) = vdevs.get(e.vdev as usize) {
+                return target.write(e.offset_bytes, &good).is_ok();
+            }
+        }
+    }
+    false
 }
 
 #[cfg(test)]
@@ -326,6 +350,7 @@ mod tests {
             checksum: Default::default(),
             dataset: 0,
             object: 0,
+            bp: BlkPtr::HOLE,
         }
     }
 

@@ -37,6 +37,11 @@
 //! the log vdev is UNAVAIL, the pool DEGRADED, and the intent log uses the normal
 //! class. Losing a log device loses at most the unsynced log records, never the pool.
 //!
+//! **Repair** (`repair.rs`): `zpool offline/online/clear/attach/detach/replace`, hot
+//! spares, the dirty time logs (DTLs) of leaves that miss txgs, faulting leaves with
+//! too many I/O errors, and what a finished resilver changes in the tree. Its theory
+//! statement is at the top of that module.
+//!
 //! The DSL half (`dsl.rs`) keeps the dataset directory: names, properties with
 //! inheritance, and per-dataset records (`DslDatasetPhys` in a MOS object's bonus)
 //! pointing at each dataset's object set.
@@ -54,6 +59,7 @@ use std::path::PathBuf;
 
 mod dsl;
 pub mod inject;
+mod iostat;
 mod names;
 mod pool;
 mod repair;
@@ -62,8 +68,10 @@ mod sync;
 mod vdevs;
 
 pub use dsl::{recordsize_bytes, DATASET_PROPS};
+pub use iostat::{PoolIostat, VdevIostat};
 pub use names::{validate_dataset_name, validate_pool_name};
 pub use pool::{cache_limit, format_time, set_cache_limit, LogEvacuateHook, Pool, CACHE_LIMIT_DEFAULT_BYTES};
+pub use repair::FAULT_IO_ERRORS;
 pub use tarn_dmu::ObjectStore;
 pub use tarn_zil::Zilog;
 
@@ -160,6 +168,8 @@ pub struct CreateSpec {
     pub vdevs: Vec<TopSpec>,
     /// Separate intent-log vdevs (`log ...`): single leaves or mirrors, not raidz.
     pub logs: Vec<TopSpec>,
+    /// Hot spares (`spare ...`): single devices.
+    pub spares: Vec<PathBuf>,
     /// log2 sector size, 9 or 12 (default 12).
     pub ashift: u8,
     /// `-f`: use devices that belong to an exported or destroyed pool.
@@ -177,6 +187,7 @@ impl Default for CreateSpec {
             name: String::new(),
             vdevs: Vec::new(),
             logs: Vec::new(),
+            spares: Vec::new(),
             ashift: 12,
             force: false,
             pool_props: BTreeMap::new(),
@@ -192,6 +203,8 @@ pub struct AddSpec {
     pub vdevs: Vec<TopSpec>,
     /// New separate intent-log vdevs: single leaves or mirrors, not raidz.
     pub logs: Vec<TopSpec>,
+    /// New hot spares: single devices.
+    pub spares: Vec<PathBuf>,
     /// `-f`: use devices of exported or destroyed pools, and accept a replication
     /// level different from the pool's.
     pub force: bool,
@@ -251,9 +264,11 @@ pub struct ImportCandidate {
 /// One node of `zpool status` config.
 #[derive(Debug, Clone)]
 pub struct VdevStatus {
-    /// Display name: pool name, "mirror-0", "raidz2-1" or the leaf path.
+    /// Display name: pool name, "mirror-0", "raidz2-1", "replacing-1", "spare-0" or
+    /// the leaf path.
     pub name: String,
-    /// "ONLINE", "DEGRADED", "FAULTED", "UNAVAIL", "OFFLINE".
+    /// "ONLINE", "DEGRADED", "FAULTED", "UNAVAIL", "OFFLINE"; for the rows of the
+    /// root's `spares` list "AVAIL", "INUSE" or "UNAVAIL".
     pub state: String,
     /// READ errors.
     pub read_errors: u64,
@@ -269,6 +284,11 @@ pub struct VdevStatus {
     pub is_log: bool,
     /// Children.
     pub children: Vec<VdevStatus>,
+    /// A leaf that a running resilver is writing (its DTL is not empty): `zpool
+    /// status` adds "(resilvering)".
+    pub resilvering: bool,
+    /// The root's hot spares (empty elsewhere).
+    pub spares: Vec<VdevStatus>,
 }
 
 impl VdevStatus {
@@ -284,6 +304,8 @@ impl VdevStatus {
             size_bytes: 0,
             is_log: false,
             children,
+            resilvering: false,
+            spares: Vec::new(),
         }
     }
 }

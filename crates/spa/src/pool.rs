@@ -74,7 +74,7 @@ pub(crate) fn dmu_err(e: tarn_dmu::DmuError) -> SpaError {
     }
 }
 
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
@@ -87,7 +87,8 @@ pub(crate) fn now_s() -> u64 {
         .unwrap_or(0)
 }
 
-fn guid() -> u64 {
+/// A fresh random non-zero GUID.
+pub(crate) fn new_guid() -> u64 {
     loop {
         let g: u64 = rand::random();
         if g != 0 {
@@ -133,11 +134,7 @@ pub(crate) fn vdev_error(force: bool, msg: &str) -> String {
 
 /// `zpool status` name of a top-level vdev config: "mirror-1", "raidz2-0", the path.
 pub(crate) fn config_display_name(t: &VdevConfig) -> String {
-    match t.kind.as_str() {
-        "mirror" => format!("mirror-{}", t.id),
-        "raidz" => format!("raidz{}-{}", t.nparity, t.id),
-        _ => t.path.clone().unwrap_or_default(),
-    }
+    crate::repair::display_name(t)
 }
 
 /// An imported pool.
@@ -172,6 +169,11 @@ pub struct Pool {
     pub(crate) log_evacuate_hook: Mutex<Option<Arc<LogEvacuateHook>>>,
     /// The scrub/resilver thread and its live counters.
     pub(crate) scanner: crate::scan::Scanner,
+    /// When this process created or imported the pool: `zpool iostat`'s first report
+    /// averages the I/O counters over the time since then.
+    pub(crate) imported_at: std::time::Instant,
+    /// Hot spares and repair bookkeeping (`repair.rs`).
+    pub(crate) repair: crate::repair::RepairState,
 }
 
 struct FoundLeaf {
@@ -201,10 +203,18 @@ impl Pool {
                 "at least one general top-level vdev must be specified",
             )));
         }
-        let tops: Vec<(&TopSpec, bool)> = spec.vdevs.iter().map(|t| (t, false)).chain(spec.logs.iter().map(|t| (t, true))).collect();
-        let opened = Self::open_new_tops(&tops, spec.force, None)?;
+        let spares: Vec<TopSpec> = spec.spares.iter().cloned().map(TopSpec::Leaf).collect();
+        let tops: Vec<(&TopSpec, bool)> = spec
+            .vdevs
+            .iter()
+            .map(|t| (t, false))
+            .chain(spec.logs.iter().map(|t| (t, true)))
+            .chain(spares.iter().map(|t| (t, false)))
+            .collect();
+        let mut opened = Self::open_new_tops(&tops, spec.force, None)?;
+        let spare_leaves: Vec<(PathBuf, Leaf)> = opened.split_off(opened.len() - spares.len()).into_iter().flatten().collect();
         register_name(&spec.name)?;
-        let res = Self::create_inner(spec, opened);
+        let res = Self::create_inner(spec, opened, spare_leaves);
         if res.is_err() {
             unregister_name(&spec.name);
         }
@@ -254,6 +264,7 @@ impl Pool {
                 .children
                 .iter()
                 .flat_map(|t| t.leaves())
+                .chain(cfg.spares.iter())
                 .filter_map(|l| l.path.as_ref())
                 .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p)))
                 .collect();
@@ -285,8 +296,15 @@ impl Pool {
                 if let Some(cfg) = label::read_configs(&leaf).into_iter().flatten().next() {
                     // A label of this very pool for a leaf its tree does not have is
                     // left over from an add or remove that a crash cut short.
-                    let stale =
-                        pool.is_some_and(|(_, guid, tree)| cfg.pool_guid == guid && !tree.children.iter().flat_map(|t| t.leaves()).any(|l| l.guid == cfg.guid));
+                    let stale = pool.is_some_and(|(_, guid, tree)| {
+                        cfg.pool_guid == guid
+                            && !tree
+                                .children
+                                .iter()
+                                .flat_map(|t| t.leaves())
+                                .chain(tree.spares.iter())
+                                .any(|l| l.guid == cfg.guid)
+                    });
                     let state = match cfg.state {
                         _ if stale => None,
                         PoolState::Active => Some("active"),
@@ -319,7 +337,7 @@ impl Pool {
         for (i, (p, leaf)) in group.into_iter().enumerate() {
             // A lone leaf is itself the top-level vdev and carries its id.
             let i = if single { id } else { i as u32 };
-            let g = guid();
+            let g = new_guid();
             let path = std::fs::canonicalize(&p).unwrap_or(p.clone()).display().to_string();
             leaf_cfgs.push(VdevConfig {
                 kind: kind_of_leaf(&p).into(),
@@ -331,7 +349,7 @@ impl Pool {
             });
             leaves.push(Arc::new(Vdev::new_leaf(i, g, ashift, path, Some(leaf))));
         }
-        let tg = guid();
+        let tg = new_guid();
         let (vdev, kind, nparity) = match t {
             TopSpec::Leaf(_) => {
                 let (v, lc) = (leaves.pop().expect("one leaf"), leaf_cfgs.pop().expect("one leaf"));
@@ -359,7 +377,7 @@ impl Pool {
         (Arc::new(vdev), cfg)
     }
 
-    fn create_inner(spec: &CreateSpec, opened: Vec<Vec<(PathBuf, Leaf)>>) -> Result<Arc<Pool>> {
+    fn create_inner(spec: &CreateSpec, opened: Vec<Vec<(PathBuf, Leaf)>>, spares: Vec<(PathBuf, Leaf)>) -> Result<Arc<Pool>> {
         let ashift = spec.ashift;
         let mut top = Vec::new();
         let mut tops_cfg = Vec::new();
@@ -369,7 +387,7 @@ impl Pool {
             top.push(v);
             tops_cfg.push(cfg);
         }
-        let pool_guid = guid();
+        let pool_guid = new_guid();
         let space = SpaceMap::new(
             top.iter()
                 .zip(&tops_cfg)
@@ -406,7 +424,10 @@ impl Pool {
             config_dirty: AtomicBool::new(false),
             log_evacuate_hook: Mutex::new(None),
             scanner: Default::default(),
+            imported_at: std::time::Instant::now(),
+            repair: Default::default(),
         });
+        pool.add_spares(spares, ashift);
         // Labels first (state active), so a crash mid-create leaves a recognisable pool.
         pool.write_labels(PoolState::Active, 0)?;
         {
@@ -437,18 +458,45 @@ impl Pool {
         Ok(pool)
     }
 
-    /// Write every leaf's label config with `state`.
+    /// Write every leaf's label config with `state`, hot spares not in use included.
     pub(crate) fn write_labels(&self, state: PoolState, txg: u64) -> Result<()> {
-        self.write_labels_where(state, txg, &|_| true)
+        self.write_labels_where(state, txg, &|_| true)?;
+        let cfg = self.config.lock().clone();
+        for s in self.idle_spares() {
+            let tarn_vdev::VdevKind::Leaf(Some(l)) = &s.kind else { continue };
+            let lc = LabelConfig {
+                version: TARN_FORMAT_VERSION,
+                name: self.name.clone(),
+                pool_guid: self.guid,
+                guid: s.guid,
+                top_guid: 0,
+                txg,
+                state,
+                hostname: hostname(),
+                features_for_read: vec![],
+                vdev_tree: cfg.clone(),
+            };
+            if let Err(e) = label::write_config(l, &lc).and_then(|_| l.flush()) {
+                s.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("label write failed on spare {:?}: {e}", s.path);
+            }
+        }
+        Ok(())
     }
 
     /// Write the label config, with `state` and `txg`, on the leaves of the top-level
     /// vdevs for which `pick` (given the top-level config) is true.
+    /// Leaves' DTLs and flags are copied into the config first; faulted leaves are
+    /// left alone.
     pub(crate) fn write_labels_where(&self, state: PoolState, txg: u64, pick: &dyn Fn(&VdevConfig) -> bool) -> Result<()> {
+        self.refresh_leaf_config();
         let cfg = self.config.lock().clone();
         for (t, tcfg) in self.zio.vdevs().iter().zip(cfg.children.iter()).filter(|(_, c)| pick(c)) {
             for (leaf, lcfg) in t.leaves().into_iter().zip(tcfg.leaves()) {
                 let tarn_vdev::VdevKind::Leaf(Some(l)) = &leaf.kind else { continue };
+                if leaf.state() == VdevState::Faulted {
+                    continue;
+                }
                 let lc = LabelConfig {
                     version: TARN_FORMAT_VERSION,
                     name: self.name.clone(),
@@ -518,76 +566,50 @@ impl Pool {
 
     /// Build the vdev tree from `cfg`, taking leaves from `found` by GUID.
     fn open_tree(cfg: &VdevConfig, found: &mut HashMap<u64, FoundLeaf>) -> Vec<Arc<Vdev>> {
-        let mk_leaf = |c: &VdevConfig, id: u32, ashift: u8, found: &mut HashMap<u64, FoundLeaf>| {
+        let mut mk_leaf = |c: &VdevConfig, id: u32, ashift: u8| {
             let f = found.remove(&c.guid);
             let path = f.as_ref().map(|f| f.path.display().to_string()).or(c.path.clone()).unwrap_or_default();
-            Vdev::new_leaf(id, c.guid, ashift, path, f.map(|f| f.leaf))
+            Arc::new(Vdev::new_leaf(id, c.guid, ashift, path, f.map(|f| f.leaf)))
         };
         cfg.children
             .iter()
-            .map(|t| {
-                let id = t.id as u32;
-                let v = match t.kind.as_str() {
-                    tarn_phys::label::VDEV_KIND_HOLE => Vdev::new_hole(id),
-                    "mirror" => Vdev::new_mirror(
-                        id,
-                        t.guid,
-                        t.ashift,
-                        t.children
-                            .iter()
-                            .enumerate()
-                            .map(|(i, c)| Arc::new(mk_leaf(c, i as u32, t.ashift, found)))
-                            .collect(),
-                    ),
-                    "raidz" => Vdev::new_raidz(
-                        id,
-                        t.guid,
-                        t.ashift,
-                        t.nparity,
-                        t.children
-                            .iter()
-                            .enumerate()
-                            .map(|(i, c)| Arc::new(mk_leaf(c, i as u32, t.ashift, found)))
-                            .collect(),
-                    ),
-                    _ => mk_leaf(t, id, t.ashift, found),
-                };
-                Arc::new(v)
-            })
+            .map(|t| crate::repair::build_vdev(t, t.id as u32, t.ashift, &mut mk_leaf))
             .collect()
     }
 
-    /// Health of top-level vdev config `t` when only the leaves in `present` exist.
+    /// Health of vdev config `t` when only the leaves in `present` exist (a leaf
+    /// recorded offline or faulted counts as such).
     fn config_state(t: &VdevConfig, present: &HashSet<u64>) -> VdevState {
-        let missing = t.leaves().iter().filter(|l| !present.contains(&l.guid)).count();
-        let tol = match t.kind.as_str() {
-            "mirror" => t.children.len().saturating_sub(1),
-            "raidz" => t.nparity as usize,
-            _ => 0,
+        if t.children.is_empty() {
+            return if !present.contains(&t.guid) {
+                VdevState::Unavail
+            } else if t.offline {
+                VdevState::Offline
+            } else if t.faulted {
+                VdevState::Faulted
+            } else {
+                VdevState::Online
+            };
+        }
+        let states: Vec<VdevState> = t.children.iter().map(|c| Self::config_state(c, present)).collect();
+        let unusable = states.iter().filter(|s| !s.is_usable()).count();
+        let tol = if t.kind == "raidz" {
+            t.nparity as usize
+        } else {
+            t.children.len().saturating_sub(1)
         };
-        if missing == 0 {
+        if unusable == 0 && states.iter().all(|&s| s == VdevState::Online) {
             VdevState::Online
-        } else if missing <= tol {
+        } else if unusable <= tol {
             VdevState::Degraded
         } else {
             VdevState::Unavail
         }
     }
 
-    /// The status node of top-level vdev config `t` (no counters).
+    /// The status node of vdev config `t` (no counters).
     fn config_status(t: &VdevConfig, present: &HashSet<u64>) -> VdevStatus {
-        let kids: Vec<VdevStatus> = t
-            .leaves()
-            .iter()
-            .filter(|_| !t.children.is_empty())
-            .map(|l| {
-                VdevStatus::new(
-                    &l.path.clone().unwrap_or_default(),
-                    if present.contains(&l.guid) { "ONLINE" } else { "UNAVAIL" },
-                    vec![],
-                )
-            })
-            .collect();
+        let kids: Vec<VdevStatus> = t.children.iter().map(|c| Self::config_status(c, present)).collect();
         VdevStatus {
             size_bytes: t.asize_bytes,
             is_log: t.is_log,
@@ -722,8 +744,12 @@ impl Pool {
 
     fn open_pool(name: String, pool_guid: u64, cfg: VdevConfig, leaves: Vec<FoundLeaf>, rewind: Rewind) -> Result<Arc<Pool>> {
         let mut ubs: Vec<UberblockPhys> = Vec::new();
+        // The newest uberblock on each leaf: a leaf behind the pool missed txgs.
+        let mut leaf_ub_txg: HashMap<u64, u64> = HashMap::new();
         for f in &leaves {
-            ubs.extend(label::read_uberblocks(&f.leaf));
+            let mine = label::read_uberblocks(&f.leaf);
+            leaf_ub_txg.insert(f.config.guid, mine.iter().map(|u| u.txg).max().unwrap_or(0));
+            ubs.extend(mine);
         }
         let sum = Self::guid_sum(&cfg);
         ubs.retain(|u| u.guid_sum == sum && u.version <= TARN_FORMAT_VERSION);
@@ -750,6 +776,20 @@ impl Pool {
         };
         let mut found: HashMap<u64, FoundLeaf> = leaves.into_iter().map(|f| (f.config.guid, f)).collect();
         let top = Self::open_tree(&cfg, &mut found);
+        // Hot spares: the tree's node when in use, else opened from what was found.
+        let spares: Vec<Arc<Vdev>> = cfg
+            .spares
+            .iter()
+            .map(|s| {
+                crate::repair::tree_leaf(&top, s.guid).unwrap_or_else(|| {
+                    let f = found.remove(&s.guid);
+                    let path = f.as_ref().map(|f| f.path.display().to_string()).or(s.path.clone()).unwrap_or_default();
+                    Arc::new(Vdev::new_leaf(s.id as u32, s.guid, s.ashift.max(9), path, f.map(|f| f.leaf)))
+                })
+            })
+            .collect();
+        // DTLs and flags from the config, before any read (reads skip stale leaves).
+        Self::restore_leaf_state(&cfg, &top, candidates[0].txg, &leaf_ub_txg);
         let mut last_err = None;
         for ub in candidates {
             match Self::open_at(&name, pool_guid, &cfg, &top, &ub) {
@@ -757,6 +797,7 @@ impl Pool {
                     if ub.txg != ubs[0].txg {
                         p.discard_newer_uberblocks(ub.txg);
                     }
+                    *p.repair.spares.lock() = spares;
                     p.write_labels(PoolState::Active, ub.txg)?;
                     p.start_sync_thread();
                     p.resume_scan();
@@ -829,6 +870,8 @@ impl Pool {
             config_dirty: AtomicBool::new(false),
             log_evacuate_hook: Mutex::new(None),
             scanner: Default::default(),
+            imported_at: std::time::Instant::now(),
+            repair: Default::default(),
         });
         // Every dataset record must be readable.
         let ids: Vec<u64> = pool.dir.lock().datasets.values().map(|d| d.obj).collect();
@@ -941,19 +984,26 @@ impl Pool {
 
     /// The config tree with counters for `zpool status`.
     pub fn status(&self) -> VdevStatus {
-        fn node(v: &Vdev, top: bool, alloc: u64) -> VdevStatus {
-            VdevStatus {
-                name: v.display_name(),
-                state: v.state().as_str().into(),
-                read_errors: v.stats.read_errors.load(Ordering::Relaxed),
-                write_errors: v.stats.write_errors.load(Ordering::Relaxed),
-                checksum_errors: v.stats.checksum_errors.load(Ordering::Relaxed),
-                alloc_bytes: if top { alloc } else { 0 },
-                size_bytes: v.asize_bytes(),
-                is_log: false,
-                children: v.children().iter().map(|c| node(c, false, 0)).collect(),
+        let resilvering = self.resilver_running();
+        let node = |v: &Vdev, top: bool, alloc: u64| -> VdevStatus {
+            fn node(v: &Vdev, top: bool, alloc: u64, resilvering: bool) -> VdevStatus {
+                let leaf = matches!(v.kind, tarn_vdev::VdevKind::Leaf(_));
+                VdevStatus {
+                    name: v.display_name(),
+                    state: v.state().as_str().into(),
+                    read_errors: v.stats.read_errors.load(Ordering::Relaxed),
+                    write_errors: v.stats.write_errors.load(Ordering::Relaxed),
+                    checksum_errors: v.stats.checksum_errors.load(Ordering::Relaxed),
+                    alloc_bytes: if top { alloc } else { 0 },
+                    size_bytes: v.asize_bytes(),
+                    is_log: false,
+                    children: v.children().iter().map(|c| node(c, false, 0, resilvering)).collect(),
+                    resilvering: resilvering && leaf && v.state().is_usable() && !v.dtl.is_empty(),
+                    spares: Vec::new(),
+                }
             }
-        }
+            node(v, top, alloc, resilvering)
+        };
         let allocs: Vec<u64> = self.zio.with_space(|s| s.vdevs.iter().map(|v| v.alloc_bytes()).collect());
         let logs: Vec<bool> = self.config.lock().children.iter().map(|c| c.is_log).collect();
         VdevStatus {
@@ -974,6 +1024,8 @@ impl Pool {
                 .filter(|((t, _), _)| !t.is_hole())
                 .map(|((t, a), is_log)| VdevStatus { is_log, ..node(t, true, a) })
                 .collect(),
+            resilvering: false,
+            spares: self.spare_status(),
         }
     }
 
@@ -998,8 +1050,9 @@ impl Pool {
         self.gate.set_readonly(true);
         let txg = self.gate.synced_txg();
         self.write_labels(state, txg)?;
+        let spares = self.idle_spares();
         for t in self.zio.vdevs() {
-            for leaf in t.leaves() {
+            for leaf in t.leaves().into_iter().chain(spares.iter().map(|s| s.as_ref())) {
                 if let tarn_vdev::VdevKind::Leaf(Some(l)) = &leaf.kind {
                     let _ = l.flush();
                     l.unlock();

@@ -134,6 +134,8 @@ impl Default for ScanTunables {
 pub struct ScanIoReport {
     /// Leaf path → counts.
     pub leaves: Vec<(String, LeafTrace)>,
+    /// Times the scan waited for application I/O to pause (this import).
+    pub busy_delays: u64,
 }
 
 /// How long after application I/O the pool counts as busy (OpenZFS `zfs_scan_idle`).
@@ -152,6 +154,10 @@ pub(crate) struct Scanner {
     tunables: Mutex<ScanTunables>,
     /// Last application-activity reading and when it last changed.
     activity: Mutex<(u64, Option<Instant>)>,
+    /// Delays taken because applications were busy.
+    busy_delays: std::sync::atomic::AtomicU64,
+    /// The pool itself, for the scan thread.
+    self_ref: Mutex<Weak<Pool>>,
 }
 
 fn busy_msg(pool: &str, phys: &ScanPhys) -> SpaError {
@@ -186,7 +192,7 @@ impl Pool {
     ///
     /// Errors: `Busy` ("cannot scrub P: currently scrubbing; …" / "currently
     /// resilvering") while a scan runs; `Io` if the record cannot be stored.
-    pub fn scrub_start(self: &Arc<Self>) -> Result<()> {
+    pub fn scrub_start(&self) -> Result<()> {
         if let Some(mut p) = self.scan_phys().filter(|p| p.state == ScanState::Scanning) {
             let Some(since) = p.paused_since_s.filter(|_| p.func == ScanKind::Scrub) else {
                 return Err(busy_msg(&self.name, &p));
@@ -201,7 +207,7 @@ impl Pool {
     }
 
     /// Start a new scan of `kind` from the beginning (any running one must be stopped).
-    fn begin(self: &Arc<Self>, kind: ScanKind) -> Result<()> {
+    fn begin(&self, kind: ScanKind) -> Result<()> {
         self.stop_scan_thread();
         let synced = self.gate.synced_txg();
         let min_txg = match kind {
@@ -251,7 +257,7 @@ impl Pool {
 
     /// Start (or restart, wider) a resilver of every block born in a usable leaf's
     /// DTL. A scrub in progress is canceled first. No-op when no DTL is set.
-    pub fn request_resilver(self: &Arc<Self>) {
+    pub fn request_resilver(&self) {
         if let Some(p) = self.scan_phys().filter(|p| p.state == ScanState::Scanning) {
             if p.func == ScanKind::Scrub {
                 let _ = self.finish_scan(p, ScanState::Canceled, &[]);
@@ -352,7 +358,10 @@ impl Pool {
                 }
             }
         }
-        ScanIoReport { leaves }
+        ScanIoReport {
+            leaves,
+            busy_delays: self.scanner.busy_delays.load(Ordering::Relaxed),
+        }
     }
 
     /// The error log: (dataset name, object id) of every object with a block found
@@ -376,11 +385,24 @@ impl Pool {
             .collect()
     }
 
-    /// Resume a scan that was running when the pool was last active (import).
-    pub(crate) fn resume_scan(self: &Arc<Self>) {
-        if self.scan_phys().is_some_and(|p| p.state == ScanState::Scanning && p.paused_since_s.is_none()) {
-            self.spawn_scan();
+    /// Resume a scan that was running when the pool was last active (import);
+    /// otherwise start a resilver if some leaf misses txgs.
+    pub(crate) fn resume_scan(&self) {
+        match self.scan_phys() {
+            Some(p) if p.state == ScanState::Scanning && p.paused_since_s.is_none() => self.spawn_scan(),
+            Some(p) if p.state == ScanState::Scanning && p.func == ScanKind::Resilver => {}
+            _ => self.request_resilver_if_needed(),
         }
+    }
+
+    /// Whether a resilver is in progress (for the "(resilvering)" annotation).
+    pub(crate) fn resilver_running(&self) -> bool {
+        self.scan_phys().is_some_and(|p| p.state == ScanState::Scanning && p.func == ScanKind::Resilver)
+    }
+
+    /// Let the scan thread reach the pool (called once the pool is in its `Arc`).
+    pub(crate) fn set_scan_self(self: &Arc<Self>) {
+        *self.scanner.self_ref.lock() = Arc::downgrade(self);
     }
 
     /// Stop the scan thread (it leaves at its next extent) and wait for it.
@@ -396,9 +418,19 @@ impl Pool {
         self.zio.with_space(|s| s.hold_frees_from(None));
     }
 
-    fn spawn_scan(self: &Arc<Self>) {
+    fn spawn_scan(&self) {
         self.stop_scan_thread();
-        let weak = Arc::downgrade(self);
+        // The pass starts now: counters continue from the record.
+        if let Some(p) = self.scan_phys() {
+            let prog = Progress::default();
+            prog.examined_bytes.store(p.examined_bytes, Ordering::Relaxed);
+            prog.issued_bytes.store(p.issued_bytes, Ordering::Relaxed);
+            prog.repaired_bytes.store(p.repaired_bytes, Ordering::Relaxed);
+            prog.errors.store(p.errors, Ordering::Relaxed);
+            *self.scanner.progress.lock() = Arc::new(prog);
+            *self.scanner.pass.lock() = (now_s(), p.examined_bytes, p.issued_bytes);
+        }
+        let weak = self.scanner.self_ref.lock().clone();
         let h = std::thread::Builder::new()
             .name(format!("scan:{}", self.name))
             .spawn(move || scan_thread(weak))
@@ -432,6 +464,7 @@ impl Pool {
             a.1.is_some_and(|t| t.elapsed() < Duration::from_millis(SCAN_IDLE_MS))
         };
         if busy {
+            self.scanner.busy_delays.fetch_add(1, Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(delay_ms));
         }
         !self.scanner.stop.load(Ordering::Relaxed)
@@ -527,18 +560,6 @@ fn scan_batch(pool: &Arc<Pool>) -> bool {
 }
 
 fn scan_thread(weak: Weak<Pool>) {
-    // The pass starts now: counters continue from the record.
-    if let Some(pool) = weak.upgrade() {
-        if let Some(p) = pool.scan_phys() {
-            let prog = Progress::default();
-            prog.examined_bytes.store(p.examined_bytes, Ordering::Relaxed);
-            prog.issued_bytes.store(p.issued_bytes, Ordering::Relaxed);
-            prog.repaired_bytes.store(p.repaired_bytes, Ordering::Relaxed);
-            prog.errors.store(p.errors, Ordering::Relaxed);
-            *pool.scanner.progress.lock() = Arc::new(prog);
-            *pool.scanner.pass.lock() = (now_s(), p.examined_bytes, p.issued_bytes);
-        }
-    }
     loop {
         let Some(pool) = weak.upgrade() else { return };
         if pool.scanner.stop.load(Ordering::Relaxed) || pool.closed.load(Ordering::SeqCst) {

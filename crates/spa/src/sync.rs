@@ -16,6 +16,7 @@ pub const TXG_TIMEOUT_S: u64 = 5;
 
 impl Pool {
     pub(crate) fn start_sync_thread(self: &Arc<Self>) {
+        self.set_scan_self();
         let weak: Weak<Pool> = Arc::downgrade(self);
         let h = std::thread::Builder::new()
             .name(format!("txg_sync:{}", self.name))
@@ -76,9 +77,12 @@ impl Pool {
         for z in &logs {
             z.sync(txg);
         }
+        // Fault failing leaves, finish completed replaces (repair.rs); remember every
+        // leaf's WRITE count to find the leaves that miss this txg's blocks.
+        let write_errors_before = self.repair_sync_start(txg);
         // A changed vdev tree needs an uberblock with the new GUID sum even when no
         // block changed.
-        let config_changed = self.config_dirty.swap(false, Ordering::SeqCst);
+        let mut config_changed = self.config_dirty.swap(false, Ordering::SeqCst);
         let any = batches.iter().any(|(_, _, b)| !b.is_empty()) || self.mos.has_dirty() || batches.iter().any(|(_, os, _)| os.zil_dirty()) || config_changed;
         if !any {
             self.gate.mark_synced(txg);
@@ -131,6 +135,11 @@ impl Pool {
             })
             .map_err(|e| SpaError::Io(e.to_string()))?;
         self.zio.flush().map_err(|e| SpaError::Io(e.to_string()))?;
+        // A leaf that failed a write of this txg lacks some of its blocks: its DTL gets
+        // the txg, and the labels record that after the uberblock.
+        if self.repair_sync_writes_done(txg, &write_errors_before) {
+            config_changed = true;
+        }
         let ub = UberblockPhys {
             version: TARN_FORMAT_VERSION,
             txg,
@@ -149,6 +158,10 @@ impl Pool {
                     let ub = &ub;
                     s.spawn(move || {
                         let tarn_vdev::VdevKind::Leaf(Some(l)) = &leaf.kind else { return false };
+                        // An offline or faulted leaf did not get this txg's blocks.
+                        if !leaf.state().is_usable() {
+                            return false;
+                        }
                         let ok = label::write_uberblock(l, ub).and_then(|_| l.flush()).is_ok();
                         if !ok {
                             leaf.stats.write_errors.fetch_add(1, Ordering::Relaxed);
@@ -169,6 +182,8 @@ impl Pool {
             // leaves included) records it. A crash before this point imports the old
             // config at the previous txg (see `Pool::choose_config`).
             self.write_labels(tarn_phys::label::PoolState::Active, txg)?;
+            // Leaves that left the tree: the committed config no longer has them.
+            self.repair_sync_done();
         }
         self.gate.mark_synced(txg);
         for z in &logs {

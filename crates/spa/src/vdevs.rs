@@ -154,7 +154,7 @@ pub(crate) fn replication_mismatch(pool: &VdevConfig, new: &[TopSpec]) -> Option
 
 /// Whether config path `path` names the same device as `device` (as given, after
 /// canonicalization, or as a short name under /dev).
-fn same_device(path: &str, device: &str) -> bool {
+pub(crate) fn same_device(path: &str, device: &str) -> bool {
     if path == device || Path::new("/dev").join(device) == Path::new(path) {
         return true;
     }
@@ -174,16 +174,25 @@ impl Pool {
         if self.closed.load(Ordering::SeqCst) {
             return Err(SpaError::NotFound(format!("cannot open '{}': no such pool", self.name)));
         }
-        if spec.vdevs.is_empty() && spec.logs.is_empty() {
+        if spec.vdevs.is_empty() && spec.logs.is_empty() && spec.spares.is_empty() {
             return Err(SpaError::Invalid(
                 "invalid vdev specification: at least one toplevel vdev must be specified".into(),
             ));
         }
         let cfg = self.config.lock().clone();
-        let tops: Vec<(&TopSpec, bool)> = spec.vdevs.iter().map(|t| (t, false)).chain(spec.logs.iter().map(|t| (t, true))).collect();
+        let spares: Vec<TopSpec> = spec.spares.iter().cloned().map(TopSpec::Leaf).collect();
+        let all: Vec<(&TopSpec, bool)> = spec
+            .vdevs
+            .iter()
+            .map(|t| (t, false))
+            .chain(spec.logs.iter().map(|t| (t, true)))
+            .chain(spares.iter().map(|t| (t, false)))
+            .collect();
+        let tops = &all[..all.len() - spares.len()];
         // As OpenZFS's make_root_vdev: the spec and the devices first, then the
         // replication level. Opening writes nothing; on error the leaves are closed.
-        let opened = Self::open_new_tops(&tops, spec.force, Some((&self.name, self.guid, &cfg)))?;
+        let mut opened = Self::open_new_tops(&all, spec.force, Some((&self.name, self.guid, &cfg)))?;
+        let spare_leaves: Vec<_> = opened.split_off(opened.len() - spares.len()).into_iter().flatten().collect();
         if !spec.force {
             if let Some(why) = replication_mismatch(&cfg, &spec.vdevs) {
                 return Err(SpaError::Invalid(vdev_error(false, &why)));
@@ -191,6 +200,15 @@ impl Pool {
         }
         // New vdevs take the pool's sector size (OpenZFS: the `ashift` pool property).
         let ashift = cfg.children.iter().find(|c| !c.is_log && !c.is_hole()).map(|c| c.ashift).unwrap_or(12);
+        if !spare_leaves.is_empty() {
+            // Spares change no GUID sum: the next txg's labels record them.
+            let _s = self.sync_lock.lock();
+            self.add_spares(spare_leaves, ashift);
+            self.config_dirty.store(true, Ordering::SeqCst);
+        }
+        if tops.is_empty() {
+            return self.sync();
+        }
         {
             let _s = self.sync_lock.lock();
             let mut new_guids = Vec::new();
@@ -265,7 +283,8 @@ impl Pool {
         Ok(())
     }
 
-    /// `zpool remove POOL DEVICE` for a separate log vdev (`device`: "mirror-N", the
+    /// `zpool remove POOL DEVICE` for a hot spare not in use (see `remove_spare`) or a
+    /// separate log vdev (`device`: "mirror-N", the
     /// leaf path of a single log device, or a GUID). Stops allocation on it, runs the
     /// evacuation hook (or syncs a txg), then requires that nothing is allocated there
     /// (else `Busy`, and the vdev is back in service); replaces it by a hole, commits
@@ -273,6 +292,9 @@ impl Pool {
     /// vdevs — normal ones, and leaves inside a vdev — cannot be removed (`Invalid`);
     /// an unknown device is `NotFound`.
     pub fn remove_vdev(&self, device: &str) -> Result<()> {
+        if self.remove_spare(device)? {
+            return Ok(());
+        }
         let Some((id, top_level)) = self.find_vdev(device) else {
             return Err(SpaError::NotFound(format!("cannot remove {device}: no such device in pool")));
         };

@@ -53,6 +53,7 @@ fn run_one(seed: u64, layout: &str) -> bool {
         name: name.clone(),
         vdevs,
         logs: Vec::new(),
+        spares: Vec::new(),
         ashift: 12,
         force: false,
         pool_props: BTreeMap::new(),

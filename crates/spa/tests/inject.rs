@@ -21,6 +21,7 @@ fn create(name: &str, vdevs: Vec<TopSpec>) -> std::sync::Arc<Pool> {
         name: name.into(),
         vdevs,
         logs: Vec::new(),
+        spares: Vec::new(),
         ashift: 12,
         force: false,
         pool_props: BTreeMap::new(),

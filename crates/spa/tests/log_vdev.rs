@@ -278,7 +278,14 @@ fn bad_requests_fail_clearly_and_change_nothing() {
     let pool = Pool::create(&spec("bad2", vec![TopSpec::Mirror(vec![a.clone(), b.clone()])], vec![TopSpec::Leaf(c.clone())])).unwrap();
     let before = tops(&pool);
     let size = pool.size_bytes();
-    let add = |vdevs: Vec<TopSpec>, logs: Vec<TopSpec>, force: bool| pool.add_vdevs(&AddSpec { vdevs, logs, force });
+    let add = |vdevs: Vec<TopSpec>, logs: Vec<TopSpec>, force: bool| {
+        pool.add_vdevs(&AddSpec {
+            vdevs,
+            logs,
+            spares: Vec::new(),
+            force,
+        })
+    };
     let msg = |r: tarn_spa::Result<()>| fails(r).to_string();
     assert_eq!(
         msg(add(vec![], vec![raidz_log.clone()], false)),

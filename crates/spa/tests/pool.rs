@@ -18,6 +18,7 @@ fn spec(name: &str, vdevs: Vec<TopSpec>) -> CreateSpec {
         name: name.into(),
         vdevs,
         logs: Vec::new(),
+        spares: Vec::new(),
         ashift: 12,
         force: false,
         pool_props: BTreeMap::new(),

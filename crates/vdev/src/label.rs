@@ -140,6 +140,7 @@ mod tests {
                 asize_bytes: 0,
                 is_log: false,
                 children: vec![],
+                ..VdevConfig::default()
             },
         }
     }

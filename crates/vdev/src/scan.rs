@@ -254,9 +254,21 @@ impl Vdev {
             }
             last_key = Some((si, ci));
         }
+        // Leaves in parallel; each leaf's runs in ascending order.
+        let mut per_leaf: Vec<Vec<(&Vdev, u64, Vec<u8>)>> = Vec::new();
+        for run in runs {
+            match per_leaf.last_mut() {
+                Some(l) if std::ptr::eq(l[0].0, run.0) => l.push(run),
+                _ => per_leaf.push(vec![run]),
+            }
+        }
         std::thread::scope(|s| {
-            for (leaf, off, data) in &runs {
-                s.spawn(move || write_leaf(leaf, *off, data, trace));
+            for leaf_runs in &per_leaf {
+                s.spawn(move || {
+                    for (leaf, off, data) in leaf_runs {
+                        write_leaf(leaf, *off, data, trace);
+                    }
+                });
             }
         });
         report
@@ -291,5 +303,167 @@ fn write_leaf(v: &Vdev, off: u64, data: &[u8], trace: &IoTrace) {
             bump(&v.stats.write_bytes, data.len() as u64);
         }
         Err(_) => bump(&v.stats.write_errors, 1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Leaf;
+    use std::os::unix::fs::FileExt;
+    use std::path::PathBuf;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    const DEV_BYTES: u64 = 32 << 20;
+
+    fn leaves(dir: &tempfile::TempDir, n: usize) -> (Vec<PathBuf>, Vec<Arc<Vdev>>) {
+        let paths: Vec<PathBuf> = (0..n)
+            .map(|i| {
+                let p = dir.path().join(format!("l{i}"));
+                std::fs::File::create(&p).unwrap().set_len(DEV_BYTES).unwrap();
+                p
+            })
+            .collect();
+        let nodes = paths
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                Arc::new(Vdev::new_leaf(
+                    i as u32,
+                    100 + i as u64,
+                    12,
+                    p.display().to_string(),
+                    Some(Leaf::open(p).unwrap()),
+                ))
+            })
+            .collect();
+        (paths, nodes)
+    }
+
+    fn data(len: usize, seed: u8) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(37).wrapping_add(seed) ^ (i >> 9) as u8).collect()
+    }
+
+    fn flip(p: &PathBuf, off: u64, len: usize) {
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(p).unwrap();
+        let mut b = vec![0u8; len];
+        f.read_exact_at(&mut b, DATA_START_BYTES + off).unwrap();
+        b.iter_mut().for_each(|x| *x = !*x);
+        f.write_all_at(&b, DATA_START_BYTES + off).unwrap();
+    }
+
+    /// Three adjacent 64 KiB blocks written at 0, 64K, 128K; returns their bytes.
+    fn write3(v: &Vdev, stride: u64) -> Vec<Vec<u8>> {
+        (0..3u8)
+            .map(|i| {
+                let d = data(65536, i);
+                v.write(i as u64 * stride, &d).unwrap();
+                d
+            })
+            .collect()
+    }
+
+    fn scan(v: &Vdev, func: ScanFunc, blocks: &[Vec<u8>], stride: u64, trace: &IoTrace) -> ExtentReport {
+        let sums: Vec<blake3::Hash> = blocks.iter().map(|b| blake3::hash(b)).collect();
+        type Verifier = Box<dyn Fn(&[u8]) -> bool + Sync>;
+        let verifiers: Vec<Verifier> = sums
+            .iter()
+            .map(|h| {
+                let h = *h;
+                Box::new(move |d: &[u8]| blake3::hash(d) == h) as Verifier
+            })
+            .collect();
+        let sb: Vec<ScanBlock<'_>> = verifiers
+            .iter()
+            .enumerate()
+            .map(|(i, f)| ScanBlock {
+                offset_bytes: i as u64 * stride,
+                psize_bytes: 65536,
+                birth_txg: 5,
+                verify: f.as_ref(),
+            })
+            .collect();
+        v.scan_extent(func, &sb, trace)
+    }
+
+    #[test]
+    fn mirror_scrub_reads_each_side_once_and_repairs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (paths, nodes) = leaves(&dir, 2);
+        let m = Vdev::new_mirror(0, 1, 12, nodes.clone());
+        let blocks = write3(&m, 65536);
+        flip(&paths[1], 70_000, 1000); // inside block 1 on side 1
+        let trace = IoTrace::default();
+        let r = scan(&m, ScanFunc::Scrub, &blocks, 65536, &trace);
+        assert_eq!(
+            r,
+            ExtentReport {
+                repaired_bytes: 65536,
+                unrecoverable: vec![]
+            }
+        );
+        assert_eq!(nodes[1].stats.checksum_errors.load(Ordering::Relaxed), 1);
+        assert_eq!(nodes[0].stats.checksum_errors.load(Ordering::Relaxed), 0);
+        // One 192 KiB read per side, one 64 KiB repair write on side 1.
+        let t = trace.snapshot();
+        assert_eq!((t[&100].ios, t[&100].bytes), (1, 196_608));
+        assert_eq!((t[&101].ios, t[&101].bytes), (2, 196_608 + 65536));
+        let again = IoTrace::default();
+        assert_eq!(scan(&m, ScanFunc::Scrub, &blocks, 65536, &again).repaired_bytes, 0);
+    }
+
+    #[test]
+    fn resilver_writes_only_the_dtl_leaf_in_one_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let (paths, nodes) = leaves(&dir, 2);
+        let m = Vdev::new_mirror(0, 1, 12, nodes.clone());
+        let blocks = write3(&m, 65536);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&paths[1])
+            .unwrap()
+            .write_all_at(&vec![0u8; 1 << 20], DATA_START_BYTES)
+            .unwrap();
+        nodes[1].dtl.add(1, 10);
+        let trace = IoTrace::default();
+        let r = scan(&m, ScanFunc::Resilver, &blocks, 65536, &trace);
+        assert_eq!(r.repaired_bytes, 3 * 65536);
+        let t = trace.snapshot();
+        assert_eq!((t[&100].ios, t[&101].ios, t[&101].bytes), (1, 1, 3 * 65536), "{t:?}");
+        assert_eq!(nodes[1].stats.checksum_errors.load(Ordering::Relaxed), 0, "a DTL miss is not damage");
+        nodes[1].dtl.clear_through(10);
+        nodes[0].set_offline(true);
+        for (i, b) in blocks.iter().enumerate() {
+            assert_eq!(m.read(i as u64 * 65536, 65536, &|d| d == &b[..]).unwrap(), *b);
+        }
+    }
+
+    #[test]
+    fn raidz2_scrub_finds_parity_damage_and_two_bad_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        let (paths, nodes) = leaves(&dir, 5);
+        let rz = Vdev::new_raidz(0, 1, 12, 2, nodes.clone());
+        // 64 KiB on 3 data columns: 6 rows of 4 KiB; asize 30 sectors = 120 KiB.
+        let stride = rz.psize_to_asize(65536);
+        let blocks = write3(&rz, stride);
+        let col = stride / 5;
+        flip(&paths[0], col + 100, 50); // P of block 1 only: data still verifies
+        let trace = IoTrace::default();
+        let r = scan(&rz, ScanFunc::Scrub, &blocks, stride, &trace);
+        assert_eq!((r.repaired_bytes, r.unrecoverable.len()), (col, 0));
+        assert_eq!(nodes[0].stats.checksum_errors.load(Ordering::Relaxed), 1, "parity damage is found by a scrub");
+        flip(&paths[3], 10, 50);
+        flip(&paths[4], 2 * col + 10, 50);
+        flip(&paths[2], 2 * col + 10, 50);
+        let r = scan(&rz, ScanFunc::Scrub, &blocks, stride, &IoTrace::default());
+        assert_eq!((r.repaired_bytes, r.unrecoverable.len()), (3 * col, 0));
+        assert_eq!(scan(&rz, ScanFunc::Scrub, &blocks, stride, &IoTrace::default()).repaired_bytes, 0);
+        // Three bad columns in one block is beyond raidz2.
+        for p in &paths[2..5] {
+            flip(p, col + 10, 50);
+        }
+        let r = scan(&rz, ScanFunc::Scrub, &blocks, stride, &IoTrace::default());
+        assert_eq!(r.unrecoverable, vec![1]);
     }
 }

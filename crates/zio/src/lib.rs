@@ -10,7 +10,8 @@
 //! caller stores in the parent block, so the checksum always lives one level up
 //! (invariant 4). A read is *issue → verify → decompress*: each DVA is tried in turn;
 //! the vdev itself tries mirror sides and raidz reconstructions with our checksum as
-//! the oracle (invariant 6). Only when every copy fails does the read return
+//! the oracle (invariant 6), and ditto copies that failed before one verified are
+//! rewritten with the verified bytes, as a mirror heals its sides. Only when every copy fails does the read return
 //! [`ZioError::Checksum`] or [`ZioError::Io`], and `data_errors` counts it.
 //!
 //! Owns: the pool's [`SpaceMap`] (behind a mutex) and a small read cache of verified
@@ -32,7 +33,9 @@
 //! Live reconfiguration: the vdev vector is behind an `RwLock` that the hot paths only
 //! read-lock (one uncontended atomic per block). `zpool add` appends a top-level vdev
 //! or fills a hole ([`Zio::attach_vdev`]); `zpool remove` of a log vdev swaps it for a
-//! hole ([`Zio::detach_vdev`]) once nothing is allocated on it. Ids never move.
+//! hole ([`Zio::detach_vdev`]) once nothing is allocated on it; `zpool attach`,
+//! `detach` and `replace` swap a top-level node for one with other children over the
+//! same space ([`Zio::replace_top`]). Ids never move.
 //!
 //! Locks (in order): `vdevs`, then `space`, then `cache`; none is held across I/O
 //! except the `vdevs` read lock.
@@ -237,6 +240,21 @@ impl Zio {
         Ok(old)
     }
 
+    /// Swap top-level vdev `id` for `vdev`, a rebuilt node over the same address space
+    /// (spa does this when `zpool attach`, `detach` or `replace` changes the children
+    /// below a top-level vdev: the node is immutable, so a new one reuses the child
+    /// `Arc`s). Its space, and so every DVA on it, is unchanged. Returns the old node.
+    /// Panics (a caller bug) if `id` is out of range or a hole, or `vdev` is a hole.
+    pub fn replace_top(&self, id: u32, vdev: Arc<Vdev>) -> Arc<Vdev> {
+        let mut vdevs = self.vdevs.write();
+        let i = id as usize;
+        assert!(i < vdevs.len() && !vdevs[i].is_hole() && !vdev.is_hole(), "replace_top: no vdev {id}");
+        let old = std::mem::replace(&mut vdevs[i], vdev);
+        let sm = self.space.lock();
+        self.inflation_bits.store(Self::compute_inflation(&vdevs, &sm).to_bits(), Ordering::Relaxed);
+        old
+    }
+
     /// Run `f` with the space map locked (spa uses this to encode/inspect it; the
     /// intent log picks and allocates log blocks with it).
     ///
@@ -434,10 +452,19 @@ impl Zio {
         let vdevs = self.vdevs.read();
         let verify = |b: &[u8]| bp.checksum_alg.compute(b) == bp.checksum;
         let mut err: Option<VdevError> = None;
+        let mut failed: Vec<&Dva> = Vec::new();
         for d in bp.dvas() {
             let Some(v) = vdevs.get(d.vdev as usize) else { continue };
             match v.read_birth(d.offset_bytes, bp.psize_bytes as u64, bp.birth_txg, &verify) {
                 Ok(mut phys) => {
+                    // Self-heal ditto copies as a mirror heals its sides: rewrite every
+                    // copy that failed with the verified bytes (a failure is counted by
+                    // the vdev; an unavailable one refuses the write).
+                    for f in failed {
+                        if let Some(fv) = vdevs.get(f.vdev as usize) {
+                            let _ = fv.write(f.offset_bytes, &phys);
+                        }
+                    }
                     let logical = if bp.compression == Compression::Off && phys.len() >= bp.lsize_bytes as usize {
                         phys.truncate(bp.lsize_bytes as usize);
                         Arc::new(phys)
@@ -447,7 +474,10 @@ impl Zio {
                     self.cache.lock().insert(key, logical.clone());
                     return Ok(logical);
                 }
-                Err(e) => err = Some(e),
+                Err(e) => {
+                    failed.push(d);
+                    err = Some(e);
+                }
             }
         }
         self.data_errors.fetch_add(1, Ordering::Relaxed);
