@@ -17,7 +17,8 @@
 # Parts (default: all, in this order):
 #   big       Tarn mirror of two file leaves (each 2 x --data) holding --data bytes.
 #             dd: the pool's allocated bytes copied sequentially from leaf A's file to
-#             a new file on the same file system (bs=1M, conv=fsync) -- the baseline.
+#             a new file on the same file system (bs=1M, conv=fsync) -- the baseline
+#             (and, for reference, the same read into /dev/null).
 #             Then scrub (sorted), resilver (`zpool replace tank B C`, sorted), the
 #             daemon restarted with TARN_SCAN_ORDER=naive, scrub and resilver (C -> B)
 #             again. The per-leaf I/O counts come from the daemon log.
@@ -373,6 +374,13 @@ EOF
     record big.dd "$dt"
     rm -f "$WORK/big/dd.out"
     log "big: dd ${dt}s"
+    # For reference: the read half alone.
+    drop_caches
+    t0=$(now)
+    dd if="$v/A" of=/dev/null bs=1M count="$count" status=none
+    dt=$(since "$t0")
+    record big.dd_read "$dt"
+    log "big: dd of=/dev/null (read only) ${dt}s"
     tarn_scrub big sorted
     tarn_resilver big sorted "$v/A" "$v/B" "$v/C"
     tarn_reopen naive
@@ -519,6 +527,7 @@ printf '%-46s %10s %10s\n' "step" "seconds" "MiB/s"
 row "big: write data, tarn (scangen)" "$(value_of big.tarn.write_s)" "$DATA_B"
 row "big: write data, zfs-fuse (scangen)" "$(value_of big.zfs-fuse.write_s)" "$DATA_B"
 row "big: dd alloc bytes, leaf A -> new file" "$(value_of big.dd)" "$BIG_ALLOC"
+row "big: dd alloc bytes, leaf A -> /dev/null" "$(value_of big.dd_read)" "$BIG_ALLOC"
 row "big: tarn scrub, sorted" "$(value_of big.tarn.scrub.sorted)" "$BIG_ALLOC"
 row "big: tarn scrub, naive" "$(value_of big.tarn.scrub.naive)" "$BIG_ALLOC"
 row "big: tarn resilver, sorted" "$(value_of big.tarn.resilver.sorted)" "$BIG_ALLOC"
@@ -567,6 +576,7 @@ ratio_line big.tarn.scrub.naive big.tarn.scrub.sorted "big (no latency model): t
 ratio_line big.tarn.resilver.naive big.tarn.resilver.sorted "big (no latency model): tarn resilver naive / sorted" -
 ratio_line big.tarn.scrub.sorted big.zfs-fuse.scrub "tarn scrub / zfs-fuse scrub (< 1: Tarn faster)" -
 ratio_line big.tarn.resilver.sorted big.zfs-fuse.resilver "tarn resilver / zfs-fuse resilver (< 1: Tarn faster)" -
+ratio_line big.tarn.resilver.sorted big.dd_read "tarn resilver (sorted) / dd read only (reference)" -
 ratio_line big.tarn.scrub.sorted big.dd "tarn scrub (sorted, reads both leaves) / dd" -
 echo "logs, results.tsv, io.tsv, daemon logs and zpool status snapshots: $LOGDIR"
 [ ${#FAILED[@]} -eq 0 ] || { log "parts that failed: ${FAILED[*]}"; exit 1; }
