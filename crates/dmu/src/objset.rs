@@ -165,7 +165,13 @@ pub struct Objset {
     slop_shift: u32,
     /// Sequential read streams: object → (next expected block id, prefetched up to).
     streams: Mutex<HashMap<u64, (u64, u64)>>,
+    /// Told the object id of every read that failed below the DMU (see
+    /// [`Objset::set_read_error_sink`]).
+    error_sink: Mutex<Option<ReadErrorSink>>,
 }
+
+/// Receiver of the object ids whose reads failed with an I/O or checksum error.
+pub type ReadErrorSink = Arc<dyn Fn(u64) + Send + Sync>;
 
 fn copies_for(otype: ObjectType, os_type: u64) -> u8 {
     if os_type == OS_TYPE_MOS {
@@ -203,6 +209,7 @@ impl Objset {
             }),
             slop_shift: 5,
             streams: Mutex::new(HashMap::new()),
+            error_sink: Mutex::new(None),
         })
     }
 
@@ -239,6 +246,7 @@ impl Objset {
             }),
             slop_shift: 5,
             streams: Mutex::new(HashMap::new()),
+            error_sink: Mutex::new(None),
         }))
     }
 
@@ -966,6 +974,51 @@ impl Objset {
     }
 }
 
+impl Objset {
+    /// Report the object id of every failed [`ObjectStore::read`] (an I/O or checksum
+    /// error below the DMU: no copy verified) to `sink` — spa's persistent error log,
+    /// which `zpool status -v` lists.
+    pub fn set_read_error_sink(&self, sink: ReadErrorSink) {
+        *self.error_sink.lock() = Some(sink);
+    }
+
+    /// [`ObjectStore::read`] without the error report.
+    fn read_inner(&self, obj: u64, offset_bytes: u64, buf: &mut [u8]) -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let blksz = {
+            let mut st = self.st.lock();
+            self.load_dnode(&mut st, obj)?.attrs.blksz as u64
+        };
+        self.prefetch_after(obj, offset_bytes / blksz, (offset_bytes + buf.len() as u64 - 1) / blksz);
+        let mut pos = 0usize;
+        while pos < buf.len() {
+            let off = offset_bytes + pos as u64;
+            let (src, blksz, in_blk) = {
+                let mut st = self.st.lock();
+                let dn = self.load_dnode(&mut st, obj)?;
+                let blksz = dn.attrs.blksz as u64;
+                let blkid = off / blksz;
+                (self.resolve(dn, blkid)?, blksz, (off % blksz) as usize)
+            };
+            let n = (blksz as usize - in_blk).min(buf.len() - pos);
+            let dst = &mut buf[pos..pos + n];
+            match src {
+                Src::Zero => dst.fill(0),
+                other => {
+                    let data = self.fetch(other, blksz as u32)?;
+                    let avail = data.len().saturating_sub(in_blk).min(n);
+                    dst[..avail].copy_from_slice(&data[in_blk..in_blk + avail]);
+                    dst[avail..].fill(0);
+                }
+            }
+            pos += n;
+        }
+        Ok(())
+    }
+}
+
 impl ObjectStore for Objset {
     fn hold_tx(&self) -> Result<TxHold> {
         self.check_writable()?;
@@ -1009,38 +1062,13 @@ impl ObjectStore for Objset {
     }
 
     fn read(&self, obj: u64, offset_bytes: u64, buf: &mut [u8]) -> Result<()> {
-        if buf.is_empty() {
-            return Ok(());
-        }
-        let blksz = {
-            let mut st = self.st.lock();
-            self.load_dnode(&mut st, obj)?.attrs.blksz as u64
-        };
-        self.prefetch_after(obj, offset_bytes / blksz, (offset_bytes + buf.len() as u64 - 1) / blksz);
-        let mut pos = 0usize;
-        while pos < buf.len() {
-            let off = offset_bytes + pos as u64;
-            let (src, blksz, in_blk) = {
-                let mut st = self.st.lock();
-                let dn = self.load_dnode(&mut st, obj)?;
-                let blksz = dn.attrs.blksz as u64;
-                let blkid = off / blksz;
-                (self.resolve(dn, blkid)?, blksz, (off % blksz) as usize)
-            };
-            let n = (blksz as usize - in_blk).min(buf.len() - pos);
-            let dst = &mut buf[pos..pos + n];
-            match src {
-                Src::Zero => dst.fill(0),
-                other => {
-                    let data = self.fetch(other, blksz as u32)?;
-                    let avail = data.len().saturating_sub(in_blk).min(n);
-                    dst[..avail].copy_from_slice(&data[in_blk..in_blk + avail]);
-                    dst[avail..].fill(0);
-                }
+        let r = self.read_inner(obj, offset_bytes, buf);
+        if let Err(DmuError::Io(_)) = &r {
+            if let Some(sink) = self.error_sink.lock().clone() {
+                sink(obj);
             }
-            pos += n;
         }
-        Ok(())
+        r
     }
 
     fn write(&self, _tx: &TxHold, obj: u64, offset_bytes: u64, data: &[u8]) -> Result<()> {

@@ -455,6 +455,14 @@ impl Pool {
         zl.set_logbias_throughput(self.effective(d, name, "logbias").0 == "throughput");
     }
 
+    /// Record in the error log every object of dataset `id` whose read fails.
+    fn watch_reads(&self, id: u64, os: &Objset) {
+        let log = self.scanner.read_errors.clone();
+        os.set_read_error_sink(Arc::new(move |obj| {
+            log.lock().insert((id, obj));
+        }));
+    }
+
     fn apply_props(&self, d: &Dir, name: &str, os: &Objset) {
         let comp = Compression::parse(&self.effective(d, name, "compression").0).unwrap_or(Compression::Off);
         os.set_compression(comp);
@@ -481,6 +489,7 @@ impl Pool {
         let phys = DslDatasetPhys::decode(&self.mos.bonus(rec.obj).map_err(dmu_err)?)?;
         let os = Objset::open(self.zio.clone(), self.gate.clone(), &phys.rootbp, phys.used_bytes).map_err(dmu_err)?;
         self.apply_props(&d, name, &os);
+        self.watch_reads(rec.obj, &os);
         open.insert(rec.obj, os.clone());
         let zl = Zilog::open(self.zio.clone(), self.gate.clone(), os.clone());
         self.apply_log_props(&d, name, &zl);
@@ -525,6 +534,7 @@ impl Pool {
             self.apply_props(&d, name, &os);
             self.apply_log_props(&d, name, &zl);
         }
+        self.watch_reads(id, &os);
         self.objsets.lock().insert(id, os);
         self.zilogs.lock().insert(id, zl);
         Ok(())

@@ -46,6 +46,12 @@
 //! inheritance, and per-dataset records (`DslDatasetPhys` in a MOS object's bonus)
 //! pointing at each dataset's object set.
 //!
+//! **Scan** (`scan.rs`): scrubs and resilvers run in a thread of their own, batch by
+//! batch through `tarn_scan`, with their progress (`ScanPhys`) in the pool directory
+//! so they resume after export or a crash; resilvers cover the DTLs of usable leaves
+//! and end in `resilver_done`. Reads that fail on every copy and blocks a scan finds
+//! unrecoverable go to the error log that `zpool status -v` lists.
+//!
 //! Fault injection (`inject.rs`) registers `zinject -d` handlers on the pool's leaves
 //! after checking the request against the pool; the handlers live in `tarn_vdev::inject`.
 //!

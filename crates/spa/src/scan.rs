@@ -158,6 +158,9 @@ pub(crate) struct Scanner {
     busy_delays: std::sync::atomic::AtomicU64,
     /// The pool itself, for the scan thread.
     self_ref: Mutex<Weak<Pool>>,
+    /// (dataset, object) of reads that failed on every copy since import; merged
+    /// into the directory's error log when a scan records progress.
+    pub(crate) read_errors: Arc<Mutex<std::collections::BTreeSet<(u64, u64)>>>,
 }
 
 fn busy_msg(pool: &str, phys: &ScanPhys) -> SpaError {
@@ -180,10 +183,13 @@ impl Pool {
         {
             let mut d = self.dir.lock();
             d.scan = Some(phys.clone());
+            let mut live = self.scanner.read_errors.lock();
             if clear_errlog {
                 d.errlog.clear();
+                live.clear();
             }
             d.errlog.extend(damaged.iter().copied());
+            d.errlog.extend(live.iter().copied());
         }
         self.save_dir(&tx)
     }
@@ -365,11 +371,13 @@ impl Pool {
     }
 
     /// The error log: (dataset name, object id) of every object with a block found
-    /// unrecoverable by a scan. Object `u64::MAX` names dataset metadata.
+    /// unrecoverable by a scan or by a read since import. Object `u64::MAX` names
+    /// dataset metadata.
     pub fn error_log(&self) -> Vec<(String, u64)> {
         let d = self.dir.lock();
-        d.errlog
-            .iter()
+        let mut all = d.errlog.clone();
+        all.extend(self.scanner.read_errors.lock().iter().copied());
+        all.iter()
             .map(|&(ds, obj)| {
                 let name = if ds == tarn_scan::MOS_DATASET {
                     format!("<metadata>:{}", self.name)

@@ -506,3 +506,31 @@ fn online_after_offline_resilvers_only_the_missed_txgs() {
     check(&pool, "dtl", &after);
     pool.export().unwrap();
 }
+
+#[test]
+fn a_failed_read_lists_its_object_without_a_scrub() {
+    let d = tempfile::tempdir().unwrap();
+    let files = mkfiles(d.path(), 2);
+    let pool = create("readerr", TopSpec::Mirror(files.clone()));
+    let objs = fill(&pool, "readerr", 16);
+    let pool = reopen(pool, "readerr", d.path());
+    for f in &files {
+        scribble(f, 4 << 20, 300_000, 7);
+    }
+    assert!(pool.error_log().is_empty());
+    let os = pool.objset("readerr").unwrap();
+    let failed: Vec<u64> = objs
+        .iter()
+        .filter(|&&(obj, _, len)| {
+            let mut buf = vec![0u8; len];
+            os.read(obj, 0, &mut buf).is_err()
+        })
+        .map(|&(obj, _, _)| obj)
+        .collect();
+    assert!(!failed.is_empty(), "the damage hit no object");
+    let log = pool.error_log();
+    for obj in &failed {
+        assert!(log.contains(&("readerr".to_string(), *obj)), "{obj} not in {log:?}");
+    }
+    pool.export().unwrap();
+}
