@@ -12,11 +12,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use tarn_dmu::{ObjectStore, ObjectType};
 use tarn_metaslab::AllocClass;
 use tarn_spa::{AddSpec, CreateSpec, ImportOptions, Pool, Rewind, SpaError, TopSpec, VdevStatus};
 
 mod common;
+use common::{get, pattern, put};
 
 const MB: u64 = 1 << 20;
 
@@ -33,34 +33,6 @@ fn spec(name: &str, vdevs: Vec<TopSpec>, logs: Vec<TopSpec>) -> CreateSpec {
         logs,
         ..CreateSpec::default()
     }
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e3779b97f4a7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-fn put(os: &dyn ObjectStore, data: &[u8]) -> u64 {
-    let tx = os.hold_tx().unwrap();
-    let obj = os
-        .create_object(&tx, ObjectType::FileData, 512, 128 << 10, &(data.len() as u64).to_le_bytes())
-        .unwrap();
-    os.write(&tx, obj, 0, data).unwrap();
-    obj
-}
-
-fn get(os: &dyn ObjectStore, obj: u64) -> Vec<u8> {
-    let len = u64::from_le_bytes(os.bonus(obj).unwrap()[..8].try_into().unwrap());
-    let mut buf = vec![0u8; len as usize];
-    os.read(obj, 0, &mut buf).unwrap();
-    buf
 }
 
 /// The error of a call that must fail (`Pool` is not `Debug`, so no `unwrap_err`).

@@ -3,8 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use tarn_dmu::{ObjectStore, ObjectType};
+use tarn_dmu::ObjectType;
 use tarn_spa::{CreateSpec, Pool, Rewind, SpaError, TopSpec};
+
+mod common;
+use common::{get, pattern, put};
 
 fn mkfile(dir: &Path, name: &str, size: u64) -> PathBuf {
     let p = dir.join(name);
@@ -26,35 +29,7 @@ fn spec(name: &str, vdevs: Vec<TopSpec>) -> CreateSpec {
     }
 }
 
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e3779b97f4a7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// Write `data` into a new object of `os`; returns the object id.
-fn put(os: &dyn ObjectStore, data: &[u8]) -> u64 {
-    let tx = os.hold_tx().unwrap();
-    let obj = os
-        .create_object(&tx, ObjectType::FileData, 512, 128 << 10, &(data.len() as u64).to_le_bytes())
-        .unwrap();
-    os.write(&tx, obj, 0, data).unwrap();
-    obj
-}
-
-fn get(os: &dyn ObjectStore, obj: u64) -> Vec<u8> {
-    let len = u64::from_le_bytes(os.bonus(obj).unwrap()[..8].try_into().unwrap());
-    let mut buf = vec![0u8; len as usize];
-    os.read(obj, 0, &mut buf).unwrap();
-    buf
-}
-
 #[test]
 fn mirror_roundtrip_export_import() {
     let d = tempfile::tempdir().unwrap();

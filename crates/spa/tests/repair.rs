@@ -14,10 +14,10 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tarn_dmu::{ObjectStore, ObjectType};
 use tarn_spa::{AddSpec, CreateSpec, Pool, Rewind, SpaError, TopSpec, VdevStatus};
 
 mod common;
+use common::{get, pattern, put};
 
 const MB: u64 = 1 << 20;
 
@@ -35,34 +35,6 @@ fn create(name: &str, vdevs: Vec<TopSpec>, spares: Vec<PathBuf>) -> Arc<Pool> {
         ..CreateSpec::default()
     })
     .unwrap()
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e3779b97f4a7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-fn put(os: &dyn ObjectStore, data: &[u8]) -> u64 {
-    let tx = os.hold_tx().unwrap();
-    let obj = os
-        .create_object(&tx, ObjectType::FileData, 512, 128 << 10, &(data.len() as u64).to_le_bytes())
-        .unwrap();
-    os.write(&tx, obj, 0, data).unwrap();
-    obj
-}
-
-fn get(os: &dyn ObjectStore, obj: u64) -> Vec<u8> {
-    let len = u64::from_le_bytes(os.bonus(obj).unwrap()[..8].try_into().unwrap());
-    let mut buf = vec![0u8; len as usize];
-    os.read(obj, 0, &mut buf).unwrap();
-    buf
 }
 
 /// Write `data` as a new object of the root dataset and wait for its txg.

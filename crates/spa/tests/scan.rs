@@ -12,6 +12,9 @@ use tarn_phys::label::DATA_START_BYTES;
 use tarn_spa::scan::{ScanKind, ScanState, ScanTunables};
 use tarn_spa::{CreateSpec, Pool, Rewind, TopSpec};
 
+mod common;
+use common::pattern;
+
 const DEV_BYTES: u64 = 96 << 20;
 
 fn mkfiles(dir: &Path, n: usize) -> Vec<PathBuf> {
@@ -38,18 +41,6 @@ fn create(name: &str, top: TopSpec) -> Arc<Pool> {
     .unwrap()
 }
 
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// Write `n` objects of mixed sizes (4 KiB .. 1 MiB), sync, and return (object, seed, len).
 fn fill(pool: &Pool, name: &str, n: u64) -> Vec<(u64, u64, usize)> {
     let os = pool.objset(name).unwrap();
@@ -58,7 +49,7 @@ fn fill(pool: &Pool, name: &str, n: u64) -> Vec<(u64, u64, usize)> {
         let len = [4096usize, 70_000, 300_000, 1 << 20][(i % 4) as usize];
         let tx = os.hold_tx().unwrap();
         let obj = os.create_object(&tx, ObjectType::FileData, 512, 128 << 10, &[]).unwrap();
-        os.write(&tx, obj, 0, &pattern(len, i)).unwrap();
+        os.write(&tx, obj, 0, &pattern(i, len)).unwrap();
         drop(tx);
         out.push((obj, i, len));
     }
@@ -71,14 +62,14 @@ fn check(pool: &Pool, name: &str, objs: &[(u64, u64, usize)]) {
     for &(obj, seed, len) in objs {
         let mut buf = vec![0u8; len];
         os.read(obj, 0, &mut buf).unwrap();
-        assert!(buf == pattern(len, seed), "object {obj} differs");
+        assert!(buf == pattern(seed, len), "object {obj} differs");
     }
 }
 
 /// Overwrite `len` bytes at `off` in the data area of a leaf file with garbage.
 fn scribble(path: &Path, off: u64, len: usize, seed: u64) {
     let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.write_all_at(&pattern(len, seed ^ 0xdead), DATA_START_BYTES + off).unwrap();
+    f.write_all_at(&pattern(seed ^ 0xdead, len), DATA_START_BYTES + off).unwrap();
 }
 
 fn reopen(pool: Arc<Pool>, name: &str, dir: &Path) -> Arc<Pool> {
@@ -178,8 +169,8 @@ fn sorted_scrub_issues_few_ascending_ios_and_naive_many() {
     drop(tx);
     for i in 0..40u64 {
         let tx = os.hold_tx().unwrap();
-        os.write(&tx, a, i * 131072, &pattern(131072, i)).unwrap();
-        os.write(&tx, b, i * 131072, &pattern(131072, i + 100)).unwrap();
+        os.write(&tx, a, i * 131072, &pattern(i, 131072)).unwrap();
+        os.write(&tx, b, i * 131072, &pattern(i + 100, 131072)).unwrap();
         drop(tx);
         pool.sync().unwrap();
     }
@@ -317,7 +308,7 @@ fn damage_beyond_tolerance_is_an_error_not_wrong_data() {
     for &(obj, seed, len) in &objs {
         let mut buf = vec![0u8; len];
         match os.read(obj, 0, &mut buf) {
-            Ok(_) => assert!(buf == pattern(len, seed), "object {obj}: wrong data"),
+            Ok(_) => assert!(buf == pattern(seed, len), "object {obj}: wrong data"),
             Err(_) => failed += 1,
         }
     }
@@ -367,9 +358,6 @@ fn application_reads_keep_working_during_a_scrub() {
     assert!(pool.scan_io_report().busy_delays > 0, "the scan yielded to application I/O");
     pool.export().unwrap();
 }
-
-#[path = "common/mod.rs"]
-mod common;
 
 #[test]
 fn scrub_progress_survives_a_crash() {
@@ -433,7 +421,7 @@ fn replace_in_a_70_percent_full_pool_resilvers_everything() {
         while (pool.alloc_bytes() as f64) < 0.7 * pool.size_bytes() as f64 {
             let tx = os.hold_tx().unwrap();
             let obj = os.create_object(&tx, ObjectType::FileData, 512, 128 << 10, &[]).unwrap();
-            os.write(&tx, obj, 0, &pattern(1 << 20, i)).unwrap();
+            os.write(&tx, obj, 0, &pattern(i, 1 << 20)).unwrap();
             drop(tx);
             objs.push((obj, i, 1 << 20));
             i += 1;
@@ -483,7 +471,7 @@ fn online_after_offline_resilvers_only_the_missed_txgs() {
     for i in 0..6u64 {
         let tx = os.hold_tx().unwrap();
         let obj = os.create_object(&tx, ObjectType::FileData, 512, 128 << 10, &[]).unwrap();
-        os.write(&tx, obj, 0, &pattern(300_000, 1000 + i)).unwrap();
+        os.write(&tx, obj, 0, &pattern(1000 + i, 300_000)).unwrap();
         drop(tx);
         after.push((obj, 1000 + i, 300_000));
         pool.sync().unwrap();

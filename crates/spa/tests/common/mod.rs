@@ -31,3 +31,34 @@ pub fn abandon(pool: std::sync::Arc<tarn_spa::Pool>, prefix: &str) {
     }
     tarn_vdev::inject::clear(prefix);
 }
+
+/// Deterministic pseudo-random bytes (xorshift64 seeded from `seed`).
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e3779b97f4a7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Store `data` in a new file-data object whose bonus holds its length; returns the id.
+pub fn put(os: &dyn tarn_dmu::ObjectStore, data: &[u8]) -> u64 {
+    let tx = os.hold_tx().unwrap();
+    let obj = os
+        .create_object(&tx, tarn_dmu::ObjectType::FileData, 512, 128 << 10, &(data.len() as u64).to_le_bytes())
+        .unwrap();
+    os.write(&tx, obj, 0, data).unwrap();
+    obj
+}
+
+/// The bytes stored by [`put`].
+pub fn get(os: &dyn tarn_dmu::ObjectStore, obj: u64) -> Vec<u8> {
+    let len = u64::from_le_bytes(os.bonus(obj).unwrap()[..8].try_into().unwrap());
+    let mut buf = vec![0u8; len as usize];
+    os.read(obj, 0, &mut buf).unwrap();
+    buf
+}
