@@ -449,31 +449,35 @@ fn add(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     Response::ok("")
 }
 
-/// `zpool remove POOL DEVICE...`: remove separate log vdevs.
-fn remove(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
-    let p = match getopt(args, "") {
+/// `zpool SUB [opts] POOL DEVICE...`: parse `args` with getopt `opts`, find the pool,
+/// and run `op` on each device word (made absolute by [`device_word`]). A success is
+/// noted in the history; each failure prints its error and makes the exit status 1,
+/// and the other devices are still tried. `op` may add warnings to the response.
+fn each_device(
+    st: &State,
+    ctx: &Ctx,
+    args: &[String],
+    sub: &str,
+    opts: &str,
+    missing: (&str, &str),
+    op: impl Fn(&PoolEntry, &args::Parsed, &str, &mut Response) -> Result<(), SpaError>,
+) -> Response {
+    let p = match getopt(args, opts) {
         Ok(p) => p,
-        Err(e) => return bad_usage("remove", &e),
+        Err(e) => return bad_usage(sub, &e),
     };
     let Some(name) = p.operands.first() else {
-        return bad_usage("remove", "missing pool name argument");
+        return bad_usage(sub, missing.0);
     };
     if p.operands.len() < 2 {
-        return bad_usage("remove", "missing device");
+        return bad_usage(sub, missing.1);
     }
     let Some(entry) = st.pools.get(name) else {
         return no_such_pool(name);
     };
     let mut resp = Response::ok("");
     for word in &p.operands[1..] {
-        // Paths relative to the client's directory, as for create and add; vdev names
-        // ("mirror-1"), GUIDs and absolute paths as they are.
-        let device = if word.contains('/') && !word.starts_with('/') {
-            args::normalize(&ctx.cwd.join(word)).display().to_string()
-        } else {
-            word.clone()
-        };
-        match entry.pool.remove_vdev(&device) {
+        match op(entry, &p, &device_word(ctx, word), &mut resp) {
             Ok(()) => history_note(entry, ctx),
             Err(e) => {
                 resp.stderr.push_str(&format!("{e}\n"));
@@ -482,6 +486,19 @@ fn remove(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         }
     }
     resp
+}
+
+/// `zpool remove POOL DEVICE...`: remove separate log vdevs and idle spares.
+fn remove(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    each_device(
+        st,
+        ctx,
+        args,
+        "remove",
+        "",
+        ("missing pool name argument", "missing device"),
+        |entry, _, dev, _| entry.pool.remove_vdev(dev),
+    )
 }
 
 /// A device word as the pool layer takes it: paths relative to the client's
@@ -578,66 +595,35 @@ fn replace(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
 
 /// `zpool online POOL DEVICE...`.
 fn online(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
-    let p = match getopt(args, "e") {
-        Ok(p) => p,
-        Err(e) => return bad_usage("online", &e),
-    };
-    let Some(name) = p.operands.first() else {
-        return bad_usage("online", "missing pool name");
-    };
-    if p.operands.len() < 2 {
-        return bad_usage("online", "missing device name");
-    }
-    let Some(entry) = st.pools.get(name) else {
-        return no_such_pool(name);
-    };
-    let mut resp = Response::ok("");
-    for word in &p.operands[1..] {
-        let dev = device_word(ctx, word);
-        match entry.pool.online(&dev) {
-            Ok(state) => {
-                if !state.is_usable() {
-                    resp.stderr.push_str(&format!(
-                        "warning: device '{dev}' onlined, but remains in faulted state\nuse 'zpool replace' to replace devices that are no longer present\n"
-                    ));
-                }
-                history_note(entry, ctx);
+    each_device(
+        st,
+        ctx,
+        args,
+        "online",
+        "e",
+        ("missing pool name", "missing device name"),
+        |entry, _, dev, resp| {
+            if !entry.pool.online(dev)?.is_usable() {
+                resp.stderr.push_str(&format!(
+                    "warning: device '{dev}' onlined, but remains in faulted state\nuse 'zpool replace' to replace devices that are no longer present\n"
+                ));
             }
-            Err(e) => {
-                resp.stderr.push_str(&format!("{e}\n"));
-                resp.code = 1;
-            }
-        }
-    }
-    resp
+            Ok(())
+        },
+    )
 }
 
 /// `zpool offline [-t] POOL DEVICE...`.
 fn offline(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
-    let p = match getopt(args, "ft") {
-        Ok(p) => p,
-        Err(e) => return bad_usage("offline", &e),
-    };
-    let Some(name) = p.operands.first() else {
-        return bad_usage("offline", "missing pool name");
-    };
-    if p.operands.len() < 2 {
-        return bad_usage("offline", "missing device name");
-    }
-    let Some(entry) = st.pools.get(name) else {
-        return no_such_pool(name);
-    };
-    let mut resp = Response::ok("");
-    for word in &p.operands[1..] {
-        match entry.pool.offline(&device_word(ctx, word), p.has('t')) {
-            Ok(()) => history_note(entry, ctx),
-            Err(e) => {
-                resp.stderr.push_str(&format!("{e}\n"));
-                resp.code = 1;
-            }
-        }
-    }
-    resp
+    each_device(
+        st,
+        ctx,
+        args,
+        "offline",
+        "ft",
+        ("missing pool name", "missing device name"),
+        |entry, p, dev, _| entry.pool.offline(dev, p.has('t')),
+    )
 }
 
 /// `zpool clear POOL [DEVICE]`.
