@@ -8,18 +8,30 @@
 //! now) is stored with `last_txg = u64::MAX` and closed with [`Dtl::close`] when the
 //! leaf returns. The ranges are kept sorted and disjoint (adjacent ranges merge).
 //!
+//! Reads ask [`Dtl::contains`] for every child of every mirror/raidz read, so an empty
+//! log (the common case) answers from an atomic flag without taking the lock.
+//!
 //! Owned by: each leaf [`crate::Vdev`]. Persisted by spa in the label config.
 //! Called by: spa (sync, online, attach, resilver completion), vdev reads, scan.
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A set of txgs, as sorted disjoint inclusive ranges.
 #[derive(Debug, Default)]
 pub struct Dtl {
     ranges: Mutex<Vec<(u64, u64)>>,
+    /// Whether `ranges` is non-empty; written under the lock by [`Dtl::store`].
+    any: AtomicBool,
 }
 
 impl Dtl {
+    /// Put `r` back and publish whether it is empty.
+    fn store(&self, mut guard: MutexGuard<'_, Vec<(u64, u64)>>, r: Vec<(u64, u64)>) {
+        self.any.store(!r.is_empty(), Ordering::Release);
+        *guard = r;
+    }
+
     /// Add txgs `first_txg..=last_txg` (`last_txg = u64::MAX` for "still missing").
     /// No effect when `first_txg > last_txg`.
     pub fn add(&self, first_txg: u64, last_txg: u64) {
@@ -36,17 +48,20 @@ impl Dtl {
                 _ => merged.push((a, b)),
             }
         }
-        *r = merged;
+        self.store(r, merged);
     }
 
     /// Whether `txg` is in the log (the leaf lacks blocks born in it).
     pub fn contains(&self, txg: u64) -> bool {
+        if !self.any.load(Ordering::Acquire) {
+            return false;
+        }
         self.ranges.lock().iter().any(|&(a, b)| a <= txg && txg <= b)
     }
 
     /// Whether the leaf missed nothing.
     pub fn is_empty(&self) -> bool {
-        self.ranges.lock().is_empty()
+        !self.any.load(Ordering::Acquire)
     }
 
     /// Whether an open range (a leaf still missing) is present.
@@ -61,7 +76,8 @@ impl Dtl {
 
     /// Replace the ranges (from a label config at import); merges and sorts.
     pub fn set(&self, ranges: &[(u64, u64)]) {
-        self.ranges.lock().clear();
+        let r = self.ranges.lock();
+        self.store(r, Vec::new());
         for &(a, b) in ranges {
             self.add(a, b);
         }
@@ -78,11 +94,9 @@ impl Dtl {
     /// Forget every txg `<= txg` (a resilver that copied all blocks born up to `txg`
     /// finished). Ranges straddling `txg` keep their part above it.
     pub fn clear_through(&self, txg: u64) {
-        let mut r = self.ranges.lock();
-        r.retain(|&(_, b)| b > txg);
-        for range in r.iter_mut() {
-            range.0 = range.0.max(txg + 1);
-        }
+        let r = self.ranges.lock();
+        let kept = r.iter().filter(|&&(_, b)| b > txg).map(|&(a, b)| (a.max(txg + 1), b)).collect();
+        self.store(r, kept);
     }
 
     /// Smallest and largest txg in the log, or None when empty.

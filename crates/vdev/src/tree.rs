@@ -464,10 +464,9 @@ impl Vdev {
         let mut first_io = None;
         // Children that have the block first; those known to miss it last (they are
         // still tried: a DTL is conservative, the data may be there).
-        let mut order: Vec<&Arc<Vdev>> = children.iter().filter(|c| c.state().is_usable()).collect();
-        order.sort_by_key(|c| c.missing(birth_txg));
-        for c in order {
-            let known_missing = c.missing(birth_txg);
+        let mut order: Vec<(bool, &Arc<Vdev>)> = children.iter().filter(|c| c.state().is_usable()).map(|c| (c.missing(birth_txg), c)).collect();
+        order.sort_by_key(|&(known_missing, _)| known_missing);
+        for (known_missing, c) in order {
             let before = if known_missing { checksum_counts(c) } else { Vec::new() };
             let r = c.read_birth(offset_bytes, psize_bytes, birth_txg, verify);
             if known_missing && matches!(r, Err(VdevError::Checksum { .. })) {
