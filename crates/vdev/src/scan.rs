@@ -120,6 +120,16 @@ struct Copy<'v> {
     read: Option<Result<Vec<u8>, ()>>,
 }
 
+impl Copy<'_> {
+    /// `len` bytes at `rel` of what the extent read returned, if it succeeded.
+    fn part(&self, rel: usize, len: usize) -> Option<&[u8]> {
+        match &self.read {
+            Some(Ok(buf)) => Some(&buf[rel..rel + len]),
+            _ => None,
+        }
+    }
+}
+
 impl Vdev {
     /// Scrub or resilver `blocks` (sorted by offset, non-overlapping, all on this
     /// top-level vdev) with one read per needed leaf; see the module theory.
@@ -182,16 +192,14 @@ impl Vdev {
             let rel = (b.offset_bytes - ext_start) / ndiv;
             let asize = self.psize_to_asize(b.psize_bytes);
             let col_len = (asize / ndiv) as usize;
-            let slice = |c: &Copy<'_>, len: usize| match &c.read {
-                Some(Ok(buf)) => Some(buf[rel as usize..rel as usize + len].to_vec()),
-                _ => None,
-            };
+            let rel = rel as usize;
             // The truth, per column (a mirror has one column: the padded block).
             let truth: Option<Vec<Vec<u8>>> = match &geometry {
                 None => {
                     let psize = b.psize_bytes as usize;
-                    let found = copies[0].iter().filter_map(|c| slice(c, psize)).find(|d| (b.verify)(d));
+                    let found = copies[0].iter().filter_map(|c| c.part(rel, psize)).find(|d| (b.verify)(d));
                     found
+                        .map(<[u8]>::to_vec)
                         .or_else(|| self.read_birth(b.offset_bytes, b.psize_bytes, b.birth_txg, b.verify).ok())
                         .map(|mut d| {
                             d.resize(col_len, 0);
@@ -202,9 +210,9 @@ impl Vdev {
                     let cols: Vec<Column> = copies
                         .iter()
                         .map(|set| {
-                            let fresh = set.iter().filter(|c| !c.leaf.dtl.contains(b.birth_txg)).find_map(|c| slice(c, col_len));
+                            let fresh = set.iter().filter(|c| !c.leaf.dtl.contains(b.birth_txg)).find_map(|c| c.part(rel, col_len));
                             match fresh {
-                                Some(d) => Column::Read(d),
+                                Some(d) => Column::Read(d.to_vec()),
                                 None => Column::Failed,
                             }
                         })
@@ -225,8 +233,8 @@ impl Vdev {
                         continue;
                     }
                     let missing = c.leaf.dtl.contains(b.birth_txg);
-                    let fix = match (&c.read, slice(c, col_len)) {
-                        (Some(_), Some(d)) if d == truth[si] => false,
+                    let fix = match (&c.read, c.part(rel, col_len)) {
+                        (Some(_), Some(d)) if d == &truth[si][..] => false,
                         (Some(_), Some(_)) => {
                             if !missing {
                                 bump(&c.leaf.stats.checksum_errors, 1);
