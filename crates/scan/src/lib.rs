@@ -301,12 +301,8 @@ pub fn issue(zio: &Zio, mut entries: Vec<Entry>, params: &Params, progress: &Pro
                     progress.issued_bytes.fetch_add(bytes, Ordering::Relaxed);
                     progress.repaired_bytes.fetch_add(r.repaired_bytes, Ordering::Relaxed);
                     // A copy this vdev cannot rebuild may have a ditto copy elsewhere.
-                    let lost: Vec<&Entry> = r.unrecoverable.iter().map(|&i| &ext[i]).filter(|e| !repair_from_ditto(vdevs, e)).collect();
-                    for &i in &r.unrecoverable {
-                        if !lost.iter().any(|e| e.offset_bytes == ext[i].offset_bytes) {
-                            progress.repaired_bytes.fetch_add(ext[i].asize_bytes, Ordering::Relaxed);
-                        }
-                    }
+                    let (healed, lost): (Vec<&Entry>, Vec<&Entry>) = r.unrecoverable.iter().map(|&i| &ext[i]).partition(|e| repair_from_ditto(vdevs, e));
+                    progress.repaired_bytes.fetch_add(healed.iter().map(|e| e.asize_bytes).sum(), Ordering::Relaxed);
                     if !lost.is_empty() {
                         progress.errors.fetch_add(lost.len() as u64, Ordering::Relaxed);
                         let mut d = damaged.lock().unwrap_or_else(|e| e.into_inner());
