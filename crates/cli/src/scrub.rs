@@ -77,12 +77,15 @@ fn duration(secs: u64) -> String {
 pub fn ctime(secs: u64) -> String {
     const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
     const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-    // "YYYY-MM-DD.HH:MM:SS" from the pool's formatter, re-spelled.
-    let f = tarn_spa::format_time(secs);
-    let (date, time) = f.split_once('.').unwrap_or((&f, ""));
-    let mut it = date.split('-').map(|x| x.parse::<usize>().unwrap_or(1));
-    let (y, m, d) = (it.next().unwrap_or(1970), it.next().unwrap_or(1), it.next().unwrap_or(1));
-    format!("{} {} {:2} {} {}", DAYS[(secs / 86400 % 7) as usize], MONTHS[(m - 1) % 12], d, time, y)
+    let (y, m, d, rem) = tarn_spa::civil_date(secs);
+    format!(
+        "{} {} {d:2} {:02}:{:02}:{:02} {y}",
+        DAYS[(secs / 86400 % 7) as usize],
+        MONTHS[(m as usize - 1) % 12],
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 /// The `  scan: ...` lines of `zpool status` (empty when the pool was never scanned).

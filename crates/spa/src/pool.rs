@@ -1169,11 +1169,11 @@ impl Pool {
     }
 }
 
-/// Format seconds since the epoch as `YYYY-MM-DD.HH:MM:SS` (UTC), as `zpool history`.
-pub fn format_time(secs: u64) -> String {
+/// Seconds since the epoch as a UTC calendar date: (year, month 1..=12, day 1..=31,
+/// seconds into the day). Civil-from-days (proleptic Gregorian), Howard Hinnant's
+/// algorithm.
+pub fn civil_date(secs: u64) -> (i64, u32, u32, u64) {
     let days = (secs / 86400) as i64;
-    let rem = secs % 86400;
-    // Civil-from-days (proleptic Gregorian), Howard Hinnant's algorithm.
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
@@ -1183,6 +1183,12 @@ pub fn format_time(secs: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
+    (y, m as u32, d as u32, secs % 86400)
+}
+
+/// Format seconds since the epoch as `YYYY-MM-DD.HH:MM:SS` (UTC), as `zpool history`.
+pub fn format_time(secs: u64) -> String {
+    let (y, m, d, rem) = civil_date(secs);
     format!("{y:04}-{m:02}-{d:02}.{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
