@@ -266,7 +266,7 @@ pub fn issue(zio: &Zio, mut entries: Vec<Entry>, params: &Params, progress: &Pro
     std::thread::scope(|s| {
         for (v, queue) in per_vdev.into_iter().enumerate().filter(|(_, q)| !q.is_empty()) {
             let vdev = vdevs[v].clone();
-            let (damaged, vdevs) = (&damaged, &vdevs);
+            let damaged = &damaged;
             s.spawn(move || {
                 for ext in queue {
                     if !throttle() {
@@ -301,7 +301,14 @@ pub fn issue(zio: &Zio, mut entries: Vec<Entry>, params: &Params, progress: &Pro
                     progress.issued_bytes.fetch_add(bytes, Ordering::Relaxed);
                     progress.repaired_bytes.fetch_add(r.repaired_bytes, Ordering::Relaxed);
                     // A copy this vdev cannot rebuild may have a ditto copy elsewhere.
-                    let (healed, lost): (Vec<&Entry>, Vec<&Entry>) = r.unrecoverable.iter().map(|&i| &ext[i]).partition(|e| repair_from_ditto(vdevs, e));
+                    let (healed, lost): (Vec<&Entry>, Vec<&Entry>) = r.unrecoverable.iter().map(|&i| &ext[i]).partition(|e| {
+                        let dva = tarn_phys::Dva {
+                            vdev: e.vdev,
+                            offset_bytes: e.offset_bytes,
+                            asize_bytes: e.asize_bytes,
+                        };
+                        zio.repair_copy(&e.bp, &dva)
+                    });
                     progress.repaired_bytes.fetch_add(healed.iter().map(|e| e.asize_bytes).sum(), Ordering::Relaxed);
                     if !lost.is_empty() {
                         progress.errors.fetch_add(lost.len() as u64, Ordering::Relaxed);
@@ -315,20 +322,6 @@ pub fn issue(zio: &Zio, mut entries: Vec<Entry>, params: &Params, progress: &Pro
     Issued {
         damaged: damaged.into_inner().unwrap_or_else(|e| e.into_inner()),
     }
-}
-
-/// Rewrite the copy `e` from another DVA of its block that verifies; true when done.
-fn repair_from_ditto(vdevs: &[std::sync::Arc<tarn_vdev::Vdev>], e: &Entry) -> bool {
-    let verify = |d: &[u8]| e.checksum_alg.compute(d) == e.checksum;
-    for d in e.bp.dvas().filter(|d| d.vdev != e.vdev || d.offset_bytes != e.offset_bytes) {
-        let Some(v) = vdevs.get(d.vdev as usize) else { continue };
-        if let Ok(good) = v.read_birth(d.offset_bytes, e.psize_bytes as u64, e.birth_txg, &verify) {
-            if let Some(target) = vdevs.get(e.vdev as usize) {
-                return target.write(e.offset_bytes, &good).is_ok();
-            }
-        }
-    }
-    false
 }
 
 #[cfg(test)]

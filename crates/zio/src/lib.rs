@@ -491,6 +491,22 @@ impl Zio {
         }
     }
 
+    /// Rewrite the copy of `bp` at `bad` from another of its DVAs that verifies (a
+    /// scan found `bad` wrong and its own vdev cannot rebuild it: a ditto copy on a
+    /// single disk). True when a good copy was found and the rewrite succeeded.
+    pub fn repair_copy(&self, bp: &BlkPtr, bad: &Dva) -> bool {
+        let vdevs = self.vdevs.read();
+        let verify = |b: &[u8]| bp.checksum_alg.compute(b) == bp.checksum;
+        let Some(target) = vdevs.get(bad.vdev as usize) else { return false };
+        let good = bp.dvas().filter(|d| (d.vdev, d.offset_bytes) != (bad.vdev, bad.offset_bytes)).find_map(|d| {
+            vdevs
+                .get(d.vdev as usize)?
+                .read_birth(d.offset_bytes, bp.psize_bytes as u64, bp.birth_txg, &verify)
+                .ok()
+        });
+        good.is_some_and(|phys| target.write(bad.offset_bytes, &phys).is_ok())
+    }
+
     /// Read `bp` into the cache in the background (a hint: dropped when the queue is
     /// full, ignored when cached). Workers hold only a weak reference to the pipeline
     /// and exit when it is dropped.
