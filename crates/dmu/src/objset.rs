@@ -576,13 +576,13 @@ impl Objset {
         let txg = batch.txg;
         // One batch through zio: compressed and checksummed in parallel, then written
         // with adjacent blocks merged into larger device writes.
-        let items: Vec<(&[u8], WriteProps)> = batch
+        let items: Vec<(Arc<Vec<u8>>, WriteProps)> = batch
             .blocks
             .iter()
             .map(|(_, _, otype, data)| {
                 let comp = if *otype == ObjectType::FileData { compression } else { Compression::Lz4 };
                 (
-                    data.as_slice(),
+                    data.clone(),
                     WriteProps {
                         otype: *otype,
                         level: 0,

@@ -22,6 +22,7 @@
 use crate::{Result, WriteProps, Zio, ZioError};
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use tarn_phys::{BlkPtr, ChecksumAlg, Compression, ObjectType};
 use tarn_vdev::VdevKind;
 
@@ -72,7 +73,11 @@ impl Zio {
     /// Write many blocks (`(logical bytes, props)` each) as [`Zio::write_block`] would,
     /// merging adjacent allocations into larger device writes. `threads` (1..=8)
     /// compress and checksum in parallel. Returns one result per block, in order.
-    pub fn write_blocks(&self, blocks: &[(&[u8], WriteProps)], threads: usize) -> Vec<Result<BlkPtr>> {
+    ///
+    /// Every block written is also put in the read cache under its new identity, as
+    /// OpenZFS's ARC keeps a buffer it has just written (`arc_write`): a later partial
+    /// overwrite of the same record then needs no read-back from disk.
+    pub fn write_blocks(&self, blocks: &[(Arc<Vec<u8>>, WriteProps)], threads: usize) -> Vec<Result<BlkPtr>> {
         let n = blocks.len();
         let threads = threads.clamp(1, 8).min(n.max(1));
         let chunk = n.div_ceil(threads).max(1);
@@ -162,6 +167,14 @@ impl Zio {
         });
         let written = landed;
         drop(vdevs);
+        {
+            let mut cache = self.cache.lock();
+            for ((p, (data, _)), ok) in prepared.iter().zip(blocks).zip(&written) {
+                if *ok {
+                    cache.insert((p.bp.dva[0], p.bp.birth_txg), data.clone());
+                }
+            }
+        }
         prepared
             .into_iter()
             .zip(results)

@@ -115,10 +115,12 @@ impl BlockCache {
         if self.max_bytes == 0 || data.len() as u64 > self.max_bytes / 4 {
             return;
         }
-        if self.map.insert(key, data.clone()).is_none() {
-            self.bytes += data.len() as u64;
+        if let Some(old) = self.map.insert(key, data.clone()) {
+            self.bytes -= old.len() as u64;
+        } else {
             self.order.push_back(key);
         }
+        self.bytes += data.len() as u64;
         while self.bytes > self.max_bytes {
             let Some(k) = self.order.pop_front() else { break };
             if let Some(d) = self.map.remove(&k) {
@@ -129,6 +131,12 @@ impl BlockCache {
     fn remove(&mut self, key: &(Dva, u64)) {
         if let Some(d) = self.map.remove(key) {
             self.bytes -= d.len() as u64;
+        }
+        // Removed keys stay in `order` until eviction reaches them; compact when they
+        // outnumber the live ones, so a cache that never fills does not grow `order`.
+        if self.order.len() > 2 * self.map.len() + 1024 {
+            let map = &self.map;
+            self.order.retain(|k| map.contains_key(k));
         }
     }
 }
@@ -689,15 +697,21 @@ mod tests {
         let zio = Zio::new(vec![a.clone()], space, 1 << 20);
         // Odd sizes (padded to the sector) and a ditto pair among them.
         let datas: Vec<Vec<u8>> = (0..40u32).map(|i| vec![i as u8 + 1; 3000 + 1000 * (i as usize % 7)]).collect();
-        let items: Vec<(&[u8], WriteProps)> = datas
+        let items: Vec<(Arc<Vec<u8>>, WriteProps)> = datas
             .iter()
             .enumerate()
-            .map(|(i, d)| (d.as_slice(), props(if i == 5 { 2 } else { 1 })))
+            .map(|(i, d)| (Arc::new(d.clone()), props(if i == 5 { 2 } else { 1 })))
             .collect();
         let before = a.stats.write_ops.load(Ordering::Relaxed);
         let bps: Vec<BlkPtr> = zio.write_blocks(&items, 2).into_iter().map(|r| r.unwrap()).collect();
         let ios = a.stats.write_ops.load(Ordering::Relaxed) - before;
         assert!(ios < 10, "{ios} device writes for 41 block copies: not aggregated");
+        // Written blocks are cached: reading them back costs no device read.
+        let reads = zio.blocks_read.load(Ordering::Relaxed);
+        for (bp, d) in bps.iter().zip(&datas) {
+            assert_eq!(&zio.read_block(bp).unwrap()[..], &d[..]);
+        }
+        assert_eq!(zio.blocks_read.load(Ordering::Relaxed), reads, "a just-written block was read back from disk");
         zio.clear_cache();
         for (bp, d) in bps.iter().zip(&datas) {
             assert_eq!(&zio.read_block(bp).unwrap()[..], &d[..]);
