@@ -26,7 +26,8 @@
 //! Object ids are never reused (`next_obj` starts past the end of the dnode array at
 //! open and only grows); a dnode block whose 32 slots are all free becomes a hole.
 //!
-//! Limits: one mutex per object set (metadata I/O in phase 3 happens under it); clean
+//! Limits: one mutex per object set (metadata I/O in phase 3 happens under it, one
+//! batched round trip per tree level); clean
 //! dnodes are evicted from memory when more than [`DNODE_CACHE_MAX`] are loaded.
 //!
 //! Errors: a failed block read returns `DmuError::Io` (zio already counted it); a
@@ -150,6 +151,22 @@ impl SyncBatch {
     /// True when nothing in this object set changed in the txg.
     pub fn is_empty(&self) -> bool {
         self.objects == 0
+    }
+}
+
+/// A tree being rewritten in phase 3: its tree (root and levels already grown), the
+/// dirty indirect blocks keyed (level, index), and its used bytes before and now.
+struct TreeWork {
+    tree: Tree,
+    dirty: BTreeMap<(u32, u64), Vec<u8>>,
+    used: i64,
+    before: i64,
+}
+
+impl TreeWork {
+    /// Change of the tree's used bytes in this txg.
+    fn used_delta_bytes(&self) -> i64 {
+        self.tree.used_bytes as i64 - self.before
     }
 }
 
@@ -613,6 +630,13 @@ impl Objset {
 
     /// Phase 3: install pointers, rewrite indirect and dnode blocks and the root.
     /// Returns the new root pointer, or `None` if nothing changed in this txg.
+    ///
+    /// The metadata is written level by level across all objects of the txg, each
+    /// level as one [`Zio::write_blocks`] batch (aggregated, in parallel): first every
+    /// dirty level-1 indirect block, then level 2, and so on, then all dnode blocks,
+    /// then object 0's indirect blocks, then the root. A txg therefore costs a handful
+    /// of device round trips on a slow disk, not one per block, and the object-set lock
+    /// is held that much less (OpenZFS issues these as one tree of parallel zios).
     pub fn sync_finish(&self, batch: SyncBatch) -> Result<Option<BlkPtr>> {
         let txg = batch.txg;
         let mut st = self.st.lock();
@@ -625,53 +649,65 @@ impl Objset {
             installs.entry(*obj).or_default().push((*blkid, *bp));
         }
         let mut used_delta: i64 = 0;
+        // Every surviving object's tree, with its level-1 blocks already patched.
+        let mut works: Vec<(u64, SyncRec, TreeWork)> = Vec::new();
         let mut dnode_updates: BTreeMap<u64, DnodePhys> = BTreeMap::new();
         for obj in syncing {
             let dn = st.dnodes.get_mut(&obj).unwrap();
             let rec = dn.syncing.take().unwrap();
-            let mut tree = std::mem::take(&mut dn.tree);
-            let before = tree.used_bytes as i64;
+            let tree = std::mem::take(&mut dn.tree);
             if rec.attrs.freed {
                 self.free_tree(&tree, txg)?;
-                tree = Tree {
+                used_delta -= tree.used_bytes as i64;
+                dnode_updates.insert(obj, DnodePhys::free());
+                let dn = st.dnodes.get_mut(&obj).unwrap();
+                dn.tree = Tree {
                     root: BlkPtr::HOLE,
                     nlevels: 1,
                     used_bytes: 0,
                 };
-                dnode_updates.insert(obj, DnodePhys::free());
+                if dn.attrs.freed && !st.dirty.contains(&obj) {
+                    st.dnodes.remove(&obj);
+                }
             } else {
                 let ins = installs.remove(&obj).unwrap_or_default();
-                self.sync_tree(&mut tree, &rec.frees, &ins, txg)?;
-                let a = &rec.attrs;
-                dnode_updates.insert(
-                    obj,
-                    DnodePhys {
-                        otype: a.otype,
-                        indblkshift: INDBLKSHIFT,
-                        nlevels: tree.nlevels,
-                        bonus_type: a.bonus_type,
-                        datablksz_bytes: a.blksz,
-                        max_blksz_bytes: a.max_blksz,
-                        maxblkid: a.maxblkid,
-                        used_bytes: tree.used_bytes,
-                        blkptr: tree.root,
-                        bonus: a.bonus.clone(),
-                    },
-                );
-            }
-            used_delta += tree.used_bytes as i64 - before;
-            let dn = st.dnodes.get_mut(&obj).unwrap();
-            dn.tree = tree;
-            if rec.attrs.freed && dn.attrs.freed && !st.dirty.contains(&obj) {
-                st.dnodes.remove(&obj);
+                let work = self.tree_prepare(tree, &rec.frees, &ins, txg)?;
+                works.push((obj, rec, work));
             }
         }
-        // Dnode blocks, through object 0's tree.
+        {
+            let mut trees: Vec<&mut TreeWork> = works.iter_mut().map(|(_, _, w)| w).collect();
+            self.trees_write(&mut trees, txg)?;
+        }
+        for (obj, rec, work) in works {
+            used_delta += work.used_delta_bytes();
+            let tree = work.tree;
+            let a = &rec.attrs;
+            dnode_updates.insert(
+                obj,
+                DnodePhys {
+                    otype: a.otype,
+                    indblkshift: INDBLKSHIFT,
+                    nlevels: tree.nlevels,
+                    bonus_type: a.bonus_type,
+                    datablksz_bytes: a.blksz,
+                    max_blksz_bytes: a.max_blksz,
+                    maxblkid: a.maxblkid,
+                    used_bytes: tree.used_bytes,
+                    blkptr: tree.root,
+                    bonus: a.bonus.clone(),
+                },
+            );
+            st.dnodes.get_mut(&obj).unwrap().tree = tree;
+        }
+        // Dnode blocks, through object 0's tree: patched in memory, written as one batch.
         let mut by_block: BTreeMap<u64, Vec<(u64, DnodePhys)>> = BTreeMap::new();
         for (obj, phys) in dnode_updates {
             by_block.entry(obj / DNODES_PER_BLOCK).or_default().push((obj, phys));
         }
         let mut meta_installs = Vec::new();
+        let mut dnode_blocks: Vec<(Arc<Vec<u8>>, WriteProps)> = Vec::new();
+        let mut dnode_bids = Vec::new();
         for (bid, entries) in by_block {
             let old_bp = self.tree_lookup(&st.meta, bid)?;
             let mut blk = if old_bp.is_hole() {
@@ -685,29 +721,21 @@ impl Objset {
                 let off = (obj % DNODES_PER_BLOCK) as usize * DNODE_SIZE_BYTES;
                 phys.encode_into(&mut blk[off..off + DNODE_SIZE_BYTES]);
             }
-            let bp = if blk.iter().all(|&b| b == 0) {
-                BlkPtr::HOLE
+            if blk.iter().all(|&b| b == 0) {
+                meta_installs.push((bid, BlkPtr::HOLE));
             } else {
-                self.zio
-                    .write_block(
-                        &blk,
-                        WriteProps {
-                            otype: ObjectType::Dnode,
-                            level: 0,
-                            compression: Compression::Lz4,
-                            copies: copies_for(ObjectType::Dnode, self.os_type),
-                            txg,
-                            fill: 1,
-                        },
-                    )
-                    .map_err(zio_err)?
-            };
-            meta_installs.push((bid, bp));
+                dnode_blocks.push((Arc::new(blk), self.meta_props(ObjectType::Dnode, 0, txg, 1)));
+                dnode_bids.push(bid);
+            }
         }
-        let mut meta = std::mem::take(&mut st.meta);
-        let before = meta.used_bytes as i64;
-        self.sync_tree(&mut meta, &[], &meta_installs, txg)?;
-        used_delta += meta.used_bytes as i64 - before;
+        for (bid, r) in dnode_bids.into_iter().zip(self.zio.write_blocks(&dnode_blocks, 2)) {
+            meta_installs.push((bid, r.map_err(zio_err)?));
+        }
+        let meta = std::mem::take(&mut st.meta);
+        let mut work = self.tree_prepare(meta, &[], &meta_installs, txg)?;
+        self.trees_write(&mut [&mut work], txg)?;
+        used_delta += work.used_delta_bytes();
+        let meta = work.tree;
         let maxblkid = (st.next_obj.saturating_sub(1)) / DNODES_PER_BLOCK;
         let meta_dnode = DnodePhys {
             otype: ObjectType::Dnode,
@@ -730,17 +758,7 @@ impl Objset {
         st.zil_dirty = false;
         let root = self
             .zio
-            .write_block(
-                &phys.encode(),
-                WriteProps {
-                    otype: ObjectType::Objset,
-                    level: 0,
-                    compression: Compression::Lz4,
-                    copies: copies_for(ObjectType::Objset, self.os_type),
-                    txg,
-                    fill: 1,
-                },
-            )
+            .write_block(&phys.encode(), self.meta_props(ObjectType::Objset, 0, txg, 1))
             .map_err(zio_err)?;
         let old_root = std::mem::replace(&mut st.root, root);
         used_delta += root.asize_total_bytes() as i64 - old_root.asize_total_bytes() as i64;
@@ -749,6 +767,18 @@ impl Objset {
         drop(st);
         self.gate.add_dirty(-(batch.dirty_bytes as i64));
         Ok(Some(root))
+    }
+
+    /// Write properties of a metadata block of this object set (LZ4, ditto copies).
+    fn meta_props(&self, otype: ObjectType, level: u8, txg: u64, fill: u64) -> WriteProps {
+        WriteProps {
+            otype,
+            level,
+            compression: Compression::Lz4,
+            copies: copies_for(otype, self.os_type),
+            txg,
+            fill,
+        }
     }
 
     /// Free every block of a tree (object deletion).
@@ -771,41 +801,32 @@ impl Objset {
         Ok(())
     }
 
-    /// Apply `frees` (level-0 block-id ranges) then `installs` to `tree`, rewriting
-    /// touched indirect blocks bottom-up.
-    fn sync_tree(&self, tree: &mut Tree, frees: &[(u64, u64)], installs: &[(u64, BlkPtr)], txg: u64) -> Result<()> {
-        let max_install = installs.iter().map(|(b, _)| *b).max();
-        if let Some(maxb) = max_install {
-            let mut levels = tree.nlevels.max(1) as u32;
+    /// First half of rewriting a tree in phase 3: grow it to reach every installed
+    /// block id, then apply `frees` (level-0 block-id ranges) and `installs` to its
+    /// level-1 blocks in memory. Only reads happen here; [`Objset::trees_write`] writes.
+    fn tree_prepare(&self, mut tree: Tree, frees: &[(u64, u64)], installs: &[(u64, BlkPtr)], txg: u64) -> Result<TreeWork> {
+        let before = tree.used_bytes as i64;
+        let mut dirty: BTreeMap<(u32, u64), Vec<u8>> = BTreeMap::new();
+        let old_levels = tree.nlevels.max(1) as u32;
+        let mut levels = old_levels;
+        if let Some(maxb) = installs.iter().map(|(b, _)| *b).max() {
             while levels < 8 && BPS_PER_INDIRECT.checked_pow(levels - 1).map(|s| maxb >= s).unwrap_or(false) {
-                // Grow: the old root becomes entry 0 of a new top indirect block.
-                if !tree.root.is_hole() {
-                    let mut ind = vec![0u8; 1 << INDBLKSHIFT];
-                    tree.root.encode_into(&mut ind[0..BLKPTR_SIZE_BYTES]);
-                    let fill = tree.root.fill;
-                    let bp = self
-                        .zio
-                        .write_block(
-                            &ind,
-                            WriteProps {
-                                otype: ObjectType::Indirect,
-                                level: levels as u8,
-                                compression: Compression::Lz4,
-                                copies: copies_for(ObjectType::Indirect, self.os_type),
-                                txg,
-                                fill,
-                            },
-                        )
-                        .map_err(zio_err)?;
-                    tree.used_bytes += bp.asize_total_bytes();
-                    tree.root = bp;
-                }
                 levels += 1;
             }
-            tree.nlevels = levels as u8;
         }
-        let levels = tree.nlevels.max(1) as u32;
-        let mut used = tree.used_bytes as i64;
+        if levels > old_levels {
+            // Grow: the old root becomes entry 0 of a new indirect block one level up,
+            // which is entry 0 of the next, up to the new top; all are written below.
+            for level in old_levels..levels {
+                dirty.insert((level, 0), vec![0u8; 1 << INDBLKSHIFT]);
+            }
+            if !tree.root.is_hole() {
+                tree.root.encode_into(&mut dirty.get_mut(&(old_levels, 0)).unwrap()[0..BLKPTR_SIZE_BYTES]);
+            }
+            tree.root = BlkPtr::HOLE;
+        }
+        tree.nlevels = levels as u8;
+        let mut used = before;
         if levels == 1 {
             for &(s, e) in frees {
                 if s == 0 && e > 0 && !tree.root.is_hole() {
@@ -822,38 +843,10 @@ impl Objset {
                 tree.root = *bp;
             }
             tree.used_bytes = used.max(0) as u64;
-            return Ok(());
+            return Ok(TreeWork { tree, dirty, used, before });
         }
-        // Dirty indirect blocks: (level, index) -> raw bytes.
-        let mut dirty: BTreeMap<(u32, u64), Vec<u8>> = BTreeMap::new();
         let top = levels - 1;
-        // Load the indirect block (level, index), creating its ancestors' entries.
-        fn span(level: u32) -> u64 {
-            BPS_PER_INDIRECT.pow(level)
-        }
-        let load = |dirty: &mut BTreeMap<(u32, u64), Vec<u8>>, tree: &Tree, level: u32, index: u64| -> Result<()> {
-            // Walk from the top down to (level, index), materializing each step.
-            for l in (level..=top).rev() {
-                let idx = index / span(l - level);
-                if dirty.contains_key(&(l, idx)) {
-                    continue;
-                }
-                let bp = if l == top {
-                    tree.root
-                } else {
-                    let parent = &dirty[&(l + 1, idx / BPS_PER_INDIRECT)];
-                    let o = (idx % BPS_PER_INDIRECT) as usize * BLKPTR_SIZE_BYTES;
-                    BlkPtr::decode(&parent[o..o + BLKPTR_SIZE_BYTES])?
-                };
-                let bytes = if bp.is_hole() {
-                    vec![0u8; 1 << INDBLKSHIFT]
-                } else {
-                    self.zio.read_block(&bp).map_err(zio_err)?.as_ref().clone()
-                };
-                dirty.insert((l, idx), bytes);
-            }
-            Ok(())
-        };
+        let span = |level: u32| BPS_PER_INDIRECT.pow(level);
         // Frees: for each range, walk the level-1 blocks that overlap existing data.
         for &(s, e) in frees {
             let e = e.min(span(levels - 1));
@@ -864,9 +857,8 @@ impl Objset {
             let last = (e - 1) / BPS_PER_INDIRECT;
             while l1 <= last {
                 // Skip level-1 blocks that are holes without loading them.
-                let probe = self.l1_exists(tree, &dirty, top, l1)?;
-                if probe {
-                    load(&mut dirty, tree, 1, l1)?;
+                if self.l1_exists(&tree, &dirty, top, l1)? {
+                    self.load_indirect(&mut dirty, &tree, top, 1, l1)?;
                     let blk = dirty.get_mut(&(1, l1)).unwrap();
                     let lo = s.max(l1 * BPS_PER_INDIRECT);
                     let hi = e.min((l1 + 1) * BPS_PER_INDIRECT);
@@ -884,7 +876,7 @@ impl Objset {
             }
         }
         for &(blkid, bp) in installs {
-            load(&mut dirty, tree, 1, blkid / BPS_PER_INDIRECT)?;
+            self.load_indirect(&mut dirty, &tree, top, 1, blkid / BPS_PER_INDIRECT)?;
             let blk = dirty.get_mut(&(1, blkid / BPS_PER_INDIRECT)).unwrap();
             let o = (blkid % BPS_PER_INDIRECT) as usize * BLKPTR_SIZE_BYTES;
             let old = BlkPtr::decode(&blk[o..o + BLKPTR_SIZE_BYTES])?;
@@ -895,58 +887,93 @@ impl Objset {
             used += bp.asize_total_bytes() as i64;
             bp.encode_into(&mut blk[o..o + BLKPTR_SIZE_BYTES]);
         }
-        // Write dirty indirect blocks bottom-up.
-        for level in 1..=top {
-            let keys: Vec<u64> = dirty.range((level, 0)..(level + 1, 0)).map(|((_, i), _)| *i).collect();
-            for idx in keys {
-                let blk = dirty.remove(&(level, idx)).unwrap();
-                let mut fill = 0u64;
-                for i in 0..BPS_PER_INDIRECT as usize {
-                    let c = &blk[i * BLKPTR_SIZE_BYTES..(i + 1) * BLKPTR_SIZE_BYTES];
-                    if c[64..72] != [0u8; 8] {
-                        fill += u64::from_le_bytes(c[72..80].try_into().unwrap());
+        Ok(TreeWork { tree, dirty, used, before })
+    }
+
+    /// Load indirect block (`level`, `index`) of a tree of top level `top` into
+    /// `dirty`, with every ancestor on the way down (a dirty copy wins over disk).
+    fn load_indirect(&self, dirty: &mut BTreeMap<(u32, u64), Vec<u8>>, tree: &Tree, top: u32, level: u32, index: u64) -> Result<()> {
+        for l in (level..=top).rev() {
+            let idx = index / BPS_PER_INDIRECT.pow(l - level);
+            if dirty.contains_key(&(l, idx)) {
+                continue;
+            }
+            let bp = if l == top {
+                tree.root
+            } else {
+                let parent = &dirty[&(l + 1, idx / BPS_PER_INDIRECT)];
+                let o = (idx % BPS_PER_INDIRECT) as usize * BLKPTR_SIZE_BYTES;
+                BlkPtr::decode(&parent[o..o + BLKPTR_SIZE_BYTES])?
+            };
+            let bytes = if bp.is_hole() {
+                vec![0u8; 1 << INDBLKSHIFT]
+            } else {
+                self.zio.read_block(&bp).map_err(zio_err)?.as_ref().clone()
+            };
+            dirty.insert((l, idx), bytes);
+        }
+        Ok(())
+    }
+
+    /// Second half of phase 3 for a set of trees: write their dirty indirect blocks
+    /// bottom-up, one [`Zio::write_blocks`] batch per level across all trees, each
+    /// written pointer installed in its (loaded) parent or as the tree's new root.
+    fn trees_write(&self, works: &mut [&mut TreeWork], txg: u64) -> Result<()> {
+        let max_top = works.iter().map(|w| w.tree.nlevels.max(1) as u32 - 1).max().unwrap_or(0);
+        for level in 1..=max_top {
+            // (tree, index, bytes) of every dirty block at this level; empty ones are holes.
+            let mut members: Vec<(usize, u64)> = Vec::new();
+            let mut blocks: Vec<(Arc<Vec<u8>>, WriteProps)> = Vec::new();
+            let mut results: Vec<(usize, u64, BlkPtr)> = Vec::new();
+            for (w, work) in works.iter_mut().enumerate() {
+                let keys: Vec<u64> = work.dirty.range((level, 0)..(level + 1, 0)).map(|((_, i), _)| *i).collect();
+                for idx in keys {
+                    let blk = work.dirty.remove(&(level, idx)).unwrap();
+                    let mut fill = 0u64;
+                    for i in 0..BPS_PER_INDIRECT as usize {
+                        let c = &blk[i * BLKPTR_SIZE_BYTES..(i + 1) * BLKPTR_SIZE_BYTES];
+                        if c[64..72] != [0u8; 8] {
+                            fill += u64::from_le_bytes(c[72..80].try_into().unwrap());
+                        }
+                    }
+                    if blk.iter().all(|&b| b == 0) {
+                        results.push((w, idx, BlkPtr::HOLE));
+                    } else {
+                        members.push((w, idx));
+                        blocks.push((Arc::new(blk), self.meta_props(ObjectType::Indirect, level as u8, txg, fill)));
                     }
                 }
-                let empty = blk.iter().all(|&b| b == 0);
-                let new_bp = if empty {
-                    BlkPtr::HOLE
-                } else {
-                    self.zio
-                        .write_block(
-                            &blk,
-                            WriteProps {
-                                otype: ObjectType::Indirect,
-                                level: level as u8,
-                                compression: Compression::Lz4,
-                                copies: copies_for(ObjectType::Indirect, self.os_type),
-                                txg,
-                                fill,
-                            },
-                        )
-                        .map_err(zio_err)?
-                };
-                used += new_bp.asize_total_bytes() as i64;
+            }
+            for ((w, idx), r) in members.into_iter().zip(self.zio.write_blocks(&blocks, 2)) {
+                results.push((w, idx, r.map_err(zio_err)?));
+            }
+            for (w, idx, new_bp) in results {
+                let work = &mut *works[w];
+                let top = work.tree.nlevels.max(1) as u32 - 1;
+                work.used += new_bp.asize_total_bytes() as i64;
                 if level == top {
-                    used -= tree.root.asize_total_bytes() as i64;
-                    self.zio.free_block(&tree.root, txg);
-                    tree.root = new_bp;
+                    work.used -= work.tree.root.asize_total_bytes() as i64;
+                    self.zio.free_block(&work.tree.root, txg);
+                    work.tree.root = new_bp;
                 } else {
                     let pidx = idx / BPS_PER_INDIRECT;
-                    if !dirty.contains_key(&(level + 1, pidx)) {
-                        load(&mut dirty, tree, level + 1, pidx)?;
+                    if !work.dirty.contains_key(&(level + 1, pidx)) {
+                        self.load_indirect(&mut work.dirty, &work.tree, top, level + 1, pidx)?;
                     }
-                    let parent = dirty.get_mut(&(level + 1, pidx)).unwrap();
+                    let parent = work.dirty.get_mut(&(level + 1, pidx)).unwrap();
                     let o = (idx % BPS_PER_INDIRECT) as usize * BLKPTR_SIZE_BYTES;
                     let old = BlkPtr::decode(&parent[o..o + BLKPTR_SIZE_BYTES])?;
                     if !old.is_hole() {
-                        used -= old.asize_total_bytes() as i64;
+                        work.used -= old.asize_total_bytes() as i64;
                         self.zio.free_block(&old, txg);
                     }
                     new_bp.encode_into(&mut parent[o..o + BLKPTR_SIZE_BYTES]);
                 }
             }
         }
-        tree.used_bytes = used.max(0) as u64;
+        for work in works.iter_mut() {
+            work.tree.used_bytes = work.used.max(0) as u64;
+        }
         Ok(())
     }
 
@@ -955,16 +982,15 @@ impl Objset {
         if dirty.contains_key(&(1, l1)) {
             return Ok(true);
         }
-        // Find the pointer to (1, l1) by walking down from the root.
+        // Find the pointer to (1, l1) by walking down from the root; a dirty block on
+        // the way (a tree grown this txg has a hole for a root) wins over disk.
         let mut bp = tree.root;
         for l in (2..=top).rev() {
-            if bp.is_hole() {
-                return Ok(false);
-            }
             let idx_here = l1 / BPS_PER_INDIRECT.pow(l - 1);
             let child = (l1 / BPS_PER_INDIRECT.pow(l - 2)) % BPS_PER_INDIRECT;
             let blk = match dirty.get(&(l, idx_here)) {
                 Some(b) => std::borrow::Cow::Borrowed(b.as_slice()),
+                None if bp.is_hole() => return Ok(false),
                 None => std::borrow::Cow::Owned(self.zio.read_block(&bp).map_err(zio_err)?.as_ref().clone()),
             };
             let o = child as usize * BLKPTR_SIZE_BYTES;
