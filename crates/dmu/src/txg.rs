@@ -6,10 +6,14 @@
 //! collects that txg's dirty state from every object set and opens the next txg before
 //! releasing the lock. So a txg's changes are exactly those made under its holds.
 //!
-//! Dirty bytes (data waiting to be written) are counted here. `hold` throttles writers
-//! while dirty data exceeds `dirty_max_bytes`, and asks for a sync as soon as dirty data
-//! passes a quarter of it (ZFS `zfs_dirty_data_sync_percent`), so a sync is always
-//! running ahead of the writers rather than starting when they stall.
+//! Dirty bytes (data waiting to be written) are counted here, and a sync is asked for
+//! as soon as dirty data passes a quarter of `dirty_max_bytes` (ZFS
+//! `zfs_dirty_data_sync_percent`), so a sync is always running ahead of the writers.
+//! `hold` throttles writers smoothly, as OpenZFS's `dmu_tx_delay` does: below
+//! [`DELAY_MIN_DIRTY_PERCENT`] of the limit nothing waits; above it each hold sleeps
+//! `DELAY_SCALE_NS * (dirty - min) / (max - dirty)`, at most [`DELAY_MAX_NS`], a delay
+//! that grows without bound as dirty data nears the limit, so writers slow to the rate
+//! the pool absorbs instead of stopping dead; at the limit they wait for a sync.
 //!
 //! Locks: `open` (RwLock) is taken before any object-set lock. Never take a second hold
 //! while holding one (a waiting quiescer would deadlock the pair).
@@ -21,6 +25,29 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Percent of `dirty_max_bytes` above which holds are delayed (OpenZFS
+/// `zfs_delay_min_dirty_percent`).
+pub const DELAY_MIN_DIRTY_PERCENT: u64 = 60;
+/// Delay of a hold when dirty data is midway between the delay threshold and the
+/// limit, nanoseconds (OpenZFS `zfs_delay_scale`).
+pub const DELAY_SCALE_NS: u64 = 500_000;
+/// Longest delay of one hold, nanoseconds (OpenZFS `MAX_DELAY`, 100 ms).
+pub const DELAY_MAX_NS: u64 = 100_000_000;
+
+/// The write-throttle delay for one hold with `dirty_bytes` dirty out of `max_bytes`
+/// (0 below the threshold; `None` at or over the limit, where the hold must wait).
+pub fn throttle_delay_ns(dirty_bytes: u64, max_bytes: u64) -> Option<u64> {
+    if dirty_bytes >= max_bytes {
+        return None;
+    }
+    let min = max_bytes / 100 * DELAY_MIN_DIRTY_PERCENT;
+    if dirty_bytes <= min {
+        return Some(0);
+    }
+    let ns = DELAY_SCALE_NS as u128 * (dirty_bytes - min) as u128 / (max_bytes - dirty_bytes) as u128;
+    Some(ns.min(DELAY_MAX_NS as u128) as u64)
+}
 
 #[derive(Default)]
 struct SyncState {
@@ -39,7 +66,8 @@ pub struct TxgGate {
     dirty_cv: Condvar,
     sync: Mutex<SyncState>,
     sync_cv: Condvar,
-    /// Writers wait while dirty data exceeds this many bytes.
+    /// Writers are delayed above [`DELAY_MIN_DIRTY_PERCENT`] of this many dirty bytes
+    /// and wait at it.
     pub dirty_max_bytes: u64,
     readonly: AtomicBool,
 }
@@ -72,21 +100,29 @@ impl TxgGate {
         self.readonly.load(Ordering::SeqCst) || self.sync.lock().suspended
     }
 
-    /// Hold the open txg, throttling while dirty data is over the limit.
+    /// Hold the open txg, delayed by the write throttle (see the module theory).
     pub fn hold(&self) -> Result<TxHold> {
         if self.is_readonly() {
             return Err(DmuError::ReadOnly);
         }
-        {
+        let delay_ns = {
             let mut d = self.dirty.lock();
-            while *d > self.dirty_max_bytes {
-                let open = *self.open.read();
-                self.request_sync(open);
-                self.dirty_cv.wait_for(&mut d, Duration::from_millis(100));
-                if self.sync.lock().suspended {
-                    return Err(DmuError::ReadOnly);
+            loop {
+                match throttle_delay_ns(*d, self.dirty_max_bytes) {
+                    Some(ns) => break ns,
+                    None => {
+                        let open = *self.open.read();
+                        self.request_sync(open);
+                        self.dirty_cv.wait_for(&mut d, Duration::from_millis(100));
+                        if self.sync.lock().suspended {
+                            return Err(DmuError::ReadOnly);
+                        }
+                    }
                 }
             }
+        };
+        if delay_ns > 0 {
+            std::thread::sleep(Duration::from_nanos(delay_ns));
         }
         let guard = self.open.read_arc();
         let txg = *guard;
@@ -184,5 +220,29 @@ impl TxgGate {
     /// Last synced txg.
     pub fn synced_txg(&self) -> u64 {
         self.sync.lock().synced_txg
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttle_is_zero_below_the_threshold_and_grows_toward_the_limit() {
+        let max = 1000 << 20;
+        assert_eq!(throttle_delay_ns(0, max), Some(0));
+        assert_eq!(throttle_delay_ns(max / 100 * DELAY_MIN_DIRTY_PERCENT, max), Some(0));
+        // Midway between the threshold and the limit: exactly the scale.
+        let mid = (max / 100 * DELAY_MIN_DIRTY_PERCENT + max) / 2;
+        assert_eq!(throttle_delay_ns(mid, max), Some(DELAY_SCALE_NS));
+        let mut last = 0;
+        for pct in [61u64, 70, 80, 90, 95, 99] {
+            let d = throttle_delay_ns(max / 100 * pct, max).unwrap();
+            assert!(d > last, "delay at {pct}% ({d} ns) not above {last} ns");
+            last = d;
+        }
+        assert_eq!(throttle_delay_ns(max - 1, max), Some(DELAY_MAX_NS));
+        assert_eq!(throttle_delay_ns(max, max), None);
+        assert_eq!(throttle_delay_ns(max + 1, max), None);
     }
 }
