@@ -76,7 +76,9 @@ mod vdevs;
 pub use dsl::{recordsize_bytes, DATASET_PROPS};
 pub use iostat::{PoolIostat, VdevIostat};
 pub use names::{validate_dataset_name, validate_pool_name};
-pub use pool::{cache_limit, civil_date, format_time, set_cache_limit, LogEvacuateHook, Pool, CACHE_LIMIT_DEFAULT_BYTES};
+pub use pool::{
+    cache_limit, civil_date, default_cache_limit, format_time, set_cache_limit, LogEvacuateHook, Pool, CACHE_LIMIT_DEFAULT_BYTES, CACHE_LIMIT_DEFAULT_MAX_BYTES,
+};
 pub use repair::FAULT_IO_ERRORS;
 pub use tarn_dmu::ObjectStore;
 pub use tarn_zil::Zilog;

@@ -18,10 +18,29 @@ use tarn_vdev::{label, Leaf, Vdev, VdevError, VdevState};
 use tarn_zil::Zilog;
 use tarn_zio::Zio;
 
-/// Default memory budget for cached and dirty blocks of one pool, bytes.
+/// Smallest default memory budget for cached and dirty blocks of one pool, bytes
+/// (what a machine with 1 GiB of memory or less gets).
 pub const CACHE_LIMIT_DEFAULT_BYTES: u64 = 256 << 20;
+/// Largest default budget, bytes: its dirty-data quarter is then 4 GiB, OpenZFS's cap
+/// (`zfs_dirty_data_max_max`).
+pub const CACHE_LIMIT_DEFAULT_MAX_BYTES: u64 = 16 << 30;
 
-static CACHE_LIMIT_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(CACHE_LIMIT_DEFAULT_BYTES);
+/// The default per-pool budget: a quarter of physical memory, within
+/// [`CACHE_LIMIT_DEFAULT_BYTES`]..=[`CACHE_LIMIT_DEFAULT_MAX_BYTES`]. So the read cache
+/// gets an eighth of memory and one txg's dirty data a sixteenth. OpenZFS sizes both
+/// from memory too, more greedily (the ARC up to half of it or more, dirty data 10 %);
+/// Tarn shares the machine with other services, so it takes less.
+pub fn default_cache_limit() -> u64 {
+    // SAFETY: sysconf has no preconditions; it returns -1 for an unknown name.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    if pages <= 0 || page <= 0 {
+        return CACHE_LIMIT_DEFAULT_BYTES;
+    }
+    ((pages as u64).saturating_mul(page as u64) / 4).clamp(CACHE_LIMIT_DEFAULT_BYTES, CACHE_LIMIT_DEFAULT_MAX_BYTES)
+}
+
+/// Per-pool budget in force; 0 until set or first read (then [`default_cache_limit`]).
+static CACHE_LIMIT_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Set the per-pool memory budget `limit` (bytes, at least 16 MiB) for pools opened
 /// from now on. Half of it is the read cache; a quarter is the dirty-data limit of
@@ -34,7 +53,15 @@ pub fn set_cache_limit(limit_bytes: u64) {
 
 /// The current per-pool memory budget, bytes.
 pub fn cache_limit() -> u64 {
-    CACHE_LIMIT_BYTES.load(Ordering::Relaxed)
+    match CACHE_LIMIT_BYTES.load(Ordering::Relaxed) {
+        0 => {
+            let d = default_cache_limit();
+            // A concurrent set_cache_limit wins over the default.
+            let _ = CACHE_LIMIT_BYTES.compare_exchange(0, d, Ordering::Relaxed, Ordering::Relaxed);
+            CACHE_LIMIT_BYTES.load(Ordering::Relaxed)
+        }
+        v => v,
+    }
 }
 
 fn cache_max_bytes() -> u64 {
