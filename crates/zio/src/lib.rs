@@ -14,9 +14,11 @@
 //! rewritten with the verified bytes, as a mirror heals its sides. Only when every copy fails does the read return
 //! [`ZioError::Checksum`] or [`ZioError::Io`], and `data_errors` counts it.
 //!
-//! Owns: the pool's [`SpaceMap`] (behind a mutex) and a small read cache of verified
-//! logical blocks keyed by (DVA, birth txg) — the stand-in for the ARC, bounded in
-//! bytes (`cache_max_bytes`), evicting the oldest insertions first.
+//! Owns: the pool's [`SpaceMap`] (behind a mutex) and a read cache of logical blocks
+//! keyed by (DVA, birth txg) — the stand-in for the ARC, filled by verified reads and
+//! by batched writes ([`Zio::write_blocks`]), bounded in bytes (`cache_max_bytes`),
+//! evicting the oldest insertions first. A freed block leaves the cache; the key's
+//! birth txg keeps a reallocated DVA from ever matching an older entry.
 //!
 //! Frees are deferred ([`tarn_metaslab::TXG_DEFER_SIZE`]) so that the last few
 //! uberblocks stay importable for rewind.
