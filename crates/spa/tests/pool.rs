@@ -373,3 +373,53 @@ fn corrupt_labels_and_newer_version_refuse_import() {
     let p = Pool::import("lb2", &[d.path().to_path_buf()], Rewind::None, None).unwrap();
     p.export().unwrap();
 }
+
+#[test]
+fn a_txg_writes_its_metadata_in_a_few_batches_not_block_by_block() {
+    // One txg that dirties hundreds of level-1 indirect blocks (one object written at
+    // the start of 300 different level-1 spans) and hundreds of new objects (a dozen
+    // dnode blocks). Its sync must go out as a few large aggregated device writes per
+    // tree level, not one write per metadata block copy.
+    let d = tempfile::tempdir().unwrap();
+    let a = mkfile(d.path(), "a.img", 256 << 20);
+    let pool = Pool::create(&spec("batch", vec![TopSpec::Leaf(a)])).unwrap();
+    let os = pool.objset("batch").unwrap();
+    let wide = put(&*os, b"x");
+    pool.sync().unwrap();
+    let leaf = pool.zio().vdevs()[0].clone();
+    let ops = |l: &tarn_vdev::Vdev| l.stats.write_ops.load(std::sync::atomic::Ordering::Relaxed);
+    let (ops_before, blocks_before) = (ops(&leaf), pool.zio().blocks_written.load(std::sync::atomic::Ordering::Relaxed));
+    {
+        let tx = os.hold_tx().unwrap();
+        for i in 0..300u64 {
+            // Block size 128 KiB: block i * 1024 is the first of level-1 span i.
+            os.write(&tx, wide, i * 1024 * (128 << 10), &pattern(i, 4096)).unwrap();
+        }
+    }
+    let objs: Vec<u64> = (0..400u64).map(|i| put(&*os, &pattern(1000 + i, 2000))).collect();
+    pool.sync().unwrap();
+    let device_writes = ops(&leaf) - ops_before;
+    let blocks = pool.zio().blocks_written.load(std::sync::atomic::Ordering::Relaxed) - blocks_before;
+    // 300 + 400 data blocks, 300 level-1 blocks and a dozen dnode blocks (two copies
+    // of each metadata block), plus the MOS.
+    assert!(blocks >= 1000, "only {blocks} blocks written");
+    assert!(
+        device_writes * 10 <= blocks,
+        "{device_writes} device writes for {blocks} blocks: metadata not batched"
+    );
+    // And it all reads back after a cold import.
+    drop(os);
+    pool.export().unwrap();
+    let pool = Pool::import("batch", &[d.path().to_path_buf()], Rewind::None, None).unwrap();
+    let os = pool.objset("batch").unwrap();
+    for (i, o) in objs.iter().enumerate() {
+        assert_eq!(get(&*os, *o), pattern(1000 + i as u64, 2000));
+    }
+    for i in [0u64, 1, 150, 299] {
+        let mut buf = vec![0u8; 4096];
+        os.read(wide, i * 1024 * (128 << 10), &mut buf).unwrap();
+        assert_eq!(buf, pattern(i, 4096), "span {i}");
+    }
+    drop(os);
+    pool.export().unwrap();
+}
