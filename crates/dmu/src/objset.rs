@@ -55,6 +55,12 @@ pub const PREFETCH_BLOCKS: u64 = 16;
 /// Streams tracked per object set.
 const PREFETCH_STREAMS_MAX: usize = 64;
 
+/// Txg syncs a hold may wait for while space is coming back (deferred frees need
+/// `TXG_DEFER_SIZE` = 4 syncs, plus one for the syncing txg and one to spare).
+pub const SPACE_WAIT_SYNCS_MAX: usize = 6;
+/// Room a hold wants before it starts without waiting: the largest FUSE write.
+pub const SPACE_WAIT_HEADROOM_BYTES: u64 = 1 << 20;
+
 /// Clean dnodes kept in memory before eviction.
 pub const DNODE_CACHE_MAX: usize = 65_536;
 /// Object-set type of the MOS.
@@ -519,6 +525,26 @@ impl Objset {
             return Err(DmuError::ReadOnly);
         }
         Ok(())
+    }
+
+    /// Before a hold (none is held here, so waiting for a sync cannot deadlock): when
+    /// new dirty data would fail [`Objset::space_check`] only because space is still
+    /// on its way back (frees deferred for a few txgs, or dirty overwrites whose old
+    /// blocks their sync will free), wait for txg syncs instead of failing with ENOSPC,
+    /// as OpenZFS's `dmu_tx_assign` waits and retries on ERESTART. Gives up after
+    /// [`SPACE_WAIT_SYNCS_MAX`] syncs; the check under the hold then decides.
+    fn wait_for_space(&self) {
+        for _ in 0..SPACE_WAIT_SYNCS_MAX {
+            if self.space_check(SPACE_WAIT_HEADROOM_BYTES).is_ok() {
+                return;
+            }
+            if self.zio.deferred_bytes() == 0 && self.gate.dirty_bytes() == 0 {
+                return;
+            }
+            if self.gate.wait_synced(self.gate.open_txg()).is_err() {
+                return;
+            }
+        }
     }
 
     /// Refuse new dirty data that might not fit in the pool (keeps 1/32 as slop for
@@ -1048,6 +1074,7 @@ impl Objset {
 impl ObjectStore for Objset {
     fn hold_tx(&self) -> Result<TxHold> {
         self.check_writable()?;
+        self.wait_for_space();
         self.gate.hold()
     }
 

@@ -83,7 +83,14 @@ impl Pool {
         // A changed vdev tree needs an uberblock with the new GUID sum even when no
         // block changed.
         let mut config_changed = self.config_dirty.swap(false, Ordering::SeqCst);
-        let any = batches.iter().any(|(_, _, b)| !b.is_empty()) || self.mos.has_dirty() || batches.iter().any(|(_, os, _)| os.zil_dirty()) || config_changed;
+        // A txg asked for while frees are still deferred is synced even when nothing
+        // changed: it releases the frees of an older txg, which a writer waiting for
+        // space (`Objset::hold_tx`) needs.
+        let any = batches.iter().any(|(_, _, b)| !b.is_empty())
+            || self.mos.has_dirty()
+            || batches.iter().any(|(_, os, _)| os.zil_dirty())
+            || config_changed
+            || self.zio.deferred_bytes() > 0;
         if !any {
             self.gate.mark_synced(txg);
             for z in &logs {

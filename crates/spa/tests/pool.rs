@@ -277,6 +277,43 @@ fn full_pool_enospc_then_free() {
 }
 
 #[test]
+fn overwrites_wait_for_deferred_frees_instead_of_failing_with_enospc() {
+    // A file of about a third of the pool, overwritten whole again and again with a
+    // sync after each pass: every pass leaves its old copy in the frees deferred for
+    // TXG_DEFER_SIZE txgs, so after two passes free space alone cannot hold the next.
+    // The live data always fits, so the writer must wait for those frees to come back
+    // (as OpenZFS's dmu_tx_assign waits on ERESTART), never see ENOSPC.
+    let d = tempfile::tempdir().unwrap();
+    let a = mkfile(d.path(), "a.img", 96 << 20);
+    let pool = Pool::create(&spec("tight", vec![TopSpec::Leaf(a)])).unwrap();
+    let os = pool.objset("tight").unwrap();
+    let tx = os.hold_tx().unwrap();
+    let obj = os.create_object(&tx, ObjectType::FileData, 512, 128 << 10, &[]).unwrap();
+    drop(tx);
+    let mib = 28u64;
+    for pass in 0..6u64 {
+        let chunk = pattern(pass, 1 << 20);
+        for i in 0..mib {
+            let tx = os.hold_tx().unwrap();
+            os.write(&tx, obj, i << 20, &chunk)
+                .unwrap_or_else(|e| panic!("pass {pass}, MiB {i}: {e} (free {} MiB)", pool.zio().free_bytes() >> 20));
+        }
+        os.wait_synced().unwrap();
+    }
+    drop(os);
+    pool.export().unwrap();
+    let pool = Pool::import("tight", &[d.path().to_path_buf()], Rewind::None, None).unwrap();
+    let os = pool.objset("tight").unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    for i in [0, mib / 2, mib - 1] {
+        os.read(obj, i << 20, &mut buf).unwrap();
+        assert_eq!(buf, pattern(5, 1 << 20), "MiB {i}");
+    }
+    drop(os);
+    pool.export().unwrap();
+}
+
+#[test]
 fn sparse_64_gib_object_costs_only_written_blocks() {
     let d = tempfile::tempdir().unwrap();
     let a = mkfile(d.path(), "a.img", 80 << 20);

@@ -610,6 +610,12 @@ impl Zio {
         self.space.lock().free_bytes()
     }
 
+    /// Bytes freed but not yet allocatable (normal class): they come back as the next
+    /// [`tarn_metaslab::TXG_DEFER_SIZE`] txgs sync.
+    pub fn deferred_bytes(&self) -> u64 {
+        self.space.lock().deferred_bytes()
+    }
+
     /// Allocated bytes (normal class; deferred frees are not counted).
     pub fn alloc_bytes(&self) -> u64 {
         self.space.lock().alloc_bytes()
