@@ -440,8 +440,10 @@ fn a_txg_writes_its_metadata_in_a_few_batches_not_block_by_block() {
     // 300 + 400 data blocks, 300 level-1 blocks and a dozen dnode blocks (two copies
     // of each metadata block), plus the MOS.
     assert!(blocks >= 1000, "only {blocks} blocks written");
+    // Measured: about 60 writes for ~1000 blocks; block by block it was ~700. A fifth
+    // leaves room for the txg being split in two by a timer sync on a slow machine.
     assert!(
-        device_writes * 10 <= blocks,
+        device_writes * 5 <= blocks,
         "{device_writes} device writes for {blocks} blocks: metadata not batched"
     );
     // And it all reads back after a cold import.
