@@ -19,6 +19,7 @@ set -euo pipefail
 shopt -s inherit_errexit
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/bench/lib.sh"
 TARGETS=raw,tarn,zfs-fuse,btrfs
 SIZE=${BENCH_SIZE:-1G}
 RUNTIME=${BENCH_RUNTIME:-20}
@@ -45,8 +46,6 @@ while [ $# -gt 0 ]; do
 done
 IFS=, read -r -a TARGET_LIST <<< "$TARGETS"
 
-log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "run as root (drop_caches, loop devices, FUSE)"
 mkdir -p "$WORK"
 WORK=$(cd "$WORK" && pwd)
@@ -54,24 +53,6 @@ RESULTS=$WORK/results.tsv
 : > "$RESULTS"
 
 # ---- packages ------------------------------------------------------------------------
-APT_UPDATED=0
-apt_install() {
-    export DEBIAN_FRONTEND=noninteractive
-    if [ $APT_UPDATED -eq 0 ]; then apt-get update -qq; APT_UPDATED=1; fi
-    # Install without starting services (zfs-fuse ships an init script): use a
-    # policy-rc.d only when the machine has none, and remove only the one we made.
-    local made_policy=0
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-        chmod 755 /usr/sbin/policy-rc.d
-        made_policy=1
-    fi
-    local rc=0
-    apt-get install -y -qq "$@" || rc=$?
-    [ $made_policy -eq 1 ] && rm -f /usr/sbin/policy-rc.d
-    return $rc
-}
-has() { command -v "$1" >/dev/null 2>&1; }
 wants() { [[ ",$TARGETS," == *",$1,"* ]]; }
 
 has fio || { log "installing fio"; apt_install fio; }
@@ -87,16 +68,6 @@ DIR=""       # where the current target's workloads run
 RUN=()       # command prefix for the current target (zfs-fuse: nsenter into its namespace)
 
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-in_new_namespace() { [ "$(readlink "/proc/$1/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ]; }
-
-wait_for() {  # wait_for SECONDS COMMAND...: retry COMMAND until it succeeds
-    local t=$1; shift
-    for _ in $(seq 1 $((t * 10))); do
-        "$@" >/dev/null 2>&1 && return 0
-        sleep 0.1
-    done
-    "$@"
-}
 
 # ---- target: raw ---------------------------------------------------------------------------
 setup_raw() { mkdir -p "$WORK/raw"; DIR=$WORK/raw; }
@@ -107,17 +78,7 @@ teardown_raw() { rm -rf "$WORK/raw"; }
 TARN_POOL=benchpool
 tarn() { "$TARN" "$@"; }
 setup_tarn() {
-    local features=()
-    grep -Eq '^[[:space:]]*fuse[[:space:]]*=' "$REPO/crates/cli/Cargo.toml" && features=(--features fuse)
-    if [ -z "${TARN_BIN:-}" ]; then
-        log "building tarn"
-        (cd "$REPO" && cargo build --release -q -p tarn-cli "${features[@]}")
-        local target_dir=${CARGO_TARGET_DIR:-$REPO/target}
-        case $target_dir in /*) ;; *) target_dir=$REPO/$target_dir ;; esac
-        TARN=$target_dir/release/tarn
-    else
-        TARN=$TARN_BIN
-    fi
+    find_tarn
     local d=$WORK/tarn
     rm -rf "$d"; mkdir -p "$d/state" "$d/run"
     export TARN_STATE_DIR=$d/state TARN_SOCKET=$d/run/tarn.sock

@@ -44,6 +44,7 @@ set -euo pipefail
 shopt -s inherit_errexit
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/bench/lib.sh"
 ALL_PARTS=big,hdd,zfs-fuse
 PARTS=$ALL_PARTS
 DATA=${BENCH_DATA:-}
@@ -85,8 +86,6 @@ if [ $QUICK -eq 1 ]; then : "${DATA:=512M}" "${HDD_DATA:=128M}"; fi
 : "${DATA:=4G}" "${HDD_DATA:=512M}"
 IFS=, read -r -a PART_LIST <<< "$PARTS"
 
-log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "run as root (FUSE mounts, drop_caches, zfs-fuse, mount namespaces)"
 to_bytes() { numfmt --from=iec "$1" 2>/dev/null || die "bad size '$1' (e.g. 4G, 512M)"; }
 DATA_B=$(to_bytes "$DATA")
@@ -119,20 +118,6 @@ avail=$(df --output=avail -k "$WORK" | tail -n 1)
 [ "$avail" -gt "$need" ] || die "$WORK has $((avail >> 20)) GiB free; about $((need >> 20)) GiB needed"
 
 # ---- packages, binaries -------------------------------------------------------------
-APT_UPDATED=0
-apt_install() {
-    export DEBIAN_FRONTEND=noninteractive
-    if [ $APT_UPDATED -eq 0 ]; then apt-get update -qq; APT_UPDATED=1; fi
-    local made_policy=0   # no service starts (zfs-fuse ships an init script)
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod 755 /usr/sbin/policy-rc.d; made_policy=1
-    fi
-    local rc=0
-    apt-get install -y -qq "$@" || rc=$?
-    [ $made_policy -eq 1 ] && rm -f /usr/sbin/policy-rc.d
-    return $rc
-}
-has() { command -v "$1" >/dev/null 2>&1; }
 wants() { [[ ",$PARTS," == *",$1,"* ]]; }
 if (wants big || wants hdd) && ! has fusermount; then log "installing fuse"; apt_install fuse; fi
 if wants zfs-fuse && ! has zfs-fuse; then log "installing zfs-fuse"; apt_install zfs-fuse; fi
@@ -141,20 +126,7 @@ SCANGEN=$WORK/scangen
 cc -O2 -o "$SCANGEN" "$REPO/bench/scangen.c" -lm
 
 TARN=""
-if wants big || wants hdd; then
-    if [ -n "${TARN_BIN:-}" ]; then
-        TARN=$TARN_BIN
-    else
-        features=()
-        grep -Eq '^[[:space:]]*fuse[[:space:]]*=' "$REPO/crates/cli/Cargo.toml" && features=(--features fuse)
-        log "building tarn (cargo build --release -p tarn-cli)"
-        (cd "$REPO" && cargo build --release -q -p tarn-cli "${features[@]}")
-        target_dir=${CARGO_TARGET_DIR:-$REPO/target}
-        case $target_dir in /*) ;; *) target_dir=$REPO/$target_dir ;; esac
-        TARN=$target_dir/release/tarn
-    fi
-    [ -x "$TARN" ] || die "no tarn binary at $TARN"
-fi
+if wants big || wants hdd; then find_tarn; fi
 
 # ---- common helpers -----------------------------------------------------------------
 record() { printf '%s\t%s\n' "$1" "$2" >> "$RESULTS"; }
@@ -163,18 +135,6 @@ now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f\n", b - a }'; }
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 mib() { awk -v b="$1" 'BEGIN { printf "%.0f", b / 1048576 }'; }
-in_new_namespace() { [ "$(readlink "/proc/$1/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ]; }
-wait_for() {  # wait_for SECONDS COMMAND...: retry COMMAND until it succeeds
-    local t=$1; shift
-    for _ in $(seq 1 $((t * 10))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
-    "$@"
-}
-wait_gone() {  # wait_gone PID SECONDS: wait for a process to exit, SIGKILL it after that
-    local pid=$1 t=$2
-    for _ in $(seq 1 $((t * 10))); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
-    log "pid $pid still alive after ${t}s; sending SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-}
 # gen NAME DIR BYTES [PREFIX...]: write the data set, record its rate
 gen() {
     local name=$1 dir=$2 bytes=$3 out; shift 3

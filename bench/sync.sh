@@ -49,6 +49,7 @@ set -euo pipefail
 shopt -s inherit_errexit
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/bench/lib.sh"
 ALL_TARGETS=raw-log,tarn-txg,tarn-nolog,tarn-slog,tarn-txg-nolat,tarn-nolog-nolat,tarn-slog-nolat,zfs-fuse,zfs-fuse-slog
 TARGETS=$ALL_TARGETS
 RUNTIME=${BENCH_RUNTIME:-15}
@@ -90,8 +91,6 @@ done
 [ -n "$FILETIME" ] || FILETIME=$((RUNTIME * 2))
 IFS=, read -r -a TARGET_LIST <<< "$TARGETS"
 
-log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "run as root (FUSE mounts, zfs-fuse, mount namespaces)"
 [[ $RUNTIME =~ ^[0-9]+$ && $RUNTIME -gt 0 ]] || die "--runtime must be a positive integer"
 [[ $FILETIME =~ ^[0-9]+$ && $FILETIME -gt 0 ]] || die "--filetime must be a positive integer"
@@ -106,24 +105,6 @@ RESULTS=$WORK/results.tsv
 : > "$RESULTS"
 
 # ---- packages ------------------------------------------------------------------------
-APT_UPDATED=0
-apt_install() {
-    export DEBIAN_FRONTEND=noninteractive
-    if [ $APT_UPDATED -eq 0 ]; then apt-get update -qq; APT_UPDATED=1; fi
-    # Install without starting services (zfs-fuse ships an init script): use a
-    # policy-rc.d only when the machine has none, and remove only the one we made.
-    local made_policy=0
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-        chmod 755 /usr/sbin/policy-rc.d
-        made_policy=1
-    fi
-    local rc=0
-    apt-get install -y -qq "$@" || rc=$?
-    [ $made_policy -eq 1 ] && rm -f /usr/sbin/policy-rc.d
-    return $rc
-}
-has() { command -v "$1" >/dev/null 2>&1; }
 wants_prefix() { [[ ",$TARGETS" == *",$1"* ]]; }
 
 has fio || { log "installing fio"; apt_install fio; }
@@ -135,40 +116,11 @@ cc -O2 -pthread -o "$SMALLFILES" "$REPO/bench/smallfiles.c"
 
 # Build (or find) tarn once, before any target runs.
 TARN=""
-if wants_prefix tarn; then
-    if [ -n "${TARN_BIN:-}" ]; then
-        TARN=$TARN_BIN
-    else
-        features=()
-        grep -Eq '^[[:space:]]*fuse[[:space:]]*=' "$REPO/crates/cli/Cargo.toml" && features=(--features fuse)
-        log "building tarn (cargo build --release -p tarn-cli)"
-        (cd "$REPO" && cargo build --release -q -p tarn-cli "${features[@]}")
-        target_dir=${CARGO_TARGET_DIR:-$REPO/target}
-        case $target_dir in /*) ;; *) target_dir=$REPO/$target_dir ;; esac
-        TARN=$target_dir/release/tarn
-    fi
-    [ -x "$TARN" ] || die "no tarn binary at $TARN"
-fi
+if wants_prefix tarn; then find_tarn; fi
 
 # ---- common helpers --------------------------------------------------------------------
 DIR=""       # where the current target's workloads run
 RUN=()       # command prefix for the current target (zfs-fuse: nsenter into its namespace)
-
-in_new_namespace() { [ "$(readlink "/proc/$1/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ]; }
-wait_for() {  # wait_for SECONDS COMMAND...: retry COMMAND until it succeeds
-    local t=$1; shift
-    for _ in $(seq 1 $((t * 10))); do
-        "$@" >/dev/null 2>&1 && return 0
-        sleep 0.1
-    done
-    "$@"
-}
-wait_gone() {  # wait_gone PID SECONDS: wait for a process to exit, SIGKILL it after that
-    local pid=$1 t=$2
-    for _ in $(seq 1 $((t * 10))); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
-    log "pid $pid still alive after ${t}s; sending SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-}
 
 # prefill FILE: a log device file of LOG_SIZE, every block written (see the header)
 prefill() {

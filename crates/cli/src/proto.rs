@@ -132,15 +132,7 @@ pub fn spawn_daemon() -> std::io::Result<()> {
     Ok(())
 }
 
-/// How often [`connect_or_start`] starts another daemon while nobody answers.
-const RESPAWN_INTERVAL: Duration = Duration::from_millis(500);
-
 /// Connect, starting the daemon if nobody answers, retrying for up to `timeout`.
-///
-/// A daemon that was just killed can close its socket a moment before the kernel drops
-/// its lock on `<socket>.lock`; a daemon started in that moment sees the lock held,
-/// says "already running" and exits. So while nobody answers, another daemon is
-/// started every [`RESPAWN_INTERVAL`] (the lock lets only one of them run).
 pub fn connect_or_start(timeout: Duration) -> std::io::Result<UnixStream> {
     let path = socket_path();
     match UnixStream::connect(&path) {
@@ -150,15 +142,10 @@ pub fn connect_or_start(timeout: Duration) -> std::io::Result<UnixStream> {
     }
     spawn_daemon()?;
     let start = Instant::now();
-    let mut spawned = Instant::now();
     loop {
         match UnixStream::connect(&path) {
             Ok(s) => return Ok(s),
             Err(e) if start.elapsed() >= timeout => return Err(e),
-            Err(_) if spawned.elapsed() >= RESPAWN_INTERVAL => {
-                spawn_daemon()?;
-                spawned = Instant::now();
-            }
             Err(_) => std::thread::sleep(Duration::from_millis(50)),
         }
     }

@@ -1,0 +1,58 @@
+# Helpers shared by the benchmark scripts (fio.sh, sync.sh, scan.sh); source it after
+# setting REPO. Defines log, die, apt_install, has, in_new_namespace, wait_for,
+# wait_gone and find_tarn. Nothing here runs on its own.
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# apt_install PKG...: install without starting services (zfs-fuse ships an init
+# script): a policy-rc.d only when the machine has none, removing only the one made.
+APT_UPDATED=0
+apt_install() {
+    export DEBIAN_FRONTEND=noninteractive
+    if [ $APT_UPDATED -eq 0 ]; then apt-get update -qq; APT_UPDATED=1; fi
+    local made_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+        chmod 755 /usr/sbin/policy-rc.d
+        made_policy=1
+    fi
+    local rc=0
+    apt-get install -y -qq "$@" || rc=$?
+    [ $made_policy -eq 1 ] && rm -f /usr/sbin/policy-rc.d
+    return $rc
+}
+has() { command -v "$1" >/dev/null 2>&1; }
+
+in_new_namespace() { [ "$(readlink "/proc/$1/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ]; }
+wait_for() {  # wait_for SECONDS COMMAND...: retry COMMAND until it succeeds
+    local t=$1; shift
+    for _ in $(seq 1 $((t * 10))); do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    "$@"
+}
+wait_gone() {  # wait_gone PID SECONDS: wait for a process to exit, SIGKILL it after that
+    local pid=$1 t=$2
+    for _ in $(seq 1 $((t * 10))); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+    log "pid $pid still alive after ${t}s; sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+}
+
+# find_tarn: set TARN to $TARN_BIN, or build `cargo build --release -p tarn-cli`
+# (honouring CARGO_TARGET_DIR) and use that binary.
+find_tarn() {
+    if [ -n "${TARN_BIN:-}" ]; then
+        TARN=$TARN_BIN
+    else
+        local features=() target_dir
+        grep -Eq '^[[:space:]]*fuse[[:space:]]*=' "$REPO/crates/cli/Cargo.toml" && features=(--features fuse)
+        log "building tarn (cargo build --release -p tarn-cli)"
+        (cd "$REPO" && cargo build --release -q -p tarn-cli "${features[@]}")
+        target_dir=${CARGO_TARGET_DIR:-$REPO/target}
+        case $target_dir in /*) ;; *) target_dir=$REPO/$target_dir ;; esac
+        TARN=$target_dir/release/tarn
+    fi
+    [ -x "$TARN" ] || die "no tarn binary at $TARN"
+}
