@@ -13,8 +13,9 @@
 //! States: starting (lock taken, socket bound) → serving → stopping (SIGTERM, SIGINT or
 //! a `daemon --stop` request: every dataset unmounted children first, every pool
 //! exported, socket and pid file removed) → exit 0. A second daemon for the same
-//! socket finds the socket answering (or the lock held) and exits with "tarn daemon
-//! already running".
+//! socket finds the socket answering (or the lock held past `LOCK_WAIT` while nobody
+//! answers: a daemon that is exiting gets that long to let go) and exits with "tarn
+//! daemon already running".
 //!
 //! Locks: one mutex around `State`, held for a whole command, so commands are
 //! serialized (they are short; file I/O through FUSE never takes it). Order: state
@@ -406,6 +407,9 @@ fn socket_mode() -> u32 {
         .unwrap_or(0o600)
 }
 
+/// How long a starting daemon waits for the lock of one that is exiting.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// `tarn daemon --foreground`: serve until stopped. Returns the exit status on a
 /// failure to start.
 pub fn run_foreground() -> i32 {
@@ -443,10 +447,17 @@ pub fn run_foreground() -> i32 {
             return 1;
         }
     };
+    // A daemon that was just killed closes its socket a moment before the kernel drops
+    // its lock, so a held lock with nobody answering the socket is a daemon on its way
+    // out: wait for it (up to LOCK_WAIT) rather than report one running.
+    let waited = std::time::Instant::now();
     // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        eprintln!("tarn daemon already running");
-        return 1;
+    while unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        if UnixStream::connect(&socket).is_ok() || waited.elapsed() >= LOCK_WAIT {
+            eprintln!("tarn daemon already running");
+            return 1;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
     std::mem::forget(lock); // held until the process exits
     let _ = std::fs::remove_file(&socket);
