@@ -71,6 +71,18 @@ fn cache_max_bytes() -> u64 {
 fn dirty_max_bytes() -> u64 {
     cache_limit() / 4
 }
+/// The top-level specs of a create or an add as `open_new_tops` takes them, flagged
+/// `true` for logs: normal vdevs, then logs, then spares (single-leaf tops) last, so
+/// the opened devices split at `len - spares.len()`.
+pub(crate) fn tops_in_order<'a>(vdevs: &'a [TopSpec], logs: &'a [TopSpec], spares: &'a [TopSpec]) -> Vec<(&'a TopSpec, bool)> {
+    vdevs
+        .iter()
+        .map(|t| (t, false))
+        .chain(logs.iter().map(|t| (t, true)))
+        .chain(spares.iter().map(|t| (t, false)))
+        .collect()
+}
+
 /// MOS object holding the pool directory (JSON).
 pub(crate) const MOS_DIR_OBJ: u64 = 1;
 
@@ -231,13 +243,7 @@ impl Pool {
             )));
         }
         let spares: Vec<TopSpec> = spec.spares.iter().cloned().map(TopSpec::Leaf).collect();
-        let tops: Vec<(&TopSpec, bool)> = spec
-            .vdevs
-            .iter()
-            .map(|t| (t, false))
-            .chain(spec.logs.iter().map(|t| (t, true)))
-            .chain(spares.iter().map(|t| (t, false)))
-            .collect();
+        let tops = tops_in_order(&spec.vdevs, &spec.logs, &spares);
         let mut opened = Self::open_new_tops(&tops, spec.force, None)?;
         let spare_leaves: Vec<(PathBuf, Leaf)> = opened.split_off(opened.len() - spares.len()).into_iter().flatten().collect();
         register_name(&spec.name)?;

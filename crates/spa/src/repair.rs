@@ -186,28 +186,31 @@ fn node_mut<'a>(root: &'a mut VdevConfig, at: &[usize]) -> &'a mut VdevConfig {
 /// Index path (top-level index, then child indices) of the first node, depth first,
 /// for which `hit` is true; holes are skipped.
 fn find_path(root: &VdevConfig, hit: &dyn Fn(&VdevConfig) -> bool) -> Option<Vec<usize>> {
-    fn walk(n: &VdevConfig, hit: &dyn Fn(&VdevConfig) -> bool, at: &mut Vec<usize>) -> bool {
-        if hit(n) {
-            return true;
-        }
-        for (i, c) in n.children.iter().enumerate() {
-            at.push(i);
-            if walk(c, hit, at) {
-                return true;
-            }
-            at.pop();
-        }
-        false
-    }
     let mut at = Vec::new();
     for (i, t) in root.children.iter().enumerate().filter(|(_, t)| !t.is_hole()) {
         at.push(i);
-        if walk(t, hit, &mut at) {
+        if walk_path(t, hit, &mut at) {
             return Some(at);
         }
         at.pop();
     }
     None
+}
+
+/// Depth-first search below `n` (included) for a node where `hit` is true; on success
+/// `at` ends with the child indices leading to it from `n`.
+fn walk_path(n: &VdevConfig, hit: &dyn Fn(&VdevConfig) -> bool, at: &mut Vec<usize>) -> bool {
+    if hit(n) {
+        return true;
+    }
+    for (i, c) in n.children.iter().enumerate() {
+        at.push(i);
+        if walk_path(c, hit, at) {
+            return true;
+        }
+        at.pop();
+    }
+    false
 }
 
 /// Index path of the leaf named `device` (path or GUID) in the tree, if any.
@@ -1075,28 +1078,15 @@ fn renumber_spares(cfg: &mut VdevConfig) {
 /// Index path of a replacing node in top-level vdev `id` whose last child is a usable
 /// leaf with an empty DTL.
 fn find_complete_replacing(cfg: &VdevConfig, id: usize, nodes: &HashMap<u64, Arc<Vdev>>) -> Option<Vec<usize>> {
-    fn walk(n: &VdevConfig, at: &mut Vec<usize>, nodes: &HashMap<u64, Arc<Vdev>>) -> bool {
-        if n.kind == "replacing" {
-            let done = n
-                .children
+    let complete = |n: &VdevConfig| {
+        n.kind == "replacing"
+            && n.children
                 .last()
                 .and_then(|c| nodes.get(&c.guid))
-                .is_some_and(|v| matches!(v.kind, VdevKind::Leaf(_)) && v.state().is_usable() && v.dtl.is_empty());
-            if done {
-                return true;
-            }
-        }
-        for (i, c) in n.children.iter().enumerate() {
-            at.push(i);
-            if walk(c, at, nodes) {
-                return true;
-            }
-            at.pop();
-        }
-        false
-    }
+                .is_some_and(|v| matches!(v.kind, VdevKind::Leaf(_)) && v.state().is_usable() && v.dtl.is_empty())
+    };
     let mut at = vec![id];
-    walk(&cfg.children[id], &mut at, nodes).then_some(at)
+    walk_path(&cfg.children[id], &complete, &mut at).then_some(at)
 }
 
 #[cfg(test)]

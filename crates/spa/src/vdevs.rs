@@ -181,13 +181,7 @@ impl Pool {
         }
         let cfg = self.config.lock().clone();
         let spares: Vec<TopSpec> = spec.spares.iter().cloned().map(TopSpec::Leaf).collect();
-        let all: Vec<(&TopSpec, bool)> = spec
-            .vdevs
-            .iter()
-            .map(|t| (t, false))
-            .chain(spec.logs.iter().map(|t| (t, true)))
-            .chain(spares.iter().map(|t| (t, false)))
-            .collect();
+        let all = crate::pool::tops_in_order(&spec.vdevs, &spec.logs, &spares);
         let tops = &all[..all.len() - spares.len()];
         // As OpenZFS's make_root_vdev: the spec and the devices first, then the
         // replication level. Opening writes nothing; on error the leaves are closed.

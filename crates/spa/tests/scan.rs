@@ -3,7 +3,6 @@
 //! export/import and finishes, a resilver fills a leaf that missed txgs, and damage
 //! beyond what the layout tolerates is reported as errors, never hidden.
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,12 +30,7 @@ fn create(name: &str, top: TopSpec) -> Arc<Pool> {
     Pool::create(&CreateSpec {
         name: name.into(),
         vdevs: vec![top],
-        logs: Vec::new(),
-        spares: Vec::new(),
-        ashift: 12,
-        force: false,
-        pool_props: BTreeMap::new(),
-        fs_props: BTreeMap::new(),
+        ..CreateSpec::default()
     })
     .unwrap()
 }
