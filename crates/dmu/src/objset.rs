@@ -550,9 +550,8 @@ impl Objset {
     /// Refuse new dirty data that might not fit in the pool (keeps 1/32 as slop for
     /// metadata and frees, as OpenZFS's `spa_slop_shift`).
     fn space_check(&self, len: u64) -> Result<()> {
-        let size = self.zio.size_bytes();
+        let (size, free) = self.zio.with_space(|s| (s.asize_bytes(), s.free_bytes()));
         let slop = (size >> self.slop_shift).max(4 << 20);
-        let free = self.zio.free_bytes();
         let pending = (self.gate.dirty_bytes() + len) as f64 * self.zio.inflation() * 1.1;
         if (free as f64) < slop as f64 + pending {
             return Err(DmuError::NoSpace);
@@ -868,7 +867,7 @@ impl Objset {
                 used += bp.asize_total_bytes() as i64;
                 tree.root = *bp;
             }
-            tree.used_bytes = used.max(0) as u64;
+            // `trees_write` sets `tree.used_bytes` from `used` for every tree.
             return Ok(TreeWork { tree, dirty, used, before });
         }
         let top = levels - 1;
@@ -1014,13 +1013,12 @@ impl Objset {
         for l in (2..=top).rev() {
             let idx_here = l1 / BPS_PER_INDIRECT.pow(l - 1);
             let child = (l1 / BPS_PER_INDIRECT.pow(l - 2)) % BPS_PER_INDIRECT;
-            let blk = match dirty.get(&(l, idx_here)) {
-                Some(b) => std::borrow::Cow::Borrowed(b.as_slice()),
-                None if bp.is_hole() => return Ok(false),
-                None => std::borrow::Cow::Owned(self.zio.read_block(&bp).map_err(zio_err)?.as_ref().clone()),
-            };
             let o = child as usize * BLKPTR_SIZE_BYTES;
-            bp = BlkPtr::decode(&blk[o..o + BLKPTR_SIZE_BYTES])?;
+            bp = match dirty.get(&(l, idx_here)) {
+                Some(b) => BlkPtr::decode(&b[o..o + BLKPTR_SIZE_BYTES])?,
+                None if bp.is_hole() => return Ok(false),
+                None => BlkPtr::decode(&self.zio.read_block(&bp).map_err(zio_err)?[o..o + BLKPTR_SIZE_BYTES])?,
+            };
         }
         Ok(!bp.is_hole())
     }
