@@ -1,6 +1,6 @@
 # Helpers shared by the benchmark scripts (fio.sh, sync.sh, scan.sh); source it after
 # setting REPO. Defines log, die, apt_install, has, in_new_namespace, wait_for,
-# wait_gone and find_tarn. Nothing here runs on its own.
+# wait_gone, find_tarn and on_signal. Nothing here runs on its own.
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -55,4 +55,13 @@ find_tarn() {
         TARN=$target_dir/release/tarn
     fi
     [ -x "$TARN" ] || die "no tarn binary at $TARN"
+}
+
+# on_signal: the INT/TERM trap of a script that runs each part in the background in its
+# own process group, pid in CHILD: stop that whole group, let its EXIT trap tear down.
+on_signal() {
+    trap '' INT TERM
+    log "interrupted; tearing down${CHILD:+ (pid $CHILD)}"
+    if [ -n "$CHILD" ]; then kill -TERM -- "-$CHILD" 2>/dev/null || true; wait "$CHILD" 2>/dev/null || true; fi
+    exit 130
 }

@@ -443,12 +443,6 @@ run_part() {  # in a subshell: teardown always runs, a failure does not stop the
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 START=$(date +%s)
 CHILD=""
-on_signal() {
-    trap '' INT TERM
-    log "interrupted; tearing down${CHILD:+ (pid $CHILD)}"
-    if [ -n "$CHILD" ]; then kill -TERM -- "-$CHILD" 2>/dev/null || true; wait "$CHILD" 2>/dev/null || true; fi
-    exit 130
-}
 trap on_signal INT TERM
 FAILED=()
 for p in "${PART_LIST[@]}"; do

@@ -354,12 +354,6 @@ START=$(date +%s)
 # On Ctrl-C or SIGTERM: stop the running target's whole process group (fio, smallfiles)
 # and let its EXIT trap tear it down before leaving.
 CHILD=""
-on_signal() {
-    trap '' INT TERM
-    log "interrupted; tearing down${CHILD:+ (pid $CHILD)}"
-    if [ -n "$CHILD" ]; then kill -TERM -- "-$CHILD" 2>/dev/null || true; wait "$CHILD" 2>/dev/null || true; fi
-    exit 130
-}
 trap on_signal INT TERM
 FAILED=()
 for t in "${TARGET_LIST[@]}"; do
