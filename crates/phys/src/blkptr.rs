@@ -96,6 +96,9 @@ pub enum ObjectType {
     DslDataset = 11,
     /// Intent log block (reserved for the ZIL issue).
     IntentLog = 12,
+    /// Dead list of a dataset or snapshot: an array of block pointers that died
+    /// while a snapshot still referenced them (OpenZFS `bpobj` under a deadlist).
+    Deadlist = 13,
 }
 
 impl ObjectType {
@@ -116,6 +119,7 @@ impl ObjectType {
             10 => Symlink,
             11 => DslDataset,
             12 => IntentLog,
+            13 => Deadlist,
             _ => return Err(Corrupt::new("blkptr", format!("unknown object type {v}"))),
         })
     }

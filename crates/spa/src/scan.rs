@@ -191,7 +191,7 @@ impl Pool {
             d.errlog.extend(damaged.iter().copied());
             d.errlog.extend(live.iter().copied());
         }
-        self.save_dir(&tx)
+        self.save_scan_records(&tx)
     }
 
     /// `zpool scrub`: start a scrub, or resume a paused one.
