@@ -417,8 +417,9 @@ fn select_typed(
         let own_snaps = want_snap && !want_fs && !name.contains('@') && !recursive;
         for i in infos {
             let below = is_below(&i.name, name) && list_depth(&i.name) - base <= limit;
-            let take =
-                i.name == name || (recursive && below && wanted(&i.name)) || (own_snaps && i.name.split_once('@').map(|(f, _)| f == name).unwrap_or(false));
+            let take = (i.name == name && (wanted(&i.name) || name.contains('@')))
+                || (recursive && below && wanted(&i.name))
+                || (own_snaps && i.name.split_once('@').map(|(f, _)| f == name).unwrap_or(false));
             if take && !out.iter().any(|(_, o): &(String, DatasetInfo)| o.name == i.name) {
                 out.push((pool.to_string(), i));
             }

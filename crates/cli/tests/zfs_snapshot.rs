@@ -77,17 +77,20 @@ fn snapshot_list_destroy_without_mounts() {
     let plan = env.zfs(&["destroy", "-nvR", "tank/fs@a"]).ok().stdout;
     assert!(plan.starts_with("would destroy tank/c\nwould destroy tank/fs@a\nwould reclaim "), "{plan}");
     assert_eq!(snaps(&env), before);
-    // A range destroys a@..c@ of tank/fs; -R takes the clone.
+    // A range destroys a@..c@ of tank/fs; -R takes the clone and, as it implies -r
+    // in OpenZFS, the same-named snapshots of descendants (tank/fs/kid@b).
     env.zfs(&["destroy", "-R", "tank/fs@a%c"]).ok();
-    assert_eq!(snaps(&env), "tank@top\ntank/fs/kid@b\n");
+    assert_eq!(snaps(&env), "tank@top\n");
     assert_eq!(env.zfs(&["list", "-H", "-o", "name"]).ok().stdout, "tank\ntank/fs\ntank/fs/kid\n");
     // -r on a snapshot name takes the same snapshot of every descendant.
     env.zfs(&["snapshot", "-r", "tank@r"]).ok();
+    assert_eq!(snaps(&env), "tank@top\ntank@r\ntank/fs@r\ntank/fs/kid@r\n");
     env.zfs(&["destroy", "-r", "tank@r"]).ok();
-    assert_eq!(snaps(&env), "tank@top\ntank/fs/kid@b\n");
+    assert_eq!(snaps(&env), "tank@top\n");
+    env.zfs(&["snapshot", "tank/fs/kid@b"]).ok();
     // Snapshots survive export/import.
     env.zpool(&["export", "tank"]).ok();
-    env.zpool(&["import", "-d", &env.vdir().display().to_string(), "-R", &alt, "tank"]).ok();
+    env.zpool(&["import", "-N", "-d", &env.vdir().display().to_string(), "-R", &alt, "tank"]).ok();
     assert_eq!(snaps(&env), "tank@top\ntank/fs/kid@b\n");
     env.zfs(&["destroy", "-r", "tank/fs"]).ok();
     assert_eq!(snaps(&env), "tank@top\n");

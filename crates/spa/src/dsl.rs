@@ -757,20 +757,20 @@ impl Pool {
         }
     }
 
-    /// All file systems, sorted by name, with effective properties and space figures
+    /// All file systems, in listing order, with effective properties and space figures
     /// (`used`, `usedbydataset`, `usedbysnapshots`, `usedbychildren`,
     /// `usedbyrefreservation`, `written`, `origin`, …).
     pub fn list_datasets(&self) -> Result<Vec<DatasetInfo>> {
         Ok(self.list_all()?.into_iter().filter(|i| !i.name.contains('@')).collect())
     }
 
-    /// Every snapshot, sorted by name, with its figures (`used` = what destroying it
+    /// Every snapshot, in listing order, with its figures (`used` = what destroying it
     /// alone frees, `referenced`, `written`, `clones`, `createtxg`, `userrefs`).
     pub fn list_snapshots(&self) -> Result<Vec<DatasetInfo>> {
         Ok(self.list_all()?.into_iter().filter(|i| i.name.contains('@')).collect())
     }
 
-    /// File systems and snapshots together, sorted by name.
+    /// File systems and snapshots together, in OpenZFS's listing order.
     pub fn list_all(&self) -> Result<Vec<DatasetInfo>> {
         let d = self.dir.lock().clone();
         let slop = (self.size_bytes() >> 5).max(4 << 20);
@@ -842,7 +842,18 @@ impl Pool {
                 props,
             });
         }
-        out.sort_by(|a, b| a.name.cmp(&b.name));
+        // OpenZFS's order: each file system, then its snapshots oldest first, then its
+        // children (so `/` sorts before every name character).
+        let key = |i: &DatasetInfo| {
+            let (fs, snap) = i.name.split_once('@').map(|(f, _)| (f, true)).unwrap_or((i.name.as_str(), false));
+            let txg: u64 = if snap {
+                i.props.get("createtxg").and_then(|v| v.0.parse().ok()).unwrap_or(0) + 1
+            } else {
+                0
+            };
+            (fs.replace('/', "\u{1}"), txg, i.name.clone())
+        };
+        out.sort_by_cached_key(key);
         Ok(out)
     }
 
