@@ -484,9 +484,12 @@ impl Pool {
         let synced = self.gate.synced_txg();
         self.zio.with_space(|s| s.hold_frees_from(Some(synced + 1)));
         let datasets = {
+            // Snapshots too: a block only a snapshot holds must be scrubbed and
+            // resilvered like any other (shared blocks are visited once per tree).
             let d = self.dir.lock();
             d.datasets
                 .values()
+                .chain(d.snaps.values())
                 .filter_map(|r| {
                     let b = self.mos.bonus(r.obj).ok()?;
                     Some((r.obj, crate::dsl::DslDatasetPhys::decode(&b).ok()?.rootbp))
