@@ -358,12 +358,11 @@ impl Pool {
     pub fn list_datasets(&self) -> Result<Vec<DatasetInfo>> {
         let d = self.dir.lock().clone();
         let slop = (self.size_bytes() >> 5).max(4 << 20);
-        let ratio = self.zio.deflate_ratio();
-        let avail = (self.zio.free_bytes().saturating_sub(slop) as f64 * ratio) as u64;
+        let avail = self.zio.deflated_bytes(self.zio.free_bytes().saturating_sub(slop));
         let refer: BTreeMap<String, u64> = d
             .datasets
             .iter()
-            .map(|(n, r)| (n.clone(), (self.refer_bytes(r.obj) as f64 * ratio) as u64))
+            .map(|(n, r)| (n.clone(), self.zio.deflated_bytes(self.refer_bytes(r.obj))))
             .collect();
         let mut out = Vec::new();
         for (name, rec) in &d.datasets {

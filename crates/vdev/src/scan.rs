@@ -14,6 +14,13 @@
 //!   txg) and is rewritten; a leaf that was not read but whose DTL holds the block's
 //!   birth txg is a resilver target and is written.
 //!
+//! Where a block lies on a leaf: a mirror's leaves hold the zero-padded block at its
+//! own offset; a raidz block has one column per child it touches (`p + 1 ..= n` of
+//! them, of one or two lengths, starting on any child — see [`crate::raidz`]), so the
+//! extent read from every raidz child covers child sectors
+//! `[start_sector / n, (end_sector − 1) / n]` and each column is sliced out of it by
+//! the block's [`crate::raidz::Map`]. Skip sectors are neither checked nor written.
+//!
 //! Writes to each leaf are sorted and coalesced, so a resilvering leaf also sees few
 //! large ascending writes. Only block ranges are ever written — never the gaps between
 //! blocks, which may be free space that a concurrent txg is allocating.
