@@ -143,7 +143,10 @@ impl Rig {
                     sector_bytes: SECTOR_BYTES,
                 };
                 let map = g.map(dva.offset_bytes, psize);
-                map.columns.iter().map(|c| (c.child, DATA_START_BYTES + c.child_offset_bytes, c.size_bytes)).collect()
+                map.columns
+                    .iter()
+                    .map(|c| (c.child, DATA_START_BYTES + c.child_offset_bytes, c.size_bytes))
+                    .collect()
             }
         }
     }

@@ -309,11 +309,7 @@ impl Zio {
             weighted += share * u128::from(d.deflate_ratio());
             total += share;
         }
-        if total == 0 {
-            512
-        } else {
-            ((weighted / total) as u64).min(512)
-        }
+        weighted.checked_div(total).map_or(512, |r| (r as u64).min(512))
     }
 
     /// The deflate ratio as a fraction (1.0 for mirrors and plain disks, about
