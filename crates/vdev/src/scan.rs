@@ -233,7 +233,8 @@ impl Vdev {
                         });
                     (vec![place], truth)
                 }
-                Some(_) if b.psize_bytes == 0 => (Vec::new(), None),
+                // A block pointer no raidz map can describe (from a corrupt DVA).
+                Some(g) if b.psize_bytes == 0 || !b.offset_bytes.is_multiple_of(g.sector_bytes) => (Vec::new(), None),
                 Some(g) => {
                     let map = g.map(b.offset_bytes, b.psize_bytes);
                     let places: Vec<Placement> = map
