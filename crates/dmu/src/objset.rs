@@ -1342,10 +1342,9 @@ impl ObjectStore for Objset {
     fn space(&self) -> SpaceInfo {
         let size = self.zio.size_bytes();
         let slop = (size >> self.slop_shift).max(4 << 20);
-        let r = self.zio.deflate_ratio();
         SpaceInfo {
-            used_bytes: (self.used_bytes() as f64 * r) as u64,
-            avail_bytes: (self.zio.free_bytes().saturating_sub(slop) as f64 * r) as u64,
+            used_bytes: self.zio.deflated_bytes(self.used_bytes()),
+            avail_bytes: self.zio.deflated_bytes(self.zio.free_bytes().saturating_sub(slop)),
         }
     }
 

@@ -45,7 +45,9 @@ pub use zil::{LwbHeader, LwbPtr, RecordHeader, ZilHeader};
 ///
 /// Version 2: the pool directory, dataset and snapshot records, properties and error
 /// log are MOS objects (ZAPs and fixed records) instead of one JSON object; dataset
-/// records carry snapshot links and dead lists.
+/// records carry snapshot links and dead lists; raidz blocks are variable width as in
+/// OpenZFS (asize = data + parity sectors rounded up to a multiple of nparity + 1,
+/// columns starting on child `(offset >> ashift) % n`).
 pub const TARN_FORMAT_VERSION: u64 = 2;
 
 /// Oldest format version this build imports. Version 1 pools (JSON pool directory)

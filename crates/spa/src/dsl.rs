@@ -637,7 +637,7 @@ impl Pool {
                 );
             }
             if !d.snaps.contains_key(name) && names.len() == 1 {
-                return Err(SpaError::NotFound(format!("could not find any snapshots to destroy; check snapshot names.")));
+                return Err(SpaError::NotFound("could not find any snapshots to destroy; check snapshot names.".to_string()));
             }
             for n in names.into_iter().filter(|n| d.snaps.contains_key(n)) {
                 self.plan_snapshot(&d, &n, with_clones, &mut out)?;
@@ -774,8 +774,7 @@ impl Pool {
     pub fn list_all(&self) -> Result<Vec<DatasetInfo>> {
         let d = self.dir.lock().clone();
         let slop = (self.size_bytes() >> 5).max(4 << 20);
-        let ratio = self.zio.deflate_ratio();
-        let defl = |b: u64| (b as f64 * ratio) as u64;
+        let defl = |b: u64| self.zio.deflated_bytes(b);
         let avail = defl(self.zio.free_bytes().saturating_sub(slop));
         let mut space = BTreeMap::new();
         for (n, r) in d.datasets.iter().chain(d.snaps.iter()) {
@@ -887,7 +886,7 @@ impl Pool {
             &mut |_| false,
         )
         .map_err(dmu_err)?;
-        Ok((total as f64 * self.zio.deflate_ratio()) as u64)
+        Ok(self.zio.deflated_bytes(total))
     }
 
     /// `zfs set name prop=value` (mountpoint, recordsize, atime, readonly, canmount, compression).
