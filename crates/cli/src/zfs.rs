@@ -189,7 +189,7 @@ fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     };
     let recursive = p.has('r') || p.has('R');
     if name.contains('@') {
-        return crate::zfs_snap::destroy_snapshots(st, ctx, &name, p.has('r'), p.has('R'), p.has('n'), p.has('v'), p.has('f'));
+        return crate::zfs_snap::destroy_snapshots(st, ctx, &name, &p);
     }
     let Some(entry) = st.pools.get_mut(pool_of(&name)) else {
         return no_dataset(&name);
@@ -929,9 +929,11 @@ mod tests {
 
     #[test]
     fn types() {
-        assert!(type_filter(None).unwrap());
-        assert!(type_filter(Some("filesystem".into())).unwrap());
-        assert!(!type_filter(Some("snapshot".into())).unwrap());
+        assert_eq!(type_filter(None).unwrap(), (true, false));
+        assert_eq!(type_filter(Some("filesystem".into())).unwrap(), (true, false));
+        assert_eq!(type_filter(Some("snapshot".into())).unwrap(), (false, true));
+        assert_eq!(type_filter(Some("fs,snap".into())).unwrap(), (true, true));
+        assert_eq!(type_filter(Some("all".into())).unwrap(), (true, true));
         assert!(type_filter(Some("bogus".into())).is_err());
     }
 }

@@ -187,7 +187,10 @@ pub fn clone(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
 }
 
 /// `zfs destroy [-nvrR] fs@snap[%snap][,snap]…`: snapshots, ranges and lists.
-pub fn destroy_snapshots(st: &mut State, ctx: &Ctx, name: &str, recursive: bool, with_clones: bool, dry_run: bool, verbose: bool, force: bool) -> Response {
+/// `p` carries destroy's flags: `-r` (same snapshot of descendants), `-R` (clones
+/// too), `-n` (dry run), `-v` (list), `-f` (force unmount).
+pub fn destroy_snapshots(st: &mut State, ctx: &Ctx, name: &str, p: &crate::args::Parsed) -> Response {
+    let (recursive, with_clones, dry_run, verbose, force) = (p.has('r'), p.has('R'), p.has('n'), p.has('v'), p.has('f'));
     let Some((fs, spec)) = name.split_once('@') else {
         return Response::err(format!("cannot destroy '{name}': not a snapshot"));
     };
