@@ -554,15 +554,7 @@ impl Pool {
         if self.dir.lock().datasets.contains_key(name) {
             return Err(SpaError::Exists(format!("cannot create '{name}': dataset")));
         }
-        let mut missing = Vec::new();
-        let mut p = parent_of(name);
-        while let Some(par) = p {
-            if self.dir.lock().datasets.contains_key(par) {
-                break;
-            }
-            missing.push(par.to_string());
-            p = parent_of(par);
-        }
+        let missing = self.missing_parents(name);
         if !missing.is_empty() && !create_parents {
             return Err(SpaError::NotFound(format!("cannot create '{name}': parent does not exist")));
         }
@@ -583,7 +575,7 @@ impl Pool {
     /// their dependents). Validation happens before anything changes; returns the
     /// destroyed names in the order destroyed.
     pub fn destroy_dataset_ext(&self, name: &str, recursive: bool, with_clones: bool) -> Result<Vec<String>> {
-        if name == self.name && !name.contains('@') {
+        if name == self.name {
             return Err(SpaError::Invalid(format!(
                 "cannot destroy '{name}': operation does not apply to pools\nuse 'zfs destroy -r {name}' to destroy all datasets in the pool\nuse 'zpool destroy {name}' to destroy the pool itself"
             )));
@@ -696,13 +688,6 @@ impl Pool {
         let pending: Vec<&String> = clones.iter().filter(|c| !out.contains(c)).collect();
         if !pending.is_empty() {
             if !with_clones {
-                let (fs, _) = snap.split_once('@').unwrap_or((snap, ""));
-                let what = if out.iter().any(|o| o == fs) || !out.is_empty() {
-                    "filesystem"
-                } else {
-                    "snapshot"
-                };
-                let _ = what;
                 return Err(SpaError::Busy(format!(
                     "cannot destroy '{snap}': snapshot has dependent clones\nuse '-R' to destroy the following datasets:\n{}",
                     clones.join("\n")
@@ -776,9 +761,22 @@ impl Pool {
         let slop = (self.size_bytes() >> 5).max(4 << 20);
         let defl = |b: u64| self.zio.deflated_bytes(b);
         let avail = defl(self.zio.free_bytes().saturating_sub(slop));
-        let mut space = BTreeMap::new();
+        // Every record once: space figures, origins and clones are derived from these.
+        let mut recs: BTreeMap<u64, DslDatasetPhys> = BTreeMap::new();
+        let mut name_by_obj: BTreeMap<u64, &String> = BTreeMap::new();
         for (n, r) in d.datasets.iter().chain(d.snaps.iter()) {
-            space.insert(n.clone(), self.ds_space(r.obj)?);
+            recs.insert(r.obj, self.ds_phys(r.obj)?);
+            name_by_obj.insert(r.obj, n);
+        }
+        let rec = |o: u64| recs.get(&o).cloned().map_or_else(|| self.ds_phys(o), Ok);
+        let mut space = BTreeMap::new();
+        let mut clones: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+        for (n, r) in d.datasets.iter().chain(d.snaps.iter()) {
+            let p = &recs[&r.obj];
+            space.insert(n.clone(), self.ds_space(r.obj, p, &rec)?);
+            if p.origin_obj != 0 {
+                clones.entry(p.origin_obj).or_default().push(n.clone());
+            }
         }
         // used = dataset + snapshots + children, children first (deepest names last
         // in reverse order).
@@ -799,7 +797,7 @@ impl Pool {
         let ro = |v: String| (v, "-".to_string());
         for (name, rec) in d.datasets.iter().chain(d.snaps.iter()) {
             let sp = space[name];
-            let phys = self.ds_phys(rec.obj)?;
+            let phys = &recs[&rec.obj];
             let is_snap = phys.is_snapshot();
             let mut props = BTreeMap::new();
             let u = if is_snap { sp.unique } else { used[name] };
@@ -812,15 +810,15 @@ impl Pool {
                 props.insert("usedbysnapshots".into(), ro(defl(sp.used_by_snapshots).to_string()));
                 props.insert("usedbychildren".into(), ro(defl(kids).to_string()));
                 props.insert("usedbyrefreservation".into(), ro("0".into()));
-                let origin = if phys.origin_obj != 0 {
-                    self.name_of(phys.origin_obj).unwrap_or_default()
-                } else {
-                    "-".into()
-                };
+                let origin = name_by_obj.get(&phys.origin_obj).map_or("-".to_string(), |n| n.to_string());
                 props.insert("origin".into(), ro(origin));
-                props.insert("snapshot_count".into(), ro(self.snapshots_of(name).len().to_string()));
+                let prefix = format!("{name}@");
+                props.insert(
+                    "snapshot_count".into(),
+                    ro(d.snaps.keys().filter(|k| k.starts_with(&prefix)).count().to_string()),
+                );
             } else {
-                props.insert("clones".into(), ro(self.clones_of(rec.obj).join(",")));
+                props.insert("clones".into(), ro(clones.get(&rec.obj).map(|c| c.join(",")).unwrap_or_default()));
                 props.insert("userrefs".into(), ro(phys.userrefs.to_string()));
                 props.insert("defer_destroy".into(), ro("off".into()));
             }

@@ -63,14 +63,24 @@ pub(crate) fn create_deadlist(mos: &dyn ObjectStore, tx: &TxHold) -> Result<u64>
     mos.create_object(tx, ObjectType::Deadlist, 16 << 10, 128 << 10, &[0u8; 16]).map_err(dmu_err)
 }
 
-/// (entry count, allocated bytes) of a dead list, from its bonus.
+/// (entry count, allocated bytes) of a dead list, from its bonus. The object must be
+/// a dead list whose data can hold `count` entries; anything else is `Corrupt`.
 pub(crate) fn deadlist_summary(mos: &dyn ObjectStore, obj: u64) -> Result<(u64, u64)> {
+    let bad = |why: &str| SpaError::Corrupt(format!("dead list {obj}: {why}"));
+    let info = mos.object_info(obj).map_err(dmu_err)?;
+    if info.otype != ObjectType::Deadlist {
+        return Err(bad("not a dead list object"));
+    }
     let b = mos.bonus(obj).map_err(dmu_err)?;
     let u = |o: usize| b.get(o..o + 8).map(|s| u64::from_le_bytes(s.try_into().unwrap()));
-    match (u(0), u(8)) {
-        (Some(c), Some(bytes)) if c <= DEADLIST_ENTRIES_MAX => Ok((c, bytes)),
-        _ => Err(SpaError::Corrupt(format!("dead list {obj}: bad header"))),
+    let (Some(count), Some(bytes)) = (u(0), u(8)) else {
+        return Err(bad("bad header"));
+    };
+    let room = info.maxblkid.saturating_add(1).saturating_mul(u64::from(info.datablksz_bytes));
+    if count > DEADLIST_ENTRIES_MAX || count.saturating_mul(BLKPTR_SIZE_BYTES as u64) > room {
+        return Err(bad("entry count larger than the object"));
     }
+    Ok((count, bytes))
 }
 
 /// Every entry of a dead list.
@@ -165,19 +175,21 @@ impl Pool {
     }
 
     /// Syncing context, after dataset `id`'s object set synced: append the blocks its
-    /// kill hook kept to its dead list (MOS, same txg).
-    pub(crate) fn flush_dead(&self, tx: &TxHold, id: u64) -> Result<()> {
+    /// kill hook kept to its dead list `deadlist_obj` (MOS, same txg).
+    pub(crate) fn flush_dead(&self, tx: &TxHold, id: u64, deadlist_obj: u64) -> Result<()> {
         let Some(st) = self.dead.lock().get(&id).cloned() else { return Ok(()) };
         let pending = std::mem::take(&mut *st.pending.lock());
-        if pending.is_empty() {
-            return Ok(());
-        }
-        let phys = self.ds_phys(id)?;
-        deadlist_append(&*self.mos, tx, phys.deadlist_obj, &pending)
+        deadlist_append(&*self.mos, tx, deadlist_obj, &pending)
     }
 
-    fn sync_then_lock(&self) -> Result<()> {
-        self.sync()
+    /// Record object of file system `name`; `NotFound` in OpenZFS's words.
+    pub(crate) fn head_obj(&self, name: &str) -> Result<u64> {
+        self.dir.lock().datasets.get(name).map(|r| r.obj).ok_or_else(|| no_such(name))
+    }
+
+    /// Record object of snapshot `name`; `NotFound` in OpenZFS's words.
+    pub(crate) fn snap_obj(&self, name: &str) -> Result<u64> {
+        self.dir.lock().snaps.get(name).map(|r| r.obj).ok_or_else(|| no_such(name))
     }
 
     /// `zfs snapshot [-r] fs@snap …`: every named snapshot (and with `recursive`, the
@@ -217,20 +229,14 @@ impl Pool {
         }
         // Everything acknowledged before the command is in a synced txg; the
         // snapshots freeze the roots of the newest synced txg.
-        self.sync_then_lock()?;
+        self.sync()?;
         let _s = self.sync_lock.lock();
         let tx = self.gate.hold().map_err(dmu_err)?;
         let _a = self.admin.lock();
         let txg = self.gate.synced_txg();
         let mut made = Vec::new();
         for (fs, snap) in &targets {
-            let head = self
-                .dir
-                .lock()
-                .datasets
-                .get(fs)
-                .map(|r| r.obj)
-                .ok_or_else(|| SpaError::NotFound(format!("cannot open '{fs}': dataset does not exist")))?;
+            let head = self.head_obj(fs)?;
             let mut h = self.ds_phys(head)?;
             let s = DslDatasetPhys {
                 rootbp: h.rootbp,
@@ -300,12 +306,6 @@ impl Pool {
             .filter(|(_, r)| self.ds_phys(r.obj).map(|p| p.origin_obj == sobj).unwrap_or(false))
             .map(|(n, _)| n.clone())
             .collect()
-    }
-
-    /// Name of a dataset or snapshot record.
-    pub(crate) fn name_of(&self, obj: u64) -> Option<String> {
-        let d = self.dir.lock();
-        d.datasets.iter().chain(d.snaps.iter()).find(|(_, r)| r.obj == obj).map(|(n, _)| n.clone())
     }
 
     /// `zfs destroy fs@snap`: free the blocks only this snapshot holds and splice it
@@ -404,13 +404,7 @@ impl Pool {
         }
         let tx = self.gate.hold().map_err(dmu_err)?;
         let _a = self.admin.lock();
-        let sobj = self
-            .dir
-            .lock()
-            .snaps
-            .get(snap)
-            .map(|r| r.obj)
-            .ok_or_else(|| SpaError::NotFound(format!("cannot open '{snap}': dataset does not exist")))?;
+        let sobj = self.snap_obj(snap)?;
         if target.split('/').next() != Some(self.name.as_str()) {
             return Err(SpaError::Invalid(format!("cannot create '{target}': source and target pools differ")));
         }
@@ -428,7 +422,7 @@ impl Pool {
             self.create_dataset_record(&tx, m, &BTreeMap::new())?;
         }
         let mut s = self.ds_phys(sobj)?;
-        let cobj = self.create_dataset_record_from(&tx, target, props, Some((sobj, &s)))?;
+        self.create_dataset_record_from(&tx, target, props, Some((sobj, &s)))?;
         s.num_clones += 1;
         self.set_ds_phys(&tx, sobj, &s)?;
         drop(_a);
@@ -437,7 +431,6 @@ impl Pool {
         // the origin's head: clear it (the next txg writes the clone's own root).
         let os = self.objset_concrete(target)?;
         os.set_zil_header(ZilHeader::default());
-        let _ = cobj;
         Ok(())
     }
 
@@ -460,56 +453,23 @@ impl Pool {
     /// mounts it again after. With `destroy_newer`, newer snapshots are destroyed
     /// first (`-r`); otherwise their existence is an error in OpenZFS's wording.
     pub fn rollback(&self, snap: &str, destroy_newer: bool) -> Result<Vec<String>> {
-        let (fs, _) = snap
-            .split_once('@')
-            .ok_or_else(|| SpaError::Invalid(format!("cannot rollback '{snap}': operation only applies to snapshots")))?;
-        let fs = fs.to_string();
-        {
-            let d = self.dir.lock();
-            if !d.snaps.contains_key(snap) {
-                return Err(SpaError::NotFound(format!("cannot open '{snap}': dataset does not exist")));
-            }
-        }
-        let all = self.snapshots_of(&fs);
-        let pos = all.iter().position(|n| n == snap).unwrap_or(0);
-        let newer: Vec<String> = all[pos + 1..].to_vec();
-        if !newer.is_empty() && !destroy_newer {
-            return Err(SpaError::Exists(format!(
-                "cannot rollback to '{snap}': more recent snapshots or bookmarks exist\nuse '-r' to force deletion of the following snapshots and bookmarks:\n{}",
-                newer.join("\n")
-            )));
-        }
-        for n in &newer {
-            let sobj = self.dir.lock().snaps.get(n).map(|r| r.obj).unwrap_or(0);
-            if sobj != 0 && self.ds_phys(sobj)?.num_clones > 0 {
-                return Err(SpaError::Busy(format!(
-                    "cannot rollback to '{snap}': clones of previous snapshots exist\nuse '-R' to force deletion of the following clones and dependents:\n{}",
-                    self.clones_of(sobj).join("\n")
-                )));
-            }
-        }
+        let newer = self.rollback_plan(snap, destroy_newer, false)?;
+        let fs = snap.split_once('@').map(|(f, _)| f.to_string()).unwrap_or_default();
         // Whatever the head has dirty must reach disk before its tree is replaced.
         self.sync()?;
         let _s = self.sync_lock.lock();
         let tx = self.gate.hold().map_err(dmu_err)?;
         let _a = self.admin.lock();
-        for n in newer.iter().rev() {
-            self.destroy_snapshot_locked(&tx, n)?;
-        }
-        let head = self
-            .dir
-            .lock()
-            .datasets
-            .get(&fs)
-            .map(|r| r.obj)
-            .ok_or_else(|| SpaError::NotFound(format!("cannot open '{fs}': dataset does not exist")))?;
+        let head = self.head_obj(&fs)?;
         if let Some(os) = self.objsets.lock().get(&head) {
             if os.has_dirty() {
                 return Err(SpaError::Busy(format!("cannot rollback '{fs}': dataset is busy")));
             }
         }
-        let sobj = self.dir.lock().snaps.get(snap).map(|r| r.obj).unwrap_or(0);
-        let s = self.ds_phys(sobj)?;
+        for n in newer.iter().rev() {
+            self.destroy_snapshot_locked(&tx, n)?;
+        }
+        let s = self.ds_phys(self.snap_obj(snap)?)?;
         let mut h = self.ds_phys(head)?;
         let os = self.objsets.lock().remove(&head);
         if let Some(zl) = self.zilogs.lock().remove(&head) {
@@ -534,15 +494,39 @@ impl Pool {
         Ok(newer)
     }
 
+    /// The checks of `zfs rollback [-r] [-R]` without changing anything: the newer
+    /// snapshots a rollback to `snap` destroys (oldest first), or OpenZFS's refusal
+    /// (newer snapshots without `destroy_newer`; clones of them without `with_clones`,
+    /// whose destruction is the caller's, before [`Pool::rollback`]).
+    pub fn rollback_plan(&self, snap: &str, destroy_newer: bool, with_clones: bool) -> Result<Vec<String>> {
+        let (fs, _) = snap
+            .split_once('@')
+            .ok_or_else(|| SpaError::Invalid(format!("cannot rollback '{snap}': operation only applies to snapshots")))?;
+        self.snap_obj(snap)?;
+        let all = self.snapshots_of(fs);
+        let pos = all.iter().position(|n| n == snap).unwrap_or(0);
+        let newer: Vec<String> = all[pos + 1..].to_vec();
+        if !newer.is_empty() && !destroy_newer {
+            return Err(SpaError::Exists(format!(
+                "cannot rollback to '{snap}': more recent snapshots or bookmarks exist\nuse '-r' to force deletion of the following snapshots and bookmarks:\n{}",
+                newer.join("\n")
+            )));
+        }
+        for n in &newer {
+            let sobj = self.snap_obj(n)?;
+            if !with_clones && self.ds_phys(sobj)?.num_clones > 0 {
+                return Err(SpaError::Busy(format!(
+                    "cannot rollback to '{snap}': clones of previous snapshots exist\nuse '-R' to force deletion of the following clones and dependents:\n{}",
+                    self.clones_of(sobj).join("\n")
+                )));
+            }
+        }
+        Ok(newer)
+    }
+
     /// Read-only object set of a snapshot (opened once, then cached).
     pub fn snapshot_objset(&self, name: &str) -> Result<Arc<Objset>> {
-        let sobj = self
-            .dir
-            .lock()
-            .snaps
-            .get(name)
-            .map(|r| r.obj)
-            .ok_or_else(|| SpaError::NotFound(format!("cannot open '{name}': dataset does not exist")))?;
+        let sobj = self.snap_obj(name)?;
         if let Some(os) = self.snap_objsets.lock().get(&sobj) {
             return Ok(os.clone());
         }
@@ -553,9 +537,9 @@ impl Pool {
         Ok(os)
     }
 
-    /// Space figures of a dataset or snapshot record (allocated bytes).
-    pub(crate) fn ds_space(&self, obj: u64) -> Result<DsSpace> {
-        let p = self.ds_phys(obj)?;
+    /// Space figures of record `obj` (`p`), in allocated bytes; `rec` reads other
+    /// records (the previous snapshot, the successor, the origin).
+    pub(crate) fn ds_space(&self, obj: u64, p: &DslDatasetPhys, rec: &dyn Fn(u64) -> Result<DslDatasetPhys>) -> Result<DsSpace> {
         let mos = &*self.mos;
         let referenced = if p.is_snapshot() {
             p.used_bytes
@@ -563,7 +547,7 @@ impl Pool {
             self.objsets.lock().get(&obj).map(|o| o.used_bytes()).unwrap_or(p.used_bytes)
         };
         let (_, dead_bytes) = deadlist_summary(mos, p.deadlist_obj)?;
-        let prev_ref = if p.prev_snap_obj != 0 { self.ds_phys(p.prev_snap_obj)?.used_bytes } else { 0 };
+        let prev_ref = if p.prev_snap_obj != 0 { rec(p.prev_snap_obj)?.used_bytes } else { 0 };
         let shared = prev_ref.saturating_sub(dead_bytes);
         let written = referenced.saturating_sub(shared);
         let mut out = DsSpace {
@@ -572,12 +556,12 @@ impl Pool {
             ..Default::default()
         };
         if p.is_snapshot() {
-            let n = self.ds_phys(p.next_snap_obj)?;
+            let n = rec(p.next_snap_obj)?;
             out.unique = bytes_born_after(&deadlist_read(mos, n.deadlist_obj)?, p.prev_snap_txg);
         } else {
             out.used_by_dataset = written;
             // The chain's dead lists, newest first: the head's, then each snapshot's.
-            let origin_txg = if p.origin_obj != 0 { self.ds_phys(p.origin_obj)?.creation_txg } else { 0 };
+            let origin_txg = if p.origin_obj != 0 { rec(p.origin_obj)?.creation_txg } else { 0 };
             let dead_of = |d: &DslDatasetPhys| -> Result<u64> {
                 if origin_txg == 0 {
                     Ok(deadlist_summary(mos, d.deadlist_obj)?.1)
@@ -585,7 +569,7 @@ impl Pool {
                     Ok(bytes_born_after(&deadlist_read(mos, d.deadlist_obj)?, origin_txg))
                 }
             };
-            let mut total = dead_of(&p)?;
+            let mut total = dead_of(p)?;
             let mut cur = p.prev_snap_obj;
             let mut steps = 0u64;
             while cur != 0 && cur != p.origin_obj {
@@ -593,7 +577,7 @@ impl Pool {
                 if steps > crate::dsl::DATASETS_MAX {
                     return Err(SpaError::Corrupt("snapshot chain loops".into()));
                 }
-                let c = self.ds_phys(cur)?;
+                let c = rec(cur)?;
                 total += dead_of(&c)?;
                 cur = c.prev_snap_obj;
             }
@@ -603,10 +587,61 @@ impl Pool {
     }
 }
 
+fn no_such(name: &str) -> SpaError {
+    SpaError::NotFound(format!("cannot open '{name}': dataset does not exist"))
+}
+
 /// "cannot X: why" → "why".
 fn strip_cannot(e: &str) -> String {
     match e.split_once("': ") {
         Some((_, why)) => why.to_string(),
         None => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tarn_dmu::mem::MemStore;
+    use tarn_phys::Dva;
+
+    fn bp(birth_txg: u64, asize_bytes: u64) -> BlkPtr {
+        let mut b = BlkPtr {
+            lsize_bytes: 4096,
+            psize_bytes: 4096,
+            otype: ObjectType::FileData,
+            birth_txg,
+            fill: 1,
+            ..BlkPtr::HOLE
+        };
+        b.dva[0] = Dva {
+            vdev: 0,
+            asize_bytes,
+            offset_bytes: birth_txg << 12,
+        };
+        b
+    }
+
+    #[test]
+    fn deadlist_append_replace_and_damage() {
+        let mos = MemStore::new();
+        let tx = mos.hold_tx().unwrap();
+        let dl = create_deadlist(&mos, &tx).unwrap();
+        assert_eq!(deadlist_summary(&mos, dl).unwrap(), (0, 0));
+        let v = vec![bp(3, 4096), bp(7, 8192), bp(9, 4096)];
+        deadlist_append(&mos, &tx, dl, &v).unwrap();
+        assert_eq!(deadlist_summary(&mos, dl).unwrap(), (3, 16384));
+        assert_eq!(deadlist_read(&mos, dl).unwrap(), v);
+        assert_eq!(bytes_born_after(&v, 5), 12288);
+        deadlist_replace(&mos, &tx, dl, &v[1..]).unwrap();
+        assert_eq!(deadlist_read(&mos, dl).unwrap(), v[1..].to_vec());
+        // A count the object cannot hold, or another object type, is corruption.
+        let mut bonus = (1u64 << 30).to_le_bytes().to_vec();
+        bonus.extend_from_slice(&0u64.to_le_bytes());
+        mos.set_bonus(&tx, dl, &bonus).unwrap();
+        assert!(matches!(deadlist_summary(&mos, dl), Err(SpaError::Corrupt(_))));
+        assert!(deadlist_read(&mos, dl).is_err());
+        let other = mos.create_object(&tx, ObjectType::Packed, 512, 512, &[0u8; 16]).unwrap();
+        assert!(matches!(deadlist_summary(&mos, other), Err(SpaError::Corrupt(_))));
     }
 }

@@ -415,27 +415,10 @@ mod tests {
             .collect()
     }
 
+    /// Scan blocks laid out every `stride` bytes from offset 0.
     fn scan(v: &Vdev, func: ScanFunc, blocks: &[Vec<u8>], stride: u64, trace: &IoTrace) -> ExtentReport {
-        let sums: Vec<blake3::Hash> = blocks.iter().map(|b| blake3::hash(b)).collect();
-        type Verifier = Box<dyn Fn(&[u8]) -> bool + Sync>;
-        let verifiers: Vec<Verifier> = sums
-            .iter()
-            .map(|h| {
-                let h = *h;
-                Box::new(move |d: &[u8]| blake3::hash(d) == h) as Verifier
-            })
-            .collect();
-        let sb: Vec<ScanBlock<'_>> = verifiers
-            .iter()
-            .enumerate()
-            .map(|(i, f)| ScanBlock {
-                offset_bytes: i as u64 * stride,
-                psize_bytes: 65536,
-                birth_txg: 5,
-                verify: f.as_ref(),
-            })
-            .collect();
-        v.scan_extent(func, &sb, trace)
+        let placed: Vec<(u64, Vec<u8>)> = blocks.iter().enumerate().map(|(i, b)| (i as u64 * stride, b.clone())).collect();
+        scan_mixed(v, func, &placed, trace)
     }
 
     #[test]
