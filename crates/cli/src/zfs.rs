@@ -26,7 +26,11 @@ use crate::proto::Response;
 
 const USAGE: &str = "usage: zfs command args ...\nwhere 'command' is one of the following:\n\n\
 \tcreate [-pu] [-o property=value] ... <filesystem>\n\
-\tdestroy [-fnrv] <filesystem>\n\n\
+\tdestroy [-fnrRv] <filesystem>\n\
+\tdestroy [-fnrRv] <filesystem>@<snap>[%<snap>][,...]\n\n\
+\tsnapshot [-r] <filesystem>@<snapname> ...\n\
+\trollback [-rR] <snapshot>\n\
+\tclone [-p] [-o property=value] ... <snapshot> <filesystem>\n\n\
 \tlist [-Hp] [-r|-d max] [-o property[,...]] [-s property]...\n\t    [-S property]... [-t type[,...]] [filesystem] ...\n\n\
 \tset <property=value> ... <filesystem> ...\n\
 \tget [-rHp] [-d max] [-o \"all\" | field[,...]]\n\t    [-t type[,...]] [-s source[,...]]\n\t    <\"all\" | property[,...]> [filesystem] ...\n\
@@ -227,24 +231,15 @@ fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         }
     }
     if p.has('n') {
-        let out: String = victims.iter().map(|v| format!("would destroy {v}\n")).collect();
+        let out = crate::zfs_snap::destroy_report(&victims, "would", None);
         return Response::ok(if p.has('v') { out } else { String::new() });
     }
-    for v in victims.iter().filter(|v| !v.contains('@')) {
-        if let Err(e) = daemon::unmount_one(entry, v) {
-            if !p.has('f') {
-                return Response::err(e);
-            }
-        }
-    }
-    for v in &victims {
-        if let Err(e) = entry.pool.destroy_dataset_ext(v, false, false) {
-            return Response::err(daemon::cannot(&format!("cannot destroy '{v}'"), e));
-        }
+    if let Err(e) = crate::zfs_snap::destroy_victims(entry, &victims, p.has('f')) {
+        return Response::err(e);
     }
     history_note(entry, ctx);
     let out: String = if p.has('v') {
-        victims.iter().map(|v| format!("will destroy {v}\n")).collect()
+        crate::zfs_snap::destroy_report(&victims, "will", None)
     } else {
         String::new()
     };

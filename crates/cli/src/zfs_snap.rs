@@ -11,12 +11,12 @@
 use std::collections::BTreeMap;
 
 use crate::args::{getopt, split_prop};
-use crate::daemon::{self, Ctx, State};
+use crate::daemon::{self, Ctx, PoolEntry, State};
 use crate::format::nicebytes;
 use crate::proto::Response;
 
 const SNAPSHOT_USAGE: &str = "usage:\n\tsnapshot [-r] [-o property=value] ... <filesystem|volume>@<snap> ...\n";
-const ROLLBACK_USAGE: &str = "usage:\n\trollback [-rRf] <snapshot>\n";
+const ROLLBACK_USAGE: &str = "usage:\n\trollback [-rR] <snapshot>\n";
 const CLONE_USAGE: &str = "usage:\n\tclone [-p] [-o property=value] ... <snapshot> <filesystem|volume>\n";
 
 fn usage(u: &str, msg: &str) -> Response {
@@ -52,35 +52,31 @@ pub fn snapshot(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
             p.operands[0]
         ));
     }
-    let mut by_pool: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let pool = pool_of(&p.operands[0]).to_string();
     for n in &p.operands {
-        if !n.contains('@') {
-            return Response::err(format!("cannot create snapshot '{n}': missing '@' delimiter in snapshot name"));
-        }
         if let Err(e) = tarn_spa::validate_snapshot_name(n) {
             return Response::err(daemon::cannot(&format!("cannot create snapshot '{n}'"), e));
         }
-        if !st.pools.contains_key(pool_of(n)) {
-            return Response::err(format!("cannot open '{}': dataset does not exist", n.split('@').next().unwrap_or(n)));
+        if pool_of(n) != pool {
+            return Response::err("cannot create snapshots: all snapshots must be in the same pool".to_string());
         }
-        by_pool.entry(pool_of(n).to_string()).or_default().push(n.clone());
     }
-    if by_pool.len() > 1 {
-        return Response::err("cannot create snapshots: all snapshots must be in the same pool".to_string());
+    let Some(entry) = st.pools.get(&pool) else {
+        let fs = p.operands[0].split('@').next().unwrap_or_default();
+        return Response::err(format!("cannot open '{fs}': dataset does not exist"));
+    };
+    if let Err(e) = entry.pool.snapshot(&p.operands, p.has('r')) {
+        return Response::err(e.to_string());
     }
-    for (pool, names) in &by_pool {
-        let entry = &st.pools[pool];
-        if let Err(e) = entry.pool.snapshot(names, p.has('r')) {
-            return Response::err(e.to_string());
-        }
-        history_note(st, pool, ctx);
-    }
+    history_note(st, &pool, ctx);
     Response::ok("")
 }
 
-/// `zfs rollback [-rRf] fs@snap`.
+/// `zfs rollback [-rR] fs@snap`. `-R` first destroys the clones of the snapshots
+/// that `-r` destroys (unmounting them); `-f` (force those unmounts) is not
+/// implemented and is refused as an unknown option.
 pub fn rollback(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
-    let p = match getopt(args, "rRf") {
+    let p = match getopt(args, "rR") {
         Ok(p) => p,
         Err(e) => return usage(ROLLBACK_USAGE, &e),
     };
@@ -96,19 +92,25 @@ pub fn rollback(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let Some(entry) = st.pools.get_mut(pool_of(&snap)) else {
         return Response::err(format!("cannot open '{snap}': dataset does not exist"));
     };
-    if !entry.pool.list_snapshots().map(|v| v.iter().any(|i| i.name == snap)).unwrap_or(false) {
-        return Response::err(format!("cannot open '{snap}': dataset does not exist"));
-    }
-    // -R would also destroy clones of newer snapshots; the engine refuses that case
-    // with OpenZFS's message, so -R behaves as -r plus that refusal.
     let newer_ok = p.has('r') || p.has('R');
-    let all = entry.pool.snapshots_of(&fs);
-    let pos = all.iter().position(|n| *n == snap).unwrap_or(0);
-    if pos + 1 < all.len() && !newer_ok {
-        return Response::err(format!(
-            "cannot rollback to '{snap}': more recent snapshots or bookmarks exist\nuse '-r' to force deletion of the following snapshots and bookmarks:\n{}",
-            all[pos + 1..].join("\n")
-        ));
+    // Every refusal (no such snapshot, newer snapshots without -r, their clones
+    // without -R) comes before any mount or dataset is touched.
+    let newer = match entry.pool.rollback_plan(&snap, newer_ok, p.has('R')) {
+        Ok(n) => n,
+        Err(e) => return Response::err(e.to_string()),
+    };
+    if p.has('R') {
+        // The clones (and their dependents) of every newer snapshot go first.
+        let mut victims: Vec<String> = Vec::new();
+        for n in &newer {
+            match entry.pool.destroy_plan(n, false, true) {
+                Ok(v) => victims.extend(v.into_iter().filter(|x| !x.starts_with(&format!("{fs}@")))),
+                Err(e) => return Response::err(daemon::cannot(&format!("cannot rollback to '{snap}'"), e)),
+            }
+        }
+        if let Err(e) = destroy_victims(entry, &victims, false) {
+            return Response::err(e);
+        }
     }
     let was_mounted = entry.mounts.contains_key(&fs);
     if was_mounted {
@@ -249,36 +251,48 @@ pub fn destroy_snapshots(st: &mut State, ctx: &Ctx, name: &str, p: &crate::args:
         .unwrap_or_default();
     let reclaim: u64 = plan.iter().map(|n| sizes.get(n).copied().unwrap_or(0)).sum();
     if dry_run {
-        let mut out: String = if verbose {
-            plan.iter().map(|v| format!("would destroy {v}\n")).collect()
+        return Response::ok(if verbose {
+            destroy_report(&plan, "would", Some(reclaim))
         } else {
             String::new()
-        };
-        if verbose {
-            out.push_str(&format!("would reclaim {}\n", nicebytes(reclaim)));
-        }
-        return Response::ok(out);
+        });
     }
+    if let Err(e) = destroy_victims(entry, &plan, force) {
+        return Response::err(e);
+    }
+    history_note(st, pool_of(name), ctx);
+    Response::ok(if verbose {
+        destroy_report(&plan, "will", Some(reclaim))
+    } else {
+        String::new()
+    })
+}
+
+/// `zfs destroy -v` lines: "`verb` destroy NAME" per victim, then "`verb` reclaim
+/// SIZE" when the space is known (`verb` is "would" with `-n`, else "will").
+pub(crate) fn destroy_report(plan: &[String], verb: &str, reclaim_bytes: Option<u64>) -> String {
+    let mut out: String = plan.iter().map(|v| format!("{verb} destroy {v}\n")).collect();
+    if let Some(b) = reclaim_bytes {
+        out.push_str(&format!("{verb} reclaim {}\n", nicebytes(b)));
+    }
+    out
+}
+
+/// Destroy a plan from [`tarn_spa::Pool::destroy_plan`] in its order, unmounting its
+/// file systems first (an unmount failure stops everything unless `force`).
+pub(crate) fn destroy_victims(entry: &mut PoolEntry, plan: &[String], force: bool) -> Result<(), String> {
     for v in plan.iter().filter(|v| !v.contains('@')) {
         if let Err(e) = daemon::unmount_one(entry, v) {
             if !force {
-                return Response::err(e);
+                return Err(e);
             }
         }
     }
-    for v in &plan {
-        if let Err(e) = entry.pool.destroy_dataset_ext(v, false, false) {
-            return Response::err(daemon::cannot(&format!("cannot destroy '{v}'"), e));
-        }
+    for v in plan {
+        entry
+            .pool
+            .destroy_dataset_ext(v, false, false)
+            .map_err(|e| daemon::cannot(&format!("cannot destroy '{v}'"), e))?;
     }
-    history_note(st, pool_of(name), ctx);
-    let mut out: String = if verbose {
-        plan.iter().map(|v| format!("will destroy {v}\n")).collect()
-    } else {
-        String::new()
-    };
-    if verbose {
-        out.push_str(&format!("will reclaim {}\n", nicebytes(reclaim)));
-    }
-    Response::ok(out)
+    Ok(())
 }

@@ -15,6 +15,12 @@ fn snaps(env: &Env) -> String {
     env.zfs(&["list", "-H", "-t", "snapshot", "-o", "name"]).ok().stdout
 }
 
+/// A numeric property in parsable form (`zfs get -Hp`).
+fn bytes(env: &Env, prop: &str, ds: &str) -> u64 {
+    let out = env.zfs(&["get", "-H", "-p", "-o", "value", prop, ds]).ok().stdout;
+    out.trim().parse().unwrap_or_else(|_| panic!("{prop} of {ds}: {out:?}"))
+}
+
 #[test]
 fn snapshot_list_destroy_without_mounts() {
     let env = Env::new();
@@ -92,6 +98,21 @@ fn snapshot_list_destroy_without_mounts() {
     env.zpool(&["export", "tank"]).ok();
     env.zpool(&["import", "-N", "-d", &env.vdir().display().to_string(), "-R", &alt, "tank"]).ok();
     assert_eq!(snaps(&env), "tank@top\ntank/fs/kid@b\n");
+    // rollback -R: clones of the snapshots -r destroys go first; -f is refused.
+    env.zfs(&["snapshot", "tank/fs@x"]).ok();
+    env.zfs(&["snapshot", "tank/fs@y"]).ok();
+    env.zfs(&["clone", "-o", "canmount=noauto", "tank/fs@y", "tank/cy"]).ok();
+    env.zfs(&["rollback", "-r", "tank/fs@x"]).fails_with("clones of previous snapshots exist");
+    env.zfs(&["rollback", "-f", "tank/fs@x"]).fails_with("invalid option 'f'");
+    assert_eq!(snaps(&env), "tank@top\ntank/fs@x\ntank/fs@y\ntank/fs/kid@b\n");
+    env.zfs(&["rollback", "-R", "tank/fs@x"]).ok();
+    assert_eq!(snaps(&env), "tank@top\ntank/fs@x\ntank/fs/kid@b\n");
+    assert_eq!(env.zfs(&["list", "-H", "-o", "name"]).ok().stdout, "tank\ntank/fs\ntank/fs/kid\n");
+    // Comma lists name several snapshots of one file system; written@snap is bytes.
+    env.zfs(&["snapshot", "tank/fs@p", "tank/fs@q"]).ok();
+    assert_eq!(bytes(&env, "written@p", "tank/fs"), 0);
+    env.zfs(&["destroy", "tank/fs@p,q"]).ok();
+    assert_eq!(snaps(&env), "tank@top\ntank/fs@x\ntank/fs/kid@b\n");
     env.zfs(&["destroy", "-r", "tank/fs"]).ok();
     assert_eq!(snaps(&env), "tank@top\n");
 }
@@ -114,22 +135,13 @@ fn rollback_and_clone_through_mounts() {
     std::fs::write(&f, b"changed").unwrap();
     std::fs::write(m.join("fs/new"), b"born after one").unwrap();
     std::fs::remove_file(m.join("fs/keep")).unwrap();
+    // Space moves to the snapshot when the txg holding the overwrite syncs.
+    env.zpool(&["sync", "tank"]).ok();
+    env.zpool(&["sync", "nosuch"]).fails_with("cannot open 'nosuch': no such pool");
     // The snapshot holds the old blocks: it uses about the 3 MB overwritten.
-    let used: u64 = env
-        .zfs(&["get", "-H", "-p", "-o", "value", "used", "tank/fs@one"])
-        .ok()
-        .stdout
-        .trim()
-        .parse()
-        .unwrap();
+    let used = bytes(&env, "used", "tank/fs@one");
     assert!(used >= 2_500_000, "snapshot used {used}");
-    let usedsnap: u64 = env
-        .zfs(&["get", "-H", "-p", "-o", "value", "usedbysnapshots", "tank/fs"])
-        .ok()
-        .stdout
-        .trim()
-        .parse()
-        .unwrap();
+    let usedsnap = bytes(&env, "usedbysnapshots", "tank/fs");
     assert_eq!(usedsnap, used);
     // A clone shows the snapshot's files, and is writable on its own.
     env.zfs(&["clone", "tank/fs@one", "tank/c"]).ok();
