@@ -1,0 +1,201 @@
+//! Full and incremental send/receive between datasets on real pools (file vdevs),
+//! compared file by file through zpl; compressed and large-block streams; resuming an
+//! interrupted receive with its token.
+
+mod common;
+use common::*;
+use tarn_dmu::ObjectStore;
+use tarn_send::{receive, receive_stream, RecvOpts, RecvProgress, SendError, SendOpts, StreamReader};
+use tarn_zpl::SetAttr;
+
+/// Change about 1% of what `populate` wrote: overwrite, append, truncate, delete,
+/// create, punch a hole, chmod, rename.
+fn change_a_little(fs: &tarn_zpl::Fs, os: &dyn ObjectStore) {
+    let big = lookup(fs, "a/big");
+    fs.write(big, 1 << 20, &pattern(7, 8192)).unwrap();
+    let small = lookup(fs, "small");
+    let size = fs.getattr(small).unwrap().size;
+    fs.write(small, size, b" appended").unwrap();
+    let medium = lookup(fs, "a/b/medium");
+    fs.setattr(
+        medium,
+        SetAttr {
+            size: Some(70_000),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let many = lookup(fs, "many");
+    fs.unlink(many, b"f0003").unwrap();
+    fs.unlink(many, b"f0100").unwrap();
+    write_file(fs, many, "new-one", &pattern(77, 5000));
+    let d = fs.mkdir(fs.root(), b"newdir", 0o750, 5, 6).unwrap().ino;
+    write_file(fs, d, "inside", &pattern(78, 200_000));
+    fs.symlink(d, b"ln", b"../small", 0, 0).unwrap();
+    // Punch a hole in the middle of the big file (two whole 128 KiB blocks).
+    let tx = os.hold_tx().unwrap();
+    os.free_range(&tx, big, 2 << 20, 256 << 10).unwrap();
+    drop(tx);
+    fs.setattr(
+        lookup(fs, "many/f0005"),
+        SetAttr {
+            mode: Some(0o600),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    fs.rename(many, b"f0006", fs.root(), b"moved", 0).unwrap();
+}
+
+#[test]
+fn full_then_incremental_roundtrip() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = pool(dir.path(), "sendrt");
+    let src = dataset(&pool, "sendrt/src", &[]);
+    let sfs = fs(&src);
+    let written = populate(&sfs, 300, false);
+    pool.sync().unwrap();
+
+    // Full stream of the live dataset into a fresh one.
+    let s1 = source(&src, None, 0x1111, "sendrt/src@one");
+    let full = send_vec(&pool, &s1, &SendOpts::default());
+    assert!(full.len() as u64 > written, "full stream {} < data {}", full.len(), written);
+    let dst = dataset(&pool, "sendrt/dst", &[]);
+    let info = receive(&mut &full[..], &dst, &RecvOpts::default()).unwrap();
+    assert_eq!(info.header.to_guid, 0x1111);
+    assert_eq!(info.stream_bytes, full.len() as u64);
+    let n = compare(&sfs, &fs(&dst));
+    assert!(n > 300, "compared {n} entries");
+
+    // A full stream never goes into a dataset that has objects.
+    let again = receive(&mut &full[..], &dst, &RecvOpts::default());
+    assert!(matches!(again, Err(SendError::TargetNotEmpty)), "{again:?}");
+
+    // Incremental: ~1% changed.
+    let from_txg = s1.root.birth_txg;
+    change_a_little(&sfs, &*src);
+    pool.sync().unwrap();
+    let s2 = source(&src, Some((from_txg, 0x1111)), 0x2222, "sendrt/src@two");
+    let inc = send_vec(&pool, &s2, &SendOpts::default());
+    eprintln!("full stream {} bytes, incremental {} bytes", full.len(), inc.len());
+    assert!(inc.len() * 10 < full.len(), "incremental {} vs full {}", inc.len(), full.len());
+    let info = receive(
+        &mut &inc[..],
+        &dst,
+        &RecvOpts {
+            expected_from_guid: Some(0x1111),
+            resume: None,
+        },
+    )
+    .unwrap();
+    assert!(info.objects_freed >= 2, "{info:?}");
+    compare(&sfs, &fs(&dst));
+
+    // An empty incremental (nothing changed) is tiny and applies.
+    let s3 = source(&src, Some((s2.root.birth_txg, 0x2222)), 0x3333, "sendrt/src@three");
+    let empty = send_vec(&pool, &s3, &SendOpts::default());
+    assert!(empty.len() < 300, "empty incremental is {} bytes", empty.len());
+    receive(
+        &mut &empty[..],
+        &dst,
+        &RecvOpts {
+            expected_from_guid: Some(0x2222),
+            resume: None,
+        },
+    )
+    .unwrap();
+    compare(&sfs, &fs(&dst));
+    drop((sfs, src, dst));
+    pool.export().unwrap();
+}
+
+#[test]
+fn compressed_and_large_block_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = pool(dir.path(), "sendc");
+    let src = dataset(&pool, "sendc/src", &[("compression", "lz4"), ("recordsize", "1M")]);
+    let sfs = fs_recordsize(&src, 1 << 20);
+    populate(&sfs, 40, true);
+    pool.sync().unwrap();
+    let s = source(&src, None, 0xabc, "sendc/src@c");
+
+    let plain = send_vec(&pool, &s, &SendOpts::default());
+    let comp = send_vec(
+        &pool,
+        &s,
+        &SendOpts {
+            compressed: true,
+            large_blocks: true,
+            ..Default::default()
+        },
+    );
+    assert!(comp.len() * 2 < plain.len(), "compressed {} vs plain {}", comp.len(), plain.len());
+    for (name, stream) in [("plain", &plain), ("comp", &comp)] {
+        let dst = dataset(&pool, &format!("sendc/{name}"), &[]);
+        receive(&mut &stream[..], &dst, &RecvOpts::default()).unwrap();
+        if name == "plain" {
+            compare_split(&sfs, &fs(&dst));
+        } else {
+            compare(&sfs, &fs(&dst));
+        }
+    }
+    // Without -L the 1 MiB blocks arrive as 128 KiB blocks.
+    let dst = pool.objset_concrete("sendc/plain").unwrap();
+    let big = lookup(&fs(&dst), "a/big");
+    assert_eq!(dst.object_info(big).unwrap().datablksz_bytes, 128 << 10);
+    let big_src = lookup(&sfs, "a/big");
+    assert_eq!(src.object_info(big_src).unwrap().datablksz_bytes, 1 << 20);
+    drop((sfs, src, dst));
+    pool.export().unwrap();
+}
+
+#[test]
+fn interrupted_receive_resumes_with_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = pool(dir.path(), "sendres");
+    let src = dataset(&pool, "sendres/src", &[]);
+    let sfs = fs(&src);
+    populate(&sfs, 120, false);
+    pool.sync().unwrap();
+    let s = source(&src, None, 0x5151, "sendres/src@r");
+    let full = send_vec(&pool, &s, &SendOpts::default());
+    let dst = dataset(&pool, "sendres/dst", &[]);
+
+    // The connection drops after 60% of the stream.
+    let cut = &full[..full.len() * 6 / 10];
+    let mut reader = StreamReader::new(cut).unwrap();
+    assert_eq!(reader.header().to_name, "sendres/src@r");
+    let mut progress = RecvProgress::default();
+    let err = receive_stream(&mut reader, &dst, &RecvOpts::default(), &mut progress).unwrap_err();
+    assert!(matches!(err, SendError::Truncated { .. }), "{err}");
+    dst.wait_synced().unwrap();
+    let token = progress.resume_token().unwrap();
+    assert!(token.object > 1 && token.bytes > 0, "{token:?}");
+    let text = token.encode();
+    let token = tarn_send::ResumeToken::decode(&text).unwrap();
+
+    // Resuming needs the token on both sides.
+    let resumed = send_vec(
+        &pool,
+        &s,
+        &SendOpts {
+            resume: Some(token.clone()),
+            ..Default::default()
+        },
+    );
+    assert!(resumed.len() < full.len() * 6 / 10, "resumed {} of {}", resumed.len(), full.len());
+    let no_token = receive(&mut &resumed[..], &dst, &RecvOpts::default());
+    assert!(matches!(no_token, Err(SendError::ResumeMismatch(_))), "{no_token:?}");
+    receive(
+        &mut &resumed[..],
+        &dst,
+        &RecvOpts {
+            expected_from_guid: None,
+            resume: Some(token),
+        },
+    )
+    .unwrap();
+    compare(&sfs, &fs(&dst));
+    drop((sfs, src, dst));
+    pool.export().unwrap();
+}
