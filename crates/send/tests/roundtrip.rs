@@ -30,7 +30,7 @@ fn change_a_little(fs: &tarn_zpl::Fs, os: &dyn ObjectStore) {
     fs.unlink(many, b"f0100").unwrap();
     write_file(fs, many, "new-one", &pattern(77, 5000));
     let d = fs.mkdir(fs.root(), b"newdir", 0o750, 5, 6).unwrap().ino;
-    write_file(fs, d, "inside", &pattern(78, 200_000));
+    write_file(fs, d, "inside", &pattern(78, 50_000));
     fs.symlink(d, b"ln", b"../small", 0, 0).unwrap();
     // Punch a hole in the middle of the big file (two whole 128 KiB blocks).
     let tx = os.hold_tx().unwrap();
