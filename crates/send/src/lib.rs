@@ -11,7 +11,7 @@
 //! `OBJECT` record (type, block sizes, bonus), its `WRITE`s and `FREE`s in increasing
 //! offset order, `FREEOBJECTS` for runs of freed ids between objects, and `END`.
 //!
-//! * A full stream ([`send`] with `from_txg = None`) carries every allocated object and
+//! * A full stream ([`send()`] with `from_txg = None`) carries every allocated object and
 //!   every non-hole level-0 block.
 //! * An incremental stream (`from_txg = Some(t)`) walks only block pointers born after
 //!   txg `t`: a subtree whose pointer is older is pruned whole (a parent is rewritten
@@ -39,6 +39,23 @@
 //! so the caller (the DSL) receives into a dataset nobody else sees (a new dataset, or
 //! a clone of the base snapshot) and only renames or swaps it in after success, or
 //! keeps it for a resumable receive ([`token::ResumeToken`]).
+//!
+//! What the caller (DSL / CLI) does:
+//!
+//! * `zfs send [-i @a] fs@b`: build a [`SendSource`] from snapshot `@b`'s dataset
+//!   record (root block pointer, guid, creation time, name); for `-i`, `from_txg` is
+//!   `@a`'s creation txg (or the birth txg of `@a`'s root; both give the same stream)
+//!   and `from_guid` its guid, where `@a` is an earlier snapshot of the same dataset.
+//!   [`estimate`] gives the `-nv`/`-v` size, [`send()`] writes the stream.
+//! * `zfs recv target`: [`StreamReader::new`] reads and verifies the header; from its
+//!   `to_name`, flags and `from_guid` pick the target and check the base. A full
+//!   stream goes into a new, empty, unmounted dataset; an incremental one into a clone
+//!   of (or a dataset rolled back to) the snapshot whose guid is `from_guid`, passed
+//!   as [`RecvOpts::expected_from_guid`]. [`receive_stream`] applies it and syncs.
+//!   On success the DSL snapshots the result **with guid = the stream's `to_guid`**
+//!   (so the next incremental finds its base) and renames/swaps it into place; on
+//!   failure it destroys the temporary dataset, or (`recv -s`) syncs it and stores
+//!   [`RecvProgress::resume_token`] as `receive_resume_token` for `zfs send -t`.
 //!
 //! Limits: the source must not change during the send (send a snapshot's root; a live
 //! object set frees blocks four txgs after they are replaced, and a long send may then
