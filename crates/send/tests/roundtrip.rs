@@ -91,6 +91,23 @@ fn full_then_incremental_roundtrip() {
     assert!(info.objects_freed >= 2, "{info:?}");
     compare(&sfs, &fs(&dst));
 
+    // The incremental walk reads only what changed: count block reads (cold cache)
+    // of a full and an incremental send of the same state.
+    let reads = |src: &tarn_send::SendSource| {
+        pool.zio().clear_cache();
+        let before = pool.zio().io_activity();
+        tarn_send::send(pool.zio(), src, &SendOpts::default(), &mut std::io::sink()).unwrap();
+        pool.zio().io_activity() - before
+    };
+    let s2_full = tarn_send::SendSource {
+        from_txg: None,
+        from_guid: 0,
+        ..s2.clone()
+    };
+    let (full_reads, inc_reads) = (reads(&s2_full), reads(&s2));
+    eprintln!("block reads: full {full_reads}, incremental {inc_reads}");
+    assert!(inc_reads * 5 < full_reads, "incremental read {inc_reads} blocks, full {full_reads}");
+
     // An empty incremental (nothing changed) is tiny and applies.
     let s3 = source(&src, Some((s2.root.birth_txg, 0x2222)), 0x3333, "sendrt/src@three");
     let empty = send_vec(&pool, &s3, &SendOpts::default());
