@@ -132,6 +132,13 @@ pub enum SendError {
     /// A resuming stream without the matching token, or a token for another stream.
     #[error("resume mismatch: {0}")]
     ResumeMismatch(&'static str),
+    /// An incremental stream without `-L` for a target whose object `object` was
+    /// received with large blocks (OpenZFS: "incremental send stream requires -L").
+    #[error("object {object} was received with blocks over 128 KiB; send the incremental stream with -L")]
+    NeedsLargeBlocks {
+        /// The object whose block size does not match.
+        object: u64,
+    },
     /// A resume token could not be parsed.
     #[error("invalid resume token: {0}")]
     BadToken(&'static str),

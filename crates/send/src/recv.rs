@@ -14,7 +14,9 @@
 //! Applying: `OBJECT` creates the object at its id ([`ObjectStore::claim_object`]) or,
 //! when it exists with the same type and a compatible block size, replaces its bonus;
 //! an object of another type or block size is freed and created again (after a txg
-//! sync, which the DMU needs before an id is reused). `WRITE` writes the logical bytes
+//! sync, which the DMU needs before an id is reused), except that a stream without
+//! `-L` meeting an object received with large blocks is refused
+//! ([`SendError::NeedsLargeBlocks`]) instead of dropping the object's data. `WRITE` writes the logical bytes
 //! (a compressed payload is decompressed first and stored under the target's own
 //! `compression`). `FREE` frees the range. `FREEOBJECTS` frees every existing object in
 //! the range, clipped to [`Objset::object_id_end`] so a huge range costs what exists.
@@ -24,6 +26,7 @@
 //! The caller must receive into a dataset nobody else uses and destroy it (or keep it
 //! for resuming: sync it, then save [`RecvProgress::resume_token`]) on failure.
 
+use crate::send::SPLIT_BLOCK_BYTES;
 use crate::stream::{Record, StreamHeader, StreamReader, FREE_TO_END};
 use crate::token::ResumeToken;
 use crate::{Result, SendError};
@@ -140,7 +143,7 @@ pub fn receive_stream<R: Read>(reader: &mut StreamReader<R>, target: &Objset, op
                 if o.object < floor {
                     return Err(order("OBJECT out of order"));
                 }
-                apply_object(target, &o)?;
+                apply_object(target, &o, h.flags & crate::stream::flags::LARGE_BLOCKS != 0)?;
                 floor = o.object + 1;
                 current = Some(o.object);
                 info.objects += 1;
@@ -247,7 +250,7 @@ fn check_fits(h: &StreamHeader, target: &Objset, opts: &RecvOpts) -> Result<()> 
     Ok(())
 }
 
-fn apply_object(target: &Objset, o: &crate::stream::ObjectRec) -> Result<()> {
+fn apply_object(target: &Objset, o: &crate::stream::ObjectRec, large_blocks: bool) -> Result<()> {
     let tx = target.hold_tx()?;
     match target.object_info(o.object) {
         Ok(info) => {
@@ -255,6 +258,11 @@ fn apply_object(target: &Objset, o: &crate::stream::ObjectRec) -> Result<()> {
             if info.otype == o.otype && (info.datablksz_bytes == o.datablksz_bytes || grows) {
                 target.set_bonus(&tx, o.object, &o.bonus)?;
                 return Ok(());
+            }
+            // Large blocks split by a stream without -L: the same object, not a new
+            // one; recreating it would drop its unchanged blocks.
+            if info.otype == o.otype && !large_blocks && info.datablksz_bytes > SPLIT_BLOCK_BYTES && o.datablksz_bytes == SPLIT_BLOCK_BYTES {
+                return Err(SendError::NeedsLargeBlocks { object: o.object });
             }
             // Another object under the same id: free it; the id can be claimed again
             // once that free has synced.

@@ -202,6 +202,9 @@ impl Walk<'_, '_> {
             return Ok(());
         }
         let phys = ObjsetPhys::decode(&self.read(root)?)?;
+        if phys.os_type == tarn_dmu::objset::OS_TYPE_MOS {
+            return Err(SendError::Invalid("the MOS is not a dataset and cannot be sent"));
+        }
         let md = &phys.meta_dnode;
         if md.nlevels == 0 || md.nlevels > LEVELS_MAX {
             return Err(corrupt("meta-dnode", "nlevels out of range"));

@@ -162,6 +162,30 @@ fn compressed_and_large_block_streams() {
     assert_eq!(dst.object_info(big).unwrap().datablksz_bytes, 128 << 10);
     let big_src = lookup(&sfs, "a/big");
     assert_eq!(src.object_info(big_src).unwrap().datablksz_bytes, 1 << 20);
+
+    // An incremental onto the -L copy must be sent with -L too.
+    sfs.write(big_src, 100, b"changed").unwrap();
+    pool.sync().unwrap();
+    let s2 = source(&src, Some((s.root.birth_txg, 0xabc)), 0xabd, "sendc/src@d");
+    let comp_dst = pool.objset_concrete("sendc/comp").unwrap();
+    let opts = RecvOpts {
+        expected_from_guid: Some(0xabc),
+        resume: None,
+    };
+    let split = send_vec(&pool, &s2, &SendOpts::default());
+    let e = receive(&mut &split[..], &comp_dst, &opts).unwrap_err();
+    assert!(matches!(e, SendError::NeedsLargeBlocks { .. }), "{e}");
+    let whole = send_vec(
+        &pool,
+        &s2,
+        &SendOpts {
+            large_blocks: true,
+            ..Default::default()
+        },
+    );
+    receive(&mut &whole[..], &comp_dst, &opts).unwrap();
+    compare(&sfs, &fs(&comp_dst));
+    drop(comp_dst);
     drop((sfs, src, dst));
     pool.export().unwrap();
 }
