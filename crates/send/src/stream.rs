@@ -142,11 +142,12 @@ pub struct WriteRec {
 impl WriteRec {
     /// The logical bytes. Errors: a compressed payload that does not decompress to
     /// exactly `lsize_bytes` (`Corrupt` with `what`).
-    pub fn data(&self) -> std::result::Result<Vec<u8>, &'static str> {
+    pub fn data(&self) -> std::result::Result<std::borrow::Cow<'_, [u8]>, &'static str> {
         match self.compression {
-            Compression::Off => Ok(self.payload.clone()),
+            Compression::Off => Ok(std::borrow::Cow::Borrowed(&self.payload)),
             c => c
                 .decompress(&self.payload, self.lsize_bytes as usize)
+                .map(std::borrow::Cow::Owned)
                 .map_err(|_| "WRITE payload does not decompress"),
         }
     }
@@ -724,5 +725,70 @@ impl<R: Read> StreamReader<R> {
         }
         self.records += 1;
         Ok(rec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The offsets of docs/format.md §15, checked against the encoder.
+    #[test]
+    fn layout_matches_format_md() {
+        let mut out = Vec::new();
+        let mut w = StreamWriter::new(Some(&mut out)).unwrap();
+        w.record(&Record::Begin(StreamHeader {
+            flags: flags::INCREMENTAL | flags::COMPRESSED,
+            to_guid: 0x1111,
+            from_guid: 0x2222,
+            from_txg: 5,
+            to_txg: 9,
+            creation_time_s: 77,
+            resume_object: 0,
+            resume_offset_bytes: 0,
+            to_name: "p/fs@s".into(),
+        }))
+        .unwrap();
+        w.record(&Record::Write(WriteRec {
+            object: 3,
+            offset_bytes: 4096,
+            lsize_bytes: 4,
+            compression: Compression::Off,
+            payload: b"abcd".to_vec(),
+        }))
+        .unwrap();
+        let u64_at = |o: usize| get64(&out, o);
+        // Prefix.
+        assert_eq!(&out[0..8], b"TARNSEND");
+        assert_eq!(get32(&out, 8), 1);
+        assert_eq!(get32(&out, 12), 0);
+        // BEGIN framing and payload.
+        assert_eq!(get16(&out, 16), rtype::BEGIN);
+        assert_eq!(get16(&out, 18), 0);
+        assert_eq!(get32(&out, 20) as usize, 72 + 6);
+        let p = 24;
+        assert_eq!(u64_at(p), 3);
+        assert_eq!(u64_at(p + 8), 0x1111);
+        assert_eq!(u64_at(p + 16), 0x2222);
+        assert_eq!(u64_at(p + 24), 5);
+        assert_eq!(u64_at(p + 32), 9);
+        assert_eq!(u64_at(p + 40), 77);
+        assert_eq!(get32(&out, p + 64), 6);
+        assert_eq!(&out[p + 72..p + 78], b"p/fs@s");
+        let sum_at = p + 78;
+        assert_eq!(&out[sum_at..sum_at + 32], blake3::hash(&out[..sum_at]).as_bytes());
+        // WRITE.
+        let r = sum_at + 32;
+        assert_eq!(get16(&out, r), rtype::WRITE);
+        assert_eq!(get32(&out, r + 4), 32 + 4);
+        let p = r + 8;
+        assert_eq!(u64_at(p), 3);
+        assert_eq!(u64_at(p + 8), 4096);
+        assert_eq!(get32(&out, p + 16), 4);
+        assert_eq!(get32(&out, p + 20), 4);
+        assert_eq!(out[p + 24], 0);
+        assert_eq!(&out[p + 32..p + 36], b"abcd");
+        assert_eq!(&out[p + 36..p + 68], blake3::hash(&out[..p + 36]).as_bytes());
+        assert_eq!(out.len(), p + 68);
     }
 }
