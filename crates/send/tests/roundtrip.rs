@@ -237,6 +237,33 @@ fn interrupted_receive_resumes_with_token() {
     )
     .unwrap();
     compare(&sfs, &fs(&dst));
+
+    // The same for an incremental stream, cut in its middle.
+    change_a_little(&sfs, &*src);
+    pool.sync().unwrap();
+    let s2 = source(&src, Some((s.root.birth_txg, 0x5151)), 0x5252, "sendres/src@r2");
+    let inc = send_vec(&pool, &s2, &SendOpts::default());
+    let base = RecvOpts {
+        expected_from_guid: Some(0x5151),
+        resume: None,
+    };
+    let mut reader = StreamReader::new(&inc[..inc.len() / 2]).unwrap();
+    let mut progress = RecvProgress::default();
+    let err = receive_stream(&mut reader, &dst, &base, &mut progress).unwrap_err();
+    assert!(matches!(err, SendError::Truncated { .. }), "{err}");
+    dst.wait_synced().unwrap();
+    let token = progress.resume_token().unwrap();
+    assert_eq!((token.to_guid, token.from_guid), (0x5252, 0x5151));
+    let resumed = send_vec(
+        &pool,
+        &s2,
+        &SendOpts {
+            resume: Some(token.clone()),
+            ..Default::default()
+        },
+    );
+    receive(&mut &resumed[..], &dst, &RecvOpts { resume: Some(token), ..base }).unwrap();
+    compare(&sfs, &fs(&dst));
     drop((sfs, src, dst));
     pool.export().unwrap();
 }
