@@ -1352,3 +1352,13 @@ impl ObjectStore for Objset {
         self.readonly.load(Ordering::Relaxed) || self.gate.is_readonly()
     }
 }
+
+impl Objset {
+    /// One past the highest object id this object set may hold: no object with an id
+    /// at or above it exists (ids are handed out below it, and opening starts it past
+    /// the end of the dnode array). A receive clips `FREEOBJECTS` ranges with it so
+    /// that freeing a huge id range costs what the object set holds, not the range.
+    pub fn object_id_end(&self) -> u64 {
+        self.st.lock().next_obj
+    }
+}
