@@ -54,7 +54,9 @@ pub fn run(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         "snapshot" | "snap" => crate::zfs_snap::snapshot(st, ctx, rest),
         "rollback" => crate::zfs_snap::rollback(st, ctx, rest),
         "clone" => crate::zfs_snap::clone(st, ctx, rest),
-        "promote" | "send" | "receive" | "recv" | "hold" | "release" | "holds" | "bookmark" | "diff" | "rename" => {
+        "send" => crate::zfs_send::send(st, ctx, rest),
+        "receive" | "recv" => crate::zfs_send::recv(st, ctx, rest),
+        "promote" | "hold" | "release" | "holds" | "bookmark" | "diff" | "rename" => {
             Response::err(format!("'zfs {sub}' is not implemented in this version of Tarn"))
         }
         "list" => list(st, rest),
@@ -291,6 +293,11 @@ fn value_of(entry: &PoolEntry, info: &DatasetInfo, prop: &str, parsable: bool) -
 
 /// A time as OpenZFS prints `creation` ("Sun Nov 23  1:20 2026", local time).
 pub fn ctime(secs: i64) -> String {
+    strftime_local(secs, c"%a %b %e %H:%M %Y")
+}
+
+/// `secs` since the epoch formatted by strftime(3) `fmt` in local time.
+pub fn strftime_local(secs: i64, fmt: &std::ffi::CStr) -> String {
     // SAFETY: localtime_r/strftime write only into the buffers given.
     unsafe {
         let t: libc::time_t = secs as libc::time_t;
@@ -299,7 +306,7 @@ pub fn ctime(secs: i64) -> String {
             return secs.to_string();
         }
         let mut buf = [0u8; 64];
-        let n = libc::strftime(buf.as_mut_ptr() as *mut libc::c_char, buf.len(), c"%a %b %e %H:%M %Y".as_ptr(), &tm);
+        let n = libc::strftime(buf.as_mut_ptr() as *mut libc::c_char, buf.len(), fmt.as_ptr(), &tm);
         String::from_utf8_lossy(&buf[..n]).into_owned()
     }
 }
@@ -315,8 +322,9 @@ const SPACE_PROPS: [&str; 6] = [
 ];
 
 /// Other read-only properties the engine reports.
-const INFO_PROPS: [&str; 8] = [
+const INFO_PROPS: [&str; 9] = [
     "origin",
+    "receive_resume_token",
     "clones",
     "userrefs",
     "createtxg",

@@ -70,6 +70,7 @@ mod names;
 mod pool;
 mod repair;
 pub mod scan;
+mod sendrecv;
 mod snapshot;
 mod sync;
 mod vdevs;
@@ -81,6 +82,7 @@ pub use pool::{
     cache_limit, civil_date, default_cache_limit, format_time, set_cache_limit, LogEvacuateHook, Pool, CACHE_LIMIT_DEFAULT_BYTES, CACHE_LIMIT_DEFAULT_MAX_BYTES,
 };
 pub use repair::FAULT_IO_ERRORS;
+pub use sendrecv::{RecvOutcome, RecvSpec, RESUME_TOKEN_PROP};
 pub use tarn_dmu::ObjectStore;
 pub use tarn_zil::Zilog;
 
