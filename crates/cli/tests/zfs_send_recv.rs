@@ -104,6 +104,26 @@ fn refusals_without_data() {
     recv_from(&env, &["zfs", "recv", "-u", "tank/r"], &f).ok();
     assert_eq!(snaps(&env, "tank/r"), "tank/r@a\ntank/r@b\n");
     recv_from(&env, &["zfs", "recv", "-u", "tank/r"], &f).fails_with("cannot restore to tank/r@b: destination already exists");
+    // -n reads and checks the stream and changes nothing; -e keeps the last name
+    // component; -o sets a property on the created file system; -c -L streams land.
+    send_to(&env, &["zfs", "send", "-c", "-L", "-e", "tank/fs@a"], &f).ok();
+    let out = recv_from(&env, &["zfs", "recv", "-n", "-v", "tank/dry"], &f).ok().stdout;
+    assert_eq!(out, "would receive full stream of tank/fs@a into tank/dry@a\n");
+    env.zfs(&["list", "tank/dry"]).fails_with("dataset does not exist");
+    env.zfs(&["create", "-u", "tank/e"]).ok();
+    recv_from(&env, &["zfs", "recv", "-u", "-e", "-o", "compression=lz4", "tank/e"], &f).ok();
+    assert_eq!(snaps(&env, "tank/e"), "tank/e/fs@a\n");
+    assert_eq!(
+        env.zfs(&["get", "-H", "-o", "value,source", "compression", "tank/e/fs"]).ok().stdout,
+        "lz4\tlocal\n"
+    );
+    // -p carries local properties; -x leaves one out.
+    env.zfs(&["set", "atime=off", "tank/fs"]).ok();
+    env.zfs(&["set", "recordsize=64K", "tank/fs"]).ok();
+    send_to(&env, &["zfs", "send", "-p", "tank/fs@a"], &f).ok();
+    recv_from(&env, &["zfs", "recv", "-u", "-x", "recordsize", "tank/p"], &f).ok();
+    assert_eq!(env.zfs(&["get", "-H", "-o", "value,source", "atime", "tank/p"]).ok().stdout, "off\tlocal\n");
+    assert_eq!(value(&env, "recordsize", "tank/p"), "128K");
 }
 
 #[test]
@@ -230,4 +250,82 @@ fn send_recv_through_mounts() {
     recv_from(&env2, &["zfs", "recv", "-d", "backup"], &s1).ok();
     assert_eq!(std::fs::read(m2.join("fs/dir/inner")).unwrap(), data(2, 70_000));
     assert_eq!(snaps(&env2, "backup"), "backup/fs@one\n");
+}
+
+fn sigkill_daemon(env: &Env) {
+    extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    let pid: i32 = std::fs::read_to_string(env.state().join("daemon.pid")).unwrap().trim().parse().unwrap();
+    // SAFETY: signalling the daemon this test started.
+    unsafe { kill(pid, 9) };
+    let t = std::time::Instant::now();
+    while env.socket().exists() && std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| !s.contains("State:\tZ")) {
+        assert!(t.elapsed().as_secs() < 20, "daemon did not die");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Start `zfs recv ARGS` fed with the first half of `stream`, wait until the daemon
+/// has marked the target as being received (it is unmounted or listed), then kill the
+/// daemon with SIGKILL while the receive waits for the rest.
+fn kill_mid_receive(env: &Env, args: &[&str], stream: &[u8], target: &str) {
+    use std::io::Write;
+    let mut c = env.command(args);
+    c.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null());
+    let mut child = c.spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(&stream[..stream.len() / 2]).unwrap();
+    let t = std::time::Instant::now();
+    loop {
+        let o = env.zfs(&["get", "-H", "-o", "value", "mounted", target]);
+        if o.code == 0 && o.stdout.trim() == "no" {
+            break;
+        }
+        assert!(t.elapsed().as_secs() < 30, "receive into {target} never started: {o:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Let the first half of the records reach a synced txg.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    sigkill_daemon(env);
+    drop(input);
+    let _ = child.wait();
+}
+
+#[test]
+fn kill_during_receive_leaves_it_done_or_gone() {
+    if !fuse_usable("kill_during_receive_leaves_it_done_or_gone") {
+        return;
+    }
+    let env = Env::new();
+    let m = env.path().join("mnt");
+    env.zpool(&["create", "-m", &m.display().to_string(), "-o", "size=256M", "tank", "v/a"]).ok();
+    env.zfs(&["create", "tank/fs"]).ok();
+    std::fs::write(m.join("fs/big"), data(5, 8_000_000)).unwrap();
+    env.zfs(&["snapshot", "tank/fs@one"]).ok();
+    std::fs::write(m.join("fs/big"), data(6, 8_000_000)).unwrap();
+    env.zfs(&["snapshot", "tank/fs@two"]).ok();
+    let (s1, s2) = (env.path().join("s1"), env.path().join("s2"));
+    send_to(&env, &["zfs", "send", "tank/fs@one"], &s1).ok();
+    send_to(&env, &["zfs", "send", "-i", "@one", "tank/fs@two"], &s2).ok();
+    recv_from(&env, &["zfs", "recv", "tank/copy"], &s1).ok();
+    let vdir = env.vdir().display().to_string();
+
+    // An incremental receive killed half way: the copy comes back at @one.
+    kill_mid_receive(&env, &["zfs", "recv", "-s", "-F", "tank/copy"], &std::fs::read(&s2).unwrap(), "tank/copy");
+    env.zpool(&["import", "-d", &vdir, "tank"]).ok();
+    assert_eq!(snaps(&env, "tank/copy"), "tank/copy@one\n");
+    assert_eq!(value(&env, "receive_resume_token", "tank/copy"), "-");
+    assert_eq!(value(&env, "mounted", "tank/copy"), "yes");
+    assert_eq!(std::fs::read(m.join("copy/big")).unwrap(), data(5, 8_000_000));
+    // It then receives the same stream whole.
+    recv_from(&env, &["zfs", "recv", "-F", "tank/copy"], &s2).ok();
+    assert_eq!(std::fs::read(m.join("copy/big")).unwrap(), data(6, 8_000_000));
+
+    // A full receive killed half way leaves no dataset behind.
+    kill_mid_receive(&env, &["zfs", "recv", "tank/new"], &std::fs::read(&s1).unwrap(), "tank/new");
+    env.zpool(&["import", "-d", &vdir, "tank"]).ok();
+    env.zfs(&["list", "tank/new"]).fails_with("dataset does not exist");
+    recv_from(&env, &["zfs", "recv", "tank/new"], &s1).ok();
+    assert_eq!(std::fs::read(m.join("new/big")).unwrap(), data(5, 8_000_000));
 }
