@@ -63,6 +63,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+mod bookmark;
 mod dsl;
 pub mod inject;
 mod iostat;
@@ -75,6 +76,7 @@ mod snapshot;
 mod sync;
 mod vdevs;
 
+pub use bookmark::{validate_bookmark_name, Bookmark};
 pub use dsl::{recordsize_bytes, DATASET_PROPS};
 pub use iostat::{PoolIostat, VdevIostat};
 pub use names::{validate_dataset_name, validate_pool_name, validate_snapshot_name};
