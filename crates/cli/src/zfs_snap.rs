@@ -18,6 +18,7 @@ use crate::proto::Response;
 const SNAPSHOT_USAGE: &str = "usage:\n\tsnapshot [-r] [-o property=value] ... <filesystem|volume>@<snap> ...\n";
 const ROLLBACK_USAGE: &str = "usage:\n\trollback [-rR] <snapshot>\n";
 const BOOKMARK_USAGE: &str = "usage:\n\tbookmark <snapshot|bookmark> <bookmark>\n";
+const PROMOTE_USAGE: &str = "usage:\n\tpromote <clone-filesystem>\n";
 const DIFF_USAGE: &str = "usage:\n\tdiff [-FHt] <snapshot> [snapshot|filesystem]\n";
 const CLONE_USAGE: &str = "usage:\n\tclone [-p] [-o property=value] ... <snapshot> <filesystem|volume>\n";
 
@@ -407,4 +408,27 @@ pub fn diff(st: &mut State, args: &[String]) -> Response {
         out.push('\n');
     }
     Response::ok(out)
+}
+
+/// `zfs promote clone`: the clone takes over its origin's snapshots (renamed under
+/// it) and the origin's file system becomes its clone. No mount moves.
+pub fn promote(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "") {
+        Ok(p) => p,
+        Err(e) => return usage(PROMOTE_USAGE, &e),
+    };
+    let fs = match p.operands.as_slice() {
+        [f] => f.clone(),
+        [] => return usage(PROMOTE_USAGE, "missing clone filesystem argument"),
+        _ => return usage(PROMOTE_USAGE, "too many arguments"),
+    };
+    let pool = pool_of(&fs).to_string();
+    let Some(entry) = st.pools.get(&pool) else {
+        return Response::err(format!("cannot open '{fs}': dataset does not exist"));
+    };
+    if let Err(e) = entry.pool.promote(&fs) {
+        return Response::err(daemon::cannot(&format!("cannot promote '{fs}'"), e));
+    }
+    history_note(st, &pool, ctx);
+    Response::ok("")
 }

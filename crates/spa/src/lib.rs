@@ -69,6 +69,7 @@ pub mod inject;
 mod iostat;
 mod names;
 mod pool;
+mod promote;
 mod repair;
 pub mod scan;
 mod sendrecv;
