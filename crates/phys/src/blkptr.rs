@@ -96,6 +96,16 @@ pub enum ObjectType {
     DslDataset = 11,
     /// Intent log block (reserved for the ZIL issue).
     IntentLog = 12,
+    /// Metaslab directory root: per top-level vdev its metaslab geometry and directory
+    /// pages, plus the space-map log chain head (what the uberblock's `spacemap_bp`
+    /// points at).
+    MetaslabRoot = 20,
+    /// Metaslab directory page: flush txg and condensed-map pointer of a run of metaslabs.
+    MetaslabPage = 21,
+    /// One metaslab's condensed free-space map as of its flush txg.
+    MetaslabMap = 22,
+    /// One block of the pool-wide space-map log (a txg's alloc/free records).
+    SpaceMapLog = 23,
 }
 
 impl ObjectType {
@@ -116,6 +126,10 @@ impl ObjectType {
             10 => Symlink,
             11 => DslDataset,
             12 => IntentLog,
+            20 => MetaslabRoot,
+            21 => MetaslabPage,
+            22 => MetaslabMap,
+            23 => SpaceMapLog,
             _ => return Err(Corrupt::new("blkptr", format!("unknown object type {v}"))),
         })
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tarn_dmu::objset::{Objset, OS_TYPE_MOS};
 use tarn_dmu::txg::TxgGate;
 use tarn_dmu::{ObjectStore, TxHold};
-use tarn_metaslab::{AllocClass, SpaceMap, VdevSpace};
+use tarn_metaslab::{AllocClass, SpaceMap, VdevDims, VdevSpace};
 use tarn_phys::label::{LabelConfig, PoolState, VdevConfig};
 use tarn_phys::{BlkPtr, ObjectType, UberblockPhys, TARN_FORMAT_VERSION};
 use tarn_vdev::{label, Leaf, Vdev, VdevError, VdevState};
@@ -850,18 +850,17 @@ impl Pool {
             SpaceMap::new(dims.iter().zip(&classes).map(|(&(a, al), &c)| VdevSpace::new_class(a, al, c)).collect()),
             cache_max_bytes(),
         ));
-        let sm_bytes = zio
-            .read_block(&ub.spacemap_bp)
-            .map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': space map unreadable: {e}")))?;
-        let sm_len = u64::from_le_bytes(
-            sm_bytes
-                .get(0..8)
-                .ok_or_else(|| SpaError::Corrupt("space map too short".into()))?
-                .try_into()
-                .unwrap(),
-        ) as usize;
-        let mut sm = SpaceMap::decode(&dims, sm_bytes.get(8..8 + sm_len).ok_or_else(|| SpaError::Corrupt("space map length".into()))?)
-            .map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': {e}")))?;
+        let vdims: Vec<VdevDims> = dims
+            .iter()
+            .zip(&classes)
+            .map(|(&(asize_bytes, align_bytes), &class)| VdevDims {
+                asize_bytes,
+                align_bytes,
+                class,
+            })
+            .collect();
+        let mut sm = SpaceMap::load(&vdims, &ub.spacemap_bp, &mut |bp| zio.read_block(bp).map(|b| b.to_vec()).map_err(|e| e.to_string()))
+            .map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': space map: {e}")))?;
         for (i, (vs, &class)) in sm.vdevs.iter_mut().zip(&classes).enumerate() {
             if vs.class() != class {
                 return Err(SpaError::Corrupt(format!(

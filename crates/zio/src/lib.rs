@@ -49,7 +49,7 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tarn_metaslab::{AllocClass, SpaceMap, VdevSpace};
+use tarn_metaslab::{AllocClass, SpaceMap, SyncBlock, SyncPlan, VdevSpace};
 use tarn_phys::{BlkPtr, ChecksumAlg, Compression, Dva, ObjectType};
 use tarn_vdev::{Vdev, VdevError};
 
@@ -322,6 +322,11 @@ impl Zio {
     fn allocate(&self, psize_bytes: u64, copies: u8) -> Result<[Dva; 3]> {
         let vdevs = self.vdevs.read();
         let mut space = self.space.lock();
+        Self::allocate_in(&vdevs, &mut space, psize_bytes, copies)
+    }
+
+    /// [`Zio::allocate`] with both locks already held by the caller.
+    fn allocate_in(vdevs: &[Arc<Vdev>], space: &mut SpaceMap, psize_bytes: u64, copies: u8) -> Result<[Dva; 3]> {
         let mut out = [Dva::default(); 3];
         let mut used: Vec<u32> = Vec::new();
         for i in 0..copies.clamp(1, 3) as usize {
@@ -432,6 +437,35 @@ impl Zio {
             fill: props.fill,
             checksum,
         })
+    }
+
+    /// Build txg `txg`'s space structures ([`SpaceMap::sync_plan`]) under the space
+    /// lock, allocating them like pool-wide metadata (three copies). Errors: `NoSpace`.
+    pub fn space_sync_plan(&self, txg: u64) -> Result<SyncPlan> {
+        let vdevs = self.vdevs.read();
+        let mut space = self.space.lock();
+        space
+            .sync_plan(txg, &mut |sm, psize| Self::allocate_in(&vdevs, sm, psize, 3).ok())
+            .map_err(|_| ZioError::NoSpace)
+    }
+
+    /// Write a block sealed elsewhere (its pointer already carries DVAs and checksum)
+    /// to every DVA. Errors: `Io` when no copy landed.
+    pub fn write_sealed(&self, block: &SyncBlock) -> Result<()> {
+        let vdevs = self.vdevs.read();
+        let mut ok = 0;
+        let mut last_err = None;
+        for d in block.bp.dvas() {
+            match vdevs[d.vdev as usize].write(d.offset_bytes, &block.payload) {
+                Ok(()) => ok += 1,
+                Err(e) => last_err = Some(e),
+            }
+        }
+        if ok == 0 {
+            return Err(ZioError::Io(last_err.map(|e| e.to_string()).unwrap_or_default()));
+        }
+        self.blocks_written.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Application block I/O so far (reads that missed the cache plus block writes);
