@@ -438,6 +438,19 @@ impl SpaceMap {
         self.last_sync_bytes
     }
 
+    /// Every block of the space structures the last sync wrote or kept: the root,
+    /// directory pages, condensed maps and live log blocks (for scrub and resilver).
+    pub fn structure_bps(&self) -> Vec<BlkPtr> {
+        let mut out = vec![self.root_bp];
+        for v in &self.vdevs {
+            out.extend(v.page_bps.iter().copied());
+            out.extend(v.ms.iter().map(|m| m.map_bp));
+        }
+        out.extend(self.log_blocks.iter().map(|&(_, bp)| bp));
+        out.retain(|bp| !bp.is_hole());
+        out
+    }
+
     /// Number of live space-map log blocks.
     pub fn log_block_count(&self) -> usize {
         self.log_blocks.len()

@@ -495,7 +495,7 @@ impl Pool {
         };
         Roots {
             mos: self.mos.root_bp(),
-            spacemap: *self.spacemap_bp.lock(),
+            spacemap: self.zio.with_space(|s| s.structure_bps()),
             datasets,
         }
     }
