@@ -1009,6 +1009,17 @@ impl Pool {
     pub fn alloc_bytes(&self) -> u64 {
         self.zio.alloc_bytes()
     }
+    /// Fragmentation of the normal class's free space, 0–100 (OpenZFS's metric over
+    /// the metaslabs' free-segment histograms; `zpool list` FRAG). `None` when the
+    /// pool has no normal space.
+    pub fn fragmentation_pct(&self) -> Option<u64> {
+        self.zio.with_space(|s| s.fragmentation_pct())
+    }
+    /// Bytes of space structures (space-map log, flushed metaslab maps, directory
+    /// pages, root; each block once, not per copy) the last txg sync wrote.
+    pub fn space_sync_bytes(&self) -> u64 {
+        self.zio.with_space(|s| s.last_sync_bytes())
+    }
     /// Number of blocks that failed every copy since import.
     pub fn data_errors(&self) -> u64 {
         self.zio.data_errors.load(Ordering::Relaxed)

@@ -462,3 +462,33 @@ fn a_txg_writes_its_metadata_in_a_few_batches_not_block_by_block() {
     drop(os);
     pool.export().unwrap();
 }
+
+/// Space accounting per txg is proportional to the txg's work, not to the pool: the
+/// same small txgs on a 1 GiB and on a 1 TiB (sparse) pool write the same number of
+/// space-structure bytes (engine counter, no timing).
+#[test]
+fn space_sync_bytes_do_not_grow_with_pool_size() {
+    let run = |size: u64, name: &str| -> Vec<u64> {
+        let d = tempfile::tempdir().unwrap();
+        let f = mkfile(d.path(), "a.img", size);
+        let pool = Pool::create(&spec(name, vec![TopSpec::Leaf(f)])).unwrap();
+        let os = pool.objset(name).unwrap();
+        pool.sync().unwrap();
+        let mut bytes = Vec::new();
+        for i in 0..6u64 {
+            for k in 0..3 {
+                put(&*os, &pattern(i * 3 + k, 8192));
+            }
+            pool.sync().unwrap();
+            bytes.push(pool.space_sync_bytes());
+        }
+        assert_eq!(pool.fragmentation_pct().map(|f| f <= 100), Some(true));
+        drop(os);
+        pool.export().unwrap();
+        bytes
+    };
+    let small = run(1 << 30, "flat1g");
+    let large = run(1 << 40, "flat1t");
+    assert!(small.iter().all(|&b| b > 0), "{small:?}");
+    assert_eq!(small, large, "space-structure bytes per txg: 1 GiB {small:?}, 1 TiB {large:?}");
+}
