@@ -1130,6 +1130,7 @@ impl Pool {
             "allocated" => alloc.to_string(),
             "free" => size.saturating_sub(alloc).to_string(),
             "capacity" => (alloc * 100).checked_div(size).unwrap_or(0).to_string(),
+            "fragmentation" => self.fragmentation_pct().map_or_else(|| "-".into(), |f| f.to_string()),
             "health" => self.health(),
             "guid" => self.guid.to_string(),
             "version" => "-".into(),
@@ -1165,6 +1166,7 @@ impl Pool {
             "readonly",
             "ashift",
             "comment",
+            "fragmentation",
         ]
     }
 
