@@ -134,8 +134,8 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-pub use tarn_phys::Corrupt;
 use tarn_phys::BlkPtr;
+pub use tarn_phys::Corrupt;
 
 mod metaslab;
 pub mod ondisk;

@@ -168,7 +168,8 @@ impl Metaslab {
             return self.free.best_fit(size_bytes);
         }
         let end = self.start_bytes + self.size_bytes;
-        self.first_fit(size_bytes, self.cursor_bytes, end).or_else(|| self.first_fit(size_bytes, self.start_bytes, self.cursor_bytes))
+        self.first_fit(size_bytes, self.cursor_bytes, end)
+            .or_else(|| self.first_fit(size_bytes, self.start_bytes, self.cursor_bytes))
     }
 
     /// Moves the cursor past an allocation that ends at `end_bytes`.
@@ -254,7 +255,12 @@ impl Metaslab {
             tree.verify();
             for (s, l) in tree.iter() {
                 assert!(s % align_bytes == 0 && l % align_bytes == 0, "Metaslab: unaligned range [{s}, +{l})");
-                assert!(self.covers(s, l), "Metaslab: range [{s}, +{l}) outside [{}, +{})", self.start_bytes, self.size_bytes);
+                assert!(
+                    self.covers(s, l),
+                    "Metaslab: range [{s}, +{l}) outside [{}, +{})",
+                    self.start_bytes,
+                    self.size_bytes
+                );
                 assert!(all.try_add(s, l), "Metaslab: range [{s}, +{l}) is both free and deferred");
             }
         }

@@ -190,7 +190,10 @@ impl<'a> Reader<'a> {
     }
 
     fn u64(&mut self) -> Result<u64, Corrupt> {
-        let chunk = self.b.get(self.pos..self.pos + 8).ok_or_else(|| bad(format!("truncated at byte {}", self.pos)))?;
+        let chunk = self
+            .b
+            .get(self.pos..self.pos + 8)
+            .ok_or_else(|| bad(format!("truncated at byte {}", self.pos)))?;
         self.pos += 8;
         Ok(u64::from_le_bytes(chunk.try_into().expect("8 bytes")))
     }
@@ -326,12 +329,7 @@ impl PagePhys {
             entries.push((txg, r.bp()?));
         }
         r.finish()?;
-        Ok(PagePhys {
-            vdev,
-            page,
-            first_ms,
-            entries,
-        })
+        Ok(PagePhys { vdev, page, first_ms, entries })
     }
 }
 
@@ -375,7 +373,10 @@ impl MapPhys {
         let (vdev, ms_index, start_bytes, size_bytes, flush_txg) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
         let f = r.count(MAP_FREE_BYTES)?;
         let d = r.count(MAP_DEFERRED_BYTES)?;
-        if f.checked_mul(MAP_FREE_BYTES).and_then(|a| a.checked_add(d.checked_mul(MAP_DEFERRED_BYTES)?)).is_none_or(|n| n > r.remaining()) {
+        if f.checked_mul(MAP_FREE_BYTES)
+            .and_then(|a| a.checked_add(d.checked_mul(MAP_DEFERRED_BYTES)?))
+            .is_none_or(|n| n > r.remaining())
+        {
             return Err(bad("metaslab map: range arrays run past the end"));
         }
         let mut free = Vec::with_capacity(f);
@@ -401,7 +402,10 @@ impl MapPhys {
     /// Validates the ranges (non-empty, `align_bytes`-aligned, inside the metaslab,
     /// free ranges sorted and merged, nothing overlapping) and builds the trees.
     pub fn into_trees(&self, align_bytes: u64) -> Result<(RangeTree, BTreeMap<u64, RangeTree>), Corrupt> {
-        let end = self.start_bytes.checked_add(self.size_bytes).ok_or_else(|| bad("metaslab map: bounds overflow"))?;
+        let end = self
+            .start_bytes
+            .checked_add(self.size_bytes)
+            .ok_or_else(|| bad("metaslab map: bounds overflow"))?;
         let check = |what: &str, s: u64, l: u64| {
             if l == 0 || !s.is_multiple_of(align_bytes) || !l.is_multiple_of(align_bytes) {
                 return Err(bad(format!("metaslab map: {what} range [{s}, +{l}) empty or not {align_bytes}-aligned")));

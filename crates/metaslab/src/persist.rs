@@ -80,7 +80,11 @@ fn psize_for(bytes: usize) -> u64 {
 }
 
 fn seal(dva: [Dva; 3], mut payload: Vec<u8>, psize: u64, otype: ObjectType, txg: u64) -> SyncBlock {
-    assert!(payload.len() as u64 <= psize, "space structure outgrew its allocation ({} > {psize})", payload.len());
+    assert!(
+        payload.len() as u64 <= psize,
+        "space structure outgrew its allocation ({} > {psize})",
+        payload.len()
+    );
     payload.resize(psize as usize, 0);
     let bp = BlkPtr {
         dva,
@@ -225,8 +229,10 @@ impl SpaceMap {
                 psize_for(MapPhys::encoded_bytes(m.free.len() + extra_ranges, deferred))
             })
             .collect();
-        let page_psize: Vec<u64> =
-            dirty_pages.iter().map(|&(vi, _)| psize_for(PagePhys::encoded_bytes(per_page(self.vdevs[vi].ms.len())))).collect();
+        let page_psize: Vec<u64> = dirty_pages
+            .iter()
+            .map(|&(vi, _)| psize_for(PagePhys::encoded_bytes(per_page(self.vdevs[vi].ms.len()))))
+            .collect();
         let log_psize = psize_for(LogBlockPhys::encoded_bytes(LOG_RECORDS_PER_BLOCK.min(pending + 3 * (fixed_blocks + log_count))));
         let root_psize = psize_for(RootPhys::encoded_bytes(self.vdevs.len()));
 

@@ -1,9 +1,9 @@
 //! Unit tests and property tests against a block-array model.
 
 use super::*;
+use proptest::prelude::*;
 use std::collections::BTreeMap;
 use tarn_phys::{BlkPtr, Dva};
-use proptest::prelude::*;
 
 const K: u64 = 4096;
 
@@ -420,7 +420,7 @@ fn frees_and_claims_may_cross_metaslab_boundaries() {
 fn fragmentation_metric_uses_the_frag_table() {
     let mut v = VdevSpace::with_ms_shift(64 << 20, 4096, 26);
     assert_eq!(v.fragmentation_pct(), Some(0)); // one 64 MiB segment
-    // Keep every other 4 KiB block: free space in 4 KiB segments = 95% fragmented.
+                                                // Keep every other 4 KiB block: free space in 4 KiB segments = 95% fragmented.
     let n = (64 << 20) / 4096;
     for _ in 0..n {
         v.alloc(4096).unwrap();
@@ -455,7 +455,10 @@ impl Disk {
     fn write(&mut self, b: &SyncBlock) {
         for d in b.bp.dvas() {
             self.clobber(d.vdev, d.offset_bytes, d.asize_bytes);
-            self.vdevs.get_mut(&d.vdev).unwrap().insert(d.offset_bytes, (d.offset_bytes + d.asize_bytes, b.payload.clone()));
+            self.vdevs
+                .get_mut(&d.vdev)
+                .unwrap()
+                .insert(d.offset_bytes, (d.offset_bytes + d.asize_bytes, b.payload.clone()));
         }
     }
 
@@ -757,7 +760,10 @@ fn load_refuses_mismatched_config_and_old_format() {
     assert!(SpaceMap::load(&dims, &plan.root, &mut |bp| disk.read(bp)).is_ok());
     let mut other = dims.clone();
     other[1].asize_bytes += 1 << 20;
-    assert!(matches!(SpaceMap::load(&other, &plan.root, &mut |bp| disk.read(bp)), Err(LoadError::Corrupt(_))));
+    assert!(matches!(
+        SpaceMap::load(&other, &plan.root, &mut |bp| disk.read(bp)),
+        Err(LoadError::Corrupt(_))
+    ));
     other = dims.clone();
     other[2].class = AllocClass::Normal;
     assert!(SpaceMap::load(&other, &plan.root, &mut |bp| disk.read(bp)).is_err());
@@ -816,4 +822,39 @@ fn sync_bytes_do_not_grow_with_pool_size() {
     // The first sync writes every directory page of the new vdev; after that the
     // bytes depend only on what the txg did.
     assert_eq!(small[1..], large[1..], "small {small:?} large {large:?}");
+}
+
+/// The sizes and offsets `docs/format.md` §9 states.
+#[test]
+fn layouts_match_format_md() {
+    use ondisk::*;
+    assert_eq!(ROOT_HEADER_BYTES, 168);
+    assert_eq!(ROOT_VDEV_BYTES, 2080);
+    assert_eq!(PAGE_HEADER_BYTES, 48);
+    assert_eq!(PAGE_ENTRY_BYTES, 136);
+    assert_eq!(MAP_HEADER_BYTES, 72);
+    assert_eq!((MAP_FREE_BYTES, MAP_DEFERRED_BYTES), (16, 24));
+    assert_eq!((LOG_HEADER_BYTES, LOG_RECORD_BYTES), (160, 32));
+    assert_eq!(LOG_RECORDS_PER_BLOCK, 4091);
+    assert_eq!(DIR_PAGES, 16);
+    let rec = LogRecord {
+        vdev: 7,
+        kind: RecordKind::Release,
+        start_bytes: 4096,
+        len_bytes: 8192,
+        txg: 9,
+    };
+    let b = LogBlockPhys {
+        txg: 10,
+        prev: BlkPtr::HOLE,
+        records: vec![rec],
+    }
+    .encode();
+    assert_eq!(&b[0..8], b"TARNSMLG");
+    assert_eq!(u64::from_le_bytes(b[16..24].try_into().unwrap()), 10);
+    assert_eq!(u64::from_le_bytes(b[160..168].try_into().unwrap()), 4096);
+    assert_eq!(u32::from_le_bytes(b[176..180].try_into().unwrap()), 7);
+    assert_eq!(b[180], 4);
+    assert_eq!(u64::from_le_bytes(b[184..192].try_into().unwrap()), 9);
+    assert_eq!(LogBlockPhys::decode(&b).unwrap().records, vec![rec]);
 }

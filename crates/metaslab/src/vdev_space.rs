@@ -225,7 +225,10 @@ impl VdevSpace {
 
     /// Applies a legal transition to metaslab `i` and records it. Panics if illegal.
     fn apply_recorded(&mut self, i: usize, kind: RecordKind, start: u64, len: u64, txg: u64) {
-        assert!(self.ms[i].apply(kind, start, len, txg), "VdevSpace: illegal {kind:?} of [{start}, +{len}) (double free?)");
+        assert!(
+            self.ms[i].apply(kind, start, len, txg),
+            "VdevSpace: illegal {kind:?} of [{start}, +{len}) (double free?)"
+        );
         match kind {
             RecordKind::Alloc => self.free_bytes -= len,
             RecordKind::Free => self.deferred_bytes += len,
@@ -397,13 +400,16 @@ impl VdevSpace {
 
     /// Deferred frees as `(txg, start, len)`, by metaslab, then txg, then start.
     pub fn deferred_iter(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
-        self.ms.iter().flat_map(|m| m.deferred.iter().flat_map(|(&txg, t)| t.iter().map(move |(s, l)| (txg, s, l))))
+        self.ms
+            .iter()
+            .flat_map(|m| m.deferred.iter().flat_map(|(&txg, t)| t.iter().map(move |(s, l)| (txg, s, l))))
     }
 
     /// Whether every byte of `[offset, offset + size_bytes)` is allocated (neither free
     /// nor deferred) and inside the vdev.
     pub fn is_allocated(&self, offset: u64, size_bytes: u64) -> bool {
-        self.pieces(offset, size_bytes).is_some_and(|p| p.iter().all(|&(i, s, l)| self.ms[i].is_allocated(s, l)))
+        self.pieces(offset, size_bytes)
+            .is_some_and(|p| p.iter().all(|&(i, s, l)| self.ms[i].is_allocated(s, l)))
     }
 
     /// Fragmentation of this vdev's free space, 0–100: the average of its metaslabs'

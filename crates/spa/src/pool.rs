@@ -859,8 +859,10 @@ impl Pool {
                 class,
             })
             .collect();
-        let mut sm = SpaceMap::load(&vdims, &ub.spacemap_bp, &mut |bp| zio.read_block(bp).map(|b| b.to_vec()).map_err(|e| e.to_string()))
-            .map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': space map: {e}")))?;
+        let mut sm = SpaceMap::load(&vdims, &ub.spacemap_bp, &mut |bp| {
+            zio.read_block(bp).map(|b| b.to_vec()).map_err(|e| e.to_string())
+        })
+        .map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': space map: {e}")))?;
         for (i, (vs, &class)) in sm.vdevs.iter_mut().zip(&classes).enumerate() {
             if vs.class() != class {
                 return Err(SpaError::Corrupt(format!(

@@ -122,7 +122,10 @@ impl Pool {
         // metaslabs flushed this txg, their directory pages and a new root. The plan
         // allocates its own blocks before it drains the records, so the structures
         // record their own allocation.
-        let plan = self.zio.space_sync_plan(txg).map_err(|e| SpaError::Io(format!("txg {txg}: space structures: {e}")))?;
+        let plan = self
+            .zio
+            .space_sync_plan(txg)
+            .map_err(|e| SpaError::Io(format!("txg {txg}: space structures: {e}")))?;
         for block in &plan.blocks {
             self.zio.write_sealed(block).map_err(|e| SpaError::Io(e.to_string()))?;
         }

@@ -42,7 +42,8 @@
 //! Locks (in order): `vdevs`, then `space`, then `cache`; none is held across I/O
 //! except the `vdevs` read lock.
 //!
-//! Called by: dmu (block trees), spa (space map, uberblock bookkeeping).
+//! Called by: dmu (block trees), spa (the txg's space structures through
+//! [`Zio::space_sync_plan`] and [`Zio::write_sealed`], uberblock bookkeeping).
 //! Calls: metaslab, vdev.
 
 use parking_lot::{Mutex, RwLock};
@@ -50,7 +51,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tarn_metaslab::{AllocClass, SpaceMap, SyncBlock, SyncPlan, VdevSpace};
-use tarn_phys::{BlkPtr, ChecksumAlg, Compression, Dva, ObjectType};
+use tarn_phys::{BlkPtr, Compression, Dva, ObjectType};
 use tarn_vdev::{Vdev, VdevError};
 
 mod aggregate;
@@ -401,42 +402,6 @@ impl Zio {
         }
         self.blocks_written.fetch_add(1, Ordering::Relaxed);
         Ok(bp)
-    }
-
-    /// Write a block whose content depends on the allocation itself (the pool space
-    /// map must record its own DVAs): allocate `copies` DVAs for `psize_bytes`, then
-    /// call `fill` (which must return at most `psize_bytes`; it is zero-padded), then
-    /// checksum and write. Compression is off for such blocks.
-    pub fn write_block_with(&self, psize_bytes: u64, props: WriteProps, fill: impl FnOnce() -> Vec<u8>) -> Result<BlkPtr> {
-        let dva = self.allocate(psize_bytes, props.copies)?;
-        let mut payload = fill();
-        assert!(payload.len() as u64 <= psize_bytes, "self-describing block outgrew its allocation");
-        payload.resize(psize_bytes as usize, 0);
-        let checksum = ChecksumAlg::Blake3.compute(&payload);
-        let vdevs = self.vdevs.read();
-        let mut ok = 0;
-        let mut last_err = None;
-        for d in dva.iter().filter(|d| !d.is_empty()) {
-            match vdevs[d.vdev as usize].write(d.offset_bytes, &payload) {
-                Ok(()) => ok += 1,
-                Err(e) => last_err = Some(e),
-            }
-        }
-        if ok == 0 {
-            return Err(ZioError::Io(last_err.map(|e| e.to_string()).unwrap_or_default()));
-        }
-        Ok(BlkPtr {
-            dva,
-            lsize_bytes: psize_bytes as u32,
-            psize_bytes: psize_bytes as u32,
-            otype: props.otype,
-            level: props.level,
-            checksum_alg: ChecksumAlg::Blake3,
-            compression: Compression::Off,
-            birth_txg: props.txg,
-            fill: props.fill,
-            checksum,
-        })
     }
 
     /// Build txg `txg`'s space structures ([`SpaceMap::sync_plan`]) under the space
