@@ -229,11 +229,7 @@ impl Metaslab {
             weighted += bytes as u128 * FRAG_TABLE_PCT[idx] as u128;
             total += bytes as u128;
         }
-        if total == 0 {
-            0
-        } else {
-            (weighted / total) as u64
-        }
+        weighted.checked_div(total).map_or(0, |f| f as u64)
     }
 
     /// Allocation preference (OpenZFS `metaslab_space_weight`): free bytes discounted

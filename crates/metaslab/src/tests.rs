@@ -381,7 +381,7 @@ fn ms_shift_follows_openzfs() {
     assert_eq!(default_ms_shift(G), 27); // 8 × 128 MiB
     assert_eq!(default_ms_shift(100 * G), 29); // 200 × 512 MiB
     assert_eq!(default_ms_shift(1 << 40), 33); // 128 × 8 GiB
-    assert_eq!(default_ms_shift(1 << 50), 34 + 0.max(0)); // capped at 16 GiB ...
+    assert_eq!(default_ms_shift(1 << 50), MS_SHIFT_MAX); // 1 PiB: capped at 16 GiB
     assert!((1u64 << 50) >> default_ms_shift(1 << 50) <= MS_COUNT_LIMIT);
     let v = VdevSpace::new(G, 4096);
     assert_eq!(v.metaslabs().len(), 8);
