@@ -418,10 +418,10 @@ fn frees_and_claims_may_cross_metaslab_boundaries() {
 
 #[test]
 fn fragmentation_metric_uses_the_frag_table() {
-    let mut v = VdevSpace::with_ms_shift(64 << 20, 4096, 26);
-    assert_eq!(v.fragmentation_pct(), Some(0)); // one 64 MiB segment
+    let mut v = VdevSpace::with_ms_shift(16 << 20, 4096, 24);
+    assert_eq!(v.fragmentation_pct(), Some(0)); // one 16 MiB segment
                                                 // Keep every other 4 KiB block: free space in 4 KiB segments = 95% fragmented.
-    let n = (64 << 20) / 4096;
+    let n = (16 << 20) / 4096;
     for _ in 0..n {
         v.alloc(4096).unwrap();
     }
@@ -429,7 +429,7 @@ fn fragmentation_metric_uses_the_frag_table() {
         v.free_now(i * 4096, 4096);
     }
     assert_eq!(v.fragmentation_pct(), Some(95));
-    let sm = SpaceMap::new(vec![v, VdevSpace::with_ms_shift(64 << 20, 4096, 26)]);
+    let sm = SpaceMap::new(vec![v, VdevSpace::with_ms_shift(16 << 20, 4096, 24)]);
     assert_eq!(sm.fragmentation_pct(), Some(47));
 }
 
