@@ -11,7 +11,9 @@
 //!   asked for with `-T`, or an older one with `-F` when the newest cannot be opened);
 //! - **sync** (a thread per pool, `sync.rs`) turns each txg into a new tree: quiesce,
 //!   write dataset data and metadata, update dataset records in the MOS, write the
-//!   MOS, write the space map (which records its own allocation), flush all leaves,
+//!   MOS, write the space structures (the txg's space-map log block, a few flushed
+//!   metaslab maps, their directory pages and a root; they record their own
+//!   allocation — `tarn_metaslab` theory statement), flush all leaves,
 //!   write the uberblock into every label's ring, flush again. Only then is the txg
 //!   durable (DESIGN "Transaction groups"). A failed sync suspends the pool.
 //! - **export/destroy** sync, mark the labels, and release the device locks.

@@ -266,7 +266,7 @@ impl Zio {
         old
     }
 
-    /// Run `f` with the space map locked (spa uses this to encode/inspect it; the
+    /// Run `f` with the space map locked (spa uses this to load and inspect it; the
     /// intent log picks and allocates log blocks with it).
     ///
     /// `f` must not call back into this `Zio`: the lock order is `vdevs` before
