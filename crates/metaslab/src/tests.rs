@@ -608,7 +608,7 @@ fn check_allocated(sm: &SpaceMap, live: &[(u32, u64, u64, u64)], structures: &[(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(ProptestConfig::with_cases(128))]
 
     #[test]
     fn space_structures_survive_power_cuts_and_rewind(ops in prop::collection::vec(pop(), 1..120)) {
@@ -776,14 +776,25 @@ fn load_refuses_mismatched_config_and_old_format() {
 
 #[test]
 fn log_is_truncated_as_metaslabs_flush() {
-    let (mut sm, dims) = sim_pool();
+    // 512 metaslabs of 16 KiB: far more than a sync flushes.
+    let vdev = VdevSpace::with_ms_shift(8 << 20, 4096, 14);
+    let dims = vec![VdevDims {
+        asize_bytes: vdev.asize_bytes(),
+        align_bytes: 4096,
+        class: AllocClass::Normal,
+    }];
+    let mut sm = SpaceMap::new(vec![vdev]);
     let mut disk = Disk::default();
     let mut root = BlkPtr::HOLE;
+    let mut max_log = 0;
     for txg in 1..300u64 {
-        // Touch a different metaslab of vdev 0 every txg.
-        let off = (txg % 64) * (1 << 16);
-        if sm.vdevs[0].claim(off, 4096) {
-            sm.vdevs[0].free(txg, off, 4096);
+        // Dirty more metaslabs per txg than a sync flushes, so the log grows until
+        // the target forces extra flushes.
+        for k in 0..(8 * FLUSH_PER_TXG as u64) {
+            let off = ((txg * 32 + k) % 512) * (16 << 10) + 4096 * (txg % 4);
+            if sm.vdevs[0].claim(off, 4096) {
+                sm.vdevs[0].free(txg, off, 4096);
+            }
         }
         let plan = sm.sync_plan(txg, &mut alloc_one).unwrap();
         for b in &plan.blocks {
@@ -792,9 +803,16 @@ fn log_is_truncated_as_metaslabs_flush() {
         sm.sync_done(txg);
         root = plan.root;
         assert!(sm.log_block_count() <= LOG_BLOCKS_TARGET + 2, "txg {txg}: {} log blocks", sm.log_block_count());
+        max_log = max_log.max(sm.log_block_count());
     }
-    let back = SpaceMap::load(&dims, &root, &mut |bp| disk.read(bp)).unwrap();
+    assert!(
+        max_log >= LOG_BLOCKS_TARGET,
+        "the log never reached its target ({max_log} blocks): the test does not exercise forced flushes"
+    );
+    let mut back = SpaceMap::load(&dims, &root, &mut |bp| disk.read(bp)).unwrap();
+    back.sync_done(299);
     assert_eq!(back.log_block_count(), sm.log_block_count());
+    assert_eq!(snapshot(&back), snapshot(&sm));
 }
 
 /// The same small txg on a 1 GiB and on a 1 TiB vdev writes the same number of

@@ -455,9 +455,13 @@ impl VdevSpace {
         self.deferred_bytes = self.ms.iter().map(Metaslab::deferred_bytes).sum();
     }
 
-    /// Applies a replayed record (import): `Ok(false)` never happens, an illegal
-    /// transition is `Err` with the offending piece.
+    /// Applies a replayed record (import) to the metaslabs whose flush txg is below
+    /// `block_txg`; an unaligned or out-of-range record or an illegal transition is
+    /// `Err` naming the offending piece.
     pub(crate) fn replay(&mut self, rec: &LogRecord, block_txg: u64) -> Result<(), String> {
+        if !rec.start_bytes.is_multiple_of(self.align_bytes) || !rec.len_bytes.is_multiple_of(self.align_bytes) {
+            return Err(format!("record [{}, +{}) is not {}-aligned", rec.start_bytes, rec.len_bytes, self.align_bytes));
+        }
         let pieces = self
             .pieces(rec.start_bytes, rec.len_bytes)
             .ok_or_else(|| format!("record [{}, +{}) outside the vdev", rec.start_bytes, rec.len_bytes))?;
