@@ -277,6 +277,8 @@ pub struct SpaceMap {
     /// Bytes (physical, all copies counted once) of space structures written by the
     /// last [`SpaceMap::sync_plan`].
     pub(crate) last_sync_bytes: u64,
+    /// Directory pages and maps of vdevs removed since the last sync, freed by it.
+    pub(crate) retired: Vec<BlkPtr>,
 }
 
 impl Clone for SpaceMap {
@@ -289,6 +291,7 @@ impl Clone for SpaceMap {
             log_blocks: self.log_blocks.clone(),
             root_bp: self.root_bp,
             last_sync_bytes: self.last_sync_bytes,
+            retired: self.retired.clone(),
         }
     }
 }
@@ -310,7 +313,19 @@ impl SpaceMap {
             log_blocks: VecDeque::new(),
             root_bp: BlkPtr::HOLE,
             last_sync_bytes: 0,
+            retired: Vec::new(),
         }
+    }
+
+    /// Turns vdev `id` into a hole (its space is dropped, its id stays taken). The
+    /// blocks of its directory pages and condensed maps are freed by the next
+    /// [`SpaceMap::sync_plan`] (a crash before it imports the old root, which still
+    /// needs them); its pending records are dropped, and records of it still in the
+    /// log are skipped at import because the vdev is then a hole.
+    pub fn retire_vdev(&mut self, id: usize) {
+        let old = std::mem::replace(&mut self.vdevs[id], VdevSpace::hole());
+        self.retired.extend(old.page_bps.iter().copied().filter(|bp| !bp.is_hole()));
+        self.retired.extend(old.ms.iter().map(|m| m.map_bp).filter(|bp| !bp.is_hole()));
     }
 
     /// A space map for a new pool: every vdev `(asize, align)` entirely free.

@@ -206,6 +206,9 @@ impl SpaceMap {
         }
         let old_root = self.root_bp;
         self.free_bp(&old_root, txg);
+        for bp in std::mem::take(&mut self.retired) {
+            self.free_bp(&bp, txg);
+        }
 
         // 6. Sizes, as upper bounds: every block allocated below adds at most 3
         //    records (one per DVA) and splits at most 3 free ranges.

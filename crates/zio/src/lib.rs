@@ -245,7 +245,7 @@ impl Zio {
         if alloc != 0 {
             return Err(alloc);
         }
-        sm.vdevs[i] = VdevSpace::hole();
+        sm.retire_vdev(i);
         let old = std::mem::replace(&mut vdevs[i], Arc::new(Vdev::new_hole(id)));
         self.inflation_bits.store(Self::compute_inflation(&vdevs, &sm).to_bits(), Ordering::Relaxed);
         Ok(old)
