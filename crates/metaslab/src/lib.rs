@@ -125,9 +125,19 @@
 //! the checksummed block pointers and passes decoded bytes only (a read error is a
 //! [`LoadError::Read`]).
 //!
+//! **Removed vdevs.** [`SpaceMap::retire_vdev`] turns a vdev into a hole; its pages
+//! and maps are freed by the next sync, its records still in the log are skipped at
+//! import (the config says hole), and a vdev later attached in its place starts with
+//! every metaslab "free at the end of the previous txg", so those stale records never
+//! apply to it.
+//!
 //! **Limits.** Every metaslab is loaded at import and stays loaded (no on-demand
-//! loading/unloading yet). The root grows with the number of top-level vdevs
-//! (~2 KiB each). Best fit and the size index are per metaslab; switching metaslabs
+//! loading/unloading yet, so DESIGN invariant 7 "nothing is loaded whole" does not
+//! hold for free space). The root grows with the number of top-level vdevs (~2 KiB
+//! each). A condensed map is one block: a badly fragmented large metaslab (up to
+//! `size / (2 · align)` ranges) needs one contiguous free segment of
+//! `16 B × ranges` at sync, and a sync that cannot allocate it fails (the pool
+//! suspends) where OpenZFS would chain small space-map blocks. Switching metaslabs
 //! computes the weights of all of them (O(metaslabs)). A vdev's asize cannot change
 //! (no online expansion): import rejects a root whose asize differs.
 
