@@ -63,9 +63,9 @@
 //! ([`SpaceMap::sync_plan`]) writes
 //! - one or more **log blocks** (`SpaceMapLog`) holding all pending records, chained
 //!   newest to oldest through a `prev` block pointer;
-//! - a few **condensed maps** (`MetaslabMap`): the full state (free ranges and
-//!   deferred frees) of the metaslabs it *flushes* this txg, which then record that
-//!   txg as their `flush_txg`;
+//! - a few **condensed maps** (`MetaslabMap`, chains of chunks of at most 128 KiB):
+//!   the full state (free ranges and deferred frees) of the metaslabs it *flushes*
+//!   this txg, which then record that txg as their `flush_txg`;
 //! - the **directory pages** (`MetaslabPage`) that hold those metaslabs' entries
 //!   (`flush_txg`, map pointer); a vdev's directory is [`DIR_PAGES`] pages, each
 //!   covering 1/16 of its metaslabs;
@@ -134,10 +134,10 @@
 //! **Limits.** Every metaslab is loaded at import and stays loaded (no on-demand
 //! loading/unloading yet, so DESIGN invariant 7 "nothing is loaded whole" does not
 //! hold for free space). The root grows with the number of top-level vdevs (~2 KiB
-//! each). A condensed map is one block: a badly fragmented large metaslab (up to
-//! `size / (2 · align)` ranges) needs one contiguous free segment of
-//! `16 B × ranges` at sync, and a sync that cannot allocate it fails (the pool
-//! suspends) where OpenZFS would chain small space-map blocks. Switching metaslabs
+//! each). A flush rewrites the metaslab's whole condensed map (a chain of chunks of
+//! at most 128 KiB), where OpenZFS appends the flushed changes to the metaslab's own
+//! space map and condenses it separately: a flush costs O(the metaslab's extents),
+//! bounded by the metaslab's size, not the pool's. Switching metaslabs
 //! computes the weights of all of them (O(metaslabs)). A vdev's asize cannot change
 //! (no online expansion): import rejects a root whose asize differs.
 
@@ -335,7 +335,7 @@ impl SpaceMap {
     pub fn retire_vdev(&mut self, id: usize) {
         let old = std::mem::replace(&mut self.vdevs[id], VdevSpace::hole());
         self.retired.extend(old.page_bps.iter().copied().filter(|bp| !bp.is_hole()));
-        self.retired.extend(old.ms.iter().map(|m| m.map_bp).filter(|bp| !bp.is_hole()));
+        self.retired.extend(old.ms.iter().flat_map(|m| m.map_bps.iter().copied()));
     }
 
     /// A space map for a new pool: every vdev `(asize, align)` entirely free.
@@ -469,7 +469,7 @@ impl SpaceMap {
         let mut out = vec![self.root_bp];
         for v in &self.vdevs {
             out.extend(v.page_bps.iter().copied());
-            out.extend(v.ms.iter().map(|m| m.map_bp));
+            out.extend(v.ms.iter().flat_map(|m| m.map_bps.iter().copied()));
         }
         out.extend(self.log_blocks.iter().map(|&(_, bp)| bp));
         out.retain(|bp| !bp.is_hole());

@@ -37,11 +37,13 @@ pub struct Metaslab {
     deferred_bytes: u64,
     /// Where the next first-fit search starts (end of the previous allocation).
     cursor_bytes: u64,
-    /// Txg whose state the condensed map `map_bp` holds (records of later txgs apply).
+    /// Txg whose state the condensed map holds (records of later txgs apply).
     pub(crate) flush_txg: u64,
-    /// Condensed map as of `flush_txg`; a hole means "entirely free at `flush_txg`".
-    pub(crate) map_bp: BlkPtr,
-    /// Txg of the oldest log record not covered by `map_bp` (None: the map is current).
+    /// The condensed map's chunks as of `flush_txg`, head first (the directory page
+    /// points at the head, each chunk at the next); empty means "entirely free at
+    /// `flush_txg`".
+    pub(crate) map_bps: Vec<BlkPtr>,
+    /// Txg of the oldest log record not covered by the map (None: the map is current).
     pub(crate) unflushed_txg: Option<u64>,
 }
 
@@ -60,7 +62,7 @@ impl Metaslab {
             deferred_bytes: 0,
             cursor_bytes: start_bytes,
             flush_txg: 0,
-            map_bp: BlkPtr::HOLE,
+            map_bps: Vec::new(),
             unflushed_txg: None,
         }
     }

@@ -23,11 +23,13 @@
 //!   off 0 magic "TARNMSPG"  8 version 1  16 vdev  24 page  32 first_ms  40 count
 //!   entry: +0 flush_txg u64, +8 map BlkPtr (128 B; hole = free at flush_txg)
 //!
-//! MetaslabMap (ObjectType 22), MAP_HEADER_BYTES = 72:
+//! MetaslabMap (ObjectType 22), one chunk of at most 128 KiB, MAP_HEADER_BYTES = 208;
+//! a map is a chain of chunks (head in the directory page), its ranges in order:
 //!   off 0 magic "TARNMSMP"  8 version 1  16 vdev  24 ms_index  32 start_bytes
-//!   40 size_bytes  48 flush_txg  56 free_count F  64 deferred_count D
-//!   72 + 16*i        free range i: start, len            (sorted, merged)
-//!   72 + 16*F + 24*j deferred j: txg, start, len         (sorted by txg, start)
+//!   40 size_bytes  48 flush_txg  56 chunk index  64 free_count F  72 deferred_count D
+//!   80 next chunk  BlkPtr (128 B; hole in the last chunk)
+//!   208 + 16*i        free range i: start, len           (sorted, merged, over the chain)
+//!   208 + 16*F + 24*j deferred j: txg, start, len        (after every free range)
 //!
 //! SpaceMapLog (ObjectType 23), LOG_HEADER_BYTES = 160, then R records of 32 B:
 //!   off 0 magic "TARNSMLG"  8 version 1  16 txg  24 record_count R
@@ -64,8 +66,10 @@ pub const ROOT_VDEV_BYTES: usize = 32 + DIR_PAGES * BLKPTR_SIZE_BYTES;
 pub const PAGE_HEADER_BYTES: usize = 48;
 /// One page entry (flush txg, map pointer).
 pub const PAGE_ENTRY_BYTES: usize = 8 + BLKPTR_SIZE_BYTES;
-/// Fixed part of a condensed map.
-pub const MAP_HEADER_BYTES: usize = 72;
+/// Fixed part of a condensed map chunk.
+pub const MAP_HEADER_BYTES: usize = 208;
+/// Largest condensed map chunk (a map needs no contiguous space larger than this).
+pub const MAP_CHUNK_MAX_BYTES: usize = 128 << 10;
 /// One free range of a map.
 pub const MAP_FREE_BYTES: usize = 16;
 /// One deferred free of a map.
@@ -124,7 +128,7 @@ pub struct PagePhys {
     pub entries: Vec<(u64, BlkPtr)>,
 }
 
-/// One metaslab's condensed state.
+/// One chunk of a metaslab's condensed state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MapPhys {
     /// Top-level vdev id.
@@ -137,6 +141,10 @@ pub struct MapPhys {
     pub size_bytes: u64,
     /// Txg whose end state this is.
     pub flush_txg: u64,
+    /// Position in the chain (0 for the head).
+    pub chunk: u64,
+    /// Next chunk (hole in the last).
+    pub next: BlkPtr,
     /// Free ranges `(start, len)`.
     pub free: Vec<(u64, u64)>,
     /// Deferred frees `(txg, start, len)`.
@@ -334,7 +342,7 @@ impl PagePhys {
 }
 
 impl MapPhys {
-    /// Encoded size of a map with `free` ranges and `deferred` entries.
+    /// Encoded size of a chunk with `free` ranges and `deferred` entries.
     pub fn encoded_bytes(free: usize, deferred: usize) -> usize {
         MAP_HEADER_BYTES + free * MAP_FREE_BYTES + deferred * MAP_DEFERRED_BYTES
     }
@@ -350,11 +358,13 @@ impl MapPhys {
             self.start_bytes,
             self.size_bytes,
             self.flush_txg,
+            self.chunk,
             self.free.len() as u64,
             self.deferred.len() as u64,
         ] {
             put(&mut out, v);
         }
+        put_bp(&mut out, &self.next);
         for &(s, l) in &self.free {
             put(&mut out, s);
             put(&mut out, l);
@@ -367,12 +377,17 @@ impl MapPhys {
         out
     }
 
-    /// Parses a map (structure only; [`MapPhys::into_trees`] validates the ranges).
+    /// Parses one chunk (structure only; [`MapPhys::chain_trees`] validates the ranges).
     pub fn decode(b: &[u8]) -> Result<Self, Corrupt> {
         let mut r = Reader::new(b, MAP_MAGIC, "metaslab map")?;
-        let (vdev, ms_index, start_bytes, size_bytes, flush_txg) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
-        let f = r.count(MAP_FREE_BYTES)?;
-        let d = r.count(MAP_DEFERRED_BYTES)?;
+        let (vdev, ms_index, start_bytes, size_bytes, flush_txg, chunk) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+        let (f, d) = (r.u64()?, r.u64()?);
+        let next = r.bp()?;
+        let fits = |n: u64, each: usize| n <= (r.remaining() / each) as u64;
+        if !fits(f, MAP_FREE_BYTES) || !fits(d, MAP_DEFERRED_BYTES) {
+            return Err(bad(format!("metaslab map: counts {f}/{d} exceed the block")));
+        }
+        let (f, d) = (f as usize, d as usize);
         if f.checked_mul(MAP_FREE_BYTES)
             .and_then(|a| a.checked_add(d.checked_mul(MAP_DEFERRED_BYTES)?))
             .is_none_or(|n| n > r.remaining())
@@ -394,30 +409,30 @@ impl MapPhys {
             start_bytes,
             size_bytes,
             flush_txg,
+            chunk,
+            next,
             free,
             deferred,
         })
     }
 
-    /// Validates the ranges (non-empty, `align_bytes`-aligned, inside the metaslab,
-    /// free ranges sorted and merged, nothing overlapping) and builds the trees.
-    pub fn into_trees(&self, align_bytes: u64) -> Result<(RangeTree, BTreeMap<u64, RangeTree>), Corrupt> {
-        let end = self
-            .start_bytes
-            .checked_add(self.size_bytes)
-            .ok_or_else(|| bad("metaslab map: bounds overflow"))?;
+    /// Validates the ranges of a whole chain (non-empty, `align_bytes`-aligned, inside
+    /// the metaslab `[start_bytes, +size_bytes)`, free ranges sorted and merged across
+    /// chunks, nothing overlapping) and builds the trees.
+    pub fn chain_trees(chunks: &[MapPhys], start_bytes: u64, size_bytes: u64, align_bytes: u64) -> Result<(RangeTree, BTreeMap<u64, RangeTree>), Corrupt> {
+        let end = start_bytes.checked_add(size_bytes).ok_or_else(|| bad("metaslab map: bounds overflow"))?;
         let check = |what: &str, s: u64, l: u64| {
             if l == 0 || !s.is_multiple_of(align_bytes) || !l.is_multiple_of(align_bytes) {
                 return Err(bad(format!("metaslab map: {what} range [{s}, +{l}) empty or not {align_bytes}-aligned")));
             }
             match s.checked_add(l) {
-                Some(e) if s >= self.start_bytes && e <= end => Ok(e),
+                Some(e) if s >= start_bytes && e <= end => Ok(e),
                 _ => Err(bad(format!("metaslab map: {what} range [{s}, +{l}) outside the metaslab"))),
             }
         };
         let mut free = RangeTree::new();
         let mut prev_end = None;
-        for &(s, l) in &self.free {
+        for &(s, l) in chunks.iter().flat_map(|c| c.free.iter()) {
             let e = check("free", s, l)?;
             if prev_end.is_some_and(|p| s <= p) {
                 return Err(bad(format!("metaslab map: free range at {s} unsorted, overlapping or unmerged")));
@@ -427,7 +442,7 @@ impl MapPhys {
         }
         let mut deferred: BTreeMap<u64, RangeTree> = BTreeMap::new();
         let mut all = free.clone();
-        for &(t, s, l) in &self.deferred {
+        for &(t, s, l) in chunks.iter().flat_map(|c| c.deferred.iter()) {
             check("deferred", s, l)?;
             if !all.try_add(s, l) {
                 return Err(bad(format!("metaslab map: deferred range at {s} (txg {t}) overlaps")));

@@ -101,6 +101,34 @@ fn seal(dva: [Dva; 3], mut payload: Vec<u8>, psize: u64, otype: ObjectType, txg:
     SyncBlock { bp, payload }
 }
 
+/// Physical sizes of the chunks of a map whose entries take `entry_bytes`: full
+/// [`MAP_CHUNK_MAX_BYTES`] chunks, then one for the rest. Each chunk gets one
+/// deferred entry of slack, since entries of 16 and 24 bytes may leave up to 23
+/// bytes of a chunk unused.
+fn map_chunk_sizes(entry_bytes: usize) -> Vec<u64> {
+    let room = MAP_CHUNK_MAX_BYTES - MAP_HEADER_BYTES - MAP_DEFERRED_BYTES;
+    let mut out = Vec::new();
+    let mut left = entry_bytes;
+    loop {
+        let here = left.min(room);
+        out.push(psize_for(MAP_HEADER_BYTES + here + MAP_DEFERRED_BYTES));
+        left -= here;
+        if left == 0 {
+            return out;
+        }
+    }
+}
+
+/// Bound on the chunks of one metaslab's map (import stops a longer chain): enough
+/// for a deferred entry per allocation unit, plus slack.
+fn map_chunks_max(size_bytes: u64, align_bytes: u64) -> usize {
+    let units = (size_bytes / align_bytes.max(1)) as usize;
+    units
+        .saturating_mul(MAP_DEFERRED_BYTES)
+        .div_ceil(MAP_CHUNK_MAX_BYTES - MAP_HEADER_BYTES - MAP_DEFERRED_BYTES)
+        + 8
+}
+
 /// Metaslabs per directory page for a vdev of `ms_count` metaslabs.
 pub(crate) fn per_page(ms_count: usize) -> usize {
     ms_count.div_ceil(DIR_PAGES).max(1)
@@ -150,7 +178,7 @@ impl SpaceMap {
                 v.fresh = false;
                 for m in &mut v.ms {
                     m.flush_txg = txg - 1;
-                    m.map_bp = BlkPtr::HOLE;
+                    m.map_bps.clear();
                     m.unflushed_txg = None;
                 }
                 dirty_pages.extend((0..DIR_PAGES).map(|p| (vi, p)));
@@ -180,8 +208,9 @@ impl SpaceMap {
         let flush_set: BTreeSet<(usize, usize)> = flush.iter().copied().collect();
         // 3. Free the maps they replace.
         for &(vi, mi) in &flush {
-            let old = self.vdevs[vi].ms[mi].map_bp;
-            self.free_bp(&old, txg);
+            for old in std::mem::take(&mut self.vdevs[vi].ms[mi].map_bps) {
+                self.free_bp(&old, txg);
+            }
             dirty_pages.insert((vi, mi / per_page(self.vdevs[vi].ms.len())));
         }
         // 4. Truncate the log: blocks older than every unflushed record go.
@@ -211,39 +240,56 @@ impl SpaceMap {
         }
 
         // 6. Sizes, as upper bounds: every block allocated below adds at most 3
-        //    records (one per DVA) and splits at most 3 free ranges.
+        //    records (one per DVA) and splits at most 3 free ranges. The chunk
+        //    counts and the log size depend on each other: iterate to a fixed point
+        //    (all of them only grow).
         let pending: usize = self.pending_records();
-        let fixed_blocks = flush.len() + dirty_pages.len() + 1;
-        let mut log_count = 1usize;
-        loop {
-            let records = pending + 3 * (fixed_blocks + log_count);
-            let need = records.div_ceil(LOG_RECORDS_PER_BLOCK).max(1);
-            if need <= log_count {
-                break;
-            }
-            log_count = need;
-        }
-        let extra_ranges = 3 * (fixed_blocks + log_count);
-        let map_psize: Vec<u64> = flush
+        let entry_bytes: Vec<usize> = flush
             .iter()
             .map(|&(vi, mi)| {
                 let m = &self.vdevs[vi].ms[mi];
                 let deferred: usize = m.deferred.values().map(|t| t.len()).sum();
-                psize_for(MapPhys::encoded_bytes(m.free.len() + extra_ranges, deferred))
+                m.free.len() * MAP_FREE_BYTES + deferred * MAP_DEFERRED_BYTES
+            })
+            .collect();
+        let mut log_count = 1usize;
+        let mut chunk_count = vec![1usize; flush.len()];
+        let extra_ranges = loop {
+            let blocks = chunk_count.iter().sum::<usize>() + dirty_pages.len() + 1 + log_count;
+            let extra = 3 * blocks;
+            let logs = (pending + extra).div_ceil(LOG_RECORDS_PER_BLOCK).max(1);
+            let chunks: Vec<usize> = entry_bytes.iter().map(|&e| map_chunk_sizes(e + extra * MAP_FREE_BYTES).len()).collect();
+            if logs == log_count && chunks == chunk_count {
+                break extra;
+            }
+            log_count = log_count.max(logs);
+            chunk_count = chunks.iter().zip(&chunk_count).map(|(&a, &b)| a.max(b)).collect();
+        };
+        let map_psize: Vec<Vec<u64>> = entry_bytes
+            .iter()
+            .zip(&chunk_count)
+            .map(|(&e, &k)| {
+                let mut sizes = map_chunk_sizes(e + extra_ranges * MAP_FREE_BYTES);
+                sizes.resize(k, psize_for(MAP_HEADER_BYTES));
+                sizes
             })
             .collect();
         let page_psize: Vec<u64> = dirty_pages
             .iter()
             .map(|&(vi, _)| psize_for(PagePhys::encoded_bytes(per_page(self.vdevs[vi].ms.len()))))
             .collect();
-        let log_psize = psize_for(LogBlockPhys::encoded_bytes(LOG_RECORDS_PER_BLOCK.min(pending + 3 * (fixed_blocks + log_count))));
+        let log_psize = psize_for(LogBlockPhys::encoded_bytes(LOG_RECORDS_PER_BLOCK.min(pending + extra_ranges)));
         let root_psize = psize_for(RootPhys::encoded_bytes(self.vdevs.len()));
 
         // 7. Allocate everything (these allocations are pending records too).
         let mut take = |sm: &mut SpaceMap, psize: u64| alloc(sm, psize).ok_or(psize);
         let mut map_dva = Vec::with_capacity(flush.len());
-        for &p in &map_psize {
-            map_dva.push(take(self, p)?);
+        for sizes in &map_psize {
+            let mut dvas = Vec::with_capacity(sizes.len());
+            for &p in sizes {
+                dvas.push(take(self, p)?);
+            }
+            map_dva.push(dvas);
         }
         let mut page_dva = Vec::with_capacity(page_psize.len());
         for &p in &page_psize {
@@ -274,23 +320,54 @@ impl SpaceMap {
         assert!(records.len() <= log_count * LOG_RECORDS_PER_BLOCK, "space-map log outgrew its blocks");
 
         let mut blocks = Vec::new();
-        // 9. Condensed maps.
-        for ((&(vi, mi), dva), psize) in flush.iter().zip(map_dva).zip(map_psize) {
+        // 9. Condensed maps: the entries fill the chunks in order (free ranges, then
+        //    deferred frees); chunks are sealed last to first, each pointing at the
+        //    next.
+        for ((&(vi, mi), dvas), sizes) in flush.iter().zip(map_dva).zip(map_psize) {
             let m = &mut self.vdevs[vi].ms[mi];
             m.flush_txg = txg;
             m.unflushed_txg = None;
-            let phys = MapPhys {
-                vdev: vi as u64,
-                ms_index: mi as u64,
-                start_bytes: m.start_bytes(),
-                size_bytes: m.size_bytes(),
-                flush_txg: txg,
-                free: m.free.iter().collect(),
-                deferred: m.deferred.iter().flat_map(|(&t, tree)| tree.iter().map(move |(s, l)| (t, s, l))).collect(),
-            };
-            let b = seal(dva, phys.encode(), psize, ObjectType::MetaslabMap, txg);
-            m.map_bp = b.bp;
-            blocks.push(b);
+            let free: Vec<(u64, u64)> = m.free.iter().collect();
+            let deferred: Vec<(u64, u64, u64)> = m.deferred.iter().flat_map(|(&t, tree)| tree.iter().map(move |(s, l)| (t, s, l))).collect();
+            let mut chunks: Vec<MapPhys> = Vec::with_capacity(sizes.len());
+            let (mut fi, mut di) = (0, 0);
+            for (k, &psize) in sizes.iter().enumerate() {
+                let mut room = psize as usize - MAP_HEADER_BYTES;
+                let mut c = MapPhys {
+                    vdev: vi as u64,
+                    ms_index: mi as u64,
+                    start_bytes: m.start_bytes(),
+                    size_bytes: m.size_bytes(),
+                    flush_txg: txg,
+                    chunk: k as u64,
+                    next: BlkPtr::HOLE,
+                    free: Vec::new(),
+                    deferred: Vec::new(),
+                };
+                while fi < free.len() && room >= MAP_FREE_BYTES {
+                    c.free.push(free[fi]);
+                    fi += 1;
+                    room -= MAP_FREE_BYTES;
+                }
+                while fi == free.len() && di < deferred.len() && room >= MAP_DEFERRED_BYTES {
+                    c.deferred.push(deferred[di]);
+                    di += 1;
+                    room -= MAP_DEFERRED_BYTES;
+                }
+                chunks.push(c);
+            }
+            assert!(fi == free.len() && di == deferred.len(), "metaslab map outgrew its chunks");
+            let mut sealed = Vec::with_capacity(chunks.len());
+            let mut next = BlkPtr::HOLE;
+            for ((mut c, dva), &psize) in chunks.into_iter().zip(dvas).zip(&sizes).rev() {
+                c.next = next;
+                let b = seal(dva, c.encode(), psize, ObjectType::MetaslabMap, txg);
+                next = b.bp;
+                sealed.push(b);
+            }
+            sealed.reverse();
+            m.map_bps = sealed.iter().map(|b| b.bp).collect();
+            blocks.extend(sealed);
         }
         // 10. Directory pages.
         for ((&(vi, p), dva), psize) in dirty_pages.iter().zip(page_dva).zip(page_psize) {
@@ -302,7 +379,10 @@ impl SpaceMap {
                 vdev: vi as u64,
                 page: p as u64,
                 first_ms: first as u64,
-                entries: v.ms[first..last].iter().map(|m| (m.flush_txg, m.map_bp)).collect(),
+                entries: v.ms[first..last]
+                    .iter()
+                    .map(|m| (m.flush_txg, m.map_bps.first().copied().unwrap_or(BlkPtr::HOLE)))
+                    .collect(),
             };
             let b = seal(dva, phys.encode(), psize, ObjectType::MetaslabPage, txg);
             v.page_bps[p] = b.bp;
@@ -420,21 +500,31 @@ impl SpaceMap {
                     }
                     let m = &mut v.ms[mi];
                     m.flush_txg = flush_txg;
-                    m.map_bp = map_bp;
-                    if map_bp.is_hole() {
-                        continue;
+                    let mut chunks = Vec::new();
+                    let mut bp = map_bp;
+                    let chunks_max = map_chunks_max(m.size_bytes(), d.align_bytes);
+                    while !bp.is_hole() {
+                        if chunks.len() >= chunks_max {
+                            return Err(corrupt(format!("vdev {vi} metaslab {mi}: map longer than {chunks_max} chunks")));
+                        }
+                        let c = MapPhys::decode(&get("metaslab map", &bp, ObjectType::MetaslabMap)?)?;
+                        if c.vdev != vi as u64
+                            || c.ms_index != mi as u64
+                            || c.start_bytes != m.start_bytes()
+                            || c.size_bytes != m.size_bytes()
+                            || c.flush_txg != flush_txg
+                            || c.chunk != chunks.len() as u64
+                        {
+                            return Err(corrupt(format!("vdev {vi} metaslab {mi}: map chunk {} does not match its place", chunks.len())));
+                        }
+                        m.map_bps.push(bp);
+                        bp = c.next;
+                        chunks.push(c);
                     }
-                    let map = MapPhys::decode(&get("metaslab map", &map_bp, ObjectType::MetaslabMap)?)?;
-                    if map.vdev != vi as u64
-                        || map.ms_index != mi as u64
-                        || map.start_bytes != m.start_bytes()
-                        || map.size_bytes != m.size_bytes()
-                        || map.flush_txg != flush_txg
-                    {
-                        return Err(corrupt(format!("vdev {vi} metaslab {mi}: map header does not match its directory entry")));
+                    if !chunks.is_empty() {
+                        let (free, deferred) = MapPhys::chain_trees(&chunks, m.start_bytes(), m.size_bytes(), d.align_bytes)?;
+                        m.set_state(free, deferred);
                     }
-                    let (free, deferred) = map.into_trees(d.align_bytes)?;
-                    m.set_state(free, deferred);
                 }
             }
             v.recount();
