@@ -307,6 +307,10 @@ pub fn fs_prop_header(p: &str) -> String {
         "recordsize" => "RECSIZE".into(),
         "compression" => "COMPRESS".into(),
         "readonly" => "RDONLY".into(),
+        "usedbysnapshots" => "USEDSNAP".into(),
+        "usedbydataset" => "USEDDS".into(),
+        "usedbychildren" => "USEDCHILD".into(),
+        "usedbyrefreservation" => "USEDREFRESERV".into(),
         other => other.to_ascii_uppercase(),
     }
 }
@@ -317,6 +321,10 @@ pub fn canonical_fs_prop(p: &str) -> &str {
         "avail" => "available",
         "refer" => "referenced",
         "recsize" => "recordsize",
+        "usedsnap" => "usedbysnapshots",
+        "usedds" => "usedbydataset",
+        "usedchild" => "usedbychildren",
+        "usedrefreserv" => "usedbyrefreservation",
         "compress" => "compression",
         "rdonly" => "readonly",
         other => other,

@@ -24,5 +24,6 @@ pub mod mounts;
 pub mod proto;
 pub mod scrub;
 pub mod zfs;
+pub mod zfs_snap;
 pub mod zinject;
 pub mod zpool;

@@ -26,7 +26,11 @@ use crate::proto::Response;
 
 const USAGE: &str = "usage: zfs command args ...\nwhere 'command' is one of the following:\n\n\
 \tcreate [-pu] [-o property=value] ... <filesystem>\n\
-\tdestroy [-fnrv] <filesystem>\n\n\
+\tdestroy [-fnrRv] <filesystem>\n\
+\tdestroy [-fnrRv] <filesystem>@<snap>[%<snap>][,...]\n\n\
+\tsnapshot [-r] <filesystem>@<snapname> ...\n\
+\trollback [-rR] <snapshot>\n\
+\tclone [-p] [-o property=value] ... <snapshot> <filesystem>\n\n\
 \tlist [-Hp] [-r|-d max] [-o property[,...]] [-s property]...\n\t    [-S property]... [-t type[,...]] [filesystem] ...\n\n\
 \tset <property=value> ... <filesystem> ...\n\
 \tget [-rHp] [-d max] [-o \"all\" | field[,...]]\n\t    [-t type[,...]] [-s source[,...]]\n\t    <\"all\" | property[,...]> [filesystem] ...\n\
@@ -47,6 +51,12 @@ pub fn run(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     match sub.as_str() {
         "create" => create(st, ctx, rest),
         "destroy" => destroy(st, ctx, rest),
+        "snapshot" | "snap" => crate::zfs_snap::snapshot(st, ctx, rest),
+        "rollback" => crate::zfs_snap::rollback(st, ctx, rest),
+        "clone" => crate::zfs_snap::clone(st, ctx, rest),
+        "promote" | "send" | "receive" | "recv" | "hold" | "release" | "holds" | "bookmark" | "diff" | "rename" => {
+            Response::err(format!("'zfs {sub}' is not implemented in this version of Tarn"))
+        }
         "list" => list(st, rest),
         "get" => get(st, rest),
         "set" => set(st, ctx, rest),
@@ -182,6 +192,9 @@ fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         _ => return bad_usage("destroy", "too many arguments"),
     };
     let recursive = p.has('r') || p.has('R');
+    if name.contains('@') {
+        return crate::zfs_snap::destroy_snapshots(st, ctx, &name, &p);
+    }
     let Some(entry) = st.pools.get_mut(pool_of(&name)) else {
         return no_dataset(&name);
     };
@@ -201,40 +214,32 @@ fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         ));
     }
     let children: Vec<String> = infos.iter().filter(|i| is_descendant(&i.name, &name)).map(|i| i.name.clone()).collect();
-    if !children.is_empty() && !recursive {
-        return Response::err(format!(
-            "cannot destroy '{name}': filesystem has children\nuse '-r' to destroy the following datasets:\n{}",
-            children.join("\n")
-        ));
-    }
-    let mut victims = children.clone();
-    if !is_root {
-        victims.push(name.clone());
-    }
-    victims.sort();
-    if p.has('n') {
-        let out: String = victims.iter().rev().map(|v| format!("would destroy {v}\n")).collect();
-        return Response::ok(if p.has('v') { out } else { String::new() });
-    }
-    for v in victims.iter().rev() {
-        if let Err(e) = daemon::unmount_one(entry, v) {
-            if !p.has('f') {
-                return Response::err(e);
-            }
+    // The engine's plan: descendants and snapshots (with -r), clones (with -R), or
+    // OpenZFS's refusal naming them.
+    let mut victims: Vec<String> = Vec::new();
+    let roots: Vec<String> = if is_root {
+        let mut r: Vec<String> = children.iter().filter(|c| depth(c) == 1).cloned().collect();
+        r.extend(entry.pool.snapshots_of(&name));
+        r
+    } else {
+        vec![name.clone()]
+    };
+    for r in &roots {
+        match entry.pool.destroy_plan(r, recursive, p.has('R')) {
+            Ok(v) => victims.extend(v.into_iter().filter(|x| !victims.contains(x)).collect::<Vec<_>>()),
+            Err(e) => return Response::err(daemon::cannot(&format!("cannot destroy '{name}'"), e)),
         }
     }
-    let result = if is_root {
-        let direct: Vec<&String> = children.iter().filter(|c| depth(c) == 1).collect();
-        direct.into_iter().try_for_each(|c| entry.pool.destroy_dataset(c, true).map(|_| ()))
-    } else {
-        entry.pool.destroy_dataset(&name, recursive).map(|_| ())
-    };
-    if let Err(e) = result {
-        return Response::err(daemon::cannot(&format!("cannot destroy '{name}'"), e));
+    if p.has('n') {
+        let out = crate::zfs_snap::destroy_report(&victims, "would", None);
+        return Response::ok(if p.has('v') { out } else { String::new() });
+    }
+    if let Err(e) = crate::zfs_snap::destroy_victims(entry, &victims, p.has('f')) {
+        return Response::err(e);
     }
     history_note(entry, ctx);
     let out: String = if p.has('v') {
-        victims.iter().rev().map(|v| format!("will destroy {v}\n")).collect()
+        crate::zfs_snap::destroy_report(&victims, "will", None)
     } else {
         String::new()
     };
@@ -247,7 +252,16 @@ fn value_of(entry: &PoolEntry, info: &DatasetInfo, prop: &str, parsable: bool) -
     let ro = "-".to_string();
     Some(match prop {
         "name" => (info.name.clone(), ro),
-        "type" => ("filesystem".into(), ro),
+        "type" => info.props.get("type").cloned().unwrap_or_else(|| ("filesystem".into(), ro)),
+        "mounted" if info.name.contains('@') => return None,
+        "available" if info.name.contains('@') => ("-".into(), ro),
+        p if p.starts_with("written@") => {
+            let snap = &p["written@".len()..];
+            let fs = info.name.split('@').next().unwrap_or(&info.name);
+            let full = if snap.contains('@') { snap.to_string() } else { format!("{fs}@{snap}") };
+            (num(entry.pool.written_since(&info.name, &full).ok()?), ro)
+        }
+        p if SPACE_PROPS.contains(&p) => (num(info.props.get(p)?.0.parse().ok()?), ro),
         "used" => (num(info.used_bytes), ro),
         "available" => (num(info.avail_bytes), ro),
         "referenced" => (num(info.refer_bytes), ro),
@@ -290,25 +304,82 @@ pub fn ctime(secs: i64) -> String {
     }
 }
 
+/// Read-only space properties shown in bytes (OpenZFS `zfsprops(7)`).
+const SPACE_PROPS: [&str; 6] = [
+    "usedbydataset",
+    "usedbysnapshots",
+    "usedbychildren",
+    "usedbyrefreservation",
+    "written",
+    "referenced",
+];
+
+/// Other read-only properties the engine reports.
+const INFO_PROPS: [&str; 8] = [
+    "origin",
+    "clones",
+    "userrefs",
+    "createtxg",
+    "creation",
+    "guid",
+    "snapshot_count",
+    "defer_destroy",
+];
+
 fn is_numeric(prop: &str) -> bool {
-    matches!(prop, "used" | "available" | "referenced" | "recordsize")
+    matches!(prop, "used" | "available" | "referenced" | "recordsize" | "createtxg" | "userrefs") || SPACE_PROPS.contains(&prop) || prop.starts_with("written@")
 }
 
 fn known_prop(prop: &str) -> bool {
-    matches!(prop, "name" | "type" | "used" | "available" | "referenced" | "mounted") || FS_PROPS.contains(&prop)
+    matches!(prop, "name" | "type" | "used" | "available" | "referenced" | "mounted")
+        || FS_PROPS.contains(&prop)
+        || SPACE_PROPS.contains(&prop)
+        || INFO_PROPS.contains(&prop)
+        || prop.starts_with("written@")
 }
 
-/// Datasets selected by the operands of list/get (with -r / -d).
-fn select(st: &State, operands: &[String], recursive: bool, max_depth: Option<usize>, resp: &mut Response) -> Vec<(String, DatasetInfo)> {
+/// File systems and snapshots of a pool.
+fn all_datasets(entry: &PoolEntry) -> Result<Vec<DatasetInfo>, String> {
+    entry.pool.list_all().map_err(|e| e.to_string())
+}
+
+/// Depth of a name in the `-d` sense: a snapshot is one below its file system.
+fn list_depth(name: &str) -> usize {
+    match name.split_once('@') {
+        Some((fs, _)) => depth(fs) + 1,
+        None => depth(name),
+    }
+}
+
+/// Whether `name` is below `of` (a descendant file system, or a snapshot of `of` or
+/// of a descendant).
+fn is_below(name: &str, of: &str) -> bool {
+    let fs = name.split('@').next().unwrap_or(name);
+    (name.contains('@') && fs == of) || is_descendant(fs, of)
+}
+
+/// Datasets selected by the operands of list/get (with -r / -d), for the types (file systems, snapshots) asked for with `-t`. As in
+/// OpenZFS, `zfs list -t snapshot fs` lists the snapshots of `fs`, and a snapshot
+/// named as an operand is listed whatever `-t` says.
+fn select_typed(
+    st: &State,
+    operands: &[String],
+    recursive: bool,
+    max_depth: Option<usize>,
+    types: (bool, bool),
+    resp: &mut Response,
+) -> Vec<(String, DatasetInfo)> {
+    let (want_fs, want_snap) = types;
+    let wanted = |n: &str| if n.contains('@') { want_snap } else { want_fs };
     let mut out = Vec::new();
     let recursive = recursive || max_depth.is_some();
     let limit = max_depth.unwrap_or(usize::MAX);
     if operands.is_empty() {
         for (pool, entry) in &st.pools {
-            match datasets(entry) {
+            match all_datasets(entry) {
                 Ok(infos) => {
                     for i in infos {
-                        if max_depth.is_none() || depth(&i.name) <= limit {
+                        if wanted(&i.name) && (max_depth.is_none() || list_depth(&i.name) <= limit) {
                             out.push((pool.clone(), i));
                         }
                     }
@@ -324,7 +395,7 @@ fn select(st: &State, operands: &[String], recursive: bool, max_depth: Option<us
     for name in operands {
         let name = name.trim_end_matches('/');
         let pool = pool_of(name);
-        let infos = match st.pools.get(pool).map(datasets) {
+        let infos = match st.pools.get(pool).map(all_datasets) {
             Some(Ok(i)) => i,
             _ => {
                 resp.stderr.push_str(&format!("cannot open '{name}': dataset does not exist\n"));
@@ -337,9 +408,13 @@ fn select(st: &State, operands: &[String], recursive: bool, max_depth: Option<us
             resp.code = 1;
             continue;
         }
-        let base = depth(name);
+        let base = list_depth(name);
+        let own_snaps = want_snap && !want_fs && !name.contains('@') && !recursive;
         for i in infos {
-            let take = i.name == name || (recursive && is_descendant(&i.name, name) && depth(&i.name) - base <= limit);
+            let below = is_below(&i.name, name) && list_depth(&i.name) - base <= limit;
+            let take = (i.name == name && (wanted(&i.name) || name.contains('@')))
+                || (recursive && below && wanted(&i.name))
+                || (own_snaps && i.name.split_once('@').map(|(f, _)| f == name).unwrap_or(false));
             if take && !out.iter().any(|(_, o): &(String, DatasetInfo)| o.name == i.name) {
                 out.push((pool.to_string(), i));
             }
@@ -348,17 +423,20 @@ fn select(st: &State, operands: &[String], recursive: bool, max_depth: Option<us
     out
 }
 
-fn type_filter(t: Option<String>) -> Result<bool, String> {
-    let Some(t) = t else { return Ok(true) };
-    let mut fs = false;
+/// `-t type[,type]…` → (file systems, snapshots).
+fn type_filter(t: Option<String>) -> Result<(bool, bool), String> {
+    let Some(t) = t else { return Ok((true, false)) };
+    let (mut fs, mut snap) = (false, false);
     for w in t.split(',') {
         match w {
-            "filesystem" | "fs" | "all" => fs = true,
-            "snapshot" | "snap" | "volume" | "vol" | "bookmark" => {}
+            "filesystem" | "fs" => fs = true,
+            "snapshot" | "snap" => snap = true,
+            "all" => (fs, snap) = (true, true),
+            "volume" | "vol" | "bookmark" => {}
             other => return Err(format!("invalid type '{other}'")),
         }
     }
-    Ok(fs)
+    Ok((fs, snap))
 }
 
 fn parse_depth(p: &args::Parsed) -> Result<Option<usize>, String> {
@@ -381,7 +459,11 @@ fn list(st: &mut State, args: &[String]) -> Response {
         Ok(x) => x,
         Err(e) => return bad_usage("list", &e),
     };
-    let cols_arg = p.last('o').unwrap_or_else(|| "name,used,avail,refer,mountpoint".into());
+    let cols_arg = match p.last('o').as_deref() {
+        None => "name,used,avail,refer,mountpoint".to_string(),
+        Some("space") => "name,avail,used,usedsnap,usedds,usedrefreserv,usedchild".to_string(),
+        Some(o) => o.to_string(),
+    };
     let props: Vec<String> = cols_arg.split(',').map(|c| canonical_fs_prop(c).to_string()).collect();
     for pr in &props {
         if !known_prop(pr) {
@@ -389,8 +471,9 @@ fn list(st: &mut State, args: &[String]) -> Response {
         }
     }
     let mut resp = Response::ok("");
-    let mut selected = if want_fs {
-        select(st, &p.operands, p.has('r'), max_depth, &mut resp)
+    let any_snap_operand = p.operands.iter().any(|o| o.contains('@'));
+    let mut selected = if want_fs.0 || want_fs.1 || any_snap_operand {
+        select_typed(st, &p.operands, p.has('r'), max_depth, want_fs, &mut resp)
     } else {
         Vec::new()
     };
@@ -495,17 +578,26 @@ fn get(st: &mut State, args: &[String]) -> Response {
         v
     };
     let mut resp = Response::ok("");
-    let selected = if want_fs {
-        select(st, &p.operands[1..], p.has('r'), max_depth, &mut resp)
-    } else {
-        Vec::new()
-    };
+    let types = if p.last('t').is_none() { (true, true) } else { want_fs };
+    let selected = select_typed(
+        st,
+        &p.operands[1..],
+        p.has('r'),
+        max_depth,
+        (types.0, types.1 && (p.last('t').is_some() || p.operands[1..].iter().any(|o| o.contains('@')))),
+        &mut resp,
+    );
     let mut rows = Vec::new();
     for (pool, info) in &selected {
         let entry = &st.pools[pool];
         let props: Vec<String> = if all {
-            let mut v: Vec<String> = ["type", "used", "available", "referenced", "mounted"].iter().map(|s| s.to_string()).collect();
-            v.extend(FS_PROPS.iter().map(|s| s.to_string()));
+            let mut v: Vec<String> = ["type", "creation", "used", "available", "referenced", "mounted"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            if !info.name.contains('@') {
+                v.extend(FS_PROPS.iter().map(|s| s.to_string()));
+            }
             v.extend(info.props.keys().filter(|k| !v.contains(k)).cloned().collect::<Vec<_>>());
             v
         } else {
@@ -832,9 +924,11 @@ mod tests {
 
     #[test]
     fn types() {
-        assert!(type_filter(None).unwrap());
-        assert!(type_filter(Some("filesystem".into())).unwrap());
-        assert!(!type_filter(Some("snapshot".into())).unwrap());
+        assert_eq!(type_filter(None).unwrap(), (true, false));
+        assert_eq!(type_filter(Some("filesystem".into())).unwrap(), (true, false));
+        assert_eq!(type_filter(Some("snapshot".into())).unwrap(), (false, true));
+        assert_eq!(type_filter(Some("fs,snap".into())).unwrap(), (true, true));
+        assert_eq!(type_filter(Some("all".into())).unwrap(), (true, true));
         assert!(type_filter(Some("bogus".into())).is_err());
     }
 }

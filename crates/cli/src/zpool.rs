@@ -70,6 +70,7 @@ pub fn run(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         "get" => get(st, rest),
         "set" => set(st, ctx, rest),
         "history" => history(st, rest),
+        "sync" => sync(st, rest),
         "scrub" => crate::scrub::scrub(st, rest),
         "iostat" => crate::iostat::run(st, rest),
         "-?" | "help" | "--help" => Response::ok(USAGE),
@@ -1127,6 +1128,31 @@ fn set(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     }
     history_note(entry, ctx);
     Response::ok("")
+}
+
+/// `zpool sync [pool ...]`: force every pool named (all with none) to sync its open
+/// txg and wait until it is on disk, as OpenZFS's `zpool sync` does.
+fn sync(st: &mut State, args: &[String]) -> Response {
+    if let Some(flag) = args.iter().find(|a| a.starts_with('-')) {
+        return bad_usage("sync", &format!("invalid option '{}'", flag.trim_start_matches('-')));
+    }
+    let names: Vec<String> = if args.is_empty() { st.pools.keys().cloned().collect() } else { args.to_vec() };
+    let mut resp = Response::ok("");
+    for n in names {
+        match st.pools.get(&n) {
+            None => {
+                resp.stderr.push_str(&format!("cannot open '{n}': no such pool\n"));
+                resp.code = 1;
+            }
+            Some(entry) => {
+                if let Err(e) = entry.pool.sync() {
+                    resp.stderr.push_str(&format!("cannot sync '{n}': {e}\n"));
+                    resp.code = 1;
+                }
+            }
+        }
+    }
+    resp
 }
 
 fn history(st: &mut State, args: &[String]) -> Response {

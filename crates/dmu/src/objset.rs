@@ -191,10 +191,21 @@ pub struct Objset {
     /// Told the object id of every read that failed below the DMU (see
     /// [`Objset::set_read_error_sink`]).
     error_sink: Mutex<Option<ReadErrorSink>>,
+    /// Decides what happens to each block this object set stops referencing (see
+    /// [`Objset::set_block_kill`]); `None` frees it.
+    block_kill: Mutex<Option<BlockKill>>,
 }
 
 /// Receiver of the object ids whose reads failed with an I/O or checksum error.
 pub type ReadErrorSink = Arc<dyn Fn(u64) + Send + Sync>;
+
+/// Called with (block pointer, syncing txg) for every non-hole block a txg sync
+/// removes from the object set's tree: replaced by copy-on-write, freed by a
+/// truncate, or part of a deleted object. The DSL supplies it for datasets with
+/// snapshots: a block born after the latest snapshot is freed, an older one goes to
+/// the dataset's dead list (OpenZFS `dsl_dataset_block_kill`). Runs in syncing
+/// context, under the object set's lock: it must not call back into the object set.
+pub type BlockKill = Arc<dyn Fn(&BlkPtr, u64) + Send + Sync>;
 
 fn copies_for(otype: ObjectType, os_type: u64) -> u8 {
     if os_type == OS_TYPE_MOS {
@@ -233,6 +244,7 @@ impl Objset {
             slop_shift: 5,
             streams: Mutex::new(HashMap::new()),
             error_sink: Mutex::new(None),
+            block_kill: Mutex::new(None),
         })
     }
 
@@ -270,6 +282,7 @@ impl Objset {
             slop_shift: 5,
             streams: Mutex::new(HashMap::new()),
             error_sink: Mutex::new(None),
+            block_kill: Mutex::new(None),
         }))
     }
 
@@ -787,11 +800,30 @@ impl Objset {
             .map_err(zio_err)?;
         let old_root = std::mem::replace(&mut st.root, root);
         used_delta += root.asize_total_bytes() as i64 - old_root.asize_total_bytes() as i64;
-        self.zio.free_block(&old_root, txg);
+        self.kill(&old_root, txg);
         st.used_bytes = (st.used_bytes as i64 + used_delta).max(0) as u64;
         drop(st);
         self.gate.add_dirty(-(batch.dirty_bytes as i64));
         Ok(Some(root))
+    }
+
+    /// Install (or remove, with `None`) the hook that decides the fate of every block
+    /// this object set stops referencing; see [`BlockKill`].
+    pub fn set_block_kill(&self, kill: Option<BlockKill>) {
+        *self.block_kill.lock() = kill;
+    }
+
+    /// A block leaves the tree in txg `txg`: hand it to the kill hook, or free it
+    /// (deferred) when there is none. Holes are ignored.
+    fn kill(&self, bp: &BlkPtr, txg: u64) {
+        if bp.is_hole() {
+            return;
+        }
+        let hook = self.block_kill.lock().clone();
+        match hook {
+            Some(k) => k(bp, txg),
+            None => self.zio.free_block(bp, txg),
+        }
     }
 
     /// Write properties of a metadata block of this object set (LZ4, ditto copies).
@@ -822,7 +854,7 @@ impl Objset {
                 self.free_subtree(&c, txg)?;
             }
         }
-        self.zio.free_block(bp, txg);
+        self.kill(bp, txg);
         Ok(())
     }
 
@@ -856,14 +888,14 @@ impl Objset {
             for &(s, e) in frees {
                 if s == 0 && e > 0 && !tree.root.is_hole() {
                     used -= tree.root.asize_total_bytes() as i64;
-                    self.zio.free_block(&tree.root, txg);
+                    self.kill(&tree.root, txg);
                     tree.root = BlkPtr::HOLE;
                 }
             }
             for (blkid, bp) in installs {
                 assert_eq!(*blkid, 0);
                 used -= tree.root.asize_total_bytes() as i64;
-                self.zio.free_block(&tree.root, txg);
+                self.kill(&tree.root, txg);
                 used += bp.asize_total_bytes() as i64;
                 tree.root = *bp;
             }
@@ -892,7 +924,7 @@ impl Objset {
                         let old = BlkPtr::decode(&blk[o..o + BLKPTR_SIZE_BYTES])?;
                         if !old.is_hole() {
                             used -= old.asize_total_bytes() as i64;
-                            self.zio.free_block(&old, txg);
+                            self.kill(&old, txg);
                             blk[o..o + BLKPTR_SIZE_BYTES].fill(0);
                         }
                     }
@@ -907,7 +939,7 @@ impl Objset {
             let old = BlkPtr::decode(&blk[o..o + BLKPTR_SIZE_BYTES])?;
             if !old.is_hole() {
                 used -= old.asize_total_bytes() as i64;
-                self.zio.free_block(&old, txg);
+                self.kill(&old, txg);
             }
             used += bp.asize_total_bytes() as i64;
             bp.encode_into(&mut blk[o..o + BLKPTR_SIZE_BYTES]);
@@ -978,7 +1010,7 @@ impl Objset {
                 work.used += new_bp.asize_total_bytes() as i64;
                 if level == top {
                     work.used -= work.tree.root.asize_total_bytes() as i64;
-                    self.zio.free_block(&work.tree.root, txg);
+                    self.kill(&work.tree.root, txg);
                     work.tree.root = new_bp;
                 } else {
                     let pidx = idx / BPS_PER_INDIRECT;
@@ -990,7 +1022,7 @@ impl Objset {
                     let old = BlkPtr::decode(&parent[o..o + BLKPTR_SIZE_BYTES])?;
                     if !old.is_hole() {
                         work.used -= old.asize_total_bytes() as i64;
-                        self.zio.free_block(&old, txg);
+                        self.kill(&old, txg);
                     }
                     new_bp.encode_into(&mut parent[o..o + BLKPTR_SIZE_BYTES]);
                 }
@@ -1310,14 +1342,23 @@ impl ObjectStore for Objset {
     fn space(&self) -> SpaceInfo {
         let size = self.zio.size_bytes();
         let slop = (size >> self.slop_shift).max(4 << 20);
-        let r = self.zio.deflate_ratio();
         SpaceInfo {
-            used_bytes: (self.used_bytes() as f64 * r) as u64,
-            avail_bytes: (self.zio.free_bytes().saturating_sub(slop) as f64 * r) as u64,
+            used_bytes: self.zio.deflated_bytes(self.used_bytes()),
+            avail_bytes: self.zio.deflated_bytes(self.zio.free_bytes().saturating_sub(slop)),
         }
     }
 
     fn is_readonly(&self) -> bool {
         self.readonly.load(Ordering::Relaxed) || self.gate.is_readonly()
+    }
+}
+
+impl Objset {
+    /// One past the highest object id this object set may hold: no object with an id
+    /// at or above it exists (ids are handed out below it, and opening starts it past
+    /// the end of the dnode array). A receive clips `FREEOBJECTS` ranges with it so
+    /// that freeing a huge id range costs what the object set holds, not the range.
+    pub fn object_id_end(&self) -> u64 {
+        self.st.lock().next_obj
     }
 }

@@ -40,8 +40,19 @@ pub use uberblock::{UberblockPhys, UBERBLOCK_MAGIC, UBERBLOCK_SLOT_SIZE_BYTES};
 pub use zil::{LwbHeader, LwbPtr, RecordHeader, ZilHeader};
 
 /// Format version written into labels and uberblocks. An import refuses a pool whose
-/// version is greater (invariant 9 in DESIGN.md).
-pub const TARN_FORMAT_VERSION: u64 = 1;
+/// version is greater (invariant 9 in DESIGN.md), and one whose version is older than
+/// [`TARN_FORMAT_VERSION_MIN`].
+///
+/// Version 2: the pool directory, dataset and snapshot records, properties and error
+/// log are MOS objects (ZAPs and fixed records) instead of one JSON object; dataset
+/// records carry snapshot links and dead lists; raidz blocks are variable width as in
+/// OpenZFS (asize = data + parity sectors rounded up to a multiple of nparity + 1,
+/// columns starting on child `(offset >> ashift) % n`).
+pub const TARN_FORMAT_VERSION: u64 = 2;
+
+/// Oldest format version this build imports. Version 1 pools (JSON pool directory)
+/// are refused with a message that names both versions.
+pub const TARN_FORMAT_VERSION_MIN: u64 = 2;
 
 /// Smallest leaf device accepted by `zpool create`, as in OpenZFS (`SPA_MINDEVSIZE`).
 pub const MIN_DEVICE_SIZE_BYTES: u64 = 64 << 20;

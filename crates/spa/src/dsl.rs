@@ -16,33 +16,57 @@
 
 use crate::pool::{dmu_err, now_s, Pool, MOS_DIR_OBJ};
 use crate::{DatasetInfo, Result, SpaError};
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tarn_dmu::objset::Objset;
-use tarn_dmu::{ObjectStore, TxHold};
+use tarn_dmu::{zap, ObjectStore, TxHold};
 use tarn_phys::{BlkPtr, Compression, ObjectType};
 use tarn_zil::Zilog;
 
-/// The pool directory (MOS object 1), JSON-encoded; its length is the bonus (u64 LE).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// Pool-directory ZAP entry naming the dataset-name ZAP.
+pub(crate) const DIR_DATASETS: &[u8] = b"datasets";
+/// Pool-directory ZAP entry naming the `zpool history` object.
+pub(crate) const DIR_HISTORY: &[u8] = b"history";
+/// Pool-directory ZAP entry naming the pool-property record.
+pub(crate) const DIR_POOL_PROPS: &[u8] = b"pool_props";
+/// Pool-directory ZAP entry naming the scan record.
+pub(crate) const DIR_SCAN: &[u8] = b"scan";
+/// Pool-directory ZAP entry naming the persistent error log.
+pub(crate) const DIR_ERRLOG: &[u8] = b"errlog";
+/// Largest packed record (property list, scan record, error log) read from disk.
+pub(crate) const PACKED_MAX_BYTES: u64 = 16 << 20;
+/// Largest number of datasets and snapshots an import loads.
+pub(crate) const DATASETS_MAX: u64 = 1 << 22;
+
+/// The in-memory copy of the pool directory. The on-disk truth is a set of MOS
+/// objects (format version 2, `docs/format.md` §"Pool directory"); every change is
+/// written to the one object it concerns, in the txg of the change.
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Dir {
-    /// Dataset name → record.
+    /// File system name → record (heads only).
     pub datasets: BTreeMap<String, DsRec>,
+    /// Snapshot name (`fs@snap`) → record.
+    pub snaps: BTreeMap<String, DsRec>,
     /// MOS object holding `zpool history` text.
     pub history_obj: u64,
+    /// The dataset-name ZAP (`name` → dataset object), heads and snapshots.
+    pub names_obj: u64,
+    /// MOS object holding the packed pool-property record.
+    pub pool_props_obj: u64,
+    /// MOS object holding the scan record.
+    pub scan_obj: u64,
+    /// MOS object holding the error log.
+    pub errlog_obj: u64,
     /// Locally set pool properties (e.g. comment).
     pub pool_props: BTreeMap<String, String>,
     /// The last or current scrub/resilver (absent in pools never scanned).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scan: Option<crate::scan::ScanPhys>,
     /// Objects with unrecoverable blocks found by scans: (dataset MOS object, object).
-    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
-    pub errlog: std::collections::BTreeSet<(u64, u64)>,
+    pub errlog: BTreeSet<(u64, u64)>,
 }
 
-/// A dataset's entry in the directory.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A dataset's (or snapshot's) entry in the directory.
+#[derive(Debug, Clone)]
 pub(crate) struct DsRec {
     /// MOS object whose bonus is the `DslDatasetPhys`.
     pub obj: u64,
@@ -50,40 +74,210 @@ pub(crate) struct DsRec {
     pub props: BTreeMap<String, String>,
 }
 
+/// Encode a property list: count u32, then per entry key_len u16, key, value_len u16,
+/// value (UTF-8, no NUL), sorted by key.
+pub(crate) fn encode_props(props: &BTreeMap<String, String>) -> Vec<u8> {
+    let mut b = (props.len() as u32).to_le_bytes().to_vec();
+    for (k, v) in props {
+        b.extend_from_slice(&(k.len() as u16).to_le_bytes());
+        b.extend_from_slice(k.as_bytes());
+        b.extend_from_slice(&(v.len() as u16).to_le_bytes());
+        b.extend_from_slice(v.as_bytes());
+    }
+    b
+}
+
+/// Decode [`encode_props`]' format; any overrun, bad UTF-8 or count mismatch is corrupt.
+pub(crate) fn decode_props(b: &[u8]) -> Result<BTreeMap<String, String>> {
+    let bad = || SpaError::Corrupt("property record damaged".into());
+    let mut pos = 0usize;
+    let mut take = |n: usize| -> Result<&[u8]> {
+        let s = b.get(pos..pos.checked_add(n).ok_or_else(bad)?).ok_or_else(bad)?;
+        pos += n;
+        Ok(s)
+    };
+    let count = u32::from_le_bytes(take(4)?.try_into().unwrap());
+    let mut out = BTreeMap::new();
+    for _ in 0..count {
+        let kl = u16::from_le_bytes(take(2)?.try_into().unwrap()) as usize;
+        let k = String::from_utf8(take(kl)?.to_vec()).map_err(|_| bad())?;
+        let vl = u16::from_le_bytes(take(2)?.try_into().unwrap()) as usize;
+        let v = String::from_utf8(take(vl)?.to_vec()).map_err(|_| bad())?;
+        out.insert(k, v);
+    }
+    Ok(out)
+}
+
+/// Read a packed record: its length is the object's bonus (u64 LE), capped at
+/// [`PACKED_MAX_BYTES`].
+pub(crate) fn read_packed(mos: &dyn ObjectStore, obj: u64) -> Result<Vec<u8>> {
+    let b = mos.bonus(obj).map_err(dmu_err)?;
+    let len = u64::from_le_bytes(
+        b.get(0..8)
+            .ok_or_else(|| SpaError::Corrupt(format!("record {obj}: no length")))?
+            .try_into()
+            .unwrap(),
+    );
+    if len > PACKED_MAX_BYTES {
+        return Err(SpaError::Corrupt(format!("record {obj}: length {len} too large")));
+    }
+    let mut buf = vec![0u8; len as usize];
+    mos.read(obj, 0, &mut buf).map_err(dmu_err)?;
+    Ok(buf)
+}
+
+/// Replace a packed record's contents.
+pub(crate) fn write_packed(mos: &dyn ObjectStore, tx: &TxHold, obj: u64, bytes: &[u8]) -> Result<()> {
+    if !bytes.is_empty() {
+        mos.write(tx, obj, 0, bytes).map_err(dmu_err)?;
+    }
+    mos.free_range(tx, obj, bytes.len() as u64, u64::MAX).map_err(dmu_err)?;
+    mos.set_bonus(tx, obj, &(bytes.len() as u64).to_le_bytes()).map_err(dmu_err)
+}
+
+/// A new, empty packed-record object.
+pub(crate) fn create_packed(mos: &dyn ObjectStore, tx: &TxHold) -> Result<u64> {
+    mos.create_object(tx, ObjectType::Packed, 512, 128 << 10, &0u64.to_le_bytes()).map_err(dmu_err)
+}
+
+fn encode_errlog(set: &BTreeSet<(u64, u64)>) -> Vec<u8> {
+    set.iter().flat_map(|(a, b)| a.to_le_bytes().into_iter().chain(b.to_le_bytes())).collect()
+}
+
 impl Dir {
-    pub(crate) fn load(mos: &dyn ObjectStore) -> tarn_dmu::Result<Dir> {
-        let b = mos.bonus(MOS_DIR_OBJ)?;
-        let len = u64::from_le_bytes(b.get(0..8).ok_or(tarn_dmu::DmuError::Invalid("directory length"))?.try_into().unwrap());
-        if len > 64 << 20 {
-            return Err(tarn_dmu::DmuError::Invalid("directory too large"));
+    /// Load the directory from the MOS: the directory ZAP, then every dataset name
+    /// (validated), record and property list. Errors: `Corrupt` for anything damaged.
+    pub(crate) fn load(mos: &dyn ObjectStore) -> Result<Dir> {
+        let entry = |k: &[u8]| -> Result<u64> {
+            zap::lookup(mos, MOS_DIR_OBJ, k)
+                .map_err(dmu_err)?
+                .ok_or_else(|| SpaError::Corrupt(format!("pool directory has no '{}'", String::from_utf8_lossy(k))))
+        };
+        let mut d = Dir {
+            names_obj: entry(DIR_DATASETS)?,
+            history_obj: entry(DIR_HISTORY)?,
+            pool_props_obj: entry(DIR_POOL_PROPS)?,
+            scan_obj: entry(DIR_SCAN)?,
+            errlog_obj: entry(DIR_ERRLOG)?,
+            ..Dir::default()
+        };
+        d.pool_props = decode_props(&read_packed(mos, d.pool_props_obj)?)?;
+        let scan = read_packed(mos, d.scan_obj)?;
+        if !scan.is_empty() {
+            d.scan = Some(serde_json::from_slice(&scan).map_err(|e| SpaError::Corrupt(format!("scan record: {e}")))?);
         }
-        let mut buf = vec![0u8; len as usize];
-        mos.read(MOS_DIR_OBJ, 0, &mut buf)?;
-        serde_json::from_slice(&buf).map_err(|e| tarn_dmu::DmuError::Corrupt(tarn_phys::Corrupt::new("pool directory", e.to_string())))
+        let el = read_packed(mos, d.errlog_obj)?;
+        if el.len() % 16 != 0 {
+            return Err(SpaError::Corrupt("error log damaged".into()));
+        }
+        for c in el.chunks_exact(16) {
+            d.errlog
+                .insert((u64::from_le_bytes(c[..8].try_into().unwrap()), u64::from_le_bytes(c[8..].try_into().unwrap())));
+        }
+        let mut cursor = 0u64;
+        let mut seen = 0u64;
+        loop {
+            let batch = zap::list(mos, d.names_obj, cursor, 1024).map_err(dmu_err)?;
+            for e in &batch {
+                seen += 1;
+                if seen > DATASETS_MAX {
+                    return Err(SpaError::Corrupt("too many datasets".into()));
+                }
+                let name = String::from_utf8(e.name.clone()).map_err(|_| SpaError::Corrupt("dataset name is not UTF-8".into()))?;
+                crate::names::validate_any_name(&name)
+                    .map_err(|_| SpaError::Corrupt(format!("invalid dataset name '{}' in pool directory", name.escape_debug())))?;
+                let phys = DslDatasetPhys::decode(&mos.bonus(e.value).map_err(dmu_err)?)?;
+                let props = if phys.props_obj != 0 {
+                    decode_props(&read_packed(mos, phys.props_obj)?)?
+                } else {
+                    BTreeMap::new()
+                };
+                let rec = DsRec { obj: e.value, props };
+                if phys.is_snapshot() != name.contains('@') {
+                    return Err(SpaError::Corrupt(format!("dataset '{name}': snapshot flag does not match its name")));
+                }
+                if phys.is_snapshot() {
+                    d.snaps.insert(name, rec);
+                } else {
+                    d.datasets.insert(name, rec);
+                }
+            }
+            match batch.last() {
+                Some(l) if batch.len() == 1024 => cursor = l.next_cursor,
+                _ => break,
+            }
+        }
+        Ok(d)
     }
 }
 
-/// Dataset record layout (bonus of a `DslDataset` MOS object, 160 bytes):
-/// rootbp @0 (128), guid u64 @128, creation_txg u64 @136, creation_time_s u64 @144,
-/// used_bytes u64 @152.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Flag bit of [`DslDatasetPhys::flags`]: the record is a snapshot.
+pub(crate) const DS_FLAG_SNAPSHOT: u64 = 1;
+
+/// Dataset record (bonus of a `DslDataset` MOS object, [`DslDatasetPhys::SIZE_BYTES`]
+/// = 256 bytes, all integers u64 LE; OpenZFS `dsl_dataset_phys_t` is the model):
+///
+/// | off | field |
+/// |----:|-------|
+/// | 0   | rootbp (128): the object set's root |
+/// | 128 | guid |
+/// | 136 | creation_txg |
+/// | 144 | creation_time_s |
+/// | 152 | referenced_bytes: allocated bytes of every block of the tree |
+/// | 160 | flags (bit 0: snapshot) |
+/// | 168 | props_obj: packed property record, 0 = none |
+/// | 176 | prev_snap_obj: the newest snapshot older than this one (or the origin, for a clone without snapshots), 0 = none |
+/// | 184 | prev_snap_txg: its creation txg; blocks born after it belong to this dataset alone |
+/// | 192 | next_snap_obj: for a snapshot, the next newer snapshot or the head |
+/// | 200 | deadlist_obj: blocks that died here while born at or before prev_snap_txg |
+/// | 208 | origin_obj: for a clone, the snapshot it was cloned from |
+/// | 216 | num_clones: for a snapshot, clones whose origin it is |
+/// | 224 | userrefs: holds (reserved, 0) |
+/// | 232 | reserved (24 bytes, zero) |
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct DslDatasetPhys {
     pub rootbp: BlkPtr,
     pub guid: u64,
     pub creation_txg: u64,
     pub creation_time_s: u64,
     pub used_bytes: u64,
+    pub flags: u64,
+    pub props_obj: u64,
+    pub prev_snap_obj: u64,
+    pub prev_snap_txg: u64,
+    pub next_snap_obj: u64,
+    pub deadlist_obj: u64,
+    pub origin_obj: u64,
+    pub num_clones: u64,
+    pub userrefs: u64,
 }
 
 impl DslDatasetPhys {
-    pub(crate) const SIZE_BYTES: usize = 160;
+    pub(crate) const SIZE_BYTES: usize = 256;
+    pub(crate) fn is_snapshot(&self) -> bool {
+        self.flags & DS_FLAG_SNAPSHOT != 0
+    }
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; Self::SIZE_BYTES];
         self.rootbp.encode_into(&mut b[0..128]);
-        b[128..136].copy_from_slice(&self.guid.to_le_bytes());
-        b[136..144].copy_from_slice(&self.creation_txg.to_le_bytes());
-        b[144..152].copy_from_slice(&self.creation_time_s.to_le_bytes());
-        b[152..160].copy_from_slice(&self.used_bytes.to_le_bytes());
+        let f = [
+            self.guid,
+            self.creation_txg,
+            self.creation_time_s,
+            self.used_bytes,
+            self.flags,
+            self.props_obj,
+            self.prev_snap_obj,
+            self.prev_snap_txg,
+            self.next_snap_obj,
+            self.deadlist_obj,
+            self.origin_obj,
+            self.num_clones,
+            self.userrefs,
+        ];
+        for (i, v) in f.iter().enumerate() {
+            b[128 + 8 * i..136 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        }
         b
     }
     pub(crate) fn decode(b: &[u8]) -> Result<Self> {
@@ -91,12 +285,24 @@ impl DslDatasetPhys {
             return Err(SpaError::Corrupt("dataset record too short".into()));
         }
         let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        if b[232..256].iter().any(|&x| x != 0) || u(160) & !DS_FLAG_SNAPSHOT != 0 {
+            return Err(SpaError::Corrupt("dataset record has unknown flags or reserved bytes set".into()));
+        }
         Ok(DslDatasetPhys {
             rootbp: BlkPtr::decode(&b[0..128]).map_err(|e| SpaError::Corrupt(e.to_string()))?,
             guid: u(128),
             creation_txg: u(136),
             creation_time_s: u(144),
             used_bytes: u(152),
+            flags: u(160),
+            props_obj: u(168),
+            prev_snap_obj: u(176),
+            prev_snap_txg: u(184),
+            next_snap_obj: u(192),
+            deadlist_obj: u(200),
+            origin_obj: u(208),
+            num_clones: u(216),
+            userrefs: u(224),
         })
     }
 }
@@ -188,26 +394,136 @@ fn parent_of(name: &str) -> Option<&str> {
 }
 
 impl Pool {
-    pub(crate) fn save_dir(&self, tx: &TxHold) -> Result<()> {
-        let json = serde_json::to_vec(&*self.dir.lock()).map_err(|e| SpaError::Io(e.to_string()))?;
-        self.mos.write(tx, MOS_DIR_OBJ, 0, &json).map_err(dmu_err)?;
-        self.mos.free_range(tx, MOS_DIR_OBJ, json.len() as u64, u64::MAX).map_err(dmu_err)?;
-        self.mos.set_bonus(tx, MOS_DIR_OBJ, &(json.len() as u64).to_le_bytes()).map_err(dmu_err)
+    /// Create the version-2 pool directory in a new MOS: the directory ZAP at
+    /// [`MOS_DIR_OBJ`], the dataset-name ZAP, history, pool properties, scan record and
+    /// error log. Called once by `Pool::create`, in txg 1.
+    pub(crate) fn init_dir(&self, tx: &TxHold, pool_props: BTreeMap<String, String>) -> Result<()> {
+        let mos = &*self.mos;
+        zap::create_at(mos, tx, MOS_DIR_OBJ, ObjectType::Zap).map_err(dmu_err)?;
+        let names = zap::create(mos, tx, ObjectType::Zap).map_err(dmu_err)?;
+        let hist = mos
+            .create_object(tx, ObjectType::History, 512, 128 << 10, &0u64.to_le_bytes())
+            .map_err(dmu_err)?;
+        let pprops = create_packed(mos, tx)?;
+        let scan = create_packed(mos, tx)?;
+        let errlog = create_packed(mos, tx)?;
+        for (k, v) in [
+            (DIR_DATASETS, names),
+            (DIR_HISTORY, hist),
+            (DIR_POOL_PROPS, pprops),
+            (DIR_SCAN, scan),
+            (DIR_ERRLOG, errlog),
+        ] {
+            zap::add(mos, tx, MOS_DIR_OBJ, k, v).map_err(dmu_err)?;
+        }
+        write_packed(mos, tx, pprops, &encode_props(&pool_props))?;
+        *self.dir.lock() = Dir {
+            names_obj: names,
+            history_obj: hist,
+            pool_props_obj: pprops,
+            scan_obj: scan,
+            errlog_obj: errlog,
+            pool_props,
+            ..Dir::default()
+        };
+        Ok(())
+    }
+
+    /// A dataset or snapshot record.
+    pub(crate) fn ds_phys(&self, obj: u64) -> Result<DslDatasetPhys> {
+        DslDatasetPhys::decode(&self.mos.bonus(obj).map_err(dmu_err)?)
+    }
+
+    /// Replace a dataset or snapshot record.
+    pub(crate) fn set_ds_phys(&self, tx: &TxHold, obj: u64, phys: &DslDatasetPhys) -> Result<()> {
+        self.mos.set_bonus(tx, obj, &phys.encode()).map_err(dmu_err)
+    }
+
+    /// Store a dataset's local properties in its own record (created on first use):
+    /// one small object per dataset, so a change writes a few blocks however many
+    /// datasets the pool has.
+    pub(crate) fn save_ds_props(&self, tx: &TxHold, obj: u64, props: &BTreeMap<String, String>) -> Result<()> {
+        let mut phys = self.ds_phys(obj)?;
+        if phys.props_obj == 0 {
+            if props.is_empty() {
+                return Ok(());
+            }
+            phys.props_obj = create_packed(&*self.mos, tx)?;
+            self.set_ds_phys(tx, obj, &phys)?;
+        }
+        write_packed(&*self.mos, tx, phys.props_obj, &encode_props(props))
+    }
+
+    /// Store the pool properties record.
+    pub(crate) fn save_pool_props(&self, tx: &TxHold) -> Result<()> {
+        let (obj, bytes) = {
+            let d = self.dir.lock();
+            (d.pool_props_obj, encode_props(&d.pool_props))
+        };
+        write_packed(&*self.mos, tx, obj, &bytes)
+    }
+
+    /// Store the scan record and the error log.
+    pub(crate) fn save_scan_records(&self, tx: &TxHold) -> Result<()> {
+        let (so, sb, eo, eb) = {
+            let d = self.dir.lock();
+            let sb = match &d.scan {
+                Some(s) => serde_json::to_vec(s).map_err(|e| SpaError::Io(e.to_string()))?,
+                None => Vec::new(),
+            };
+            (d.scan_obj, sb, d.errlog_obj, encode_errlog(&d.errlog))
+        };
+        write_packed(&*self.mos, tx, so, &sb)?;
+        write_packed(&*self.mos, tx, eo, &eb)
+    }
+
+    /// Enter `name → obj` in the dataset-name ZAP.
+    pub(crate) fn link_name(&self, tx: &TxHold, name: &str, obj: u64) -> Result<()> {
+        let names = self.dir.lock().names_obj;
+        zap::add(&*self.mos, tx, names, name.as_bytes(), obj).map_err(dmu_err)
+    }
+
+    /// Remove `name` from the dataset-name ZAP.
+    pub(crate) fn unlink_name(&self, tx: &TxHold, name: &str) -> Result<()> {
+        let names = self.dir.lock().names_obj;
+        zap::remove(&*self.mos, tx, names, name.as_bytes()).map_err(dmu_err)
     }
 
     pub(crate) fn create_dataset_record(&self, tx: &TxHold, name: &str, props: &BTreeMap<String, String>) -> Result<u64> {
+        self.create_dataset_record_from(tx, name, props, None)
+    }
+
+    /// Create a head dataset record (a clone of `origin` = (snapshot object, its
+    /// record) when given) and enter it in the directory.
+    pub(crate) fn create_dataset_record_from(
+        &self,
+        tx: &TxHold,
+        name: &str,
+        props: &BTreeMap<String, String>,
+        origin: Option<(u64, &DslDatasetPhys)>,
+    ) -> Result<u64> {
         let mut clean = BTreeMap::new();
         for (k, v) in props {
             clean.insert(k.clone(), check_prop(k, v)?);
         }
-        let phys = DslDatasetPhys {
+        let mut phys = DslDatasetPhys {
             rootbp: BlkPtr::HOLE,
             guid: rand::random(),
             creation_txg: tx.txg,
             creation_time_s: now_s(),
-            used_bytes: 0,
+            ..Default::default()
         };
+        if let Some((oobj, o)) = origin {
+            phys.rootbp = o.rootbp;
+            phys.used_bytes = o.used_bytes;
+            phys.prev_snap_obj = oobj;
+            phys.prev_snap_txg = o.creation_txg;
+            phys.origin_obj = oobj;
+        }
+        phys.deadlist_obj = crate::snapshot::create_deadlist(&*self.mos, tx)?;
         let obj = self.mos.create_object(tx, ObjectType::DslDataset, 512, 512, &phys.encode()).map_err(dmu_err)?;
+        self.save_ds_props(tx, obj, &clean)?;
+        self.link_name(tx, name, obj)?;
         self.dir.lock().datasets.insert(name.to_string(), crate::dsl::DsRec { obj, props: clean });
         Ok(obj)
     }
@@ -238,15 +554,7 @@ impl Pool {
         if self.dir.lock().datasets.contains_key(name) {
             return Err(SpaError::Exists(format!("cannot create '{name}': dataset")));
         }
-        let mut missing = Vec::new();
-        let mut p = parent_of(name);
-        while let Some(par) = p {
-            if self.dir.lock().datasets.contains_key(par) {
-                break;
-            }
-            missing.push(par.to_string());
-            p = parent_of(par);
-        }
+        let missing = self.missing_parents(name);
         if !missing.is_empty() && !create_parents {
             return Err(SpaError::NotFound(format!("cannot create '{name}': parent does not exist")));
         }
@@ -254,63 +562,143 @@ impl Pool {
             self.create_dataset_record(&tx, m, &BTreeMap::new())?;
         }
         self.create_dataset_record(&tx, name, props)?;
-        self.save_dir(&tx)
+        Ok(())
     }
 
     /// `zfs destroy [-r]`; returns the destroyed names, deepest first.
     pub fn destroy_dataset(&self, name: &str, recursive: bool) -> Result<Vec<String>> {
+        self.destroy_dataset_ext(name, recursive, false)
+    }
+
+    /// `zfs destroy [-r] [-R] fs|fs@snap`. `recursive` (`-r`) takes descendants and
+    /// snapshots along; `with_clones` (`-R`) also every clone of those snapshots (and
+    /// their dependents). Validation happens before anything changes; returns the
+    /// destroyed names in the order destroyed.
+    pub fn destroy_dataset_ext(&self, name: &str, recursive: bool, with_clones: bool) -> Result<Vec<String>> {
         if name == self.name {
             return Err(SpaError::Invalid(format!(
                 "cannot destroy '{name}': operation does not apply to pools\nuse 'zfs destroy -r {name}' to destroy all datasets in the pool\nuse 'zpool destroy {name}' to destroy the pool itself"
             )));
         }
+        let victims = self.destroy_plan(name, recursive, with_clones)?;
         let _s = self.sync_lock.lock();
         let tx = self.gate.hold().map_err(dmu_err)?;
         let _a = self.admin.lock();
-        let (targets, children) = {
-            let d = self.dir.lock();
-            if !d.datasets.contains_key(name) {
-                return Err(SpaError::NotFound(format!("cannot open '{name}': dataset does not exist")));
+        for t in &victims {
+            if t.contains('@') {
+                self.destroy_snapshot_locked(&tx, t)?;
+                continue;
             }
-            let prefix = format!("{name}/");
-            let children: Vec<String> = d.datasets.keys().filter(|k| k.starts_with(&prefix)).cloned().collect();
-            let mut t = children.clone();
-            t.push(name.to_string());
-            t.sort_by_key(|n| std::cmp::Reverse(n.matches('/').count()));
-            (t, children)
-        };
-        if !children.is_empty() && !recursive {
-            return Err(SpaError::HasChildren(children.join("\n")));
-        }
-        for t in &targets {
-            let rec = self.dir.lock().datasets.remove(t).unwrap();
+            let rec = self
+                .dir
+                .lock()
+                .datasets
+                .remove(t)
+                .ok_or_else(|| SpaError::NotFound(format!("cannot open '{t}': dataset does not exist")))?;
             let os = self.objsets.lock().remove(&rec.obj);
             if let Some(zl) = self.zilogs.lock().remove(&rec.obj) {
                 zl.destroy(tx.txg);
             }
-            let root = match os {
-                Some(os) => os.root_bp(),
-                None => DslDatasetPhys::decode(&self.mos.bonus(rec.obj).map_err(dmu_err)?)?.rootbp,
-            };
-            let zio = self.zio.clone();
-            let txg = tx.txg;
-            tarn_dmu::traverse::traverse(&zio, &root, &mut |bp| zio.free_block(bp, txg)).map_err(dmu_err)?;
+            let h = self.ds_phys(rec.obj)?;
+            let root = os.map(|o| o.root_bp()).unwrap_or(h.rootbp);
+            self.destroy_head_blocks(&tx, rec.obj, &root, &h)?;
+            self.unlink_name(&tx, t)?;
             self.mos.free_object(&tx, rec.obj).map_err(dmu_err)?;
         }
-        self.save_dir(&tx)?;
-        Ok(targets)
+        Ok(victims)
     }
 
-    fn refer_bytes(&self, obj: u64) -> u64 {
-        if let Some(os) = self.objsets.lock().get(&obj) {
-            return os.used_bytes();
+    /// What `zfs destroy` would destroy, in a safe order (clones before their origins,
+    /// snapshots newest first before their head, children before parents), or the
+    /// OpenZFS error that refuses it.
+    pub fn destroy_plan(&self, name: &str, recursive: bool, with_clones: bool) -> Result<Vec<String>> {
+        let recursive = recursive || with_clones;
+        let d = self.dir.lock().clone();
+        let mut out: Vec<String> = Vec::new();
+        if let Some((fs, _)) = name.split_once('@') {
+            let mut names = vec![name.to_string()];
+            if recursive {
+                let snap = &name[fs.len()..];
+                let prefix = format!("{fs}/");
+                names.extend(
+                    d.datasets
+                        .keys()
+                        .filter(|k| k.starts_with(&prefix))
+                        .map(|k| format!("{k}{snap}"))
+                        .filter(|n| d.snaps.contains_key(n)),
+                );
+            }
+            if !d.snaps.contains_key(name) && names.len() == 1 {
+                return Err(SpaError::NotFound("could not find any snapshots to destroy; check snapshot names.".to_string()));
+            }
+            for n in names.into_iter().filter(|n| d.snaps.contains_key(n)) {
+                self.plan_snapshot(&d, &n, with_clones, &mut out)?;
+            }
+            return Ok(out);
         }
-        self.mos
-            .bonus(obj)
-            .ok()
-            .and_then(|b| DslDatasetPhys::decode(&b).ok())
-            .map(|p| p.used_bytes)
-            .unwrap_or(0)
+        if !d.datasets.contains_key(name) {
+            return Err(SpaError::NotFound(format!("cannot open '{name}': dataset does not exist")));
+        }
+        let prefix = format!("{name}/");
+        let children: Vec<String> = d.datasets.keys().filter(|k| k.starts_with(&prefix)).cloned().collect();
+        let snaps: Vec<String> = d
+            .snaps
+            .keys()
+            .filter(|k| k.starts_with(&format!("{name}@")) || k.starts_with(&prefix))
+            .cloned()
+            .collect();
+        if (!children.is_empty() || !snaps.is_empty()) && !recursive {
+            let mut all = children.clone();
+            all.extend(snaps.iter().filter(|s| s.starts_with(&format!("{name}@"))).cloned());
+            all.extend(snaps.iter().filter(|s| !s.starts_with(&format!("{name}@"))).cloned());
+            return Err(SpaError::HasChildren(all.join("\n")));
+        }
+        self.plan_fs(&d, name, with_clones, &mut out)?;
+        Ok(out)
+    }
+
+    fn plan_fs(&self, d: &Dir, fs: &str, with_clones: bool, out: &mut Vec<String>) -> Result<()> {
+        if out.iter().any(|o| o == fs) {
+            return Ok(());
+        }
+        let prefix = format!("{fs}/");
+        let mut children: Vec<String> = d
+            .datasets
+            .keys()
+            .filter(|k| k.starts_with(&prefix) && !k[prefix.len()..].contains('/'))
+            .cloned()
+            .collect();
+        children.sort();
+        for c in children {
+            self.plan_fs(d, &c, with_clones, out)?;
+        }
+        for sn in self.snapshots_of(fs).into_iter().rev() {
+            self.plan_snapshot(d, &sn, with_clones, out)?;
+        }
+        out.push(fs.to_string());
+        Ok(())
+    }
+
+    fn plan_snapshot(&self, d: &Dir, snap: &str, with_clones: bool, out: &mut Vec<String>) -> Result<()> {
+        if out.iter().any(|o| o == snap) {
+            return Ok(());
+        }
+        let obj = d.snaps[snap].obj;
+        let clones = self.clones_of(obj);
+        let pending: Vec<&String> = clones.iter().filter(|c| !out.contains(c)).collect();
+        if !pending.is_empty() {
+            if !with_clones {
+                return Err(SpaError::Busy(format!(
+                    "cannot destroy '{snap}': snapshot has dependent clones\nuse '-R' to destroy the following datasets:\n{}",
+                    clones.join("\n")
+                )));
+            }
+            for c in clones {
+                self.plan_fs(d, &c, with_clones, out)?;
+            }
+        }
+        out.push(snap.to_string());
+        Ok(())
     }
 
     /// Effective value and source of `prop` for dataset `name`.
@@ -354,45 +742,149 @@ impl Pool {
         }
     }
 
-    /// All datasets, sorted by name, with effective properties.
+    /// All file systems, in listing order, with effective properties and space figures
+    /// (`used`, `usedbydataset`, `usedbysnapshots`, `usedbychildren`,
+    /// `usedbyrefreservation`, `written`, `origin`, …).
     pub fn list_datasets(&self) -> Result<Vec<DatasetInfo>> {
+        Ok(self.list_all()?.into_iter().filter(|i| !i.name.contains('@')).collect())
+    }
+
+    /// Every snapshot, in listing order, with its figures (`used` = what destroying it
+    /// alone frees, `referenced`, `written`, `clones`, `createtxg`, `userrefs`).
+    pub fn list_snapshots(&self) -> Result<Vec<DatasetInfo>> {
+        Ok(self.list_all()?.into_iter().filter(|i| i.name.contains('@')).collect())
+    }
+
+    /// File systems and snapshots together, in OpenZFS's listing order.
+    pub fn list_all(&self) -> Result<Vec<DatasetInfo>> {
         let d = self.dir.lock().clone();
         let slop = (self.size_bytes() >> 5).max(4 << 20);
-        let ratio = self.zio.deflate_ratio();
-        let avail = (self.zio.free_bytes().saturating_sub(slop) as f64 * ratio) as u64;
-        let refer: BTreeMap<String, u64> = d
-            .datasets
-            .iter()
-            .map(|(n, r)| (n.clone(), (self.refer_bytes(r.obj) as f64 * ratio) as u64))
-            .collect();
-        let mut out = Vec::new();
-        for (name, rec) in &d.datasets {
-            let prefix = format!("{name}/");
-            let used = refer[name] + refer.iter().filter(|(n, _)| n.starts_with(&prefix)).map(|(_, v)| *v).sum::<u64>();
-            let mut props = BTreeMap::new();
-            for (p, _) in DATASET_PROPS {
-                props.insert(p.to_string(), self.effective(&d, name, p));
+        let defl = |b: u64| self.zio.deflated_bytes(b);
+        let avail = defl(self.zio.free_bytes().saturating_sub(slop));
+        // Every record once: space figures, origins and clones are derived from these.
+        let mut recs: BTreeMap<u64, DslDatasetPhys> = BTreeMap::new();
+        let mut name_by_obj: BTreeMap<u64, &String> = BTreeMap::new();
+        for (n, r) in d.datasets.iter().chain(d.snaps.iter()) {
+            recs.insert(r.obj, self.ds_phys(r.obj)?);
+            name_by_obj.insert(r.obj, n);
+        }
+        let rec = |o: u64| recs.get(&o).cloned().map_or_else(|| self.ds_phys(o), Ok);
+        let mut space = BTreeMap::new();
+        let mut clones: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+        for (n, r) in d.datasets.iter().chain(d.snaps.iter()) {
+            let p = &recs[&r.obj];
+            space.insert(n.clone(), self.ds_space(r.obj, p, &rec)?);
+            if p.origin_obj != 0 {
+                clones.entry(p.origin_obj).or_default().push(n.clone());
             }
-            let phys = self.mos.bonus(rec.obj).ok().and_then(|b| DslDatasetPhys::decode(&b).ok());
-            props.insert("type".into(), ("filesystem".into(), "-".into()));
-            props.insert("used".into(), (used.to_string(), "-".into()));
-            props.insert("available".into(), (avail.to_string(), "-".into()));
-            props.insert("referenced".into(), (refer[name].to_string(), "-".into()));
-            props.insert(
-                "creation".into(),
-                (phys.as_ref().map(|p| p.creation_time_s).unwrap_or(0).to_string(), "-".into()),
-            );
-            props.insert("guid".into(), (phys.as_ref().map(|p| p.guid).unwrap_or(0).to_string(), "-".into()));
-            props.insert("compressratio".into(), ("1.00x".into(), "-".into()));
+        }
+        // used = dataset + snapshots + children, children first (deepest names last
+        // in reverse order).
+        let mut used: BTreeMap<String, u64> = BTreeMap::new();
+        let mut heads: Vec<&String> = d.datasets.keys().collect();
+        heads.sort_by_key(|n| std::cmp::Reverse(n.matches('/').count()));
+        let mut by_children: BTreeMap<String, u64> = BTreeMap::new();
+        for n in heads {
+            let sp = space[n];
+            let kids = by_children.get(n).copied().unwrap_or(0);
+            let u = sp.used_by_dataset + sp.used_by_snapshots + kids;
+            used.insert(n.clone(), u);
+            if let Some(par) = parent_of(n) {
+                *by_children.entry(par.to_string()).or_default() += u;
+            }
+        }
+        let mut out = Vec::new();
+        let ro = |v: String| (v, "-".to_string());
+        for (name, rec) in d.datasets.iter().chain(d.snaps.iter()) {
+            let sp = space[name];
+            let phys = &recs[&rec.obj];
+            let is_snap = phys.is_snapshot();
+            let mut props = BTreeMap::new();
+            let u = if is_snap { sp.unique } else { used[name] };
+            if !is_snap {
+                for (p, _) in DATASET_PROPS {
+                    props.insert(p.to_string(), self.effective(&d, name, p));
+                }
+                let kids = by_children.get(name).copied().unwrap_or(0);
+                props.insert("usedbydataset".into(), ro(defl(sp.used_by_dataset).to_string()));
+                props.insert("usedbysnapshots".into(), ro(defl(sp.used_by_snapshots).to_string()));
+                props.insert("usedbychildren".into(), ro(defl(kids).to_string()));
+                props.insert("usedbyrefreservation".into(), ro("0".into()));
+                let origin = name_by_obj.get(&phys.origin_obj).map_or("-".to_string(), |n| n.to_string());
+                props.insert("origin".into(), ro(origin));
+                let prefix = format!("{name}@");
+                props.insert(
+                    "snapshot_count".into(),
+                    ro(d.snaps.keys().filter(|k| k.starts_with(&prefix)).count().to_string()),
+                );
+            } else {
+                props.insert("clones".into(), ro(clones.get(&rec.obj).map(|c| c.join(",")).unwrap_or_default()));
+                props.insert("userrefs".into(), ro(phys.userrefs.to_string()));
+                props.insert("defer_destroy".into(), ro("off".into()));
+            }
+            props.insert("type".into(), ro(if is_snap { "snapshot" } else { "filesystem" }.into()));
+            props.insert("used".into(), ro(defl(u).to_string()));
+            props.insert("available".into(), ro(if is_snap { "-".into() } else { avail.to_string() }));
+            props.insert("referenced".into(), ro(defl(sp.referenced).to_string()));
+            props.insert("written".into(), ro(defl(sp.written).to_string()));
+            props.insert("creation".into(), ro(phys.creation_time_s.to_string()));
+            props.insert("createtxg".into(), ro(phys.creation_txg.to_string()));
+            props.insert("guid".into(), ro(phys.guid.to_string()));
+            props.insert("compressratio".into(), ro("1.00x".into()));
             out.push(DatasetInfo {
                 name: name.clone(),
-                used_bytes: used,
-                avail_bytes: avail,
-                refer_bytes: refer[name],
+                used_bytes: defl(u),
+                avail_bytes: if is_snap { 0 } else { avail },
+                refer_bytes: defl(sp.referenced),
                 props,
             });
         }
+        // OpenZFS's order: each file system, then its snapshots oldest first, then its
+        // children (so `/` sorts before every name character).
+        let key = |i: &DatasetInfo| {
+            let (fs, snap) = i.name.split_once('@').map(|(f, _)| (f, true)).unwrap_or((i.name.as_str(), false));
+            let txg: u64 = if snap {
+                i.props.get("createtxg").and_then(|v| v.0.parse().ok()).unwrap_or(0) + 1
+            } else {
+                0
+            };
+            (fs.replace('/', "\u{1}"), txg, i.name.clone())
+        };
+        out.sort_by_cached_key(key);
         Ok(out)
+    }
+
+    /// `written@snap` of file system `fs`: bytes referenced now that were born after
+    /// snapshot `snap` (a snapshot of `fs` or of its origin chain). `NotFound` when
+    /// `snap` does not exist.
+    pub fn written_since(&self, fs: &str, snap: &str) -> Result<u64> {
+        let (hobj, sobj) = {
+            let d = self.dir.lock();
+            let h = d.datasets.get(fs).or_else(|| d.snaps.get(fs)).map(|r| r.obj);
+            let s = d.snaps.get(snap).map(|r| r.obj);
+            match (h, s) {
+                (Some(h), Some(s)) => (h, s),
+                _ => return Err(SpaError::NotFound(format!("cannot open '{snap}': dataset does not exist"))),
+            }
+        };
+        let s = self.ds_phys(sobj)?;
+        let h = self.ds_phys(hobj)?;
+        let root = if h.is_snapshot() {
+            h.rootbp
+        } else {
+            self.objsets.lock().get(&hobj).map(|o| o.root_bp()).unwrap_or(h.rootbp)
+        };
+        let mut total = 0u64;
+        tarn_dmu::traverse::traverse_resumable(
+            &self.zio,
+            &root,
+            s.creation_txg + 1,
+            0,
+            &mut |bp, _| total += bp.asize_total_bytes(),
+            &mut |_| false,
+        )
+        .map_err(dmu_err)?;
+        Ok(self.zio.deflated_bytes(total))
     }
 
     /// `zfs set name prop=value` (mountpoint, recordsize, atime, readonly, canmount, compression).
@@ -408,7 +900,12 @@ impl Pool {
                 .ok_or_else(|| SpaError::NotFound(format!("cannot open '{name}': dataset does not exist")))?;
             rec.props.insert(prop.to_string(), v);
         }
-        self.save_dir(&tx)?;
+        let (obj, props) = {
+            let d = self.dir.lock();
+            let r = &d.datasets[name];
+            (r.obj, r.props.clone())
+        };
+        self.save_ds_props(&tx, obj, &props)?;
         drop(_a);
         drop(tx);
         self.apply_props_to_open();
@@ -430,7 +927,12 @@ impl Pool {
                 .ok_or_else(|| SpaError::NotFound(format!("cannot open '{name}': dataset does not exist")))?;
             rec.props.remove(prop);
         }
-        self.save_dir(&tx)?;
+        let (obj, props) = {
+            let d = self.dir.lock();
+            let r = &d.datasets[name];
+            (r.obj, r.props.clone())
+        };
+        self.save_ds_props(&tx, obj, &props)?;
         drop(_a);
         drop(tx);
         self.apply_props_to_open();
@@ -488,6 +990,7 @@ impl Pool {
         }
         let phys = DslDatasetPhys::decode(&self.mos.bonus(rec.obj).map_err(dmu_err)?)?;
         let os = Objset::open(self.zio.clone(), self.gate.clone(), &phys.rootbp, phys.used_bytes).map_err(dmu_err)?;
+        self.install_kill(rec.obj, &os, &phys);
         self.apply_props(&d, name, &os);
         self.watch_reads(rec.obj, &os);
         open.insert(rec.obj, os.clone());
@@ -517,6 +1020,7 @@ impl Pool {
         if os.zil_header().is_empty() {
             return Ok(());
         }
+        self.install_kill(id, &os, phys);
         let zl = Zilog::open(self.zio.clone(), self.gate.clone(), os.clone());
         let info = zl.claim();
         tracing::info!("pool {}: claimed {} intent-log blocks of dataset object {id}", self.name, info.blocks);
@@ -574,7 +1078,44 @@ mod tests {
             creation_txg: 6,
             creation_time_s: 7,
             used_bytes: 8,
+            flags: DS_FLAG_SNAPSHOT,
+            props_obj: 9,
+            prev_snap_obj: 10,
+            prev_snap_txg: 11,
+            next_snap_obj: 12,
+            deadlist_obj: 13,
+            origin_obj: 14,
+            num_clones: 15,
+            userrefs: 16,
         };
-        assert_eq!(DslDatasetPhys::decode(&p.encode()).unwrap(), p);
+        let b = p.encode();
+        assert_eq!(b.len(), DslDatasetPhys::SIZE_BYTES);
+        assert_eq!(DslDatasetPhys::decode(&b).unwrap(), p);
+        // Offsets as docs/format.md §11 gives them.
+        assert_eq!(u64::from_le_bytes(b[160..168].try_into().unwrap()), DS_FLAG_SNAPSHOT);
+        assert_eq!(u64::from_le_bytes(b[200..208].try_into().unwrap()), 13);
+        assert_eq!(u64::from_le_bytes(b[224..232].try_into().unwrap()), 16);
+        // Reserved bytes and unknown flags are corruption.
+        let mut bad = b.clone();
+        bad[240] = 1;
+        assert!(DslDatasetPhys::decode(&bad).is_err());
+        let mut bad = b.clone();
+        bad[161] = 1;
+        assert!(DslDatasetPhys::decode(&bad).is_err());
+        assert!(DslDatasetPhys::decode(&b[..200]).is_err());
+    }
+    #[test]
+    fn props_roundtrip_and_damage() {
+        let mut m = BTreeMap::new();
+        m.insert("mountpoint".to_string(), "/srv/x".to_string());
+        m.insert("atime".to_string(), "off".to_string());
+        let b = encode_props(&m);
+        assert_eq!(decode_props(&b).unwrap(), m);
+        for cut in 0..b.len() {
+            assert!(decode_props(&b[..cut]).is_err() || cut == 0 && m.is_empty());
+        }
+        let mut bad = b.clone();
+        bad[0] = 0xff;
+        assert!(decode_props(&bad).is_err());
     }
 }

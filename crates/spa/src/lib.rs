@@ -72,12 +72,13 @@ mod names;
 mod pool;
 mod repair;
 pub mod scan;
+mod snapshot;
 mod sync;
 mod vdevs;
 
 pub use dsl::{recordsize_bytes, DATASET_PROPS};
 pub use iostat::{PoolIostat, VdevIostat};
-pub use names::{validate_dataset_name, validate_pool_name};
+pub use names::{validate_dataset_name, validate_pool_name, validate_snapshot_name};
 pub use pool::{
     cache_limit, civil_date, default_cache_limit, format_time, set_cache_limit, LogEvacuateHook, Pool, CACHE_LIMIT_DEFAULT_BYTES, CACHE_LIMIT_DEFAULT_MAX_BYTES,
 };

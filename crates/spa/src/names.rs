@@ -81,6 +81,31 @@ pub fn validate_dataset_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Validate a snapshot name `fs@snap`: a valid dataset name, one `@`, and a
+/// non-empty snapshot component of the same characters (OpenZFS `snapshot_namecheck`).
+pub fn validate_snapshot_name(name: &str) -> Result<()> {
+    if name.len() > NAME_MAX_BYTES {
+        return Err(SpaError::Invalid(format!("cannot use '{name}': name is too long")));
+    }
+    let Some((fs, snap)) = name.split_once('@') else {
+        return Err(SpaError::Invalid(format!("cannot use '{name}': missing '@' delimiter in snapshot name")));
+    };
+    validate_dataset_name(fs)?;
+    if snap.contains('@') || snap.contains('/') || snap.contains('#') {
+        return Err(SpaError::Invalid(format!("cannot use '{name}': multiple '@' and/or '#' delimiters in name")));
+    }
+    check_component(name, snap)
+}
+
+/// Validate any name read from a pool directory: a dataset or a snapshot name.
+pub(crate) fn validate_any_name(name: &str) -> Result<()> {
+    if name.contains('@') {
+        validate_snapshot_name(name)
+    } else {
+        validate_dataset_name(name)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,6 +118,13 @@ mod tests {
         }
         let e = validate_pool_name("1tank").unwrap_err().to_string();
         assert!(e.contains("must begin with a letter"), "{e}");
+    }
+    #[test]
+    fn snapshot_names() {
+        assert!(validate_snapshot_name("tank/home@mon").is_ok());
+        for bad in ["tank/home", "tank@", "tank@a@b", "tank@a/b", "tank/@a", "tank@a b%", "tank@.."] {
+            assert!(validate_snapshot_name(bad).is_err(), "{bad} accepted");
+        }
     }
     #[test]
     fn dataset_names() {

@@ -13,7 +13,7 @@ use tarn_dmu::txg::TxgGate;
 use tarn_dmu::{ObjectStore, TxHold};
 use tarn_metaslab::{AllocClass, SpaceMap, VdevDims, VdevSpace};
 use tarn_phys::label::{LabelConfig, PoolState, VdevConfig};
-use tarn_phys::{BlkPtr, ObjectType, UberblockPhys, TARN_FORMAT_VERSION};
+use tarn_phys::{BlkPtr, UberblockPhys, TARN_FORMAT_VERSION};
 use tarn_vdev::{label, Leaf, Vdev, VdevError, VdevState};
 use tarn_zil::Zilog;
 use tarn_zio::Zio;
@@ -213,6 +213,10 @@ pub struct Pool {
     pub(crate) imported_at: std::time::Instant,
     /// Hot spares and repair bookkeeping (`repair.rs`).
     pub(crate) repair: crate::repair::RepairState,
+    /// Kill-hook state of every open head dataset, by dataset object (`snapshot.rs`).
+    pub(crate) dead: Mutex<BTreeMap<u64, Arc<crate::snapshot::DeadState>>>,
+    /// Open read-only object sets of snapshots, by snapshot object.
+    pub(crate) snap_objsets: Mutex<BTreeMap<u64, Arc<Objset>>>,
 }
 
 struct FoundLeaf {
@@ -459,30 +463,22 @@ impl Pool {
             scanner: Default::default(),
             imported_at: std::time::Instant::now(),
             repair: Default::default(),
+            dead: Mutex::new(BTreeMap::new()),
+            snap_objsets: Mutex::new(BTreeMap::new()),
         });
         pool.add_spares(spares, ashift);
         // Labels first (state active), so a crash mid-create leaves a recognisable pool.
         pool.write_labels(PoolState::Active, 0)?;
         {
             let tx = TxHold { txg: 1, _guard: None };
-            let dir_obj = pool.mos.create_object(&tx, ObjectType::Packed, 512, 128 << 10, &[]).map_err(dmu_err)?;
-            assert_eq!(dir_obj, MOS_DIR_OBJ);
-            let hist = pool
-                .mos
-                .create_object(&tx, ObjectType::History, 512, 128 << 10, &0u64.to_le_bytes())
-                .map_err(dmu_err)?;
-            let mut dir = Dir {
-                history_obj: hist,
-                ..Dir::default()
-            };
-            for (k, v) in &spec.pool_props {
-                if k != "altroot" {
-                    dir.pool_props.insert(k.clone(), v.clone());
-                }
-            }
-            *pool.dir.lock() = dir;
+            let pool_props: BTreeMap<String, String> = spec
+                .pool_props
+                .iter()
+                .filter(|(k, _)| *k != "altroot")
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            pool.init_dir(&tx, pool_props)?;
             pool.create_dataset_record(&tx, &spec.name, &spec.fs_props)?;
-            pool.save_dir(&tx)?;
         }
         pool.sync_once()?;
         pool.write_labels(PoolState::Active, pool.gate.synced_txg())?;
@@ -739,6 +735,14 @@ impl Pool {
         if best.version > TARN_FORMAT_VERSION {
             return Err(SpaError::NewerVersion(best.name.clone(), best.version, TARN_FORMAT_VERSION));
         }
+        if best.version < tarn_phys::TARN_FORMAT_VERSION_MIN {
+            return Err(SpaError::Invalid(format!(
+                "cannot import '{}': pool is formatted with an older on-disk format version ({}) that this version of Tarn ({}) does not read\n\tuse the Tarn release that created it to copy the data out, then recreate the pool",
+                best.name,
+                best.version,
+                TARN_FORMAT_VERSION
+            )));
+        }
         if !best.features_for_read.is_empty() {
             return Err(SpaError::Invalid(format!(
                 "cannot import '{}': pool uses the following feature(s) not supported by this system:\n\t{}",
@@ -906,6 +910,8 @@ impl Pool {
             scanner: Default::default(),
             imported_at: std::time::Instant::now(),
             repair: Default::default(),
+            dead: Mutex::new(BTreeMap::new()),
+            snap_objsets: Mutex::new(BTreeMap::new()),
         });
         // Every dataset record must be readable.
         let ids: Vec<u64> = pool.dir.lock().datasets.values().map(|d| d.obj).collect();
@@ -1182,7 +1188,7 @@ impl Pool {
                 let tx = self.gate.hold().map_err(dmu_err)?;
                 let _a = self.admin.lock();
                 self.dir.lock().pool_props.insert("comment".into(), value.into());
-                self.save_dir(&tx)
+                self.save_pool_props(&tx)
             }
             p if Self::prop_names().contains(&p) => Err(SpaError::Invalid(format!(
                 "cannot set property for '{}': property '{p}' is readonly",

@@ -191,7 +191,7 @@ impl Pool {
             d.errlog.extend(damaged.iter().copied());
             d.errlog.extend(live.iter().copied());
         }
-        self.save_dir(&tx)
+        self.save_scan_records(&tx)
     }
 
     /// `zpool scrub`: start a scrub, or resume a paused one.
@@ -489,9 +489,12 @@ impl Pool {
     /// The roots of the last synced txg (call with `sync_lock` held).
     fn roots_synced(&self) -> Roots {
         let datasets = {
+            // Snapshots too: a block only a snapshot holds must be scrubbed and
+            // resilvered like any other (shared blocks are visited once per tree).
             let d = self.dir.lock();
             d.datasets
                 .values()
+                .chain(d.snaps.values())
                 .filter_map(|r| {
                     let b = self.mos.bonus(r.obj).ok()?;
                     Some((r.obj, crate::dsl::DslDatasetPhys::decode(&b).ok()?.rootbp))

@@ -108,6 +108,8 @@ impl Pool {
                     phys.rootbp = root;
                     phys.used_bytes = os.used_bytes();
                     self.mos.set_bonus(&tx, id, &phys.encode()).map_err(dmu_err)?;
+                    // Blocks the kill hook kept for snapshots go to the dead list.
+                    self.flush_dead(&tx, id, phys.deadlist_obj)?;
                 }
             }
         }

@@ -126,7 +126,8 @@ impl Rig {
     }
 
     /// Where a block copy `dva` lives: (leaf index, file offset, length) per column
-    /// (raidz: column `c` on child `c`) or per side (mirror).
+    /// (raidz: the block's map, parity first; `p + 1 ..= n` columns) or per side
+    /// (mirror).
     fn copy_ranges(&self, bp: &BlkPtr, copy: usize) -> Vec<(usize, u64, u64)> {
         let dva = bp.dva[copy];
         let psize = bp.psize_bytes as u64;
@@ -141,8 +142,11 @@ impl Rig {
                     nparity,
                     sector_bytes: SECTOR_BYTES,
                 };
-                let col = g.column_bytes(psize) as u64;
-                (0..ncols).map(|c| (c, DATA_START_BYTES + dva.offset_bytes / ncols as u64, col)).collect()
+                let map = g.map(dva.offset_bytes, psize);
+                map.columns
+                    .iter()
+                    .map(|c| (c.child, DATA_START_BYTES + c.child_offset_bytes, c.size_bytes))
+                    .collect()
             }
         }
     }

@@ -5,12 +5,13 @@
 //! - a **leaf** (file or block device) maps offset `o` to device offset
 //!   `DATA_START_BYTES + o` (labels and the boot area are outside the address space);
 //! - a **mirror** writes every child and reads any child;
-//! - a **raidz** vdev of `n` children with `p` parity stores each block in whole rows
-//!   across all children (variable width per block: rows = ceil(sectors / (n-p)), so
-//!   there is never a read-modify-write and no write hole). Offsets and sizes are
-//!   multiples of `n << ashift`; child offset = `offset / n`. Columns 0..p hold parity
-//!   P (XOR), Q (GF(2^8) generator 2), R (generator 4), as in OpenZFS
-//!   `module/zfs/vdev_raidz.c`; data columns are filled column-major.
+//! - a **raidz** vdev of `n` children with `p` parity stores each block in a variable
+//!   number of columns (`p + 1 ..= n`; no read-modify-write, no write hole): linear
+//!   sector `x` is sector `x / n` of child `x % n`, a block takes
+//!   `s + p·ceil(s / (n − p))` sectors rounded up to a multiple of `p + 1` (OpenZFS's
+//!   `vdev_raidz_asize`) and may start on any child. Parity P (XOR), Q (GF(2^8)
+//!   generator 2), R (generator 4) come first, as in OpenZFS
+//!   `module/zfs/vdev_raidz.c`; see [`raidz`] for the layout.
 //!
 //! Reads take a `verify` callback (the zio layer's checksum check): a vdev returns the
 //! first candidate that verifies — a mirror tries each child, raidz first the plain

@@ -14,6 +14,13 @@
 //!   txg) and is rewritten; a leaf that was not read but whose DTL holds the block's
 //!   birth txg is a resilver target and is written.
 //!
+//! Where a block lies on a leaf: a mirror's leaves hold the zero-padded block at its
+//! own offset; a raidz block has one column per child it touches (`p + 1 ..= n` of
+//! them, of one or two lengths, starting on any child — see [`crate::raidz`]), so the
+//! extent read from every raidz child covers child sectors
+//! `[start_sector / n, (end_sector − 1) / n]` and each column is sliced out of it by
+//! the block's [`crate::raidz::Map`]. Skip sectors are neither checked nor written.
+//!
 //! Writes to each leaf are sorted and coalesced, so a resilvering leaf also sees few
 //! large ascending writes. Only block ranges are ever written — never the gaps between
 //! blocks, which may be free space that a concurrent txg is allocating.
@@ -29,7 +36,6 @@
 //!
 //! Called by: the scan engine, with extents of one top-level vdev. Calls: leaves.
 
-use crate::raidz::Geometry;
 use crate::tree::{bump, raidz_solve, Column};
 use crate::{Vdev, VdevKind};
 use parking_lot::Mutex;
@@ -121,13 +127,25 @@ struct Copy<'v> {
 }
 
 impl Copy<'_> {
-    /// `len` bytes at `rel` of what the extent read returned, if it succeeded.
-    fn part(&self, rel: usize, len: usize) -> Option<&[u8]> {
+    /// `len` bytes at leaf offset `off` of what the extent read (which started at leaf
+    /// offset `start`) returned, if it succeeded and covers them (a block pointer that
+    /// lies about its extent gets `None`, not a panic).
+    fn part(&self, start: u64, off: u64, len: u64) -> Option<&[u8]> {
+        let rel = usize::try_from(off.checked_sub(start)?).ok()?;
         match &self.read {
-            Some(Ok(buf)) => Some(&buf[rel..rel + len]),
+            Some(Ok(buf)) => buf.get(rel..rel.checked_add(len as usize)?),
             _ => None,
         }
     }
+}
+
+/// Where one column (raidz) or the whole padded block (mirror, leaf) of a block lies:
+/// the column set (raidz child, or 0), the leaf offset and the length (bytes).
+#[derive(Clone, Copy)]
+struct Placement {
+    set: usize,
+    leaf_offset_bytes: u64,
+    size_bytes: u64,
 }
 
 impl Vdev {
@@ -139,19 +157,22 @@ impl Vdev {
     /// write errors are counted on the leaves. Panics (a bug) on an empty extent.
     pub fn scan_extent(&self, func: ScanFunc, blocks: &[ScanBlock<'_>], trace: &IoTrace) -> ExtentReport {
         assert!(!blocks.is_empty(), "empty scan extent");
-        let geometry = match &self.kind {
-            VdevKind::Raidz { nparity, children } => Some(Geometry {
-                ncols: children.len(),
-                nparity: *nparity as usize,
-                sector_bytes: 1 << self.ashift,
-            }),
-            _ => None,
-        };
-        let ndiv = geometry.as_ref().map_or(1, |g| g.ncols as u64);
+        let geometry = self.geometry();
         let ext_start = blocks[0].offset_bytes;
         let last = &blocks[blocks.len() - 1];
         let ext_end = last.offset_bytes + self.psize_to_asize(last.psize_bytes);
-        let (leaf_start, leaf_len) = (ext_start / ndiv, (ext_end - ext_start) / ndiv);
+        // The leaf range that holds the extent: every leaf of a mirror holds the same
+        // range; a raidz child holds the child sectors of linear sectors
+        // [ext_start, ext_end) (the same range on every child, give or take a sector).
+        let (leaf_start, leaf_len) = match &geometry {
+            None => (ext_start, ext_end - ext_start),
+            Some(g) => {
+                let (sb, n) = (g.sector_bytes, g.ncols as u64);
+                let first = ext_start / sb / n;
+                let end = (ext_end.max(ext_start + sb) / sb - 1) / n + 1;
+                (first * sb, (end - first) * sb)
+            }
+        };
         // Column sets: all leaves of a mirror hold the whole block; raidz child c's
         // leaves hold column c.
         let sets: Vec<Vec<&Vdev>> = match &self.kind {
@@ -189,37 +210,59 @@ impl Vdev {
         let mut report = ExtentReport::default();
         let mut writes: Vec<(usize, usize, u64, Vec<u8>)> = Vec::new(); // (set, copy, leaf offset, bytes)
         for (i, b) in blocks.iter().enumerate() {
-            let rel = (b.offset_bytes - ext_start) / ndiv;
             let asize = self.psize_to_asize(b.psize_bytes);
-            let col_len = (asize / ndiv) as usize;
-            let rel = rel as usize;
-            // The truth, per column (a mirror has one column: the padded block).
-            let truth: Option<Vec<Vec<u8>>> = match &geometry {
+            // Where the block lies, and its true bytes there (a mirror has one
+            // placement: the padded block).
+            let (places, truth): (Vec<Placement>, Option<Vec<Vec<u8>>>) = match &geometry {
                 None => {
-                    let psize = b.psize_bytes as usize;
-                    let found = copies[0].iter().filter_map(|c| c.part(rel, psize)).find(|d| (b.verify)(d));
-                    found
+                    let place = Placement {
+                        set: 0,
+                        leaf_offset_bytes: b.offset_bytes,
+                        size_bytes: asize,
+                    };
+                    let found = copies[0]
+                        .iter()
+                        .filter_map(|c| c.part(leaf_start, b.offset_bytes, b.psize_bytes))
+                        .find(|d| (b.verify)(d));
+                    let truth = found
                         .map(<[u8]>::to_vec)
                         .or_else(|| self.read_birth(b.offset_bytes, b.psize_bytes, b.birth_txg, b.verify).ok())
                         .map(|mut d| {
-                            d.resize(col_len, 0);
+                            d.resize(asize as usize, 0);
                             vec![d]
-                        })
+                        });
+                    (vec![place], truth)
                 }
+                // A block pointer no raidz map can describe (from a corrupt DVA).
+                Some(g) if b.psize_bytes == 0 || !b.offset_bytes.is_multiple_of(g.sector_bytes) => (Vec::new(), None),
                 Some(g) => {
-                    let cols: Vec<Column> = copies
+                    let map = g.map(b.offset_bytes, b.psize_bytes);
+                    let places: Vec<Placement> = map
+                        .columns
                         .iter()
-                        .map(|set| {
-                            let fresh = set.iter().filter(|c| !c.leaf.dtl.contains(b.birth_txg)).find_map(|c| c.part(rel, col_len));
+                        .map(|mc| Placement {
+                            set: mc.child,
+                            leaf_offset_bytes: mc.child_offset_bytes,
+                            size_bytes: mc.size_bytes,
+                        })
+                        .collect();
+                    let cols: Vec<Column> = places
+                        .iter()
+                        .map(|pl| {
+                            let fresh = copies[pl.set]
+                                .iter()
+                                .filter(|c| !c.leaf.dtl.contains(b.birth_txg))
+                                .find_map(|c| c.part(leaf_start, pl.leaf_offset_bytes, pl.size_bytes));
                             match fresh {
                                 Some(d) => Column::Read(d.to_vec()),
                                 None => Column::Failed,
                             }
                         })
                         .collect();
-                    raidz_solve(g, &cols, b.psize_bytes, b.verify)
+                    let truth = raidz_solve(&map, &cols, b.verify)
                         .or_else(|| self.read_birth(b.offset_bytes, b.psize_bytes, b.birth_txg, b.verify).ok())
-                        .map(|d| g.columns(&d))
+                        .map(|d| map.encode(&d));
+                    (places, truth)
                 }
             };
             let Some(truth) = truth else {
@@ -227,14 +270,14 @@ impl Vdev {
                 report.unrecoverable.push(i);
                 continue;
             };
-            for (si, set) in copies.iter().enumerate() {
-                for (ci, c) in set.iter().enumerate() {
+            for (pl, want) in places.iter().zip(&truth) {
+                for (ci, c) in copies[pl.set].iter().enumerate() {
                     if !c.leaf.state().is_usable() {
                         continue;
                     }
                     let missing = c.leaf.dtl.contains(b.birth_txg);
-                    let fix = match (&c.read, c.part(rel, col_len)) {
-                        (Some(_), Some(d)) if d == &truth[si][..] => false,
+                    let fix = match (&c.read, c.part(leaf_start, pl.leaf_offset_bytes, pl.size_bytes)) {
+                        (Some(_), Some(d)) if d == &want[..] => false,
                         (Some(_), Some(_)) => {
                             if !missing {
                                 bump(&c.leaf.stats.checksum_errors, 1);
@@ -245,8 +288,8 @@ impl Vdev {
                         (None, _) => missing,
                     };
                     if fix {
-                        report.repaired_bytes += col_len as u64;
-                        writes.push((si, ci, b.offset_bytes / ndiv, truth[si].clone()));
+                        report.repaired_bytes += pl.size_bytes;
+                        writes.push((pl.set, ci, pl.leaf_offset_bytes, want.clone()));
                     }
                 }
             }
@@ -372,27 +415,10 @@ mod tests {
             .collect()
     }
 
+    /// Scan blocks laid out every `stride` bytes from offset 0.
     fn scan(v: &Vdev, func: ScanFunc, blocks: &[Vec<u8>], stride: u64, trace: &IoTrace) -> ExtentReport {
-        let sums: Vec<blake3::Hash> = blocks.iter().map(|b| blake3::hash(b)).collect();
-        type Verifier = Box<dyn Fn(&[u8]) -> bool + Sync>;
-        let verifiers: Vec<Verifier> = sums
-            .iter()
-            .map(|h| {
-                let h = *h;
-                Box::new(move |d: &[u8]| blake3::hash(d) == h) as Verifier
-            })
-            .collect();
-        let sb: Vec<ScanBlock<'_>> = verifiers
-            .iter()
-            .enumerate()
-            .map(|(i, f)| ScanBlock {
-                offset_bytes: i as u64 * stride,
-                psize_bytes: 65536,
-                birth_txg: 5,
-                verify: f.as_ref(),
-            })
-            .collect();
-        v.scan_extent(func, &sb, trace)
+        let placed: Vec<(u64, Vec<u8>)> = blocks.iter().enumerate().map(|(i, b)| (i as u64 * stride, b.clone())).collect();
+        scan_mixed(v, func, &placed, trace)
     }
 
     #[test]
@@ -452,8 +478,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (paths, nodes) = leaves(&dir, 5);
         let rz = Vdev::new_raidz(0, 1, 12, 2, nodes.clone());
-        // 64 KiB on 3 data columns: 6 rows of 4 KiB; asize 30 sectors = 120 KiB.
+        // 64 KiB = 16 data sectors on 3 data columns: 5 full rows and 1 data sector
+        // more, so columns of 6, 6, 6, 5, 5 sectors (28) and 2 skip sectors: asize 30
+        // sectors = 120 KiB. 30 is a multiple of 5, so every block starts on child 0.
         let stride = rz.psize_to_asize(65536);
+        assert_eq!(stride, 30 * 4096);
         let blocks = write3(&rz, stride);
         let col = stride / 5;
         flip(&paths[0], col + 100, 50); // P of block 1 only: data still verifies
@@ -465,7 +494,8 @@ mod tests {
         flip(&paths[4], 2 * col + 10, 50);
         flip(&paths[2], 2 * col + 10, 50);
         let r = scan(&rz, ScanFunc::Scrub, &blocks, stride, &IoTrace::default());
-        assert_eq!((r.repaired_bytes, r.unrecoverable.len()), (3 * col, 0));
+        // Children 3 and 4 hold small (5-sector) columns, child 2 a big one.
+        assert_eq!((r.repaired_bytes, r.unrecoverable.len()), ((5 + 5 + 6) * 4096, 0));
         assert_eq!(scan(&rz, ScanFunc::Scrub, &blocks, stride, &IoTrace::default()).repaired_bytes, 0);
         // Three bad columns in one block is beyond raidz2.
         for p in &paths[2..5] {
@@ -473,5 +503,124 @@ mod tests {
         }
         let r = scan(&rz, ScanFunc::Scrub, &blocks, stride, &IoTrace::default());
         assert_eq!(r.unrecoverable, vec![1]);
+    }
+
+    /// Blocks of mixed sizes back to back (so of every width, starting on every
+    /// child, with skip sectors between them) on a 5-wide raidz2; returns
+    /// (offset, bytes) of each.
+    fn write_mixed(rz: &Vdev) -> Vec<(u64, Vec<u8>)> {
+        let sizes = [
+            4096usize,
+            1000,
+            65536,
+            12288,
+            3 * 8192 + 5,
+            512,
+            8192,
+            20_000,
+            4096,
+            100_000,
+            1,
+            16384,
+            4096,
+            4096,
+            4096,
+            4096,
+        ];
+        let mut off = 0;
+        let mut out = Vec::new();
+        for (i, &len) in sizes.iter().enumerate() {
+            let d = data(len, i as u8);
+            rz.write(off, &d).unwrap();
+            out.push((off, d));
+            off += rz.psize_to_asize(len as u64);
+        }
+        let starts: std::collections::BTreeSet<u64> = out.iter().map(|(o, _)| (o >> 12) % 5).collect();
+        assert_eq!(starts.len(), 5, "blocks start on every child");
+        out
+    }
+
+    fn scan_mixed(v: &Vdev, func: ScanFunc, blocks: &[(u64, Vec<u8>)], trace: &IoTrace) -> ExtentReport {
+        type Verifier = Box<dyn Fn(&[u8]) -> bool + Sync>;
+        let verifiers: Vec<Verifier> = blocks
+            .iter()
+            .map(|(_, b)| {
+                let h = blake3::hash(b);
+                Box::new(move |d: &[u8]| blake3::hash(d) == h) as Verifier
+            })
+            .collect();
+        let sb: Vec<ScanBlock<'_>> = blocks
+            .iter()
+            .zip(&verifiers)
+            .map(|((off, b), f)| ScanBlock {
+                offset_bytes: *off,
+                psize_bytes: b.len() as u64,
+                birth_txg: 5,
+                verify: f.as_ref(),
+            })
+            .collect();
+        v.scan_extent(func, &sb, trace)
+    }
+
+    #[test]
+    fn raidz_scrub_and_resilver_of_variable_width_blocks_in_one_extent() {
+        let dir = tempfile::tempdir().unwrap();
+        let (paths, nodes) = leaves(&dir, 5);
+        let rz = Vdev::new_raidz(0, 1, 12, 2, nodes.clone());
+        let blocks = write_mixed(&rz);
+        let g = rz.geometry().unwrap();
+        // Damage up to two columns of every block, on children that vary by block.
+        let mut want_cksum = [0u64; 5];
+        let mut want_repaired = 0;
+        for (i, (off, b)) in blocks.iter().enumerate() {
+            let map = g.map(*off, b.len() as u64);
+            for k in 0..(i % 3).min(map.columns.len()) {
+                let col = map.columns[(i + 2 * k) % map.columns.len()];
+                flip(&paths[col.child], col.child_offset_bytes + 7, 100);
+                want_cksum[col.child] += 1;
+                want_repaired += col.size_bytes;
+            }
+        }
+        let trace = IoTrace::default();
+        let r = scan_mixed(&rz, ScanFunc::Scrub, &blocks, &trace);
+        assert_eq!((r.repaired_bytes, r.unrecoverable.clone()), (want_repaired, vec![]));
+        let got: Vec<u64> = nodes.iter().map(|n| n.stats.checksum_errors.load(Ordering::Relaxed)).collect();
+        assert_eq!(got, want_cksum);
+        // One read per leaf; the repair writes go up each leaf in ascending order.
+        for (guid, t) in trace.snapshot() {
+            assert_eq!(t.ascending, t.ios, "leaf {guid}: {t:?}");
+        }
+        assert_eq!(scan_mixed(&rz, ScanFunc::Scrub, &blocks, &IoTrace::default()).repaired_bytes, 0);
+        // Resilver a leaf that lost everything: only its columns are written.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&paths[3])
+            .unwrap()
+            .write_all_at(&vec![0u8; 4 << 20], DATA_START_BYTES)
+            .unwrap();
+        nodes[3].dtl.add(1, 10);
+        let trace = IoTrace::default();
+        let r = scan_mixed(&rz, ScanFunc::Resilver, &blocks, &trace);
+        let on_3: u64 = blocks
+            .iter()
+            .filter_map(|(o, b)| g.map(*o, b.len() as u64).columns.into_iter().find(|c| c.child == 3))
+            .map(|c| c.size_bytes)
+            .sum();
+        assert_eq!((r.repaired_bytes, r.unrecoverable.len()), (on_3, 0));
+        let t = trace.snapshot();
+        assert_eq!(t[&103].bytes, on_3, "only the resilvered leaf's columns are written");
+        assert_eq!(t[&103].ascending, t[&103].ios);
+        assert_eq!(
+            nodes[3].stats.checksum_errors.load(Ordering::Relaxed),
+            want_cksum[3],
+            "a DTL miss is not damage"
+        );
+        nodes[3].dtl.clear_through(10);
+        // With two other leaves gone, the resilvered leaf is needed for every block.
+        nodes[0].set_offline(true);
+        nodes[1].set_offline(true);
+        for (off, b) in &blocks {
+            assert_eq!(rz.read(*off, b.len() as u64, &|d| d == &b[..]).unwrap(), *b);
+        }
     }
 }

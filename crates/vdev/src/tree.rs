@@ -6,8 +6,9 @@
 //! - leaf: offset `o` is device offset `DATA_START_BYTES + o`; reads call `verify`
 //!   and count a CKSUM error on the leaf when it fails;
 //! - mirror: the same offset on every child;
-//! - raidz: column `c` of a block at `o` lives on child `c` at `o / n`
-//!   (see [`crate::raidz`] for the parity math and column layout);
+//! - raidz: linear sector `x` is sector `x / n` of child `x % n`; a block at `o`
+//!   has `p + 1 ..= n` columns, parity first, starting on child `(o >> ashift) % n`
+//!   and wrapping (see [`crate::raidz`] for the layout, skip sectors and parity math);
 //! - hole: the place of a removed top-level vdev (OpenZFS `vdev_hole`), kept so the
 //!   ids of the other top-level vdevs never change. It presents no space: every read
 //!   and write fails with `Unavailable`, it has no leaves, and it reports ONLINE so
@@ -28,15 +29,16 @@
 //! count nothing. Writes succeed when at least one mirror child, or all but at most
 //! `p` raidz columns, were written.
 //!
-//! Invariants: offsets and lengths must lie in `[0, asize_bytes)` and raidz offsets
-//! must be multiples of `n << ashift` (checked at every read/write; violations are
-//! `Io` errors of kind `InvalidInput`, since a corrupt DVA can produce them).
+//! Invariants: offsets and lengths must lie in `[0, asize_bytes)`, offsets must be
+//! multiples of the sector size, and a raidz block is never empty (checked at every
+//! read/write; violations are `Io` errors of kind `InvalidInput`, since a corrupt DVA
+//! can produce them).
 //! No locks: counters are atomics and the leaves use positional I/O.
 //!
 //! Called by: zio (read/write/flush), spa (tree construction, status).
 
 use crate::dtl::Dtl;
-use crate::raidz::{self, Geometry};
+use crate::raidz::{self, Geometry, Map};
 use crate::{Leaf, VdevError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -271,7 +273,9 @@ impl Vdev {
         1u64 << self.ashift
     }
 
-    fn geometry(&self) -> Option<Geometry> {
+    /// The raidz geometry of this node (`None` unless it is a raidz): tools and tests
+    /// use its [`Geometry::map`] to find a block's columns.
+    pub fn geometry(&self) -> Option<Geometry> {
         match &self.kind {
             VdevKind::Raidz { nparity, children } => Some(Geometry {
                 ncols: children.len(),
@@ -283,7 +287,8 @@ impl Vdev {
     }
 
     /// Bytes of allocatable address space (for a leaf: device data area; mirror:
-    /// smallest child; raidz: n × smallest child, rounded down to `n << ashift`).
+    /// smallest child; raidz: n × smallest child, rounded down to `n << ashift`, the
+    /// linear space of [`crate::raidz`]).
     ///
     /// An UNAVAIL leaf has 0 bytes; interior nodes take the minimum over their usable
     /// children only (0 when none is usable), so spa should prefer the `asize_bytes`
@@ -301,15 +306,23 @@ impl Vdev {
         }
     }
 
-    /// Required alignment of allocations on this top-level vdev (sector; raidz: n sectors).
+    /// Required alignment of allocations on this top-level vdev (bytes): one sector,
+    /// raidz included (a raidz block may start on any child).
     pub fn alloc_align_bytes(&self) -> u64 {
-        match &self.kind {
-            VdevKind::Raidz { children, .. } => children.len() as u64 * self.sector_bytes(),
-            _ => self.sector_bytes(),
-        }
+        self.sector_bytes()
     }
 
-    /// Allocated size needed to store `psize_bytes` (rounded to sectors; raidz adds parity and whole rows).
+    /// OpenZFS's deflate ratio (`vdev_deflate_ratio`): `2^17 / (asize of a 128 KiB
+    /// block / 512)`, a fixed-point fraction in 1/512 units of how many logical bytes
+    /// one allocated byte holds. 512 for leaves and mirrors; less for raidz (parity
+    /// and skip sectors). User-visible space is `(bytes >> 9) × ratio`.
+    pub fn deflate_ratio(&self) -> u64 {
+        (1u64 << 17) / (self.psize_to_asize(1 << 17) >> 9).max(1)
+    }
+
+    /// Allocated size needed to store `psize_bytes` (bytes): rounded to sectors; raidz
+    /// adds parity and skip sectors ([`Geometry::asize_bytes`], OpenZFS's
+    /// `vdev_raidz_asize`).
     pub fn psize_to_asize(&self, psize_bytes: u64) -> u64 {
         match self.geometry() {
             Some(g) => g.asize_bytes(psize_bytes),
@@ -324,12 +337,14 @@ impl Vdev {
         }
     }
 
-    /// Check that `[offset, offset + asize)` is aligned and inside the address space.
+    /// Check that `[offset, offset + asize)` is aligned and inside the address space
+    /// (and, for raidz, not empty).
     fn check_range(&self, offset_bytes: u64, psize_bytes: u64) -> Result<(), VdevError> {
         let align = self.alloc_align_bytes();
         let asize = self.psize_to_asize(psize_bytes);
         let end = offset_bytes.checked_add(asize);
-        if !offset_bytes.is_multiple_of(align) || end.is_none_or(|e| e > self.asize_bytes()) {
+        let empty_raidz = psize_bytes == 0 && self.geometry().is_some();
+        if !offset_bytes.is_multiple_of(align) || end.is_none_or(|e| e > self.asize_bytes()) || empty_raidz {
             return Err(self.invalid(format!(
                 "I/O at offset {offset_bytes} asize {asize} outside [0, {}) or not {align}-aligned",
                 self.asize_bytes()
@@ -384,13 +399,19 @@ impl Vdev {
                 }
             }
             VdevKind::Raidz { nparity, children } => {
-                let g = self.geometry().expect("raidz geometry");
-                let cols = g.columns(data);
-                let child_off = offset_bytes / children.len() as u64;
+                // Only the block's columns are written; its skip sectors never are.
+                let map = self.geometry().expect("raidz geometry").map(offset_bytes, data.len() as u64);
+                let cols = map.encode(data);
                 let mut first_err = None;
-                let usable: Vec<(&Arc<Vdev>, &Vec<u8>)> = children.iter().zip(&cols).filter(|(c, _)| c.state().is_usable()).collect();
-                let mut failed = children.len() - usable.len();
-                for r in each_parallel(&usable, |(c, col)| c.write(child_off, col)) {
+                let usable: Vec<(&Arc<Vdev>, u64, &Vec<u8>)> = map
+                    .columns
+                    .iter()
+                    .zip(&cols)
+                    .map(|(mc, col)| (&children[mc.child], mc.child_offset_bytes, col))
+                    .filter(|(c, _, _)| c.state().is_usable())
+                    .collect();
+                let mut failed = map.columns.len() - usable.len();
+                for r in each_parallel(&usable, |(c, off, col)| c.write(*off, col)) {
                     if let Err(e) = r {
                         failed += 1;
                         first_err.get_or_insert(e);
@@ -523,14 +544,18 @@ impl Vdev {
         birth_txg: u64,
         verify: &dyn Fn(&[u8]) -> bool,
     ) -> Result<Vec<u8>, VdevError> {
-        let g = self.geometry().expect("raidz geometry");
-        let (n, p) = (g.ncols, g.nparity);
-        let col_bytes = g.column_bytes(psize_bytes) as u64;
-        let child_off = offset_bytes / n as u64;
-        let mut first_io = None;
-        let read: Vec<Column> = children
+        let map = self.geometry().expect("raidz geometry").map(offset_bytes, psize_bytes);
+        let p = map.nparity;
+        // One entry per map column (parity first), each read from its own child.
+        let placed: Vec<(&Arc<Vdev>, u64, u64)> = map
+            .columns
             .iter()
-            .map(|c| {
+            .map(|mc| (&children[mc.child], mc.child_offset_bytes, mc.size_bytes))
+            .collect();
+        let mut first_io = None;
+        let read: Vec<Column> = placed
+            .iter()
+            .map(|&(c, off, len)| {
                 if !c.state().is_usable() {
                     return Column::Absent;
                 }
@@ -539,7 +564,7 @@ impl Vdev {
                     // rewrite it, without counting an error.
                     return Column::Stale;
                 }
-                match c.read_birth(child_off, col_bytes, birth_txg, &|_| true) {
+                match c.read_birth(off, len, birth_txg, &|_| true) {
                     Ok(b) => Column::Read(b),
                     Err(VdevError::Unavailable { .. }) => Column::Absent,
                     Err(e) => {
@@ -554,7 +579,7 @@ impl Vdev {
             if missing > p {
                 None
             } else {
-                raidz_solve(&g, read, psize_bytes, verify)
+                raidz_solve(&map, read, verify)
             }
         };
         let mut good = solve(&read);
@@ -564,8 +589,8 @@ impl Vdev {
         let stale: Vec<bool> = read.iter().map(|c| matches!(c, Column::Stale)).collect();
         let mut read = read;
         if good.is_none() && stale.iter().any(|&s| s) {
-            for (c, child) in children.iter().enumerate().filter(|(c, _)| stale[*c]) {
-                read[c] = match child.read_birth(child_off, col_bytes, 0, &|_| true) {
+            for (i, &(child, off, len)) in placed.iter().enumerate().filter(|(i, _)| stale[*i]) {
+                read[i] = match child.read_birth(off, len, 0, &|_| true) {
                     Ok(b) => Column::Read(b),
                     Err(_) => Column::Stale,
                 };
@@ -582,11 +607,11 @@ impl Vdev {
         // The verified data fixes every column: zero padding, then parity. Any column
         // read back different is wrong (CKSUM on its child, unless its DTL said it may
         // be missing); rewrite it.
-        let cols = g.columns(&data);
-        for (c, child) in children.iter().enumerate() {
-            let heal = match &read[c] {
-                Column::Read(b) if *b != cols[c] => {
-                    if !stale[c] {
+        let cols = map.encode(&data);
+        for (i, &(child, off, _)) in placed.iter().enumerate() {
+            let heal = match &read[i] {
+                Column::Read(b) if *b != cols[i] => {
+                    if !stale[i] {
                         bump(&child.stats.checksum_errors, 1);
                     }
                     true
@@ -595,7 +620,7 @@ impl Vdev {
                 _ => false,
             };
             if heal {
-                let _ = child.write(child_off, &cols[c]);
+                let _ = child.write(off, &cols[i]);
             }
         }
         Ok(data)
@@ -698,25 +723,26 @@ impl Vdev {
     }
 }
 
-/// Find the raidz block's data from its columns as read: the data columns as they
-/// are, then every combination of up to `p` erased columns (missing ones first)
-/// rebuilt from parity, returning the first assembly that `verify` accepts. `None`
-/// when too many columns are missing or nothing verifies.
-pub(crate) fn raidz_solve(g: &Geometry, read: &[Column], psize_bytes: u64, verify: &dyn Fn(&[u8]) -> bool) -> Option<Vec<u8>> {
-    let (n, p) = (g.ncols, g.nparity);
-    let col_bytes = g.column_bytes(psize_bytes);
-    let missing: Vec<usize> = (0..n).filter(|&c| !matches!(read[c], Column::Read(_))).collect();
+/// Find the raidz block's data from its columns as read (`read[i]` is map column
+/// `i` of `map`): the data columns as they are, then every combination of up to `p`
+/// erased columns (missing ones first) rebuilt from parity, returning the first
+/// assembly that `verify` accepts. `None` when too many columns are missing or nothing
+/// verifies.
+pub(crate) fn raidz_solve(map: &Map, read: &[Column], verify: &dyn Fn(&[u8]) -> bool) -> Option<Vec<u8>> {
+    let (ncols, p) = (map.columns.len(), map.nparity);
+    let missing: Vec<usize> = (0..ncols).filter(|&c| !matches!(read[c], Column::Read(_))).collect();
     if missing.len() > p {
         return None;
     }
     let base: Vec<Vec<u8>> = read
         .iter()
-        .map(|c| match c {
-            Column::Read(b) => b.clone(),
-            _ => vec![0u8; col_bytes],
+        .zip(&map.columns)
+        .map(|(c, mc)| match c {
+            Column::Read(b) if b.len() as u64 == mc.size_bytes => b.clone(),
+            _ => vec![0u8; mc.size_bytes as usize],
         })
         .collect();
-    let present: Vec<usize> = (0..n).filter(|c| !missing.contains(c)).collect();
+    let present: Vec<usize> = (0..ncols).filter(|c| !missing.contains(c)).collect();
     // Fewest erasures first: the known-missing columns, then each combination of
     // suspected-bad columns on top, up to p in all.
     for k in 0..=(p - missing.len()) {
@@ -724,14 +750,14 @@ pub(crate) fn raidz_solve(g: &Geometry, read: &[Column], psize_bytes: u64, verif
             let erased: Vec<usize> = missing.iter().chain(&extra).copied().collect();
             let mut cols = base.clone();
             if erased.iter().any(|&c| c >= p) {
-                if raidz::reconstruct(&mut cols, p, &erased).is_err() {
+                if map.reconstruct(&mut cols, &erased).is_err() {
                     continue;
                 }
             } else if k > 0 {
                 // Only parity erased: the data is what the k = 0 attempt saw.
                 continue;
             }
-            let data = g.assemble(&cols, psize_bytes);
+            let data = map.decode(&cols);
             if verify(&data) {
                 return Some(data);
             }
@@ -883,11 +909,14 @@ mod tests {
         drop(m);
         let r = raidz(&paths, 1, &[]);
         assert_eq!(r.display_name(), "raidz1-0");
-        assert_eq!(r.alloc_align_bytes(), 5 * 512);
+        assert_eq!(r.alloc_align_bytes(), 512);
         assert_eq!(r.asize_bytes(), 5 * leaf_asize / 2560 * 2560);
-        assert_eq!(r.psize_to_asize(1), 2560);
-        assert_eq!(r.psize_to_asize(4 * 512), 2560);
-        assert_eq!(r.psize_to_asize(4096), 2 * 2560);
+        // 1 data + 1 parity; 4 + 1 (+ 1 skip); 8 + 2.
+        assert_eq!(r.psize_to_asize(1), 1024);
+        assert_eq!(r.psize_to_asize(4 * 512), 3072);
+        assert_eq!(r.psize_to_asize(4096), 5120);
+        assert!(matches!(r.write(512, &[]), Err(VdevError::Io { .. })), "an empty raidz block is refused");
+        assert!(matches!(r.read(100, 512, &|_| true), Err(VdevError::Io { .. })));
         assert_eq!(r.leaves().len(), 5);
         assert_eq!(r.children().len(), 5);
     }
@@ -937,6 +966,31 @@ mod tests {
         assert_eq!(m.state(), VdevState::Unavail);
         assert!(matches!(m.read(0, 3000, &ok), Err(VdevError::Unavailable { vdev: 0 })));
         assert!(matches!(m.flush(), Err(VdevError::Unavailable { .. })));
+    }
+
+    /// (child, child offset, length) of each column of a block, parity first.
+    fn layout(r: &Vdev, off: u64, psize: usize) -> Vec<(usize, u64, usize)> {
+        let map = r.geometry().unwrap().map(off, psize as u64);
+        map.columns.iter().map(|c| (c.child, c.child_offset_bytes, c.size_bytes as usize)).collect()
+    }
+
+    /// The bytes of a block's column on `child`, if it has one there.
+    fn column_on(paths: &[PathBuf], r: &Vdev, off: u64, psize: usize, child: usize) -> Option<Vec<u8>> {
+        layout(r, off, psize)
+            .into_iter()
+            .find(|c| c.0 == child)
+            .map(|(c, o, l)| raw_read(&paths[c], o, l))
+    }
+
+    /// Corrupt a block's column on `child`; false if it has none there.
+    fn corrupt_column(paths: &[PathBuf], r: &Vdev, off: u64, psize: usize, child: usize) -> bool {
+        match layout(r, off, psize).into_iter().find(|c| c.0 == child) {
+            Some((c, o, l)) => {
+                corrupt(&paths[c], o, l);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Write blocks of several sizes with every leaf present; return them.
@@ -990,34 +1044,117 @@ mod tests {
             let paths = files(&dir, n);
             let blocks = write_blocks(&paths, p);
             let r = raidz(&paths, p, &[]);
-            // Corrupt p columns, including a parity and a data column where p > 1.
+            // Corrupt p children, including a parity and a data column where p > 1.
             let bad: Vec<usize> = (0..p as usize).map(|i| (i * 2 + 1) % n).collect();
-            for (round, (off, data)) in blocks.iter().enumerate() {
-                let col = r.psize_to_asize(data.len() as u64) / n as u64;
-                let child_off = off / n as u64;
-                let good_cols: Vec<Vec<u8>> = paths.iter().map(|pa| raw_read(pa, child_off, col as usize)).collect();
+            let mut want_errors = vec![0u64; n];
+            for (off, data) in &blocks {
+                let good_cols: Vec<Option<Vec<u8>>> = (0..n).map(|c| column_on(&paths, &r, *off, data.len(), c)).collect();
                 for &c in &bad {
-                    corrupt(&paths[c], child_off, col as usize);
+                    if corrupt_column(&paths, &r, *off, data.len(), c) {
+                        want_errors[c] += 1;
+                    }
                 }
                 let ok = |b: &[u8]| b == &data[..];
                 assert_eq!(&r.read(*off, data.len() as u64, &ok).unwrap(), data, "raidz{p} bad {bad:?}");
                 for (c, l) in r.children().iter().enumerate() {
-                    let want = if bad.contains(&c) { round as u64 + 1 } else { 0 };
-                    assert_eq!(get(&l.stats.checksum_errors), want, "raidz{p} child {c}");
+                    assert_eq!(get(&l.stats.checksum_errors), want_errors[c], "raidz{p} child {c}");
                 }
-                for (c, pa) in paths.iter().enumerate() {
-                    assert_eq!(raw_read(pa, child_off, col as usize), good_cols[c], "raidz{p} column {c} healed");
+                for (c, good) in good_cols.iter().enumerate() {
+                    assert_eq!(&column_on(&paths, &r, *off, data.len(), c), good, "raidz{p} column on {c} healed");
                 }
             }
             // p + 1 bad columns cannot be repaired.
             let (off, data) = &blocks[2];
-            let col = (r.psize_to_asize(data.len() as u64) / n as u64) as usize;
-            for pa in &paths[..=p as usize] {
-                corrupt(pa, off / n as u64, col);
+            for c in 0..=p as usize {
+                assert!(corrupt_column(&paths, &r, *off, data.len(), c));
             }
             let ok = |b: &[u8]| b == &data[..];
             assert!(matches!(r.read(*off, data.len() as u64, &ok), Err(VdevError::Checksum { vdev: 0, .. })));
             assert_eq!(get(&r.stats.checksum_errors), 1);
+        }
+    }
+
+    /// Blocks of many sizes packed with small gaps so that, in turn, each starts on
+    /// every child (checked); written with every leaf present.
+    fn packed_blocks(paths: &[PathBuf], p: u8) -> Vec<(u64, Vec<u8>)> {
+        let r = raidz(paths, p, &[]);
+        let n = paths.len() as u64;
+        let sizes = [1usize, 512, 513, 1000, 1536, 2049, 4096, 5000, 8192, 12345, 20000, 65541];
+        let mut off = 0u64;
+        let mut out = Vec::new();
+        for i in 0..sizes.len().max(n as usize) * 2 {
+            while (off / 512) % n != i as u64 % n {
+                off += 512;
+            }
+            let data = pattern(sizes[i % sizes.len()], i as u8);
+            r.write(off, &data).unwrap();
+            out.push((off, data));
+            off += r.psize_to_asize(sizes[i % sizes.len()] as u64);
+        }
+        r.flush().unwrap();
+        let starts: std::collections::BTreeSet<u64> = out.iter().map(|(o, _)| (o / 512) % n).collect();
+        assert_eq!(starts.len() as u64, n, "a block starts on every child");
+        out
+    }
+
+    #[test]
+    fn raidz_reads_every_block_with_any_children_missing() {
+        for p in 1..=3u8 {
+            for n in [p as usize + 1, p as usize + 2, p as usize + 4] {
+                let dir = tempfile::tempdir().unwrap();
+                let paths = files(&dir, n);
+                let blocks = packed_blocks(&paths, p);
+                let all: Vec<usize> = (0..n).collect();
+                for k in 0..=p as usize {
+                    for missing in raidz::combinations(&all, k) {
+                        let r = raidz(&paths, p, &missing);
+                        for (off, data) in &blocks {
+                            let ok = |b: &[u8]| b == &data[..];
+                            let got = r.read(*off, data.len() as u64, &ok);
+                            assert_eq!(got.ok().as_ref(), Some(data), "raidz{p} n={n} missing {missing:?} block at {off}");
+                        }
+                        assert!(r.leaves().iter().all(|l| get(&l.stats.checksum_errors) == 0));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn raidz_rebuilds_and_heals_any_corrupt_children() {
+        for p in 1..=3u8 {
+            for n in [p as usize + 1, p as usize + 3] {
+                let dir = tempfile::tempdir().unwrap();
+                let paths = files(&dir, n);
+                let blocks = packed_blocks(&paths, p);
+                let all: Vec<usize> = (0..n).collect();
+                for k in 1..=p as usize {
+                    for bad in raidz::combinations(&all, k) {
+                        // Also with the first bad child absent rather than corrupt.
+                        for absent in [false, true] {
+                            let r = raidz(&paths, p, if absent { &bad[..1] } else { &[] });
+                            let corrupt_set = if absent { &bad[1..] } else { &bad[..] };
+                            let mut want_cksum = vec![0u64; n];
+                            for (off, data) in &blocks {
+                                let good: Vec<Option<Vec<u8>>> = (0..n).map(|c| column_on(&paths, &r, *off, data.len(), c)).collect();
+                                for &c in corrupt_set {
+                                    if corrupt_column(&paths, &r, *off, data.len(), c) {
+                                        want_cksum[c] += 1;
+                                    }
+                                }
+                                let ok = |b: &[u8]| b == &data[..];
+                                let what = format!("raidz{p} n={n} bad {bad:?} absent {absent} block at {off}");
+                                assert_eq!(r.read(*off, data.len() as u64, &ok).ok().as_ref(), Some(data), "{what}");
+                                for c in corrupt_set {
+                                    assert_eq!(column_on(&paths, &r, *off, data.len(), *c), good[*c], "{what}: healed");
+                                }
+                            }
+                            let got: Vec<u64> = r.children().iter().map(|c| get(&c.stats.checksum_errors)).collect();
+                            assert_eq!(got, want_cksum, "raidz{p} n={n} bad {bad:?} absent {absent}");
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -1028,8 +1165,7 @@ mod tests {
         let blocks = write_blocks(&paths, 2);
         let r = raidz(&paths, 2, &[4]);
         let (off, data) = &blocks[2];
-        let col = (r.psize_to_asize(data.len() as u64) / 6) as usize;
-        corrupt(&paths[3], off / 6, col);
+        assert!(corrupt_column(&paths, &r, *off, data.len(), 3));
         let ok = |b: &[u8]| b == &data[..];
         assert_eq!(&r.read(*off, data.len() as u64, &ok).unwrap(), data);
         assert_eq!(get(&r.children()[3].stats.checksum_errors), 1);
@@ -1051,19 +1187,17 @@ mod tests {
         }
         for (off, data) in &blocks {
             let ok = |b: &[u8]| b == &data[..];
-            let col = (r.psize_to_asize(data.len() as u64) / 3) as usize;
-            let before: Vec<Vec<u8>> = paths.iter().map(|pa| raw_read(pa, off / 3, col)).collect();
+            let before: Vec<Option<Vec<u8>>> = (0..3).map(|c| column_on(&paths, &r, *off, data.len(), c)).collect();
             assert_eq!(&r.read_birth(*off, data.len() as u64, 7, &ok).unwrap(), data);
-            let after: Vec<Vec<u8>> = paths.iter().map(|pa| raw_read(pa, off / 3, col)).collect();
+            let after: Vec<Option<Vec<u8>>> = (0..3).map(|c| column_on(&paths, &r, *off, data.len(), c)).collect();
             assert_eq!(before, after, "a column changed");
         }
         assert!(r.leaves().iter().all(|l| get(&l.stats.checksum_errors) == 0));
         // A block the DTL leaves really lack still fails cleanly rather than returning
         // wrong data.
         let (off, data) = &blocks[2];
-        let col = (r.psize_to_asize(data.len() as u64) / 3) as usize;
-        corrupt(&paths[0], off / 3, col);
-        corrupt(&paths[1], off / 3, col);
+        assert!(corrupt_column(&paths, &r, *off, data.len(), 0));
+        assert!(corrupt_column(&paths, &r, *off, data.len(), 1));
         let ok = |b: &[u8]| b == &data[..];
         assert!(r.read_birth(*off, data.len() as u64, 7, &ok).is_err());
     }

@@ -297,25 +297,32 @@ impl Zio {
         f64::from_bits(self.inflation_bits.load(Ordering::Relaxed))
     }
 
-    /// Fraction of allocated bytes that holds data rather than parity/padding, for a
-    /// typical 128 KiB block (1.0 for mirrors and plain disks, ~(n−p)/n for raidz).
-    /// `zfs list` and `statfs` report space deflated by it, as OpenZFS does with its
-    /// per-vdev deflate ratio (`vdev_deflate_ratio`).
-    pub fn deflate_ratio(&self) -> f64 {
+    /// The pool's deflate ratio in OpenZFS's fixed point (1/512 units: 512 = 1.0):
+    /// each normal-class vdev's [`Vdev::deflate_ratio`] (`2^17 / (asize of a 128 KiB
+    /// block / 512)`, OpenZFS `vdev_deflate_ratio`), weighted by the vdev's size. A
+    /// pool of one vdev gets exactly that vdev's ratio; 512 when there is none.
+    pub fn deflate_ratio_fixed(&self) -> u64 {
         let v = self.vdevs.read();
         let normal: Vec<bool> = self.space.lock().vdevs.iter().map(|s| s.class() == AllocClass::Normal).collect();
-        let (mut data, mut alloc) = (0f64, 0f64);
+        let (mut weighted, mut total) = (0u128, 0u128);
         for (d, _) in v.iter().zip(normal).filter(|(_, n)| *n) {
-            let share = d.asize_bytes() as f64;
-            let a = d.psize_to_asize(128 << 10) as f64;
-            data += share * (128u64 << 10) as f64 / a;
-            alloc += share;
+            let share = u128::from(d.asize_bytes());
+            weighted += share * u128::from(d.deflate_ratio());
+            total += share;
         }
-        if alloc == 0.0 {
-            1.0
-        } else {
-            (data / alloc).min(1.0)
-        }
+        weighted.checked_div(total).map_or(512, |r| (r as u64).min(512))
+    }
+
+    /// The deflate ratio as a fraction (1.0 for mirrors and plain disks, about
+    /// (n−p)/n for raidz): [`Zio::deflate_ratio_fixed`] / 512.
+    pub fn deflate_ratio(&self) -> f64 {
+        self.deflate_ratio_fixed() as f64 / 512.0
+    }
+
+    /// Raw allocated bytes as users see them (`zfs list`, `statfs`): OpenZFS's
+    /// `vdev_deflated_space`, `(bytes >> 9) × deflate ratio` (bytes in, bytes out).
+    pub fn deflated_bytes(&self, bytes: u64) -> u64 {
+        (bytes >> 9).saturating_mul(self.deflate_ratio_fixed())
     }
 
     /// Allocate `copies` DVAs for a block of `psize_bytes` on normal-class vdevs;
@@ -647,6 +654,44 @@ mod tests {
             txg: 1,
             fill: 1,
         }
+    }
+
+    /// A raidz top-level vdev of `n` leaves (ashift 12).
+    fn raidz_vdev(dir: &tempfile::TempDir, tag: &str, id: u32, n: usize, p: u8) -> Arc<Vdev> {
+        let ch = (0..n).map(|i| leaf_vdev(dir, &format!("{tag}{i}"), i as u32)).collect();
+        Arc::new(Vdev::new_raidz(id, 500 + id as u64, 12, p, ch))
+    }
+
+    #[test]
+    fn raidz_blocks_get_openzfs_asize_and_deflate_ratio_matches() {
+        let dir = tempfile::tempdir().unwrap();
+        let rz = raidz_vdev(&dir, "r", 0, 3, 1);
+        // 128 KiB on raidz1 of 3, ashift 12: 32 data + 16 parity sectors = 192 KiB, so
+        // OpenZFS's ratio is 2^17 / (192 KiB / 512) = 131072 / 384 = 341.
+        assert_eq!(rz.psize_to_asize(128 << 10), 192 << 10);
+        assert_eq!(rz.deflate_ratio(), 341);
+        let space = SpaceMap::new(vec![VdevSpace::new(rz.asize_bytes(), rz.alloc_align_bytes())]);
+        let zio = Zio::new(vec![rz.clone()], space, 1 << 20);
+        assert_eq!(zio.deflate_ratio_fixed(), 341);
+        assert_eq!(zio.deflated_bytes(1 << 20), 2048 * 341);
+        // Blocks pack back to back (no whole-row rounding) and read back.
+        let mut end = 0;
+        for len in [4096usize, 1, 9000, 128 << 10, 12288] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 13 + len) as u8).collect();
+            let bp = zio.write_block(&data, props(1)).unwrap();
+            assert_eq!(bp.dva[0].asize_bytes, rz.psize_to_asize(len as u64));
+            assert_eq!(bp.dva[0].asize_bytes % (2 * 4096), 0, "multiple of p + 1 sectors");
+            end = end.max(bp.dva[0].offset_bytes + bp.dva[0].asize_bytes);
+            assert_eq!(&zio.read_block(&bp).unwrap()[..], &data[..]);
+        }
+        assert_eq!(zio.alloc_bytes(), 8192 + 8192 + 24576 + (192 << 10) + 24576);
+        // Mirrors and leaves: 512 (1.0); a pool mixes ratios by vdev size.
+        let a = leaf_vdev(&dir, "a", 1);
+        assert_eq!(a.deflate_ratio(), 512);
+        zio.attach_vdev(a.clone(), VdevSpace::new(a.asize_bytes(), a.alloc_align_bytes()));
+        let want = (rz.asize_bytes() as u128 * 341 + a.asize_bytes() as u128 * 512) / (rz.asize_bytes() + a.asize_bytes()) as u128;
+        assert_eq!(zio.deflate_ratio_fixed() as u128, want);
+        zio.flush().unwrap();
     }
 
     #[test]

@@ -1,0 +1,298 @@
+//! # zfs_snap — `zfs snapshot`, `rollback`, `clone` and snapshot `destroy`
+//!
+//! Theory: the engine (`tarn_spa`'s snapshot module) owns the chains, dead lists and
+//! space; this module parses OpenZFS's syntax, checks what only the daemon knows
+//! (mounts), and keeps mounts in line: a rollback unmounts the file system, rolls
+//! back and mounts it again, so the mount shows the snapshot's contents at once; a
+//! clone is mounted like a new file system. Every check happens before the pool is
+//! asked, and the pool validates again, so a refused command changes nothing. The
+//! caller holds the daemon's state lock.
+
+use std::collections::BTreeMap;
+
+use crate::args::{getopt, split_prop};
+use crate::daemon::{self, Ctx, PoolEntry, State};
+use crate::format::nicebytes;
+use crate::proto::Response;
+
+const SNAPSHOT_USAGE: &str = "usage:\n\tsnapshot [-r] [-o property=value] ... <filesystem|volume>@<snap> ...\n";
+const ROLLBACK_USAGE: &str = "usage:\n\trollback [-rR] <snapshot>\n";
+const CLONE_USAGE: &str = "usage:\n\tclone [-p] [-o property=value] ... <snapshot> <filesystem|volume>\n";
+
+fn usage(u: &str, msg: &str) -> Response {
+    Response::usage(format!("{msg}\n{u}"))
+}
+
+fn pool_of(name: &str) -> &str {
+    name.split(['/', '@']).next().unwrap_or(name)
+}
+
+fn history_note(st: &State, pool: &str, ctx: &Ctx) {
+    if let Some(e) = st.pools.get(pool) {
+        if let Err(err) = e.pool.log_history(&ctx.command_line()) {
+            tracing::warn!("history: {err}");
+        }
+    }
+}
+
+/// `zfs snapshot|snap [-r] fs@snap …`: all in one txg per pool.
+pub fn snapshot(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "ro:") {
+        Ok(p) => p,
+        Err(e) => return usage(SNAPSHOT_USAGE, &e),
+    };
+    if p.operands.is_empty() {
+        return usage(SNAPSHOT_USAGE, "missing snapshot argument");
+    }
+    if let Some(o) = p.last('o') {
+        // Snapshots take user properties only, which Tarn does not have yet.
+        let name = split_prop(&o).map(|(k, _)| k).unwrap_or_else(|_| o.clone());
+        return Response::err(format!(
+            "cannot create snapshot '{}': property '{name}' cannot be set at snapshot creation",
+            p.operands[0]
+        ));
+    }
+    let pool = pool_of(&p.operands[0]).to_string();
+    for n in &p.operands {
+        if let Err(e) = tarn_spa::validate_snapshot_name(n) {
+            return Response::err(daemon::cannot(&format!("cannot create snapshot '{n}'"), e));
+        }
+        if pool_of(n) != pool {
+            return Response::err("cannot create snapshots: all snapshots must be in the same pool".to_string());
+        }
+    }
+    let Some(entry) = st.pools.get(&pool) else {
+        let fs = p.operands[0].split('@').next().unwrap_or_default();
+        return Response::err(format!("cannot open '{fs}': dataset does not exist"));
+    };
+    if let Err(e) = entry.pool.snapshot(&p.operands, p.has('r')) {
+        return Response::err(e.to_string());
+    }
+    history_note(st, &pool, ctx);
+    Response::ok("")
+}
+
+/// `zfs rollback [-rR] fs@snap`. `-R` first destroys the clones of the snapshots
+/// that `-r` destroys (unmounting them); `-f` (force those unmounts) is not
+/// implemented and is refused as an unknown option.
+pub fn rollback(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "rR") {
+        Ok(p) => p,
+        Err(e) => return usage(ROLLBACK_USAGE, &e),
+    };
+    let snap = match p.operands.as_slice() {
+        [s] => s.clone(),
+        [] => return usage(ROLLBACK_USAGE, "missing dataset argument"),
+        _ => return usage(ROLLBACK_USAGE, "too many arguments"),
+    };
+    let Some((fs, _)) = snap.split_once('@') else {
+        return Response::err(format!("cannot rollback '{snap}': operation only applies to snapshots"));
+    };
+    let fs = fs.to_string();
+    let Some(entry) = st.pools.get_mut(pool_of(&snap)) else {
+        return Response::err(format!("cannot open '{snap}': dataset does not exist"));
+    };
+    let newer_ok = p.has('r') || p.has('R');
+    // Every refusal (no such snapshot, newer snapshots without -r, their clones
+    // without -R) comes before any mount or dataset is touched.
+    let newer = match entry.pool.rollback_plan(&snap, newer_ok, p.has('R')) {
+        Ok(n) => n,
+        Err(e) => return Response::err(e.to_string()),
+    };
+    if p.has('R') {
+        // The clones (and their dependents) of every newer snapshot go first.
+        let mut victims: Vec<String> = Vec::new();
+        for n in &newer {
+            match entry.pool.destroy_plan(n, false, true) {
+                Ok(v) => victims.extend(v.into_iter().filter(|x| !x.starts_with(&format!("{fs}@")))),
+                Err(e) => return Response::err(daemon::cannot(&format!("cannot rollback to '{snap}'"), e)),
+            }
+        }
+        if let Err(e) = destroy_victims(entry, &victims, false) {
+            return Response::err(e);
+        }
+    }
+    let was_mounted = entry.mounts.contains_key(&fs);
+    if was_mounted {
+        if let Err(e) = daemon::unmount_one(entry, &fs) {
+            return Response::err(format!("cannot rollback '{fs}': {}", e.split("': ").last().unwrap_or(&e)));
+        }
+    }
+    let result = entry.pool.rollback(&snap, newer_ok);
+    let mut resp = match result {
+        Ok(_) => Response::ok(""),
+        Err(e) => Response::err(e.to_string()),
+    };
+    if was_mounted {
+        let info = entry.pool.list_datasets().ok().and_then(|v| v.into_iter().find(|i| i.name == fs));
+        if let Some(info) = info {
+            if let Err(e) = daemon::mount_one(entry, &info, false) {
+                resp.stderr.push_str(&format!("{e}\n"));
+                resp.code = 1;
+            }
+        }
+    }
+    if resp.code == 0 {
+        history_note(st, pool_of(&snap), ctx);
+    }
+    resp
+}
+
+/// `zfs clone [-p] [-o prop=value]… fs@snap target`.
+pub fn clone(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "po:") {
+        Ok(p) => p,
+        Err(e) => return usage(CLONE_USAGE, &e),
+    };
+    let (snap, target) = match p.operands.as_slice() {
+        [s, t] => (s.clone(), t.clone()),
+        [] | [_] => return usage(CLONE_USAGE, "missing source dataset argument"),
+        _ => return usage(CLONE_USAGE, "too many arguments"),
+    };
+    if !snap.contains('@') {
+        return Response::err(format!("cannot open '{snap}': operation only applies to snapshots"));
+    }
+    let mut props = BTreeMap::new();
+    for o in p.all('o') {
+        match split_prop(&o) {
+            Ok((k, v)) => match crate::args::check_fs_prop(&k, &v) {
+                Ok((k, v)) => {
+                    props.insert(k, v);
+                }
+                Err(e) => return Response::err(format!("cannot create '{target}': {e}")),
+            },
+            Err(e) => return usage(CLONE_USAGE, &e),
+        }
+    }
+    if pool_of(&snap) != pool_of(&target) {
+        return Response::err(format!("cannot create '{target}': source and target pools differ"));
+    }
+    let Some(entry) = st.pools.get_mut(pool_of(&snap)) else {
+        return Response::err(format!("cannot open '{snap}': dataset does not exist"));
+    };
+    if let Err(e) = entry.pool.clone_snapshot(&snap, &target, &props, p.has('p')) {
+        return Response::err(daemon::cannot(&format!("cannot create '{target}'"), e));
+    }
+    history_note(st, pool_of(&snap), ctx);
+    let Some(entry) = st.pools.get_mut(pool_of(&snap)) else {
+        return Response::ok("");
+    };
+    let info = entry.pool.list_datasets().ok().and_then(|v| v.into_iter().find(|i| i.name == target));
+    if let Some(info) = info {
+        if daemon::canmount(&info) == "on" && daemon::effective_mountpoint(&info, entry.altroot.as_deref()).is_some() {
+            if let Err(e) = daemon::mount_one(entry, &info, false) {
+                return Response::err(format!("{e}\nfilesystem successfully created, but not mounted"));
+            }
+        }
+    }
+    Response::ok("")
+}
+
+/// `zfs destroy [-nvrR] fs@snap[%snap][,snap]…`: snapshots, ranges and lists.
+/// `p` carries destroy's flags: `-r` (same snapshot of descendants), `-R` (clones
+/// too), `-n` (dry run), `-v` (list), `-f` (force unmount).
+pub fn destroy_snapshots(st: &mut State, ctx: &Ctx, name: &str, p: &crate::args::Parsed) -> Response {
+    let (recursive, with_clones, dry_run, verbose, force) = (p.has('r'), p.has('R'), p.has('n'), p.has('v'), p.has('f'));
+    let Some((fs, spec)) = name.split_once('@') else {
+        return Response::err(format!("cannot destroy '{name}': not a snapshot"));
+    };
+    let Some(entry) = st.pools.get_mut(pool_of(name)) else {
+        return Response::err(format!("cannot open '{fs}': dataset does not exist"));
+    };
+    if !entry.pool.list_datasets().map(|v| v.iter().any(|i| i.name == fs)).unwrap_or(false) {
+        return Response::err(format!("cannot open '{fs}': dataset does not exist"));
+    }
+    // Expand "a%b" ranges (inclusive, by creation order) and "a,b" lists.
+    let chain = entry.pool.snapshots_of(fs);
+    let mut targets: Vec<String> = Vec::new();
+    for part in spec.split(',') {
+        if let Some((a, b)) = part.split_once('%') {
+            let ia = if a.is_empty() {
+                Some(0)
+            } else {
+                chain.iter().position(|n| n == &format!("{fs}@{a}"))
+            };
+            let ib = if b.is_empty() {
+                chain.len().checked_sub(1)
+            } else {
+                chain.iter().position(|n| n == &format!("{fs}@{b}"))
+            };
+            match (ia, ib) {
+                (Some(x), Some(y)) if x <= y => targets.extend(chain[x..=y].iter().cloned()),
+                _ => return Response::err(format!("cannot destroy '{name}': snapshot range is not valid")),
+            }
+        } else {
+            targets.push(format!("{fs}@{part}"));
+        }
+    }
+    let mut plan: Vec<String> = Vec::new();
+    let mut missing = 0;
+    for t in &targets {
+        match entry.pool.destroy_plan(t, recursive, with_clones) {
+            Ok(v) => {
+                for x in v {
+                    if !plan.contains(&x) {
+                        plan.push(x);
+                    }
+                }
+            }
+            Err(tarn_spa::SpaError::NotFound(_)) => missing += 1,
+            Err(e) => return Response::err(e.to_string()),
+        }
+    }
+    if plan.is_empty() && missing > 0 {
+        return Response::err("could not find any snapshots to destroy; check snapshot names.".to_string());
+    }
+    // What would be freed: each snapshot's `used` (OpenZFS prints the total).
+    let sizes: BTreeMap<String, u64> = entry
+        .pool
+        .list_all()
+        .map(|v| v.into_iter().map(|i| (i.name, i.used_bytes)).collect())
+        .unwrap_or_default();
+    let reclaim: u64 = plan.iter().map(|n| sizes.get(n).copied().unwrap_or(0)).sum();
+    if dry_run {
+        return Response::ok(if verbose {
+            destroy_report(&plan, "would", Some(reclaim))
+        } else {
+            String::new()
+        });
+    }
+    if let Err(e) = destroy_victims(entry, &plan, force) {
+        return Response::err(e);
+    }
+    history_note(st, pool_of(name), ctx);
+    Response::ok(if verbose {
+        destroy_report(&plan, "will", Some(reclaim))
+    } else {
+        String::new()
+    })
+}
+
+/// `zfs destroy -v` lines: "`verb` destroy NAME" per victim, then "`verb` reclaim
+/// SIZE" when the space is known (`verb` is "would" with `-n`, else "will").
+pub(crate) fn destroy_report(plan: &[String], verb: &str, reclaim_bytes: Option<u64>) -> String {
+    let mut out: String = plan.iter().map(|v| format!("{verb} destroy {v}\n")).collect();
+    if let Some(b) = reclaim_bytes {
+        out.push_str(&format!("{verb} reclaim {}\n", nicebytes(b)));
+    }
+    out
+}
+
+/// Destroy a plan from [`tarn_spa::Pool::destroy_plan`] in its order, unmounting its
+/// file systems first (an unmount failure stops everything unless `force`).
+pub(crate) fn destroy_victims(entry: &mut PoolEntry, plan: &[String], force: bool) -> Result<(), String> {
+    for v in plan.iter().filter(|v| !v.contains('@')) {
+        if let Err(e) = daemon::unmount_one(entry, v) {
+            if !force {
+                return Err(e);
+            }
+        }
+    }
+    for v in plan {
+        entry
+            .pool
+            .destroy_dataset_ext(v, false, false)
+            .map_err(|e| daemon::cannot(&format!("cannot destroy '{v}'"), e))?;
+    }
+    Ok(())
+}

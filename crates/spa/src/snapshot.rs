@@ -1,0 +1,647 @@
+//! Snapshots, clones and rollback: the DSL's dataset chains and dead lists.
+//!
+//! Theory (OpenZFS `dsl_dataset.c`, `dsl_deadlist.c`; Rodeh's "B-trees, shadowing and
+//! clones" for the idea). Every block pointer carries its birth txg, so which datasets
+//! reference a block follows from *when* it was born:
+//!
+//! - A head dataset `H` and its snapshots form a chain, oldest first, linked by
+//!   `prev_snap_obj` / `next_snap_obj` in their records ([`DslDatasetPhys`]). Each
+//!   snapshot froze `H`'s root block pointer at the end of its creation txg.
+//! - `H.prev_snap_txg` is the creation txg of its newest snapshot (or of its origin,
+//!   for a clone). A block `H` stops referencing (the object set's [`BlockKill`]
+//!   hook, in syncing context) is **freed** when it was born after `prev_snap_txg` —
+//!   no snapshot can hold it — and otherwise appended to `H`'s **dead list**.
+//! - Taking a snapshot `S` of `H` in txg `t`: `S` gets `H`'s root, referenced bytes,
+//!   previous-snapshot link and dead list; `H` gets a new, empty dead list and
+//!   `prev_snap_txg = t`. Nothing is traversed: the cost is a few MOS records.
+//! - The dead list of a dataset `N` therefore holds exactly the blocks born at or
+//!   before `N.prev_snap_txg` that died between that snapshot and `N`. Destroying a
+//!   snapshot `S` (previous `P`, next `N`) frees the entries of `N`'s dead list born
+//!   after `S.prev_snap_txg` (only `S` held them), keeps the others, and moves `S`'s
+//!   own dead list into `N`'s. Cost: proportional to the two dead lists, never to the
+//!   pool.
+//! - A clone `C` of snapshot `S` starts with `S`'s root, `origin_obj = S`,
+//!   `prev_snap_txg = S`'s txg; blocks born at or before that belong to the origin
+//!   and only ever reach `C`'s dead list. `S` counts its clones and cannot be
+//!   destroyed while it has any.
+//! - Rollback of `H` to its newest snapshot `S` frees every block of `H` born after
+//!   `S` (a traversal pruned by birth txg), empties `H`'s dead list (those blocks are
+//!   `S`'s again) and points `H` at `S`'s root.
+//!
+//! Space (what `zfs list` shows; OpenZFS `zfsprops(7)` definitions):
+//! `usedbysnapshots` = the dead lists of the chain (entries born after the origin);
+//! `usedbydataset` = `referenced` − (`prev.referenced` − `H`'s dead list); a
+//! snapshot's `used` = entries of its successor's dead list born after its own
+//! `prev_snap_txg`; `written` = `referenced` − (`prev.referenced` − own dead list).
+//!
+//! On disk: a dead list is a MOS object of type `Deadlist` whose data is an array of
+//! 128-byte block pointers and whose bonus is `count u64, bytes u64` (allocated bytes
+//! of all entries). Every change here is made under `sync_lock` (no txg is syncing,
+//! so the kill hooks' pending lists are empty), a txg hold and `admin`; the MOS
+//! changes become durable together in the next txg: a crash leaves the operation
+//! either done or not done.
+//!
+//! Called by: the `zfs snapshot/destroy/rollback/clone/list` paths of the CLI through
+//! the `Pool` methods below; the txg sync thread (`sync.rs`) for [`Pool::flush_dead`].
+
+use crate::dsl::{DslDatasetPhys, DS_FLAG_SNAPSHOT};
+use crate::pool::{dmu_err, now_s, Pool};
+use crate::{Result, SpaError};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tarn_dmu::objset::{BlockKill, Objset};
+use tarn_dmu::{ObjectStore, TxHold};
+use tarn_phys::{BlkPtr, ObjectType, ZilHeader, BLKPTR_SIZE_BYTES};
+
+/// Largest dead list an operation reads (entries); a larger count is corruption.
+pub(crate) const DEADLIST_ENTRIES_MAX: u64 = 1 << 32;
+
+/// A new, empty dead list object.
+pub(crate) fn create_deadlist(mos: &dyn ObjectStore, tx: &TxHold) -> Result<u64> {
+    mos.create_object(tx, ObjectType::Deadlist, 16 << 10, 128 << 10, &[0u8; 16]).map_err(dmu_err)
+}
+
+/// (entry count, allocated bytes) of a dead list, from its bonus. The object must be
+/// a dead list whose data can hold `count` entries; anything else is `Corrupt`.
+pub(crate) fn deadlist_summary(mos: &dyn ObjectStore, obj: u64) -> Result<(u64, u64)> {
+    let bad = |why: &str| SpaError::Corrupt(format!("dead list {obj}: {why}"));
+    let info = mos.object_info(obj).map_err(dmu_err)?;
+    if info.otype != ObjectType::Deadlist {
+        return Err(bad("not a dead list object"));
+    }
+    let b = mos.bonus(obj).map_err(dmu_err)?;
+    let u = |o: usize| b.get(o..o + 8).map(|s| u64::from_le_bytes(s.try_into().unwrap()));
+    let (Some(count), Some(bytes)) = (u(0), u(8)) else {
+        return Err(bad("bad header"));
+    };
+    let room = info.maxblkid.saturating_add(1).saturating_mul(u64::from(info.datablksz_bytes));
+    if count > DEADLIST_ENTRIES_MAX || count.saturating_mul(BLKPTR_SIZE_BYTES as u64) > room {
+        return Err(bad("entry count larger than the object"));
+    }
+    Ok((count, bytes))
+}
+
+/// Every entry of a dead list.
+pub(crate) fn deadlist_read(mos: &dyn ObjectStore, obj: u64) -> Result<Vec<BlkPtr>> {
+    let (count, _) = deadlist_summary(mos, obj)?;
+    let mut out = Vec::new();
+    let chunk = 1024u64;
+    let mut i = 0;
+    while i < count {
+        let n = chunk.min(count - i);
+        let mut buf = vec![0u8; (n as usize) * BLKPTR_SIZE_BYTES];
+        mos.read(obj, i * BLKPTR_SIZE_BYTES as u64, &mut buf).map_err(dmu_err)?;
+        for c in buf.chunks_exact(BLKPTR_SIZE_BYTES) {
+            let bp = BlkPtr::decode(c).map_err(|e| SpaError::Corrupt(format!("dead list {obj}: {e}")))?;
+            if bp.is_hole() {
+                return Err(SpaError::Corrupt(format!("dead list {obj}: hole entry")));
+            }
+            out.push(bp);
+        }
+        i += n;
+    }
+    Ok(out)
+}
+
+/// Append entries to a dead list.
+pub(crate) fn deadlist_append(mos: &dyn ObjectStore, tx: &TxHold, obj: u64, bps: &[BlkPtr]) -> Result<()> {
+    if bps.is_empty() {
+        return Ok(());
+    }
+    let (count, bytes) = deadlist_summary(mos, obj)?;
+    let mut buf = vec![0u8; bps.len() * BLKPTR_SIZE_BYTES];
+    let mut add = 0u64;
+    for (bp, c) in bps.iter().zip(buf.chunks_exact_mut(BLKPTR_SIZE_BYTES)) {
+        bp.encode_into(c);
+        add += bp.asize_total_bytes();
+    }
+    mos.write(tx, obj, count * BLKPTR_SIZE_BYTES as u64, &buf).map_err(dmu_err)?;
+    set_summary(mos, tx, obj, count + bps.len() as u64, bytes + add)
+}
+
+/// Replace a dead list's entries.
+pub(crate) fn deadlist_replace(mos: &dyn ObjectStore, tx: &TxHold, obj: u64, bps: &[BlkPtr]) -> Result<()> {
+    mos.free_range(tx, obj, 0, u64::MAX).map_err(dmu_err)?;
+    set_summary(mos, tx, obj, 0, 0)?;
+    deadlist_append(mos, tx, obj, bps)
+}
+
+fn set_summary(mos: &dyn ObjectStore, tx: &TxHold, obj: u64, count: u64, bytes: u64) -> Result<()> {
+    let mut b = count.to_le_bytes().to_vec();
+    b.extend_from_slice(&bytes.to_le_bytes());
+    mos.set_bonus(tx, obj, &b).map_err(dmu_err)
+}
+
+/// Allocated bytes of the entries of `bps` born after `txg`.
+fn bytes_born_after(bps: &[BlkPtr], txg: u64) -> u64 {
+    bps.iter().filter(|b| b.birth_txg > txg).map(|b| b.asize_total_bytes()).sum()
+}
+
+/// What a head dataset's kill hook needs: the newest snapshot's txg and the blocks
+/// killed in the txg being synced that must go to the dead list.
+#[derive(Default)]
+pub(crate) struct DeadState {
+    prev_snap_txg: AtomicU64,
+    pending: Mutex<Vec<BlkPtr>>,
+}
+
+/// Space figures of one dataset or snapshot, in allocated bytes (not yet deflated).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct DsSpace {
+    pub referenced: u64,
+    pub used_by_dataset: u64,
+    pub used_by_snapshots: u64,
+    pub written: u64,
+    /// A snapshot's `used`: what destroying it alone would free.
+    pub unique: u64,
+}
+
+impl Pool {
+    /// Install the kill hook on a head dataset's object set (see the module docs).
+    pub(crate) fn install_kill(&self, id: u64, os: &Objset, phys: &DslDatasetPhys) {
+        let st = self.dead.lock().entry(id).or_default().clone();
+        st.prev_snap_txg.store(phys.prev_snap_txg, Ordering::SeqCst);
+        let zio = self.zio.clone();
+        let hook: BlockKill = Arc::new(move |bp: &BlkPtr, txg: u64| {
+            if bp.birth_txg > st.prev_snap_txg.load(Ordering::SeqCst) {
+                zio.free_block(bp, txg);
+            } else {
+                st.pending.lock().push(*bp);
+            }
+        });
+        os.set_block_kill(Some(hook));
+    }
+
+    /// Syncing context, after dataset `id`'s object set synced: append the blocks its
+    /// kill hook kept to its dead list `deadlist_obj` (MOS, same txg).
+    pub(crate) fn flush_dead(&self, tx: &TxHold, id: u64, deadlist_obj: u64) -> Result<()> {
+        let Some(st) = self.dead.lock().get(&id).cloned() else { return Ok(()) };
+        let pending = std::mem::take(&mut *st.pending.lock());
+        deadlist_append(&*self.mos, tx, deadlist_obj, &pending)
+    }
+
+    /// Record object of file system `name`; `NotFound` in OpenZFS's words.
+    pub(crate) fn head_obj(&self, name: &str) -> Result<u64> {
+        self.dir.lock().datasets.get(name).map(|r| r.obj).ok_or_else(|| no_such(name))
+    }
+
+    /// Record object of snapshot `name`; `NotFound` in OpenZFS's words.
+    pub(crate) fn snap_obj(&self, name: &str) -> Result<u64> {
+        self.dir.lock().snaps.get(name).map(|r| r.obj).ok_or_else(|| no_such(name))
+    }
+
+    /// `zfs snapshot [-r] fs@snap …`: every named snapshot (and with `recursive`, the
+    /// same snapshot name on every descendant) is taken at the same txg. Validation of
+    /// every name happens first; nothing changes on error.
+    ///
+    /// Errors: `Invalid` for a bad name or a name in another pool, `NotFound` for a
+    /// missing dataset, `Exists` for an existing snapshot (OpenZFS wording).
+    pub fn snapshot(&self, names: &[String], recursive: bool) -> Result<Vec<String>> {
+        let mut targets: Vec<(String, String)> = Vec::new();
+        for n in names {
+            let Some((fs, snap)) = n.split_once('@') else {
+                return Err(SpaError::Invalid(format!(
+                    "cannot create snapshot '{n}': missing '@' delimiter in snapshot name"
+                )));
+            };
+            crate::validate_snapshot_name(n).map_err(|e| SpaError::Invalid(format!("cannot create snapshot '{n}': {}", strip_cannot(&e.to_string()))))?;
+            if fs.split('/').next() != Some(self.name.as_str()) {
+                return Err(SpaError::NotFound(format!("cannot open '{fs}': dataset does not exist")));
+            }
+            let d = self.dir.lock();
+            if !d.datasets.contains_key(fs) {
+                return Err(SpaError::NotFound(format!("cannot open '{fs}': dataset does not exist")));
+            }
+            let prefix = format!("{fs}/");
+            let mut fss = vec![fs.to_string()];
+            if recursive {
+                fss.extend(d.datasets.keys().filter(|k| k.starts_with(&prefix)).cloned());
+            }
+            for f in fss {
+                let full = format!("{f}@{snap}");
+                if d.snaps.contains_key(&full) || targets.iter().any(|(a, b)| format!("{a}@{b}") == full) {
+                    return Err(SpaError::Exists(format!("cannot create snapshot '{full}': dataset already exists")));
+                }
+                targets.push((f, snap.to_string()));
+            }
+        }
+        // Everything acknowledged before the command is in a synced txg; the
+        // snapshots freeze the roots of the newest synced txg.
+        self.sync()?;
+        let _s = self.sync_lock.lock();
+        let tx = self.gate.hold().map_err(dmu_err)?;
+        let _a = self.admin.lock();
+        let txg = self.gate.synced_txg();
+        let mut made = Vec::new();
+        for (fs, snap) in &targets {
+            let head = self.head_obj(fs)?;
+            let mut h = self.ds_phys(head)?;
+            let s = DslDatasetPhys {
+                rootbp: h.rootbp,
+                guid: rand::random(),
+                creation_txg: txg,
+                creation_time_s: now_s(),
+                used_bytes: h.used_bytes,
+                flags: DS_FLAG_SNAPSHOT,
+                prev_snap_obj: h.prev_snap_obj,
+                prev_snap_txg: h.prev_snap_txg,
+                next_snap_obj: head,
+                deadlist_obj: h.deadlist_obj,
+                ..Default::default()
+            };
+            let sobj = self.mos.create_object(&tx, ObjectType::DslDataset, 512, 512, &s.encode()).map_err(dmu_err)?;
+            if h.prev_snap_obj != 0 {
+                let mut p = self.ds_phys(h.prev_snap_obj)?;
+                if p.next_snap_obj == head {
+                    p.next_snap_obj = sobj;
+                    self.set_ds_phys(&tx, h.prev_snap_obj, &p)?;
+                }
+            }
+            h.prev_snap_obj = sobj;
+            h.prev_snap_txg = txg;
+            h.deadlist_obj = create_deadlist(&*self.mos, &tx)?;
+            self.set_ds_phys(&tx, head, &h)?;
+            if let Some(st) = self.dead.lock().get(&head) {
+                st.prev_snap_txg.store(txg, Ordering::SeqCst);
+            }
+            let full = format!("{fs}@{snap}");
+            self.link_name(&tx, &full, sobj)?;
+            self.dir.lock().snaps.insert(
+                full.clone(),
+                crate::dsl::DsRec {
+                    obj: sobj,
+                    props: BTreeMap::new(),
+                },
+            );
+            made.push(full);
+        }
+        drop(_a);
+        drop(tx);
+        drop(_s);
+        self.sync()?;
+        Ok(made)
+    }
+
+    /// Names of the snapshots of `fs`, oldest first.
+    pub fn snapshots_of(&self, fs: &str) -> Vec<String> {
+        let d = self.dir.lock();
+        let prefix = format!("{fs}@");
+        let mut v: Vec<(u64, String)> = d
+            .snaps
+            .iter()
+            .filter(|(n, _)| n.starts_with(&prefix))
+            .map(|(n, r)| (self.ds_phys(r.obj).map(|p| p.creation_txg).unwrap_or(0), n.clone()))
+            .collect();
+        v.sort();
+        v.into_iter().map(|(_, n)| n).collect()
+    }
+
+    /// Clones (head names) whose origin is snapshot object `sobj`.
+    pub(crate) fn clones_of(&self, sobj: u64) -> Vec<String> {
+        let d = self.dir.lock();
+        d.datasets
+            .iter()
+            .filter(|(_, r)| self.ds_phys(r.obj).map(|p| p.origin_obj == sobj).unwrap_or(false))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// `zfs destroy fs@snap`: free the blocks only this snapshot holds and splice it
+    /// out of its chain. Errors: `NotFound`; `Busy` when it has clones (OpenZFS's
+    /// "snapshot has dependent clones" wording).
+    pub fn destroy_snapshot(&self, name: &str) -> Result<()> {
+        let _s = self.sync_lock.lock();
+        let tx = self.gate.hold().map_err(dmu_err)?;
+        let _a = self.admin.lock();
+        self.destroy_snapshot_locked(&tx, name)
+    }
+
+    pub(crate) fn destroy_snapshot_locked(&self, tx: &TxHold, name: &str) -> Result<()> {
+        let sobj = self.dir.lock().snaps.get(name).map(|r| r.obj).ok_or_else(|| {
+            SpaError::NotFound(format!(
+                "could not find any snapshots to destroy; check snapshot names.\ncannot destroy '{name}': snapshot does not exist"
+            ))
+        })?;
+        let s = self.ds_phys(sobj)?;
+        if s.num_clones > 0 {
+            return Err(SpaError::Busy(format!(
+                "cannot destroy '{name}': snapshot has dependent clones\nuse '-R' to destroy the following datasets:\n{}",
+                self.clones_of(sobj).join("\n")
+            )));
+        }
+        let nobj = s.next_snap_obj;
+        let mut n = self.ds_phys(nobj)?;
+        let mos = &*self.mos;
+        let ndead = deadlist_read(mos, n.deadlist_obj)?;
+        let (free, keep): (Vec<BlkPtr>, Vec<BlkPtr>) = ndead.into_iter().partition(|b| b.birth_txg > s.prev_snap_txg);
+        for bp in &free {
+            self.zio.free_block(bp, tx.txg);
+        }
+        let mut merged = keep;
+        merged.extend(deadlist_read(mos, s.deadlist_obj)?);
+        deadlist_replace(mos, tx, n.deadlist_obj, &merged)?;
+        n.prev_snap_obj = s.prev_snap_obj;
+        n.prev_snap_txg = s.prev_snap_txg;
+        self.set_ds_phys(tx, nobj, &n)?;
+        if !n.is_snapshot() {
+            if let Some(st) = self.dead.lock().get(&nobj) {
+                st.prev_snap_txg.store(n.prev_snap_txg, Ordering::SeqCst);
+            }
+        }
+        if s.prev_snap_obj != 0 {
+            let mut p = self.ds_phys(s.prev_snap_obj)?;
+            if p.next_snap_obj == sobj {
+                p.next_snap_obj = nobj;
+                self.set_ds_phys(tx, s.prev_snap_obj, &p)?;
+            }
+        }
+        self.unlink_name(tx, name)?;
+        self.dir.lock().snaps.remove(name);
+        self.snap_objsets.lock().remove(&sobj);
+        mos.free_object(tx, s.deadlist_obj).map_err(dmu_err)?;
+        if s.props_obj != 0 {
+            mos.free_object(tx, s.props_obj).map_err(dmu_err)?;
+        }
+        mos.free_object(tx, sobj).map_err(dmu_err)
+    }
+
+    /// Free the blocks of head `obj` (record `h`) that no snapshot or origin holds,
+    /// and its dead list; the caller removes the record. Requires that it has no
+    /// snapshots of its own left.
+    pub(crate) fn destroy_head_blocks(&self, tx: &TxHold, obj: u64, root: &BlkPtr, h: &DslDatasetPhys) -> Result<()> {
+        let zio = self.zio.clone();
+        let txg = tx.txg;
+        tarn_dmu::traverse::traverse_resumable(&zio, root, h.prev_snap_txg + 1, 0, &mut |bp, _| zio.free_block(bp, txg), &mut |_| false).map_err(dmu_err)?;
+        // Dead-list entries were born at or before prev_snap_txg: they belong to the
+        // origin (a head without snapshots has an empty dead list otherwise).
+        if h.deadlist_obj != 0 {
+            self.mos.free_object(tx, h.deadlist_obj).map_err(dmu_err)?;
+        }
+        if h.props_obj != 0 {
+            self.mos.free_object(tx, h.props_obj).map_err(dmu_err)?;
+        }
+        if h.origin_obj != 0 {
+            let mut o = self.ds_phys(h.origin_obj)?;
+            o.num_clones = o.num_clones.saturating_sub(1);
+            self.set_ds_phys(tx, h.origin_obj, &o)?;
+        }
+        self.dead.lock().remove(&obj);
+        Ok(())
+    }
+
+    /// `zfs clone [-p] snap fs`: a new head sharing every block of `snap`.
+    pub fn clone_snapshot(&self, snap: &str, target: &str, props: &BTreeMap<String, String>, create_parents: bool) -> Result<()> {
+        crate::validate_dataset_name(target)?;
+        if target.contains('@') {
+            return Err(SpaError::Invalid(format!(
+                "cannot create '{target}': snapshot delimiter '@' is not expected here"
+            )));
+        }
+        for (k, v) in props {
+            crate::dsl::check_prop(k, v)?;
+        }
+        let tx = self.gate.hold().map_err(dmu_err)?;
+        let _a = self.admin.lock();
+        let sobj = self.snap_obj(snap)?;
+        if target.split('/').next() != Some(self.name.as_str()) {
+            return Err(SpaError::Invalid(format!("cannot create '{target}': source and target pools differ")));
+        }
+        if self.dir.lock().datasets.contains_key(target) {
+            return Err(SpaError::Exists(format!("cannot create '{target}': dataset already exists")));
+        }
+        let missing = self.missing_parents(target);
+        if !missing.is_empty() && !create_parents {
+            return Err(SpaError::NotFound(format!("cannot create '{target}': parent does not exist")));
+        }
+        if !target.contains('/') {
+            return Err(SpaError::Exists(format!("cannot create '{target}': dataset already exists")));
+        }
+        for m in missing.iter().rev() {
+            self.create_dataset_record(&tx, m, &BTreeMap::new())?;
+        }
+        let mut s = self.ds_phys(sobj)?;
+        self.create_dataset_record_from(&tx, target, props, Some((sobj, &s)))?;
+        s.num_clones += 1;
+        self.set_ds_phys(&tx, sobj, &s)?;
+        drop(_a);
+        drop(tx);
+        // The clone starts with the origin's root, whose intent-log header belongs to
+        // the origin's head: clear it (the next txg writes the clone's own root).
+        let os = self.objset_concrete(target)?;
+        os.set_zil_header(ZilHeader::default());
+        Ok(())
+    }
+
+    /// Ancestors of `name` that do not exist yet, nearest first.
+    pub(crate) fn missing_parents(&self, name: &str) -> Vec<String> {
+        let d = self.dir.lock();
+        let mut missing = Vec::new();
+        let mut p = name.rfind('/').map(|i| &name[..i]);
+        while let Some(par) = p {
+            if d.datasets.contains_key(par) {
+                break;
+            }
+            missing.push(par.to_string());
+            p = par.rfind('/').map(|i| &par[..i]);
+        }
+        missing
+    }
+
+    /// `zfs rollback [-r] fs@snap`. The caller unmounts the file system first and
+    /// mounts it again after. With `destroy_newer`, newer snapshots are destroyed
+    /// first (`-r`); otherwise their existence is an error in OpenZFS's wording.
+    pub fn rollback(&self, snap: &str, destroy_newer: bool) -> Result<Vec<String>> {
+        let newer = self.rollback_plan(snap, destroy_newer, false)?;
+        let fs = snap.split_once('@').map(|(f, _)| f.to_string()).unwrap_or_default();
+        // Whatever the head has dirty must reach disk before its tree is replaced.
+        self.sync()?;
+        let _s = self.sync_lock.lock();
+        let tx = self.gate.hold().map_err(dmu_err)?;
+        let _a = self.admin.lock();
+        let head = self.head_obj(&fs)?;
+        if let Some(os) = self.objsets.lock().get(&head) {
+            if os.has_dirty() {
+                return Err(SpaError::Busy(format!("cannot rollback '{fs}': dataset is busy")));
+            }
+        }
+        for n in newer.iter().rev() {
+            self.destroy_snapshot_locked(&tx, n)?;
+        }
+        let s = self.ds_phys(self.snap_obj(snap)?)?;
+        let mut h = self.ds_phys(head)?;
+        let os = self.objsets.lock().remove(&head);
+        if let Some(zl) = self.zilogs.lock().remove(&head) {
+            zl.destroy(tx.txg);
+        }
+        let root = os.map(|o| o.root_bp()).unwrap_or(h.rootbp);
+        let zio = self.zio.clone();
+        let txg = tx.txg;
+        tarn_dmu::traverse::traverse_resumable(&zio, &root, s.creation_txg + 1, 0, &mut |bp, _| zio.free_block(bp, txg), &mut |_| false).map_err(dmu_err)?;
+        deadlist_replace(&*self.mos, &tx, h.deadlist_obj, &[])?;
+        h.rootbp = s.rootbp;
+        h.used_bytes = s.used_bytes;
+        self.set_ds_phys(&tx, head, &h)?;
+        drop(_a);
+        drop(tx);
+        drop(_s);
+        // Reopen: the snapshot's root carries the intent-log header of its time, whose
+        // blocks are long gone; the head starts with an empty log.
+        let os = self.objset_concrete(&fs)?;
+        os.set_zil_header(ZilHeader::default());
+        self.sync()?;
+        Ok(newer)
+    }
+
+    /// The checks of `zfs rollback [-r] [-R]` without changing anything: the newer
+    /// snapshots a rollback to `snap` destroys (oldest first), or OpenZFS's refusal
+    /// (newer snapshots without `destroy_newer`; clones of them without `with_clones`,
+    /// whose destruction is the caller's, before [`Pool::rollback`]).
+    pub fn rollback_plan(&self, snap: &str, destroy_newer: bool, with_clones: bool) -> Result<Vec<String>> {
+        let (fs, _) = snap
+            .split_once('@')
+            .ok_or_else(|| SpaError::Invalid(format!("cannot rollback '{snap}': operation only applies to snapshots")))?;
+        self.snap_obj(snap)?;
+        let all = self.snapshots_of(fs);
+        let pos = all.iter().position(|n| n == snap).unwrap_or(0);
+        let newer: Vec<String> = all[pos + 1..].to_vec();
+        if !newer.is_empty() && !destroy_newer {
+            return Err(SpaError::Exists(format!(
+                "cannot rollback to '{snap}': more recent snapshots or bookmarks exist\nuse '-r' to force deletion of the following snapshots and bookmarks:\n{}",
+                newer.join("\n")
+            )));
+        }
+        for n in &newer {
+            let sobj = self.snap_obj(n)?;
+            if !with_clones && self.ds_phys(sobj)?.num_clones > 0 {
+                return Err(SpaError::Busy(format!(
+                    "cannot rollback to '{snap}': clones of previous snapshots exist\nuse '-R' to force deletion of the following clones and dependents:\n{}",
+                    self.clones_of(sobj).join("\n")
+                )));
+            }
+        }
+        Ok(newer)
+    }
+
+    /// Read-only object set of a snapshot (opened once, then cached).
+    pub fn snapshot_objset(&self, name: &str) -> Result<Arc<Objset>> {
+        let sobj = self.snap_obj(name)?;
+        if let Some(os) = self.snap_objsets.lock().get(&sobj) {
+            return Ok(os.clone());
+        }
+        let s = self.ds_phys(sobj)?;
+        let os = Objset::open(self.zio.clone(), self.gate.clone(), &s.rootbp, s.used_bytes).map_err(dmu_err)?;
+        os.set_readonly(true);
+        self.snap_objsets.lock().insert(sobj, os.clone());
+        Ok(os)
+    }
+
+    /// Space figures of record `obj` (`p`), in allocated bytes; `rec` reads other
+    /// records (the previous snapshot, the successor, the origin).
+    pub(crate) fn ds_space(&self, obj: u64, p: &DslDatasetPhys, rec: &dyn Fn(u64) -> Result<DslDatasetPhys>) -> Result<DsSpace> {
+        let mos = &*self.mos;
+        let referenced = if p.is_snapshot() {
+            p.used_bytes
+        } else {
+            self.objsets.lock().get(&obj).map(|o| o.used_bytes()).unwrap_or(p.used_bytes)
+        };
+        let (_, dead_bytes) = deadlist_summary(mos, p.deadlist_obj)?;
+        let prev_ref = if p.prev_snap_obj != 0 { rec(p.prev_snap_obj)?.used_bytes } else { 0 };
+        let shared = prev_ref.saturating_sub(dead_bytes);
+        let written = referenced.saturating_sub(shared);
+        let mut out = DsSpace {
+            referenced,
+            written,
+            ..Default::default()
+        };
+        if p.is_snapshot() {
+            let n = rec(p.next_snap_obj)?;
+            out.unique = bytes_born_after(&deadlist_read(mos, n.deadlist_obj)?, p.prev_snap_txg);
+        } else {
+            out.used_by_dataset = written;
+            // The chain's dead lists, newest first: the head's, then each snapshot's.
+            let origin_txg = if p.origin_obj != 0 { rec(p.origin_obj)?.creation_txg } else { 0 };
+            let dead_of = |d: &DslDatasetPhys| -> Result<u64> {
+                if origin_txg == 0 {
+                    Ok(deadlist_summary(mos, d.deadlist_obj)?.1)
+                } else {
+                    Ok(bytes_born_after(&deadlist_read(mos, d.deadlist_obj)?, origin_txg))
+                }
+            };
+            let mut total = dead_of(p)?;
+            let mut cur = p.prev_snap_obj;
+            let mut steps = 0u64;
+            while cur != 0 && cur != p.origin_obj {
+                steps += 1;
+                if steps > crate::dsl::DATASETS_MAX {
+                    return Err(SpaError::Corrupt("snapshot chain loops".into()));
+                }
+                let c = rec(cur)?;
+                total += dead_of(&c)?;
+                cur = c.prev_snap_obj;
+            }
+            out.used_by_snapshots = total;
+        }
+        Ok(out)
+    }
+}
+
+fn no_such(name: &str) -> SpaError {
+    SpaError::NotFound(format!("cannot open '{name}': dataset does not exist"))
+}
+
+/// "cannot X: why" → "why".
+fn strip_cannot(e: &str) -> String {
+    match e.split_once("': ") {
+        Some((_, why)) => why.to_string(),
+        None => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tarn_dmu::mem::MemStore;
+    use tarn_phys::Dva;
+
+    fn bp(birth_txg: u64, asize_bytes: u64) -> BlkPtr {
+        let mut b = BlkPtr {
+            lsize_bytes: 4096,
+            psize_bytes: 4096,
+            otype: ObjectType::FileData,
+            birth_txg,
+            fill: 1,
+            ..BlkPtr::HOLE
+        };
+        b.dva[0] = Dva {
+            vdev: 0,
+            asize_bytes,
+            offset_bytes: birth_txg << 12,
+        };
+        b
+    }
+
+    #[test]
+    fn deadlist_append_replace_and_damage() {
+        let mos = MemStore::new();
+        let tx = mos.hold_tx().unwrap();
+        let dl = create_deadlist(&mos, &tx).unwrap();
+        assert_eq!(deadlist_summary(&mos, dl).unwrap(), (0, 0));
+        let v = vec![bp(3, 4096), bp(7, 8192), bp(9, 4096)];
+        deadlist_append(&mos, &tx, dl, &v).unwrap();
+        assert_eq!(deadlist_summary(&mos, dl).unwrap(), (3, 16384));
+        assert_eq!(deadlist_read(&mos, dl).unwrap(), v);
+        assert_eq!(bytes_born_after(&v, 5), 12288);
+        deadlist_replace(&mos, &tx, dl, &v[1..]).unwrap();
+        assert_eq!(deadlist_read(&mos, dl).unwrap(), v[1..].to_vec());
+        // A count the object cannot hold, or another object type, is corruption.
+        let mut bonus = (1u64 << 30).to_le_bytes().to_vec();
+        bonus.extend_from_slice(&0u64.to_le_bytes());
+        mos.set_bonus(&tx, dl, &bonus).unwrap();
+        assert!(matches!(deadlist_summary(&mos, dl), Err(SpaError::Corrupt(_))));
+        assert!(deadlist_read(&mos, dl).is_err());
+        let other = mos.create_object(&tx, ObjectType::Packed, 512, 512, &[0u8; 16]).unwrap();
+        assert!(matches!(deadlist_summary(&mos, other), Err(SpaError::Corrupt(_))));
+    }
+}

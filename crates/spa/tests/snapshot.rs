@@ -1,0 +1,285 @@
+//! Snapshots, clones, rollback and destroy at the engine level, against an in-memory
+//! model: every snapshot and head must read back exactly as the model says after
+//! every step and after export/import, and destroying everything gives the space back.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tarn_dmu::ObjectStore;
+use tarn_spa::{CreateSpec, Pool, Rewind, SpaError, TopSpec};
+
+mod common;
+use common::{get, pattern, put, Rng};
+
+fn mkfile(dir: &Path, name: &str, size: u64) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::File::create(&p).unwrap().set_len(size).unwrap();
+    p
+}
+
+fn new_pool(dir: &Path, name: &str) -> Arc<Pool> {
+    let a = mkfile(dir, "a.img", 256 << 20);
+    let b = mkfile(dir, "b.img", 256 << 20);
+    Pool::create(&CreateSpec {
+        name: name.into(),
+        vdevs: vec![TopSpec::Mirror(vec![a, b])],
+        ashift: 12,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// Sync enough txgs for every deferred free to come back.
+fn settle(pool: &Pool) {
+    for _ in 0..6 {
+        pool.sync().unwrap();
+    }
+}
+
+/// object id → contents, for one head or snapshot.
+type Image = BTreeMap<u64, Vec<u8>>;
+
+fn check(os: &dyn ObjectStore, img: &Image, what: &str) {
+    for (obj, data) in img {
+        assert_eq!(&get(os, *obj), data, "{what}: object {obj} differs");
+    }
+}
+
+fn overwrite(os: &dyn ObjectStore, obj: u64, off: usize, bytes: &[u8], img: &mut Image) {
+    let tx = os.hold_tx().unwrap();
+    os.write(&tx, obj, off as u64, bytes).unwrap();
+    let v = img.get_mut(&obj).unwrap();
+    v[off..off + bytes.len()].copy_from_slice(bytes);
+}
+
+fn prop(pool: &Pool, name: &str, p: &str) -> u64 {
+    let all = pool.list_all().unwrap();
+    let i = all.iter().find(|i| i.name == name).unwrap_or_else(|| panic!("{name} not listed"));
+    i.props[p].0.parse().unwrap()
+}
+
+#[test]
+fn snapshot_keeps_old_blocks_and_destroy_frees_them() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = new_pool(d.path(), "sn1");
+    settle(&pool);
+    let base = pool.alloc_bytes();
+    pool.create_dataset("sn1/fs", &BTreeMap::new()).unwrap();
+    let os = pool.objset("sn1/fs").unwrap();
+    let mut img = Image::new();
+    let a = put(&*os, &pattern(1, 4 << 20));
+    img.insert(a, pattern(1, 4 << 20));
+    let s1_img = img.clone();
+    pool.snapshot(&["sn1/fs@s1".into()], false).unwrap();
+    // Overwrite half of the object: the old blocks now belong to s1 alone.
+    overwrite(&*os, a, 0, &pattern(2, 2 << 20), &mut img);
+    pool.sync().unwrap();
+    let s1 = pool.snapshot_objset("sn1/fs@s1").unwrap();
+    check(&*s1, &s1_img, "s1");
+    check(&*os, &img, "head");
+    // s1's unique space is about the 2 MiB overwritten; the head's snapshot usage too.
+    let used_s1 = prop(&pool, "sn1/fs@s1", "used");
+    assert!((2 << 20..3 << 20).contains(&used_s1), "s1 used {used_s1}");
+    assert_eq!(prop(&pool, "sn1/fs", "usedbysnapshots"), used_s1);
+    assert!(prop(&pool, "sn1/fs", "written") >= 2 << 20);
+    // Errors change nothing.
+    assert!(matches!(pool.snapshot(&["sn1/fs@s1".into()], false), Err(SpaError::Exists(_))));
+    assert!(pool.snapshot(&["sn1/nope@x".into()], false).is_err());
+    assert!(pool.snapshot(&["sn1/fs@bad/name".into()], false).is_err());
+    assert!(matches!(pool.destroy_dataset("sn1/fs", false), Err(SpaError::HasChildren(_))));
+    // Destroying s1 gives its unique blocks back.
+    settle(&pool);
+    let before = pool.alloc_bytes();
+    pool.destroy_snapshot("sn1/fs@s1").unwrap();
+    settle(&pool);
+    let freed = before - pool.alloc_bytes();
+    assert!(freed >= used_s1, "freed {freed} < used {used_s1}");
+    check(&*os, &img, "head after destroy");
+    assert_eq!(prop(&pool, "sn1/fs", "usedbysnapshots"), 0);
+    drop(os);
+    drop(s1);
+    pool.destroy_dataset("sn1/fs", true).unwrap();
+    settle(&pool);
+    let end = pool.alloc_bytes();
+    assert!(end.abs_diff(base) <= 128 << 10, "space not returned: base {base}, end {end}");
+    pool.export().unwrap();
+}
+
+#[test]
+fn rollback_and_clone() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = new_pool(d.path(), "sn2");
+    pool.create_dataset("sn2/fs", &BTreeMap::new()).unwrap();
+    let os = pool.objset("sn2/fs").unwrap();
+    let mut img = Image::new();
+    let a = put(&*os, &pattern(3, 1 << 20));
+    img.insert(a, pattern(3, 1 << 20));
+    pool.snapshot(&["sn2/fs@a".into()], false).unwrap();
+    let img_a = img.clone();
+    overwrite(&*os, a, 4096, &[9u8; 70000], &mut img);
+    pool.snapshot(&["sn2/fs@b".into()], false).unwrap();
+    overwrite(&*os, a, 0, &[1u8; 5000], &mut img);
+    drop(os);
+    // Rollback past a newer snapshot needs -r.
+    let e = pool.rollback("sn2/fs@a", false).unwrap_err().to_string();
+    assert!(e.contains("more recent snapshots"), "{e}");
+    // A clone of @a keeps it from being destroyed.
+    pool.clone_snapshot("sn2/fs@a", "sn2/c", &BTreeMap::new(), false).unwrap();
+    let c = pool.objset("sn2/c").unwrap();
+    check(&*c, &img_a, "clone");
+    let mut img_c = img_a.clone();
+    overwrite(&*c, a, 0, &[5u8; 10000], &mut img_c);
+    pool.sync().unwrap();
+    let e = pool.destroy_snapshot("sn2/fs@a").unwrap_err().to_string();
+    assert!(e.contains("dependent clones"), "{e}");
+    let listed = pool.list_all().unwrap();
+    let origin = &listed.iter().find(|i| i.name == "sn2/c").unwrap().props["origin"].0;
+    assert_eq!(origin, "sn2/fs@a");
+    // Roll the head back to @a, destroying @b.
+    let gone = pool.rollback("sn2/fs@a", true).unwrap();
+    assert_eq!(gone, vec!["sn2/fs@b".to_string()]);
+    let os = pool.objset("sn2/fs").unwrap();
+    check(&*os, &img_a, "head after rollback");
+    check(&*c, &img_c, "clone after rollback");
+    drop(os);
+    drop(c);
+    // Everything survives export/import.
+    pool.export().unwrap();
+    drop(pool);
+    let pool = Pool::import("sn2", &[d.path().to_path_buf()], Rewind::None, None).unwrap();
+    check(&*pool.objset("sn2/fs").unwrap(), &img_a, "head after import");
+    check(&*pool.objset("sn2/c").unwrap(), &img_c, "clone after import");
+    check(&*pool.snapshot_objset("sn2/fs@a").unwrap(), &img_a, "@a after import");
+    // -R destroys the clone along with the snapshot.
+    let plan = pool.destroy_plan("sn2/fs@a", false, true).unwrap();
+    assert_eq!(plan, vec!["sn2/c".to_string(), "sn2/fs@a".to_string()]);
+    pool.destroy_dataset_ext("sn2/fs@a", false, true).unwrap();
+    check(&*pool.objset("sn2/fs").unwrap(), &img_a, "head after -R");
+    pool.export().unwrap();
+}
+
+/// Random writes, deletes, snapshots, clones, rollbacks and destroys against a model.
+#[test]
+fn random_model() {
+    let rounds: u64 = std::env::var("TARN_SNAP_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    for seed in 1..=rounds {
+        run_model(seed);
+    }
+}
+
+fn run_model(seed: u64) {
+    let d = tempfile::tempdir().unwrap();
+    let pool = new_pool(d.path(), "snm");
+    settle(&pool);
+    let base = pool.alloc_bytes();
+    let mut rng = Rng(seed * 7919 + 1);
+    // heads: name → image; snaps: name → image.
+    let mut heads: BTreeMap<String, Image> = BTreeMap::new();
+    let mut snaps: BTreeMap<String, Image> = BTreeMap::new();
+    pool.create_dataset("snm/h", &BTreeMap::new()).unwrap();
+    heads.insert("snm/h".into(), Image::new());
+    let mut n = 0u64;
+    for step in 0..60 {
+        n += 1;
+        let names: Vec<String> = heads.keys().cloned().collect();
+        let h = names[rng.below(names.len() as u64) as usize].clone();
+        let os = pool.objset(&h).unwrap();
+        let ctx = format!("seed {seed} step {step}");
+        match rng.below(10) {
+            0..=2 => {
+                let len = 1 + rng.below(600_000) as usize;
+                let data = pattern(rng.next(), len);
+                let obj = put(&*os, &data);
+                heads.get_mut(&h).unwrap().insert(obj, data);
+            }
+            3..=4 => {
+                let img = heads.get_mut(&h).unwrap();
+                if let Some(&obj) = img.keys().nth(rng.below(img.len() as u64) as usize) {
+                    let len = img[&obj].len();
+                    let off = rng.below(len as u64) as usize;
+                    let l = (1 + rng.below(200_000) as usize).min(len - off);
+                    overwrite(&*os, obj, off, &pattern(rng.next(), l), img);
+                }
+            }
+            5 => {
+                let img = heads.get_mut(&h).unwrap();
+                if let Some(&obj) = img.keys().nth(rng.below(img.len() as u64) as usize) {
+                    let tx = os.hold_tx().unwrap();
+                    os.free_object(&tx, obj).unwrap();
+                    img.remove(&obj);
+                }
+            }
+            6 => {
+                let s = format!("{h}@s{n}");
+                pool.snapshot(std::slice::from_ref(&s), false).unwrap();
+                snaps.insert(s, heads[&h].clone());
+            }
+            7 => {
+                // Destroy a random snapshot without clones.
+                let cands: Vec<String> = snaps.keys().cloned().collect();
+                if !cands.is_empty() {
+                    let s = &cands[rng.below(cands.len() as u64) as usize];
+                    match pool.destroy_snapshot(s) {
+                        Ok(()) => {
+                            snaps.remove(s);
+                        }
+                        Err(SpaError::Busy(_)) => {}
+                        Err(e) => panic!("{ctx}: destroy {s}: {e}"),
+                    }
+                }
+            }
+            8 => {
+                let cands: Vec<String> = snaps.keys().cloned().collect();
+                if !cands.is_empty() && heads.len() < 4 {
+                    let s = &cands[rng.below(cands.len() as u64) as usize];
+                    let c = format!("snm/c{n}");
+                    pool.clone_snapshot(s, &c, &BTreeMap::new(), false).unwrap();
+                    heads.insert(c, snaps[s].clone());
+                }
+            }
+            _ => {
+                // Roll back to the newest snapshot of h.
+                drop(os);
+                if let Some(last) = pool.snapshots_of(&h).last().cloned() {
+                    match pool.rollback(&last, false) {
+                        Ok(_) => {
+                            heads.insert(h.clone(), snaps[&last].clone());
+                        }
+                        Err(e) => panic!("{ctx}: rollback {last}: {e}"),
+                    }
+                }
+                continue;
+            }
+        }
+        drop(os);
+        if step % 10 == 9 {
+            pool.sync().unwrap();
+            for (name, img) in &heads {
+                check(&*pool.objset(name).unwrap(), img, &format!("{ctx}: {name}"));
+            }
+            for (name, img) in &snaps {
+                check(&*pool.snapshot_objset(name).unwrap(), img, &format!("{ctx}: {name}"));
+            }
+        }
+    }
+    pool.export().unwrap();
+    drop(pool);
+    let pool = Pool::import("snm", &[d.path().to_path_buf()], Rewind::None, None).unwrap();
+    for (name, img) in &heads {
+        check(&*pool.objset(name).unwrap(), img, &format!("seed {seed} after import: {name}"));
+    }
+    for (name, img) in &snaps {
+        check(&*pool.snapshot_objset(name).unwrap(), img, &format!("seed {seed} after import: {name}"));
+    }
+    // Destroy everything (clones first via -R) and the space comes back.
+    pool.destroy_dataset_ext("snm/h", true, true).unwrap();
+    for c in heads.keys().filter(|k| k.starts_with("snm/c")) {
+        if pool.list_datasets().unwrap().iter().any(|i| &i.name == c) {
+            pool.destroy_dataset_ext(c, true, true).unwrap();
+        }
+    }
+    settle(&pool);
+    let end = pool.alloc_bytes();
+    assert!(end.abs_diff(base) <= 128 << 10, "seed {seed}: space not returned: base {base}, end {end}");
+    pool.export().unwrap();
+}
