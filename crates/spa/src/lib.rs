@@ -46,7 +46,13 @@
 //!
 //! The DSL half (`dsl.rs`) keeps the dataset directory: names, properties with
 //! inheritance, and per-dataset records (`DslDatasetPhys` in a MOS object's bonus)
-//! pointing at each dataset's object set.
+//! pointing at each dataset's object set; `snapshot.rs` adds snapshots, clones,
+//! rollback and the dead lists that decide which freed blocks a snapshot still holds.
+//!
+//! **Leak check** (`leak.rs`): [`Pool::leak_check`] walks every tree of the last synced
+//! txg (MOS, every head, snapshot and clone, shared blocks once) plus the space
+//! structures and the live intent logs, and requires the space maps to call exactly
+//! those blocks allocated. Tests run it; the pool never does by itself.
 //!
 //! **Scan** (`scan.rs`): scrubs and resilvers run in a thread of their own, batch by
 //! batch through `tarn_scan`, with their progress (`ScanPhys`) in the pool directory
@@ -68,6 +74,7 @@ use std::path::PathBuf;
 mod dsl;
 pub mod inject;
 mod iostat;
+mod leak;
 mod names;
 mod pool;
 mod repair;
@@ -78,6 +85,7 @@ mod vdevs;
 
 pub use dsl::{recordsize_bytes, DATASET_PROPS};
 pub use iostat::{PoolIostat, VdevIostat};
+pub use leak::LeakReport;
 pub use names::{validate_dataset_name, validate_pool_name, validate_snapshot_name};
 pub use pool::{
     cache_limit, civil_date, default_cache_limit, format_time, set_cache_limit, LogEvacuateHook, Pool, CACHE_LIMIT_DEFAULT_BYTES, CACHE_LIMIT_DEFAULT_MAX_BYTES,

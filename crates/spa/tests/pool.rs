@@ -512,6 +512,16 @@ fn leak_check_matches_reachable_blocks() {
     assert!(err.contains("leak"), "{err}");
     pool.zio().with_space(|s| s.vdevs[1].free_now(off, 4096));
     pool.leak_check().unwrap();
+    // The dataset's root block freed while the dataset still names it.
+    let root = pool.objset_concrete("leaks").unwrap().root_bp();
+    let d0 = root.dva[0];
+    pool.zio().with_space(|s| s.vdevs[d0.vdev as usize].free_now(d0.offset_bytes, d0.asize_bytes));
+    let err = pool.leak_check().unwrap_err();
+    assert!(err.contains("not allocated"), "{err}");
+    assert!(pool.zio().with_space(|s| s.vdevs[d0.vdev as usize].claim(d0.offset_bytes, d0.asize_bytes)));
+    let r = pool.leak_check().unwrap();
+    assert_eq!(r.allocated_bytes, pool.alloc_bytes(), "{r:?}");
+    assert_eq!((r.datasets, r.snapshots, r.zil_blocks), (1, 0, 0), "{r:?}");
     drop(os);
     pool.export().unwrap();
 }

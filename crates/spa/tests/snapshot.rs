@@ -254,6 +254,9 @@ fn run_model(seed: u64) {
         drop(os);
         if step % 10 == 9 {
             pool.sync().unwrap();
+            // Allocated space is exactly what the trees name (snapshots share once).
+            let r = pool.leak_check().unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            assert_eq!(r.snapshots as usize, snaps.len(), "{ctx}: {r:?}");
             for (name, img) in &heads {
                 check(&*pool.objset(name).unwrap(), img, &format!("{ctx}: {name}"));
             }
@@ -271,6 +274,7 @@ fn run_model(seed: u64) {
     for (name, img) in &snaps {
         check(&*pool.snapshot_objset(name).unwrap(), img, &format!("seed {seed} after import: {name}"));
     }
+    pool.leak_check().unwrap_or_else(|e| panic!("seed {seed} after import: {e}"));
     // Destroy everything (clones first via -R) and the space comes back.
     pool.destroy_dataset_ext("snm/h", true, true).unwrap();
     for c in heads.keys().filter(|k| k.starts_with("snm/c")) {
@@ -279,6 +283,8 @@ fn run_model(seed: u64) {
         }
     }
     settle(&pool);
+    let r = pool.leak_check().unwrap_or_else(|e| panic!("seed {seed} at the end: {e}"));
+    assert_eq!((r.snapshots, r.deadlist_entries), (0, 0), "seed {seed}: {r:?}");
     let end = pool.alloc_bytes();
     assert!(end.abs_diff(base) <= 128 << 10, "seed {seed}: space not returned: base {base}, end {end}");
     pool.export().unwrap();
