@@ -718,6 +718,7 @@ fn pool_column(c: &str) -> Option<(&'static str, Column)> {
         "alloc" | "allocated" => ("allocated", Column::right("ALLOC")),
         "free" => ("free", Column::right("FREE")),
         "cap" | "capacity" => ("capacity", Column::right("CAP")),
+        "frag" | "fragmentation" => ("fragmentation", Column::right("FRAG")),
         "health" => (
             "health",
             Column {
@@ -751,6 +752,11 @@ fn pool_value(name: &str, entry: &PoolEntry, prop: &str, parsable: bool) -> (Str
             let cap = alloc.saturating_mul(100).checked_div(size).unwrap_or(0);
             (if parsable { cap.to_string() } else { format!("{cap}%") }, ro)
         }
+        "fragmentation" => match entry.pool.fragmentation_pct() {
+            Some(f) if parsable => (f.to_string(), ro),
+            Some(f) => (format!("{f}%"), ro),
+            None => ("-".into(), ro),
+        },
         "health" => (entry.pool.health(), ro),
         "guid" => (entry.pool.guid().to_string(), ro),
         "altroot" => match &entry.altroot {
@@ -766,7 +772,7 @@ fn list(st: &mut State, args: &[String]) -> Response {
         Ok(p) => p,
         Err(e) => return bad_usage("list", &e),
     };
-    let cols_arg = p.last('o').unwrap_or_else(|| "name,size,alloc,free,cap,health,altroot".into());
+    let cols_arg = p.last('o').unwrap_or_else(|| "name,size,alloc,free,frag,cap,health,altroot".into());
     let mut props = Vec::new();
     let mut cols = Vec::new();
     for c in cols_arg.split(',') {

@@ -116,23 +116,25 @@ fn list_fields_scripted_and_parsable() {
     env.zpool(&["create", "-m", "none", "-o", "size=256M", "tank", "v/a", "v/b"]).ok();
     let out = env.zpool(&["list", "-H", "-p"]).ok().stdout;
     let fields: Vec<&str> = out.trim_end_matches('\n').split('\t').collect();
-    assert_eq!(fields.len(), 7, "{out:?}");
+    assert_eq!(fields.len(), 8, "{out:?}");
     assert_eq!(fields[0], "tank");
     let size: u64 = fields[1].parse().unwrap();
     let alloc: u64 = fields[2].parse().unwrap();
     let free: u64 = fields[3].parse().unwrap();
-    let cap: u64 = fields[4].parse().unwrap();
+    let frag: u64 = fields[4].parse().unwrap();
+    let cap: u64 = fields[5].parse().unwrap();
     assert!(size > 256 * MB && size <= 512 * MB, "size {size}");
     assert!(alloc > 0 && alloc < size);
     assert_eq!(free, size - alloc);
     assert_eq!(cap, alloc * 100 / size);
-    assert_eq!(fields[5], "ONLINE");
-    assert_eq!(fields[6], "-");
+    assert!(frag <= 100, "frag {frag}");
+    assert_eq!(fields[6], "ONLINE");
+    assert_eq!(fields[7], "-");
     let human = env.zpool(&["list"]).ok().stdout;
     let lines: Vec<&str> = human.lines().collect();
     assert_eq!(lines.len(), 2);
     assert!(lines[0].starts_with("NAME "), "{human}");
-    for h in ["SIZE", "ALLOC", "FREE", "CAP", "HEALTH", "ALTROOT"] {
+    for h in ["SIZE", "ALLOC", "FREE", "FRAG", "CAP", "HEALTH", "ALTROOT"] {
         assert!(lines[0].contains(h));
     }
     assert!(lines[1].starts_with("tank  "));

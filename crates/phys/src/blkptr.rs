@@ -99,6 +99,16 @@ pub enum ObjectType {
     /// Dead list of a dataset or snapshot: an array of block pointers that died
     /// while a snapshot still referenced them (OpenZFS `bpobj` under a deadlist).
     Deadlist = 13,
+    /// Metaslab directory root: per top-level vdev its metaslab geometry and directory
+    /// pages, plus the space-map log chain head (what the uberblock's `spacemap_bp`
+    /// points at).
+    MetaslabRoot = 20,
+    /// Metaslab directory page: flush txg and condensed-map pointer of a run of metaslabs.
+    MetaslabPage = 21,
+    /// One metaslab's condensed free-space map as of its flush txg.
+    MetaslabMap = 22,
+    /// One block of the pool-wide space-map log (a txg's alloc/free records).
+    SpaceMapLog = 23,
 }
 
 impl ObjectType {
@@ -120,6 +130,10 @@ impl ObjectType {
             11 => DslDataset,
             12 => IntentLog,
             13 => Deadlist,
+            20 => MetaslabRoot,
+            21 => MetaslabPage,
+            22 => MetaslabMap,
+            23 => SpaceMapLog,
             _ => return Err(Corrupt::new("blkptr", format!("unknown object type {v}"))),
         })
     }
@@ -300,6 +314,42 @@ mod tests {
         assert_eq!(b[56], 4);
         assert_eq!(u64::from_le_bytes(b[64..72].try_into().unwrap()), 0x1234);
         assert_eq!(b[80], 0xab);
+    }
+
+    /// Every object type has its own code (format.md §4): decoding each code gives the
+    /// type back, and the unused codes (14–19, 24 and up) are refused.
+    #[test]
+    fn object_type_codes_are_distinct_and_round_trip() {
+        use ObjectType::*;
+        let all = [
+            None,
+            Dnode,
+            Objset,
+            Indirect,
+            FileData,
+            DirZap,
+            Zap,
+            Packed,
+            SpaceMap,
+            History,
+            Symlink,
+            DslDataset,
+            IntentLog,
+            Deadlist,
+            MetaslabRoot,
+            MetaslabPage,
+            MetaslabMap,
+            SpaceMapLog,
+        ];
+        let codes: Vec<u8> = all.iter().map(|&t| t as u8).collect();
+        assert_eq!(codes, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 20, 21, 22, 23]);
+        for v in 0..=u8::MAX {
+            match ObjectType::from_u8(v) {
+                Ok(t) => assert_eq!(t as u8, v),
+                Err(_) => assert!(!codes.contains(&v), "code {v} refused"),
+            }
+        }
+        assert_eq!((0..=u8::MAX).filter(|&v| ObjectType::from_u8(v).is_ok()).count(), all.len());
     }
 
     #[test]

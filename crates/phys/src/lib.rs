@@ -48,11 +48,18 @@ pub use zil::{LwbHeader, LwbPtr, RecordHeader, ZilHeader};
 /// records carry snapshot links and dead lists; raidz blocks are variable width as in
 /// OpenZFS (asize = data + parity sectors rounded up to a multiple of nparity + 1,
 /// columns starting on child `(offset >> ashift) % n`).
-pub const TARN_FORMAT_VERSION: u64 = 2;
+///
+/// Version 3: free space is kept per metaslab (about 200 per top-level vdev) in
+/// condensed space maps plus a pool-wide space-map log (OpenZFS 2.0's log space map)
+/// instead of one whole-pool space map rewritten every txg; dataset records may carry
+/// user holds, the inconsistent (receive in progress) and defer-destroy flags; the pool
+/// directory may name a bookmark record.
+pub const TARN_FORMAT_VERSION: u64 = 3;
 
 /// Oldest format version this build imports. Version 1 pools (JSON pool directory)
-/// are refused with a message that names both versions.
-pub const TARN_FORMAT_VERSION_MIN: u64 = 2;
+/// and version 2 pools (one whole-pool space map) are refused with a message that
+/// names both versions.
+pub const TARN_FORMAT_VERSION_MIN: u64 = 3;
 
 /// Smallest leaf device accepted by `zpool create`, as in OpenZFS (`SPA_MINDEVSIZE`).
 pub const MIN_DEVICE_SIZE_BYTES: u64 = 64 << 20;

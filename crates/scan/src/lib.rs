@@ -59,8 +59,9 @@ pub struct Bookmark {
 pub struct Roots {
     /// Root of the MOS.
     pub mos: BlkPtr,
-    /// The space map block.
-    pub spacemap: BlkPtr,
+    /// Every space-structure block of the txg (metaslab root, directory pages,
+    /// condensed maps, space-map log blocks; `metaslab::SpaceMap::structure_bps`).
+    pub spacemap: Vec<BlkPtr>,
     /// Each dataset's MOS object id and object-set root, any order.
     pub datasets: Vec<(u64, BlkPtr)>,
 }
@@ -148,7 +149,9 @@ pub fn collect(zio: &Zio, roots: &Roots, params: &Params, from: Bookmark) -> Col
     let mut all = vec![(MOS_DATASET, roots.mos)];
     all.extend(datasets);
     if from == Bookmark::default() {
-        queue(zio, params, &roots.spacemap, MOS_DATASET, META_OBJECT, &mut out.entries);
+        for bp in &roots.spacemap {
+            queue(zio, params, bp, MOS_DATASET, META_OBJECT, &mut out.entries);
+        }
     }
     for (ds, root) in all.into_iter().filter(|(ds, _)| *ds >= from.dataset) {
         let start = if ds == from.dataset { from.object } else { 0 };

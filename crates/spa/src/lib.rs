@@ -11,7 +11,9 @@
 //!   asked for with `-T`, or an older one with `-F` when the newest cannot be opened);
 //! - **sync** (a thread per pool, `sync.rs`) turns each txg into a new tree: quiesce,
 //!   write dataset data and metadata, update dataset records in the MOS, write the
-//!   MOS, write the space map (which records its own allocation), flush all leaves,
+//!   MOS, write the space structures (the txg's space-map log block, a few flushed
+//!   metaslab maps, their directory pages and a root; they record their own
+//!   allocation — `tarn_metaslab` theory statement), flush all leaves,
 //!   write the uberblock into every label's ring, flush again. Only then is the txg
 //!   durable (DESIGN "Transaction groups"). A failed sync suspends the pool.
 //! - **export/destroy** sync, mark the labels, and release the device locks.
@@ -44,7 +46,13 @@
 //!
 //! The DSL half (`dsl.rs`) keeps the dataset directory: names, properties with
 //! inheritance, and per-dataset records (`DslDatasetPhys` in a MOS object's bonus)
-//! pointing at each dataset's object set.
+//! pointing at each dataset's object set; `snapshot.rs` adds snapshots, clones,
+//! rollback and the dead lists that decide which freed blocks a snapshot still holds.
+//!
+//! **Leak check** (`leak.rs`): [`Pool::leak_check`] walks every tree of the last synced
+//! txg (MOS, every head, snapshot and clone, shared blocks once) plus the space
+//! structures and the live intent logs, and requires the space maps to call exactly
+//! those blocks allocated. Tests run it; the pool never does by itself.
 //!
 //! **Scan** (`scan.rs`): scrubs and resilvers run in a thread of their own, batch by
 //! batch through `tarn_scan`, with their progress (`ScanPhys`) in the pool directory
@@ -67,6 +75,7 @@ mod bookmark;
 mod dsl;
 pub mod inject;
 mod iostat;
+mod leak;
 mod names;
 mod pool;
 mod promote;
@@ -80,6 +89,7 @@ mod vdevs;
 pub use bookmark::{validate_bookmark_name, Bookmark};
 pub use dsl::{recordsize_bytes, DATASET_PROPS};
 pub use iostat::{PoolIostat, VdevIostat};
+pub use leak::LeakReport;
 pub use names::{validate_dataset_name, validate_pool_name, validate_snapshot_name};
 pub use pool::{
     cache_limit, civil_date, default_cache_limit, format_time, set_cache_limit, LogEvacuateHook, Pool, CACHE_LIMIT_DEFAULT_BYTES, CACHE_LIMIT_DEFAULT_MAX_BYTES,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tarn_dmu::objset::{Objset, OS_TYPE_MOS};
 use tarn_dmu::txg::TxgGate;
 use tarn_dmu::{ObjectStore, TxHold};
-use tarn_metaslab::{AllocClass, SpaceMap, VdevSpace};
+use tarn_metaslab::{AllocClass, SpaceMap, VdevDims, VdevSpace};
 use tarn_phys::label::{LabelConfig, PoolState, VdevConfig};
 use tarn_phys::{BlkPtr, UberblockPhys, TARN_FORMAT_VERSION};
 use tarn_vdev::{label, Leaf, Vdev, VdevError, VdevState};
@@ -856,18 +856,19 @@ impl Pool {
             SpaceMap::new(dims.iter().zip(&classes).map(|(&(a, al), &c)| VdevSpace::new_class(a, al, c)).collect()),
             cache_max_bytes(),
         ));
-        let sm_bytes = zio
-            .read_block(&ub.spacemap_bp)
-            .map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': space map unreadable: {e}")))?;
-        let sm_len = u64::from_le_bytes(
-            sm_bytes
-                .get(0..8)
-                .ok_or_else(|| SpaError::Corrupt("space map too short".into()))?
-                .try_into()
-                .unwrap(),
-        ) as usize;
-        let mut sm = SpaceMap::decode(&dims, sm_bytes.get(8..8 + sm_len).ok_or_else(|| SpaError::Corrupt("space map length".into()))?)
-            .map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': {e}")))?;
+        let vdims: Vec<VdevDims> = dims
+            .iter()
+            .zip(&classes)
+            .map(|(&(asize_bytes, align_bytes), &class)| VdevDims {
+                asize_bytes,
+                align_bytes,
+                class,
+            })
+            .collect();
+        let mut sm = SpaceMap::load(&vdims, &ub.spacemap_bp, &mut |bp| {
+            zio.read_block(bp).map(|b| b.to_vec()).map_err(|e| e.to_string())
+        })
+        .map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': space map: {e}")))?;
         for (i, (vs, &class)) in sm.vdevs.iter_mut().zip(&classes).enumerate() {
             if vs.class() != class {
                 return Err(SpaError::Corrupt(format!(
@@ -1018,6 +1019,17 @@ impl Pool {
     pub fn alloc_bytes(&self) -> u64 {
         self.zio.alloc_bytes()
     }
+    /// Fragmentation of the normal class's free space, 0–100 (OpenZFS's metric over
+    /// the metaslabs' free-segment histograms; `zpool list` FRAG). `None` when the
+    /// pool has no normal space.
+    pub fn fragmentation_pct(&self) -> Option<u64> {
+        self.zio.with_space(|s| s.fragmentation_pct())
+    }
+    /// Bytes of space structures (space-map log, flushed metaslab maps, directory
+    /// pages, root; each block once, not per copy) the last txg sync wrote.
+    pub fn space_sync_bytes(&self) -> u64 {
+        self.zio.with_space(|s| s.last_sync_bytes())
+    }
     /// Number of blocks that failed every copy since import.
     pub fn data_errors(&self) -> u64 {
         self.zio.data_errors.load(Ordering::Relaxed)
@@ -1128,6 +1140,7 @@ impl Pool {
             "allocated" => alloc.to_string(),
             "free" => size.saturating_sub(alloc).to_string(),
             "capacity" => (alloc * 100).checked_div(size).unwrap_or(0).to_string(),
+            "fragmentation" => self.fragmentation_pct().map_or_else(|| "-".into(), |f| f.to_string()),
             "health" => self.health(),
             "guid" => self.guid.to_string(),
             "version" => "-".into(),
@@ -1163,6 +1176,7 @@ impl Pool {
             "readonly",
             "ashift",
             "comment",
+            "fragmentation",
         ]
     }
 

@@ -483,6 +483,11 @@ impl Pool {
         let _s = self.sync_lock.lock();
         let synced = self.gate.synced_txg();
         self.zio.with_space(|s| s.hold_frees_from(Some(synced + 1)));
+        self.roots_synced()
+    }
+
+    /// The roots of the last synced txg (call with `sync_lock` held).
+    fn roots_synced(&self) -> Roots {
         let datasets = {
             // Snapshots too: a block only a snapshot holds must be scrubbed and
             // resilvered like any other (shared blocks are visited once per tree).
@@ -498,7 +503,7 @@ impl Pool {
         };
         Roots {
             mos: self.mos.root_bp(),
-            spacemap: *self.spacemap_bp.lock(),
+            spacemap: self.zio.with_space(|s| s.structure_bps()),
             datasets,
         }
     }

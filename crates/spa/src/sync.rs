@@ -7,9 +7,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use tarn_dmu::{ObjectStore, TxHold};
-use tarn_phys::{ObjectType, UberblockPhys, TARN_FORMAT_VERSION};
+use tarn_phys::{UberblockPhys, TARN_FORMAT_VERSION};
 use tarn_vdev::label;
-use tarn_zio::WriteProps;
 
 /// Seconds between txg syncs when nobody asks for one (ZFS `zfs_txg_timeout`).
 pub const TXG_TIMEOUT_S: u64 = 5;
@@ -121,28 +120,18 @@ impl Pool {
             self.mos.sync_finish(mb).map_err(dmu_err)?
         };
         let rootbp = mos_root.unwrap_or_else(|| self.mos.root_bp());
-        // The space map records its own allocation: allocate first, encode after.
-        let old = *self.spacemap_bp.lock();
-        self.zio.free_block(&old, txg);
-        let est = self.zio.with_space(|s| s.encode().len()) as u64 + 8 + 1024;
-        let psize = est.div_ceil(4096) * 4096;
-        let props = WriteProps {
-            otype: ObjectType::SpaceMap,
-            level: 0,
-            compression: tarn_phys::Compression::Off,
-            copies: 3,
-            txg,
-            fill: 1,
-        };
-        let smbp = self
+        // Space accounting (metaslab theory statement): this txg's log block(s), the
+        // metaslabs flushed this txg, their directory pages and a new root. The plan
+        // allocates its own blocks before it drains the records, so the structures
+        // record their own allocation.
+        let plan = self
             .zio
-            .write_block_with(psize, props, || {
-                let e = self.zio.with_space(|s| s.encode());
-                let mut v = (e.len() as u64).to_le_bytes().to_vec();
-                v.extend_from_slice(&e);
-                v
-            })
-            .map_err(|e| SpaError::Io(e.to_string()))?;
+            .space_sync_plan(txg)
+            .map_err(|e| SpaError::Io(format!("txg {txg}: space structures: {e}")))?;
+        for block in &plan.blocks {
+            self.zio.write_sealed(block).map_err(|e| SpaError::Io(e.to_string()))?;
+        }
+        let smbp = plan.root;
         self.zio.flush().map_err(|e| SpaError::Io(e.to_string()))?;
         // A leaf that failed a write of this txg lacks some of its blocks: its DTL gets
         // the txg, and the labels record that after the uberblock.

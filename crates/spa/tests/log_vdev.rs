@@ -199,6 +199,8 @@ fn remove_log_leaves_a_hole_and_frees_the_device() {
     drop(pool);
     let pool = import("rm1", d.path());
     assert_eq!(tops(&pool), expect);
+    // The removed vdev's space structures (directory pages, maps) were freed.
+    pool.leak_check().unwrap();
     let os = pool.objset("rm1").unwrap();
     assert_eq!((get(&*os, o), get(&*os, o2)), (data.clone(), more.clone()));
     // A removal by "mirror-N" name; without a hook the pool just syncs.
@@ -461,6 +463,8 @@ fn power_cut_during_add_and_remove() {
             drop(pool);
             let pool = import(&name, &dir);
             assert_eq!(tops(&pool).len(), if removing { 1 } else { 2 });
+            pool.leak_check()
+                .unwrap_or_else(|e| panic!("cut after {cut_after} (removing: {removing}): {e}"));
             pool.export().unwrap();
         }
     }

@@ -374,6 +374,18 @@ fn corrupt_labels_and_newer_version_refuse_import() {
         .expect("newer version must be refused")
         .to_string();
     assert!(e.contains("newer on-disk format"), "{e}");
+    // A version 2 pool (one whole-pool space map) is refused by its version number.
+    {
+        let leaf = tarn_vdev::Leaf::open(&a).unwrap();
+        let mut cfg = tarn_vdev::label::read_configs(&leaf).into_iter().flatten().next().unwrap();
+        cfg.version = 2;
+        tarn_vdev::label::write_config(&leaf, &cfg).unwrap();
+    }
+    let e = Pool::import("lb1", &[d.path().to_path_buf()], Rewind::None, None)
+        .err()
+        .expect("version 2 must be refused")
+        .to_string();
+    assert!(e.contains("older on-disk format version (2)"), "{e}");
     // Restore, then damage every label's config: the pool is no longer found.
     {
         let leaf = tarn_vdev::Leaf::open(&a).unwrap();
@@ -459,6 +471,69 @@ fn a_txg_writes_its_metadata_in_a_few_batches_not_block_by_block() {
         os.read(wide, i * 1024 * (128 << 10), &mut buf).unwrap();
         assert_eq!(buf, pattern(i, 4096), "span {i}");
     }
+    drop(os);
+    pool.export().unwrap();
+}
+
+/// Space accounting per txg is proportional to the txg's work, not to the pool: the
+/// same small txgs on a 1 GiB and on a 1 TiB (sparse) pool write the same number of
+/// space-structure bytes (engine counter, no timing).
+#[test]
+fn space_sync_bytes_do_not_grow_with_pool_size() {
+    let run = |size: u64, name: &str| -> Vec<u64> {
+        let d = tempfile::tempdir().unwrap();
+        let f = mkfile(d.path(), "a.img", size);
+        let pool = Pool::create(&spec(name, vec![TopSpec::Leaf(f)])).unwrap();
+        let os = pool.objset(name).unwrap();
+        pool.sync().unwrap();
+        let mut bytes = Vec::new();
+        for i in 0..6u64 {
+            for k in 0..3 {
+                put(&*os, &pattern(i * 3 + k, 8192));
+            }
+            pool.sync().unwrap();
+            bytes.push(pool.space_sync_bytes());
+        }
+        assert_eq!(pool.fragmentation_pct().map(|f| f <= 100), Some(true));
+        drop(os);
+        pool.export().unwrap();
+        bytes
+    };
+    let small = run(1 << 30, "flat1g");
+    let large = run(1 << 40, "flat1t");
+    assert!(small.iter().all(|&b| b > 0), "{small:?}");
+    assert_eq!(small, large, "space-structure bytes per txg: 1 GiB {small:?}, 1 TiB {large:?}");
+}
+
+/// The leak check finds exactly the reachable blocks allocated, and notices a block
+/// allocated behind its back (a leak) and one freed while still referenced.
+#[test]
+fn leak_check_matches_reachable_blocks() {
+    let d = tempfile::tempdir().unwrap();
+    let a = mkfile(d.path(), "a.img", 96 << 20);
+    let b = mkfile(d.path(), "b.img", 96 << 20);
+    let pool = Pool::create(&spec("leaks", vec![TopSpec::Leaf(a), TopSpec::Leaf(b)])).unwrap();
+    let os = pool.objset("leaks").unwrap();
+    for i in 0..5 {
+        put(&*os, &pattern(i, 200_000));
+        pool.sync().unwrap();
+    }
+    pool.leak_check().unwrap();
+    let off = pool.zio().with_space(|s| s.vdevs[1].alloc(4096).unwrap());
+    let err = pool.leak_check().unwrap_err();
+    assert!(err.contains("leak"), "{err}");
+    pool.zio().with_space(|s| s.vdevs[1].free_now(off, 4096));
+    pool.leak_check().unwrap();
+    // The dataset's root block freed while the dataset still names it.
+    let root = pool.objset_concrete("leaks").unwrap().root_bp();
+    let d0 = root.dva[0];
+    pool.zio().with_space(|s| s.vdevs[d0.vdev as usize].free_now(d0.offset_bytes, d0.asize_bytes));
+    let err = pool.leak_check().unwrap_err();
+    assert!(err.contains("not allocated"), "{err}");
+    assert!(pool.zio().with_space(|s| s.vdevs[d0.vdev as usize].claim(d0.offset_bytes, d0.asize_bytes)));
+    let r = pool.leak_check().unwrap();
+    assert_eq!(r.allocated_bytes, pool.alloc_bytes(), "{r:?}");
+    assert_eq!((r.datasets, r.snapshots, r.zil_blocks), (1, 0, 0), "{r:?}");
     drop(os);
     pool.export().unwrap();
 }

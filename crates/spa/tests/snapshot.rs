@@ -267,6 +267,9 @@ fn run_model(seed: u64) {
         drop(os);
         if step % 10 == 9 {
             pool.sync().unwrap();
+            // Allocated space is exactly what the trees name (snapshots share once).
+            let r = pool.leak_check().unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            assert_eq!(r.snapshots as usize, snaps.len(), "{ctx}: {r:?}");
             for (name, img) in &heads {
                 check(&*pool.objset(name).unwrap(), img, &format!("{ctx}: {name}"));
             }
@@ -284,6 +287,7 @@ fn run_model(seed: u64) {
     for (name, img) in &snaps {
         check(&*pool.snapshot_objset(name).unwrap(), img, &format!("seed {seed} after import: {name}"));
     }
+    pool.leak_check().unwrap_or_else(|e| panic!("seed {seed} after import: {e}"));
     // Destroy everything (clones first via -R) and the space comes back.
     pool.destroy_dataset_ext("snm/h", true, true).unwrap();
     for c in heads.keys().filter(|k| k.starts_with("snm/c")) {
@@ -292,6 +296,8 @@ fn run_model(seed: u64) {
         }
     }
     settle(&pool);
+    let r = pool.leak_check().unwrap_or_else(|e| panic!("seed {seed} at the end: {e}"));
+    assert_eq!((r.snapshots, r.deadlist_entries), (0, 0), "seed {seed}: {r:?}");
     let end = pool.alloc_bytes();
     assert!(end.abs_diff(base) <= 128 << 10, "seed {seed}: space not returned: base {base}, end {end}");
     pool.export().unwrap();
@@ -324,6 +330,8 @@ fn promote_moves_history_and_origin_can_go() {
     assert!(pool.promote("sn9/a").unwrap_err().to_string().contains("not a cloned filesystem"));
     assert!(pool.promote("sn9/a@s1").is_err());
     let moved = pool.promote("sn9/c").unwrap();
+    pool.sync().unwrap();
+    pool.leak_check().unwrap_or_else(|e| panic!("after promote: {e}"));
     assert_eq!(
         moved,
         vec![
@@ -343,6 +351,8 @@ fn promote_moves_history_and_origin_can_go() {
     // moved snapshots keep their data.
     drop(a);
     pool.destroy_dataset("sn9/a", true).unwrap();
+    pool.sync().unwrap();
+    pool.leak_check().unwrap_or_else(|e| panic!("after destroying the old origin: {e}"));
     check(&*c, &img_c, "promoted clone");
     check(&*pool.snapshot_objset("sn9/c@s2").unwrap(), &img_s2, "moved origin");
     // Survives export/import, and destroying everything returns the space.

@@ -343,6 +343,10 @@ fn log_blocks_and_indirect_data_are_freed_once_synced() {
     let zl = pool.zilog("zilfree").unwrap();
     assert!(zl.stats.lwbs_written.load(std::sync::atomic::Ordering::Relaxed) >= 40);
     drop(zl);
+    // The live chain and its indirect data are allocated, and the leak check counts
+    // them: no sync since the fsyncs, so they are named by the log alone.
+    let r = pool.leak_check().unwrap();
+    assert!(r.zil_blocks > 0 && r.zil_bytes > 0, "{r:?}");
     for i in 0..40u32 {
         fs.unlink(root, format!("f{i}").as_bytes()).unwrap();
     }
@@ -410,10 +414,16 @@ fn slog_takes_the_log_blocks_and_replays_after_a_power_cut() {
     // Large writes too: with a SLOG and logbias=latency they are copied into the log.
     let expect = fsynced_files(&fs, "s", 20, 100_000);
     assert!(log_class_alloc(&pool) > 0, "no log block on the log vdev");
+    // The log vdev's space is exactly the chain's blocks.
+    let r = pool.leak_check().unwrap();
+    assert!(r.zil_bytes >= log_class_alloc(&pool), "{r:?}");
     // The main pool took only the chain's first txg, not the 2 MB of file data.
     assert!(pool.alloc_bytes() < normal_before + (1 << 20), "{normal_before} -> {}", pool.alloc_bytes());
     crash(pool, Some(fs), &prefix, 0);
     let pool = Pool::import("zilslog", &[PathBuf::from(&dir)], Rewind::None, None).unwrap();
+    // The claimed chain is the log's until replay retires it.
+    let r = pool.leak_check().unwrap();
+    assert!(r.zil_blocks > 0, "{r:?}");
     let (fs, stats) = mount(&pool, "zilslog");
     assert!(stats.applied >= 40, "{stats:?}");
     assert_eq!(snapshot(&fs), expect);
@@ -423,6 +433,7 @@ fn slog_takes_the_log_blocks_and_replays_after_a_power_cut() {
         pool.sync().unwrap();
     }
     assert_eq!(log_class_alloc(&pool), 0);
+    pool.leak_check().unwrap();
     pool.export().unwrap();
 }
 

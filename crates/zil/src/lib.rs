@@ -988,6 +988,24 @@ impl Zilog {
         self.st.lock().header
     }
 
+    /// Every block this log holds allocated now, for the pool's leak check: the
+    /// chain's issued blocks and its pre-allocated tail, blocks of retired or claimed
+    /// chains that a sync has yet to free (as DVAs), and the data blocks of indirect
+    /// write records (as block pointers).
+    /// Waits for an issue in progress (whose allocations are not in the chain yet).
+    pub fn owned_blocks(&self) -> (Vec<Dva>, Vec<BlkPtr>) {
+        let _issue = self.issue.lock();
+        let st = self.st.lock();
+        let mut dvas: Vec<Dva> = st.lwbs.iter().map(|l| l.ptr.dva()).collect();
+        if !st.tail.is_none() {
+            dvas.push(st.tail.dva());
+        }
+        dvas.extend(st.retired.iter().copied());
+        let mut bps: Vec<BlkPtr> = st.lwbs.iter().flat_map(|l| l.indirect.iter().copied()).collect();
+        bps.extend(st.retired_bps.iter().copied());
+        (dvas, bps)
+    }
+
     /// The object set this log belongs to.
     pub fn objset(&self) -> &Arc<Objset> {
         &self.os

@@ -42,15 +42,16 @@
 //! Locks (in order): `vdevs`, then `space`, then `cache`; none is held across I/O
 //! except the `vdevs` read lock.
 //!
-//! Called by: dmu (block trees), spa (space map, uberblock bookkeeping).
+//! Called by: dmu (block trees), spa (the txg's space structures through
+//! [`Zio::space_sync_plan`] and [`Zio::write_sealed`], uberblock bookkeeping).
 //! Calls: metaslab, vdev.
 
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tarn_metaslab::{AllocClass, SpaceMap, VdevSpace};
-use tarn_phys::{BlkPtr, ChecksumAlg, Compression, Dva, ObjectType};
+use tarn_metaslab::{AllocClass, SpaceMap, SyncBlock, SyncPlan, VdevSpace};
+use tarn_phys::{BlkPtr, Compression, Dva, ObjectType};
 use tarn_vdev::{Vdev, VdevError};
 
 mod aggregate;
@@ -244,7 +245,7 @@ impl Zio {
         if alloc != 0 {
             return Err(alloc);
         }
-        sm.vdevs[i] = VdevSpace::hole();
+        sm.retire_vdev(i);
         let old = std::mem::replace(&mut vdevs[i], Arc::new(Vdev::new_hole(id)));
         self.inflation_bits.store(Self::compute_inflation(&vdevs, &sm).to_bits(), Ordering::Relaxed);
         Ok(old)
@@ -265,7 +266,7 @@ impl Zio {
         old
     }
 
-    /// Run `f` with the space map locked (spa uses this to encode/inspect it; the
+    /// Run `f` with the space map locked (spa uses this to load and inspect it; the
     /// intent log picks and allocates log blocks with it).
     ///
     /// `f` must not call back into this `Zio`: the lock order is `vdevs` before
@@ -329,6 +330,11 @@ impl Zio {
     fn allocate(&self, psize_bytes: u64, copies: u8) -> Result<[Dva; 3]> {
         let vdevs = self.vdevs.read();
         let mut space = self.space.lock();
+        Self::allocate_in(&vdevs, &mut space, psize_bytes, copies)
+    }
+
+    /// [`Zio::allocate`] with both locks already held by the caller.
+    fn allocate_in(vdevs: &[Arc<Vdev>], space: &mut SpaceMap, psize_bytes: u64, copies: u8) -> Result<[Dva; 3]> {
         let mut out = [Dva::default(); 3];
         let mut used: Vec<u32> = Vec::new();
         for i in 0..copies.clamp(1, 3) as usize {
@@ -405,21 +411,24 @@ impl Zio {
         Ok(bp)
     }
 
-    /// Write a block whose content depends on the allocation itself (the pool space
-    /// map must record its own DVAs): allocate `copies` DVAs for `psize_bytes`, then
-    /// call `fill` (which must return at most `psize_bytes`; it is zero-padded), then
-    /// checksum and write. Compression is off for such blocks.
-    pub fn write_block_with(&self, psize_bytes: u64, props: WriteProps, fill: impl FnOnce() -> Vec<u8>) -> Result<BlkPtr> {
-        let dva = self.allocate(psize_bytes, props.copies)?;
-        let mut payload = fill();
-        assert!(payload.len() as u64 <= psize_bytes, "self-describing block outgrew its allocation");
-        payload.resize(psize_bytes as usize, 0);
-        let checksum = ChecksumAlg::Blake3.compute(&payload);
+    /// Build txg `txg`'s space structures ([`SpaceMap::sync_plan`]) under the space
+    /// lock, allocating them like pool-wide metadata (three copies). Errors: `NoSpace`.
+    pub fn space_sync_plan(&self, txg: u64) -> Result<SyncPlan> {
+        let vdevs = self.vdevs.read();
+        let mut space = self.space.lock();
+        space
+            .sync_plan(txg, &mut |sm, psize| Self::allocate_in(&vdevs, sm, psize, 3).ok())
+            .map_err(|_| ZioError::NoSpace)
+    }
+
+    /// Write a block sealed elsewhere (its pointer already carries DVAs and checksum)
+    /// to every DVA. Errors: `Io` when no copy landed.
+    pub fn write_sealed(&self, block: &SyncBlock) -> Result<()> {
         let vdevs = self.vdevs.read();
         let mut ok = 0;
         let mut last_err = None;
-        for d in dva.iter().filter(|d| !d.is_empty()) {
-            match vdevs[d.vdev as usize].write(d.offset_bytes, &payload) {
+        for d in block.bp.dvas() {
+            match vdevs[d.vdev as usize].write(d.offset_bytes, &block.payload) {
                 Ok(()) => ok += 1,
                 Err(e) => last_err = Some(e),
             }
@@ -427,18 +436,8 @@ impl Zio {
         if ok == 0 {
             return Err(ZioError::Io(last_err.map(|e| e.to_string()).unwrap_or_default()));
         }
-        Ok(BlkPtr {
-            dva,
-            lsize_bytes: psize_bytes as u32,
-            psize_bytes: psize_bytes as u32,
-            otype: props.otype,
-            level: props.level,
-            checksum_alg: ChecksumAlg::Blake3,
-            compression: Compression::Off,
-            birth_txg: props.txg,
-            fill: props.fill,
-            checksum,
-        })
+        self.blocks_written.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Application block I/O so far (reads that missed the cache plus block writes);
