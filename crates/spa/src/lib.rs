@@ -46,6 +46,9 @@
 //! inheritance, and per-dataset records (`DslDatasetPhys` in a MOS object's bonus)
 //! pointing at each dataset's object set.
 //!
+//! **Holds** (`holds.rs`): user holds on snapshots and deferred destroy, a few MOS
+//! changes in one txg; its theory statement is at the top of that module.
+//!
 //! **Scan** (`scan.rs`): scrubs and resilvers run in a thread of their own, batch by
 //! batch through `tarn_scan`, with their progress (`ScanPhys`) in the pool directory
 //! so they resume after export or a crash; resilvers cover the DTLs of usable leaves
@@ -64,6 +67,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 mod dsl;
+mod holds;
 pub mod inject;
 mod iostat;
 mod names;
@@ -75,6 +79,7 @@ mod sync;
 mod vdevs;
 
 pub use dsl::{recordsize_bytes, DATASET_PROPS};
+pub use holds::{Released, TAG_MAX_BYTES};
 pub use iostat::{PoolIostat, VdevIostat};
 pub use names::{validate_dataset_name, validate_pool_name, validate_snapshot_name};
 pub use pool::{
