@@ -958,7 +958,9 @@ impl Pool {
         Ok(())
     }
 
-    fn apply_props_to_open(&self) {
+    /// Apply the effective properties to every open object set and intent log (after
+    /// a change of properties or of the names they are inherited through).
+    pub(crate) fn apply_props_to_open(&self) {
         let d = self.dir.lock().clone();
         let open = self.objsets.lock().clone();
         let logs = self.zilogs.lock().clone();

@@ -46,8 +46,9 @@
 //! inheritance, and per-dataset records (`DslDatasetPhys` in a MOS object's bonus)
 //! pointing at each dataset's object set.
 //!
-//! **Holds** (`holds.rs`): user holds on snapshots and deferred destroy, a few MOS
-//! changes in one txg; its theory statement is at the top of that module.
+//! **Holds and renames** (`holds.rs`, `rename.rs`): user holds on snapshots, deferred
+//! destroy, and renames of file systems and snapshots, each a few MOS changes in one
+//! txg; their theory statements are at the top of those modules.
 //!
 //! **Scan** (`scan.rs`): scrubs and resilvers run in a thread of their own, batch by
 //! batch through `tarn_scan`, with their progress (`ScanPhys`) in the pool directory
@@ -72,6 +73,7 @@ pub mod inject;
 mod iostat;
 mod names;
 mod pool;
+mod rename;
 mod repair;
 pub mod scan;
 mod snapshot;
@@ -85,6 +87,7 @@ pub use names::{validate_dataset_name, validate_pool_name, validate_snapshot_nam
 pub use pool::{
     cache_limit, civil_date, default_cache_limit, format_time, set_cache_limit, LogEvacuateHook, Pool, CACHE_LIMIT_DEFAULT_BYTES, CACHE_LIMIT_DEFAULT_MAX_BYTES,
 };
+pub use rename::RenamePlan;
 pub use repair::FAULT_IO_ERRORS;
 pub use tarn_dmu::ObjectStore;
 pub use tarn_zil::Zilog;
