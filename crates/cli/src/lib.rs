@@ -24,6 +24,7 @@ pub mod mounts;
 pub mod proto;
 pub mod scrub;
 pub mod zfs;
+pub mod zfs_holds;
 pub mod zfs_snap;
 pub mod zinject;
 pub mod zpool;

@@ -27,16 +27,20 @@ use crate::proto::Response;
 const USAGE: &str = "usage: zfs command args ...\nwhere 'command' is one of the following:\n\n\
 \tcreate [-pu] [-o property=value] ... <filesystem>\n\
 \tdestroy [-fnrRv] <filesystem>\n\
-\tdestroy [-fnrRv] <filesystem>@<snap>[%<snap>][,...]\n\n\
+\tdestroy [-dfnrRv] <filesystem>@<snap>[%<snap>][,...]\n\n\
 \tsnapshot [-r] <filesystem>@<snapname> ...\n\
 \trollback [-rR] <snapshot>\n\
-\tclone [-p] [-o property=value] ... <snapshot> <filesystem>\n\n\
+\tclone [-p] [-o property=value] ... <snapshot> <filesystem>\n\
+\n\
 \tlist [-Hp] [-r|-d max] [-o property[,...]] [-s property]...\n\t    [-S property]... [-t type[,...]] [filesystem] ...\n\n\
 \tset <property=value> ... <filesystem> ...\n\
 \tget [-rHp] [-d max] [-o \"all\" | field[,...]]\n\t    [-t type[,...]] [-s source[,...]]\n\t    <\"all\" | property[,...]> [filesystem] ...\n\
 \tinherit [-r] <property> <filesystem> ...\n\n\
 \tmount\n\tmount [-a | <filesystem>]\n\
-\tunmount [-f] <-a | filesystem|mountpoint>\n";
+\tunmount [-f] <-a | filesystem|mountpoint>\n\n\
+\thold [-r] <tag> <snapshot> ...\n\
+\tholds [-rHp] <snapshot> ...\n\
+\trelease [-r] <tag> <snapshot> ...\n";
 
 fn bad_usage(sub: &str, msg: &str) -> Response {
     crate::args::bad_usage(USAGE, sub, msg)
@@ -54,7 +58,10 @@ pub fn run(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         "snapshot" | "snap" => crate::zfs_snap::snapshot(st, ctx, rest),
         "rollback" => crate::zfs_snap::rollback(st, ctx, rest),
         "clone" => crate::zfs_snap::clone(st, ctx, rest),
-        "promote" | "send" | "receive" | "recv" | "hold" | "release" | "holds" | "bookmark" | "diff" | "rename" => {
+        "hold" => crate::zfs_holds::hold(st, ctx, rest),
+        "release" => crate::zfs_holds::release(st, ctx, rest),
+        "holds" => crate::zfs_holds::holds(st, rest),
+        "promote" | "send" | "receive" | "recv" | "bookmark" | "diff" | "rename" => {
             Response::err(format!("'zfs {sub}' is not implemented in this version of Tarn"))
         }
         "list" => list(st, rest),
@@ -182,7 +189,7 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
 }
 
 fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
-    let p = match getopt(args, "rRfnv") {
+    let p = match getopt(args, "rRfnvd") {
         Ok(p) => p,
         Err(e) => return bad_usage("destroy", &e),
     };
@@ -204,6 +211,10 @@ fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     };
     if find(&infos, &name).is_none() {
         return no_dataset(&name);
+    }
+    if p.has('d') {
+        // -d applies to snapshots only (OpenZFS opens the operand as one).
+        return Response::err(format!("cannot open '{name}': operation not applicable to datasets of this type"));
     }
     let is_root = !name.contains('/');
     if is_root && !recursive {

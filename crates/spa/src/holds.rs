@@ -244,6 +244,29 @@ impl Pool {
         read_holds(&*self.mos, &phys)
     }
 
+    /// `zfs holds [-r] fs@snap`: the holds of the snapshot, or with `recursive` of
+    /// the same-named snapshot of `fs` and of every descendant that has one (file
+    /// systems in name order), each with its holds (possibly none).
+    ///
+    /// Errors: `NotFound` — the snapshot (without `recursive`) or the file system (with
+    /// it) does not exist ("cannot open"); `Invalid` for a name without `@`; `Corrupt`.
+    pub fn holds_of(&self, snap: &str, recursive: bool) -> Result<Vec<(String, BTreeMap<String, u64>)>> {
+        let Some((fs, _)) = snap.split_once('@') else {
+            return Err(SpaError::Invalid(format!("'{snap}' is not a snapshot")));
+        };
+        if recursive {
+            self.head_obj(fs)?;
+        } else {
+            self.snap_obj(snap)?;
+        }
+        let mut out = Vec::new();
+        for n in self.same_named_snapshots(snap, recursive) {
+            let h = self.holds(&n)?;
+            out.push((n, h));
+        }
+        Ok(out)
+    }
+
     /// `zfs destroy -d snap…`: destroy each named snapshot that has neither holds nor
     /// clones now, and mark the others for deferred destroy (`defer_destroy` = on);
     /// all in one txg. Names that do not exist are skipped, as `lzc_destroy_snaps`
