@@ -25,6 +25,7 @@ pub mod proto;
 pub mod scrub;
 pub mod zfs;
 pub mod zfs_holds;
+pub mod zfs_rename;
 pub mod zfs_snap;
 pub mod zinject;
 pub mod zpool;

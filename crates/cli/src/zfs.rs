@@ -31,7 +31,10 @@ const USAGE: &str = "usage: zfs command args ...\nwhere 'command' is one of the 
 \tsnapshot [-r] <filesystem>@<snapname> ...\n\
 \trollback [-rR] <snapshot>\n\
 \tclone [-p] [-o property=value] ... <snapshot> <filesystem>\n\
-\n\
+\trename <filesystem|snapshot> <filesystem|snapshot>\n\
+\trename -p[p] <filesystem> <filesystem>\n\
+\trename -u <filesystem> <filesystem>\n\
+\trename -r <snapshot> <snapshot>\n\n\
 \tlist [-Hp] [-r|-d max] [-o property[,...]] [-s property]...\n\t    [-S property]... [-t type[,...]] [filesystem] ...\n\n\
 \tset <property=value> ... <filesystem> ...\n\
 \tget [-rHp] [-d max] [-o \"all\" | field[,...]]\n\t    [-t type[,...]] [-s source[,...]]\n\t    <\"all\" | property[,...]> [filesystem] ...\n\
@@ -61,9 +64,8 @@ pub fn run(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         "hold" => crate::zfs_holds::hold(st, ctx, rest),
         "release" => crate::zfs_holds::release(st, ctx, rest),
         "holds" => crate::zfs_holds::holds(st, rest),
-        "promote" | "send" | "receive" | "recv" | "bookmark" | "diff" | "rename" => {
-            Response::err(format!("'zfs {sub}' is not implemented in this version of Tarn"))
-        }
+        "rename" => crate::zfs_rename::rename(st, ctx, rest),
+        "promote" | "send" | "receive" | "recv" | "bookmark" | "diff" => Response::err(format!("'zfs {sub}' is not implemented in this version of Tarn")),
         "list" => list(st, rest),
         "get" => get(st, rest),
         "set" => set(st, ctx, rest),

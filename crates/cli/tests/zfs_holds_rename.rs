@@ -1,10 +1,13 @@
-//! End-to-end: `tarn zfs hold`, `release`, `holds` and `destroy -d` (OpenZFS suite
-//! areas cli_root/zfs_hold, zfs_release, zfs_holds, zfs_destroy).
+//! End-to-end: `tarn zfs hold`, `release`, `holds`, `destroy -d` and `rename`
+//! (OpenZFS suite areas cli_root/zfs_hold, zfs_release, zfs_holds, zfs_destroy,
+//! zfs_rename).
 //!
 //! How: pools on file vdevs under the test directory. Output of `zfs holds` is
 //! compared column by column with OpenZFS's `print_holds` format; refused commands are
-//! checked for status, OpenZFS's message and an unchanged `zfs list`; holds and the
-//! deferred-destroy flag must survive export/import.
+//! checked for status, OpenZFS's message and an unchanged `zfs list`; holds, the
+//! deferred-destroy flag and renamed names must survive export/import. The FUSE half
+//! renames mounted file systems and reads their files at the new mountpoints; it is
+//! skipped, with a message, when FUSE is not usable here.
 
 mod common;
 use common::*;
@@ -137,4 +140,172 @@ fn holds_release_and_deferred_destroy() {
     assert_eq!(names(&env, "all"), "tank\ntank/fs\ntank/fs/kid\n");
     let h = env.zpool(&["history", "tank"]).ok().stdout;
     assert!(h.contains("zfs hold keep tank/fs@a") && h.contains("zfs release -r backup tank/fs@a"), "{h}");
+}
+
+#[test]
+fn rename_without_mounts() {
+    let env = Env::new();
+    let alt = env.path().join("alt").display().to_string();
+    env.zpool(&["create", "-R", &alt, "-O", "canmount=noauto", "-o", "size=128M", "tank", "v/a"])
+        .ok();
+    env.zpool(&["create", "-R", &alt, "-O", "canmount=noauto", "-o", "size=128M", "other", "v/o"])
+        .ok();
+    env.zfs(&["create", "-u", "tank/a"]).ok();
+    env.zfs(&["create", "-u", "tank/a/b"]).ok();
+    env.zfs(&["snapshot", "-r", "tank/a@s"]).ok();
+    env.zfs(&["clone", "-o", "canmount=noauto", "tank/a/b@s", "tank/cl"]).ok();
+    env.zfs(&["hold", "keep", "tank/a@s"]).ok();
+    env.zfs(&["rename", "tank/a", "tank/x"]).ok();
+    assert_eq!(names(&env, "all"), "tank\ntank/cl\ntank/x\ntank/x@s\ntank/x/b\ntank/x/b@s\n");
+    assert_eq!(get(&env, "origin", "tank/cl"), "tank/x/b@s");
+    assert_eq!(get(&env, "mountpoint", "tank/x/b"), format!("{alt}/tank/x/b"));
+    assert_eq!(env.zfs(&["holds", "-H", "tank/x@s"]).ok().stdout.split('\t').nth(1), Some("keep"));
+    // Snapshots: full name, `@new`, `new`, and -r for descendants.
+    env.zfs(&["rename", "tank/x@s", "tank/x@t"]).ok();
+    env.zfs(&["rename", "tank/x@t", "@u"]).ok();
+    env.zfs(&["rename", "tank/x@u", "v"]).ok();
+    assert_eq!(names(&env, "snapshot"), "tank/x@v\ntank/x/b@s\n");
+    env.zfs(&["rename", "tank/x/b@s", "tank/x/b@v"]).ok();
+    env.zfs(&["rename", "-r", "tank/x@v", "tank/x@w"]).ok();
+    assert_eq!(names(&env, "snapshot"), "tank/x@w\ntank/x/b@w\n");
+    assert_eq!(get(&env, "origin", "tank/cl"), "tank/x/b@w");
+    // -p creates the missing parents; -pp with canmount=off, so nothing mounts here.
+    env.zfs(&["rename", "-pp", "tank/x/b", "tank/p/q/b"]).ok();
+    assert_eq!(get(&env, "canmount", "tank/p/q"), "off");
+    assert_eq!(names(&env, "filesystem"), "tank\ntank/cl\ntank/p\ntank/p/q\ntank/p/q/b\ntank/x\n");
+    env.zfs(&["rename", "tank/p/q/b", "tank/x/b"]).ok();
+
+    // Refusals, in OpenZFS's words, change nothing.
+    let before = listing(&env);
+    let u = |args: &[&str], msg: &str| {
+        let o = env.zfs(args).fails_with(msg);
+        assert_eq!(o.code, 2, "{o:?}");
+        assert!(o.stderr.contains("rename -r <snapshot> <snapshot>"), "{o:?}");
+    };
+    u(&["rename", "tank/x"], "missing target dataset argument");
+    u(&["rename"], "missing source dataset argument");
+    u(&["rename", "a", "b", "c"], "too many arguments");
+    u(&["rename", "-r", "tank/x", "tank/y"], "source dataset for recursive rename must be a snapshot");
+    u(&["rename", "-p", "-r", "tank/x@w", "tank/x@y"], "-p and -r options are mutually exclusive");
+    u(&["rename", "-u", "-p", "tank/x", "tank/y"], "-u and -p options are mutually exclusive");
+    u(&["rename", "-f", "tank/x", "tank/y"], "invalid option 'f'");
+    for (args, msg) in [
+        (&["rename", "tank/nope", "tank/y"][..], "cannot open 'tank/nope': dataset does not exist"),
+        (&["rename", "tank/x", "tank/nope/y"], "cannot create 'tank/nope/y': parent does not exist"),
+        (&["rename", "tank/x", "nosuch/y"], "cannot create 'nosuch/y': no such pool 'nosuch'"),
+        (
+            &["rename", "tank/x", "other/y"],
+            "cannot rename to 'other/y': datasets must be within same pool",
+        ),
+        (
+            &["rename", "tank/x", "tank/x/b/y"],
+            "cannot rename to 'tank/x/b/y': New dataset name cannot be a descendant of current dataset name",
+        ),
+        (&["rename", "tank/x", "tank/cl"], "cannot rename 'tank/x': dataset already exists"),
+        (
+            &["rename", "tank/x", "tank/y@z"],
+            "cannot rename to 'tank/y@z': snapshot delimiter '@' is not expected here",
+        ),
+        (&["rename", "tank/x", "tank/y*"], "cannot rename to 'tank/y*': invalid character '*' in name"),
+        (&["rename", "tank", "tank2"], "cannot create 'tank2': missing dataset name"),
+        (
+            &["rename", "tank", "tank/y"],
+            "cannot rename to 'tank/y': New dataset name cannot be a descendant of current dataset name",
+        ),
+        (
+            &["rename", "tank/x@w", "tank/cl@w"],
+            "cannot rename to 'tank/cl@w': snapshots must be part of same dataset",
+        ),
+        (&["rename", "tank/x@nope", "tank/x@y"], "cannot open 'tank/x@nope': dataset does not exist"),
+        (&["rename", "tank/x/b@w", "@w"], ""),
+        (
+            &["rename", "-p", "tank/x@w", "tank/x@y"],
+            "cannot open 'tank/x@w': operation not applicable to datasets of this type",
+        ),
+    ] {
+        if msg.is_empty() {
+            // The same name: nothing to do, success as in OpenZFS.
+            env.zfs(args).ok();
+        } else {
+            env.zfs(args).fails_with(msg);
+        }
+        assert_eq!(listing(&env), before, "{args:?} changed something");
+    }
+    env.zfs(&["snapshot", "tank/x/b@y"]).ok();
+    let before = listing(&env);
+    env.zfs(&["rename", "-r", "tank/x@w", "tank/x@y"])
+        .fails_with("cannot rename 'tank/x@w': a child dataset already has a snapshot with the new name");
+    env.zfs(&["rename", "tank/x/b@w", "tank/x/b@y"])
+        .fails_with("cannot rename 'tank/x/b@w': dataset already exists");
+    assert_eq!(listing(&env), before);
+    // Renamed names survive export/import.
+    env.zpool(&["export", "tank"]).ok();
+    env.zpool(&["import", "-N", "-d", &env.vdir().display().to_string(), "-R", &alt, "tank"]).ok();
+    assert_eq!(listing(&env), before);
+    let h = env.zpool(&["history", "tank"]).ok().stdout;
+    assert!(h.contains("zfs rename tank/a tank/x") && h.contains("zfs rename -r tank/x@v tank/x@w"), "{h}");
+}
+
+#[test]
+fn rename_mounted_file_systems() {
+    if !fuse_usable("rename_mounted_file_systems") {
+        return;
+    }
+    let env = Env::new();
+    let m = env.path().join("mnt");
+    let ms = m.display().to_string();
+    env.zpool(&["create", "-m", &ms, "-o", "size=128M", "tank", "mirror", "v/a", "v/b"]).ok();
+    env.zfs(&["create", "tank/a"]).ok();
+    env.zfs(&["create", "tank/a/b"]).ok();
+    env.zfs(&["create", "-o", &format!("mountpoint={ms}/fixed"), "tank/a/f"]).ok();
+    std::fs::write(m.join("a/top"), b"top file\n").unwrap();
+    std::fs::write(m.join("a/b/deep"), b"deep file\n").unwrap();
+    std::fs::write(m.join("fixed/own"), b"own mountpoint\n").unwrap();
+    env.zfs(&["snapshot", "-r", "tank/a@s"]).ok();
+    // The moved file systems are mounted again at their new (inherited) mountpoints;
+    // one with its own mountpoint stays there.
+    env.zfs(&["rename", "tank/a", "tank/z"]).ok();
+    assert_eq!(std::fs::read(m.join("z/top")).unwrap(), b"top file\n");
+    assert_eq!(std::fs::read(m.join("z/b/deep")).unwrap(), b"deep file\n");
+    assert_eq!(std::fs::read(m.join("fixed/own")).unwrap(), b"own mountpoint\n");
+    assert!(!m.join("a/top").exists());
+    let mounts = env.zfs(&["mount"]).ok().stdout;
+    for (n, p) in [("tank/z", "z"), ("tank/z/b", "z/b"), ("tank/z/f", "fixed")] {
+        assert!(
+            mounts.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == [n, &format!("{ms}/{p}")]),
+            "{n}: {mounts}"
+        );
+    }
+    assert!(!mounts.contains("tank/a"), "{mounts}");
+    assert_eq!(get(&env, "mounted", "tank/z/b"), "yes");
+    // The files stay writable there, and the snapshots moved along.
+    std::fs::write(m.join("z/b/after"), b"after rename\n").unwrap();
+    assert_eq!(names(&env, "snapshot"), "tank/z@s\ntank/z/b@s\ntank/z/f@s\n");
+    // -p: the new parents are mounted like new file systems, then the moved one.
+    env.zfs(&["rename", "-p", "tank/z/b", "tank/n/d/b"]).ok();
+    assert_eq!(std::fs::read(m.join("n/d/b/deep")).unwrap(), b"deep file\n");
+    assert_eq!(get(&env, "mounted", "tank/n/d"), "yes");
+    // -u: the mount stays where it was, under the new name.
+    env.zfs(&["rename", "-u", "tank/n/d/b", "tank/n/b2"]).ok();
+    assert_eq!(std::fs::read(m.join("n/d/b/after")).unwrap(), b"after rename\n");
+    assert!(env
+        .zfs(&["mount"])
+        .ok()
+        .stdout
+        .lines()
+        .any(|l| l.starts_with("tank/n/b2 ") && l.ends_with("/n/d/b")));
+    env.zfs(&["unmount", "tank/n/b2"]).ok();
+    env.zfs(&["mount", "tank/n/b2"]).ok();
+    assert_eq!(std::fs::read(m.join("n/b2/after")).unwrap(), b"after rename\n");
+    // A refused rename leaves the mounts as they were.
+    env.zfs(&["rename", "tank/z", "tank/n"])
+        .fails_with("cannot rename 'tank/z': dataset already exists");
+    assert_eq!(std::fs::read(m.join("z/top")).unwrap(), b"top file\n");
+    // Everything is there after export/import (import mounts at the new names).
+    env.zpool(&["export", "tank"]).ok();
+    env.zpool(&["import", "-d", &env.vdir().display().to_string(), "tank"]).ok();
+    assert_eq!(std::fs::read(m.join("z/top")).unwrap(), b"top file\n");
+    assert_eq!(std::fs::read(m.join("n/b2/after")).unwrap(), b"after rename\n");
+    assert_eq!(std::fs::read(m.join("fixed/own")).unwrap(), b"own mountpoint\n");
+    env.zpool(&["export", "tank"]).ok();
 }
