@@ -23,8 +23,10 @@
 //! [`Pool::hold`] and [`Pool::release`] read before they write, so a damaged record is
 //! never updated.
 //!
-//! Locks, as `snapshot()`: `sync_lock` → txg hold → `admin`. A release may destroy a
-//! snapshot, which needs the kill hooks' pending lists empty (no txg syncing). Every
+//! Locks, as `snapshot()`: `sync_lock` → txg hold → `admin`, after a sync of what
+//! was dirty (so the txg hold does not wait in the write throttle for a sync that
+//! `sync_lock` blocks). A release may destroy a snapshot, which needs the kill hooks'
+//! pending lists empty (no txg syncing). Every
 //! check of a command precedes its first change, all its changes are made in one txg,
 //! and the command waits for that txg to sync (as an OpenZFS sync task does). Crash:
 //! the txg is durable as a whole or not at all, so holds, counts and the defer flag
@@ -134,6 +136,7 @@ impl Pool {
             return Err(SpaError::Invalid(format!("'{snap}' is not a snapshot")));
         }
         self.hold_fs_exists(snap)?;
+        self.sync()?;
         let _s = self.sync_lock.lock();
         let tx = self.gate.hold().map_err(dmu_err)?;
         let _a = self.admin.lock();
@@ -186,6 +189,7 @@ impl Pool {
             return Err(SpaError::Invalid(format!("'{snap}' is not a snapshot")));
         };
         self.hold_fs_exists(snap)?;
+        self.sync()?;
         let _s = self.sync_lock.lock();
         let tx = self.gate.hold().map_err(dmu_err)?;
         let _a = self.admin.lock();
@@ -280,6 +284,7 @@ impl Pool {
                 "cannot open '{n}': operation not applicable to datasets of this type"
             )));
         }
+        self.sync()?;
         let _s = self.sync_lock.lock();
         let tx = self.gate.hold().map_err(dmu_err)?;
         let _a = self.admin.lock();

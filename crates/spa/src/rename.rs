@@ -18,8 +18,10 @@
 //!
 //! Crash safety: every entry of one rename (and the ancestors `-p` creates) changes in
 //! one txg — taken under `sync_lock` (no sync can start), a txg hold (the txg cannot
-//! close) and `admin` (MOS changes), the order `snapshot()` uses. Old keys all leave
-//! the ZAP before any new key enters it, so no add meets an entry of the same rename.
+//! close) and `admin` (MOS changes), after a sync of what was dirty, as `snapshot()`
+//! does (so the hold does not wait in the write throttle for a blocked sync). Old
+//! keys all leave the ZAP before any new key enters it, so no add meets an entry of
+//! the same rename.
 //! The txg is durable as a whole or not at all: an import after a crash finds every
 //! old name or every new one, never a mix. The call returns after that txg synced.
 //!
@@ -150,6 +152,7 @@ impl Pool {
                 crate::dsl::check_prop(k, v)?;
             }
         }
+        self.sync()?;
         let _s = self.sync_lock.lock();
         let tx = self.gate.hold().map_err(dmu_err)?;
         let _a = self.admin.lock();
@@ -183,6 +186,7 @@ impl Pool {
     /// ("a child dataset already has a snapshot with the new name"), a new name would
     /// pass 255 bytes; `Exists` — `to` exists.
     pub fn rename_snapshot(&self, from: &str, to: &str, recursive: bool) -> Result<Vec<(String, String)>> {
+        self.sync()?;
         let _s = self.sync_lock.lock();
         let tx = self.gate.hold().map_err(dmu_err)?;
         let _a = self.admin.lock();
