@@ -367,7 +367,18 @@ pub fn check_fs_prop(prop: &str, value: &str) -> Result<(String, String), String
             "off" | "lz4" => value.to_string(),
             _ => return Err("'compression' must be one of 'on | off | lz4'".into()),
         },
-        "used" | "available" | "referenced" | "type" | "mounted" | "name" => {
+        "used"
+        | "available"
+        | "referenced"
+        | "type"
+        | "mounted"
+        | "name"
+        | "receive_resume_token"
+        | "origin"
+        | "creation"
+        | "createtxg"
+        | "guid"
+        | "written" => {
             return Err(format!("'{prop}' is readonly"));
         }
         _ => return Err(format!("invalid property '{prop}'")),

@@ -62,7 +62,16 @@ pub struct State {
     /// Pools whose scan the current request waits for (`zpool scrub -w`) once the
     /// state lock is released; emptied by every request.
     pub wait_scan: Vec<Arc<Pool>>,
+    /// Work the current request runs after the state lock is released (a `zfs send`
+    /// or `zfs recv` stream, which may take hours and must not stop other commands);
+    /// its response replaces the one `dispatch` returned, whose stdout is kept in
+    /// front. Emptied by every request.
+    pub deferred: Option<Job>,
 }
+
+/// Long work of one request, run without the state lock; it takes the lock itself
+/// (through the argument) for short steps such as mounting.
+pub type Job = Box<dyn FnOnce(&Mutex<State>) -> Response + Send>;
 
 /// The per-command context: the client's cwd and the command line (for history).
 pub struct Ctx {
@@ -70,6 +79,9 @@ pub struct Ctx {
     pub cwd: PathBuf,
     /// Full argv after `tarn`.
     pub argv: Vec<String>,
+    /// The client's stdin, stdout and stderr when the request carried them
+    /// ([`proto::wants_stdio`]); a command takes them out.
+    pub stdio: Mutex<Vec<std::os::fd::OwnedFd>>,
 }
 
 impl Ctx {
@@ -86,6 +98,7 @@ impl State {
             pools: BTreeMap::new(),
             state_dir,
             wait_scan: Vec::new(),
+            deferred: None,
         }
     }
 
@@ -226,6 +239,16 @@ pub fn mount_one(entry: &mut PoolEntry, info: &DatasetInfo, explicit: bool) -> R
     if entry.mounts.contains_key(name) {
         return Err(format!("cannot mount '{name}': filesystem already mounted"));
     }
+    // A file system a receive is writing (or left partially received for `-s`) is
+    // never mounted: its contents are not a snapshot's.
+    if entry.pool.is_inconsistent(name) {
+        if !explicit {
+            return Ok(());
+        }
+        return Err(format!(
+            "cannot mount '{name}': dataset is partially received (see 'zfs get receive_resume_token')"
+        ));
+    }
     match canmount(info) {
         "off" => return Err(format!("cannot mount '{name}': 'canmount' property is set to 'off'")),
         "noauto" if !explicit => return Ok(()),
@@ -301,9 +324,15 @@ pub fn unmount_all(entry: &mut PoolEntry, force: bool) -> Vec<String> {
 
 /// Run one request against the state (the state lock is held by the caller).
 pub fn dispatch(st: &mut State, req: &Request) -> Response {
+    dispatch_with(st, req, Vec::new())
+}
+
+/// [`dispatch`] with the descriptors that came with the request.
+pub fn dispatch_with(st: &mut State, req: &Request, stdio: Vec<std::os::fd::OwnedFd>) -> Response {
     let ctx = Ctx {
         cwd: PathBuf::from(&req.cwd),
         argv: req.argv.clone(),
+        stdio: Mutex::new(stdio),
     };
     let Some(family) = req.argv.first() else {
         return Response::usage("usage: tarn zpool|zfs|zinject|daemon ...");
@@ -337,10 +366,20 @@ pub struct Daemon {
 
 impl Daemon {
     fn handle(&self, mut stream: UnixStream) {
-        let mut buf = Vec::new();
-        if let Err(e) = stream.read_to_end(&mut buf) {
-            tracing::warn!("read request: {e}");
-            return;
+        let mut first = vec![0u8; 64 << 10];
+        let (n, fds) = match proto::recv_with_fds(&stream, &mut first) {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!("read request: {e}");
+                return;
+            }
+        };
+        let mut buf = first[..n].to_vec();
+        if n > 0 {
+            if let Err(e) = stream.read_to_end(&mut buf) {
+                tracing::warn!("read request: {e}");
+                return;
+            }
         }
         let req: Request = match serde_json::from_slice(&buf) {
             Ok(r) => r,
@@ -356,9 +395,10 @@ impl Daemon {
             drop(stream);
             self.shutdown();
         }
-        let (resp, waits) = {
+        let fds = if proto::wants_stdio(&req.argv) { fds } else { Vec::new() };
+        let (resp, waits, job) = {
             let mut st = self.state.lock();
-            let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dispatch(&mut st, &req))) {
+            let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dispatch_with(&mut st, &req, fds))) {
                 Ok(r) => r,
                 Err(p) => {
                     let msg = panic_message(&*p);
@@ -366,11 +406,25 @@ impl Daemon {
                     Response::err(format!("internal error: {msg}"))
                 }
             };
-            (r, std::mem::take(&mut st.wait_scan))
+            (r, std::mem::take(&mut st.wait_scan), st.deferred.take())
         };
         for pool in waits {
             pool.scan_wait();
         }
+        let resp = match job {
+            None => resp,
+            Some(job) => match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&self.state))) {
+                Ok(mut r) => {
+                    r.stdout.insert_str(0, &resp.stdout);
+                    r
+                }
+                Err(p) => {
+                    let msg = panic_message(&*p);
+                    tracing::error!("command {:?} panicked: {msg}", req.argv);
+                    Response::err(format!("internal error: {msg}"))
+                }
+            },
+        };
         if let Err(e) = write_response(&mut stream, &resp) {
             tracing::warn!("write response: {e}");
         }

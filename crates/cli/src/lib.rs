@@ -13,7 +13,8 @@
 //! ([`format`]); argument syntax is OpenZFS's getopt ([`args`]).
 //!
 //! Limits: commands are serialized in the daemon (a slow `zpool export` delays a
-//! concurrent `zfs list`); the daemon answers only local clients that may open the
+//! concurrent `zfs list`), except the stream of `zfs send`/`zfs recv`, which moves
+//! after the lock is released ([`zfs_send`]); the daemon answers only local clients that may open the
 //! socket (mode 0600 by default: root).
 
 pub mod args;
@@ -26,6 +27,7 @@ pub mod scrub;
 pub mod zfs;
 pub mod zfs_holds;
 pub mod zfs_rename;
+pub mod zfs_send;
 pub mod zfs_snap;
 pub mod zinject;
 pub mod zpool;

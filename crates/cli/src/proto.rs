@@ -9,6 +9,11 @@
 //! word first even when the binary was invoked as `zpool`/`zfs` through a symlink);
 //! `cwd` lets the daemon resolve relative vdev paths as the user meant them.
 //!
+//! `zfs send` and `zfs recv` ([`wants_stdio`]) also hand the daemon the client's
+//! stdin, stdout and stderr descriptors (SCM_RIGHTS on the request's first byte): the
+//! daemon reads or writes the stream on them directly, and the JSON answer still
+//! comes at the end. The daemon closes any descriptor a command does not use.
+//!
 //! Locations: the socket is `$TARN_SOCKET` (default `/run/tarn/tarn.sock`); daemon state
 //! (pid file, `known_dirs`, `daemon.log`) lives in `$TARN_STATE_DIR` (default
 //! `/var/lib/tarn`).
@@ -20,6 +25,7 @@
 //! exclusive lock beside the socket, and the loser exits.
 
 use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -96,11 +102,99 @@ pub fn state_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
 }
 
+/// Commands that read or write a stream on the client's standard input/output
+/// (`zfs send`, `zfs recv`): the client hands the daemon its stdin, stdout and stderr
+/// as file descriptors (SCM_RIGHTS) with the request, so the stream never passes
+/// through the socket and `-v` progress reaches the terminal while it runs.
+pub fn wants_stdio(argv: &[String]) -> bool {
+    argv.first().map(String::as_str) == Some("zfs") && matches!(argv.get(1).map(String::as_str), Some("send" | "recv" | "receive"))
+}
+
+/// Most descriptors a request may carry (stdin, stdout, stderr).
+pub const STDIO_FDS: usize = 3;
+
+/// Write `body` on `stream`, its first byte carrying `fds` as SCM_RIGHTS.
+fn send_with_fds(stream: &UnixStream, body: &[u8], fds: &[RawFd]) -> std::io::Result<usize> {
+    let mut iov = libc::iovec {
+        iov_base: body.as_ptr() as *mut libc::c_void,
+        iov_len: body.len(),
+    };
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of_val(fds) as u32) } as usize;
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
+    // SAFETY: msghdr is plain data; every pointer set below outlives the sendmsg call,
+    // and the control buffer is large enough (CMSG_SPACE) for one header and `fds`.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = space as _;
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of_val(fds) as u32) as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c) as *mut RawFd, fds.len());
+        let n = libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+}
+
+/// Read the first chunk of a request with the descriptors that came with it (at most
+/// [`STDIO_FDS`]; any beyond are closed, and so is everything on error).
+pub fn recv_with_fds(stream: &UnixStream, buf: &mut [u8]) -> std::io::Result<(usize, Vec<OwnedFd>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: pure size computation.
+    let space = unsafe { libc::CMSG_SPACE((8 * std::mem::size_of::<RawFd>()) as u32) } as usize;
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
+    let mut fds = Vec::new();
+    // SAFETY: as in send_with_fds; the kernel writes at most msg_controllen bytes of
+    // control data and we walk it with the CMSG macros, taking ownership of each
+    // descriptor exactly once.
+    let n = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = space as _;
+        let n = libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data_bytes = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let p = libc::CMSG_DATA(c) as *const RawFd;
+                for i in 0..data_bytes / std::mem::size_of::<RawFd>() {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(p.add(i))));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+        n as usize
+    };
+    fds.truncate(STDIO_FDS);
+    Ok((n, fds))
+}
+
 /// Send one request on a connected stream and read the response.
-pub fn exchange(mut stream: UnixStream, req: &Request) -> std::io::Result<Response> {
+pub fn exchange(stream: UnixStream, req: &Request) -> std::io::Result<Response> {
+    exchange_fds(stream, req, &[])
+}
+
+/// [`exchange`], handing `fds` to the daemon with the request.
+pub fn exchange_fds(mut stream: UnixStream, req: &Request, fds: &[RawFd]) -> std::io::Result<Response> {
     let mut body = serde_json::to_vec(req)?;
     body.push(b'\n');
-    stream.write_all(&body)?;
+    let sent = if fds.is_empty() { 0 } else { send_with_fds(&stream, &body, fds)? };
+    stream.write_all(&body[sent..])?;
     stream.shutdown(std::net::Shutdown::Write)?;
     let mut buf = Vec::new();
     stream.read_to_end(&mut buf)?;
@@ -155,14 +249,15 @@ pub fn connect_or_start(timeout: Duration) -> std::io::Result<UnixStream> {
 pub fn run_remote(argv: Vec<String>) -> std::io::Result<Response> {
     let cwd = std::env::current_dir().map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|_| "/".into());
     let req = Request { argv, cwd };
+    let fds: Vec<RawFd> = if wants_stdio(&req.argv) { vec![0, 1, 2] } else { Vec::new() };
     let stream = connect_or_start(Duration::from_secs(10))?;
-    match exchange(stream, &req) {
+    match exchange_fds(stream, &req, &fds) {
         // A daemon that was dying (e.g. just SIGKILLed) can accept a connection into
         // its backlog and then reset it without reading the request: the command did
         // not run, so connect again (starting a fresh daemon) and retry once.
         Err(e) if matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe) => {
             std::thread::sleep(Duration::from_millis(100));
-            exchange(connect_or_start(Duration::from_secs(10))?, &req)
+            exchange_fds(connect_or_start(Duration::from_secs(10))?, &req, &fds)
         }
         other => other,
     }

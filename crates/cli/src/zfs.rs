@@ -65,7 +65,9 @@ pub fn run(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         "release" => crate::zfs_holds::release(st, ctx, rest),
         "holds" => crate::zfs_holds::holds(st, rest),
         "rename" => crate::zfs_rename::rename(st, ctx, rest),
-        "promote" | "send" | "receive" | "recv" | "bookmark" | "diff" => Response::err(format!("'zfs {sub}' is not implemented in this version of Tarn")),
+        "send" => crate::zfs_send::send(st, ctx, rest),
+        "receive" | "recv" => crate::zfs_send::recv(st, ctx, rest),
+        "promote" | "bookmark" | "diff" => Response::err(format!("'zfs {sub}' is not implemented in this version of Tarn")),
         "list" => list(st, rest),
         "get" => get(st, rest),
         "set" => set(st, ctx, rest),
@@ -304,6 +306,11 @@ fn value_of(entry: &PoolEntry, info: &DatasetInfo, prop: &str, parsable: bool) -
 
 /// A time as OpenZFS prints `creation` ("Sun Nov 23  1:20 2026", local time).
 pub fn ctime(secs: i64) -> String {
+    strftime_local(secs, c"%a %b %e %H:%M %Y")
+}
+
+/// `secs` since the epoch formatted by strftime(3) `fmt` in local time.
+pub fn strftime_local(secs: i64, fmt: &std::ffi::CStr) -> String {
     // SAFETY: localtime_r/strftime write only into the buffers given.
     unsafe {
         let t: libc::time_t = secs as libc::time_t;
@@ -312,7 +319,7 @@ pub fn ctime(secs: i64) -> String {
             return secs.to_string();
         }
         let mut buf = [0u8; 64];
-        let n = libc::strftime(buf.as_mut_ptr() as *mut libc::c_char, buf.len(), c"%a %b %e %H:%M %Y".as_ptr(), &tm);
+        let n = libc::strftime(buf.as_mut_ptr() as *mut libc::c_char, buf.len(), fmt.as_ptr(), &tm);
         String::from_utf8_lossy(&buf[..n]).into_owned()
     }
 }
@@ -328,8 +335,9 @@ const SPACE_PROPS: [&str; 6] = [
 ];
 
 /// Other read-only properties the engine reports.
-const INFO_PROPS: [&str; 8] = [
+const INFO_PROPS: [&str; 9] = [
     "origin",
+    "receive_resume_token",
     "clones",
     "userrefs",
     "createtxg",

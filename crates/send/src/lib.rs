@@ -64,13 +64,18 @@
 //! under its own `compression` property. There are no embedded block pointers in
 //! Tarn, so the `embed` option only sets a header flag.
 //!
+//! Several streams with their datasets' names and properties (`-R`, `-p`, `-I`) go
+//! as a [`package`]: a checksummed header listing them, then the streams back to back.
+//!
 //! Called by: the DSL and the CLI (`zfs send`, `zfs recv`). Calls: dmu, zio, phys.
 
+pub mod package;
 pub mod recv;
 pub mod send;
 pub mod stream;
 pub mod token;
 
+pub use package::{read_package, write_package, Package, PackageDataset, PackageStream, PACKAGE_MAGIC};
 pub use recv::{receive, receive_stream, RecvInfo, RecvOpts, RecvProgress};
 pub use send::{estimate, send, SendOpts, SendSource, SendStats};
 pub use stream::{Record, StreamHeader, StreamReader};

@@ -213,6 +213,10 @@ impl Dir {
 
 /// Flag bit of [`DslDatasetPhys::flags`]: the record is a snapshot.
 pub(crate) const DS_FLAG_SNAPSHOT: u64 = 1;
+/// Flag bit of [`DslDatasetPhys::flags`]: a receive into this file system has not
+/// finished (OpenZFS `DS_FLAG_INCONSISTENT`). It is never mounted; an import destroys
+/// or rolls it back unless it holds a resume token (`crate::sendrecv`).
+pub(crate) const DS_FLAG_INCONSISTENT: u64 = 2;
 /// Flag bit of [`DslDatasetPhys::flags`]: `zfs destroy -d` marked this snapshot; it is
 /// destroyed when its last hold and last clone are gone (`holds.rs`; OpenZFS's
 /// `DS_FLAG_DEFER_DESTROY`, the same bit).
@@ -228,7 +232,7 @@ pub(crate) const DS_FLAG_DEFER_DESTROY: u64 = 1 << 3;
 /// | 136 | creation_txg |
 /// | 144 | creation_time_s |
 /// | 152 | referenced_bytes: allocated bytes of every block of the tree |
-/// | 160 | flags (bit 0: snapshot; bit 3: defer_destroy) |
+/// | 160 | flags (bit 0: snapshot, bit 1: inconsistent, a receive in progress; bit 3: defer_destroy) |
 /// | 168 | props_obj: packed property record, 0 = none |
 /// | 176 | prev_snap_obj: the newest snapshot older than this one (or the origin, for a clone without snapshots), 0 = none |
 /// | 184 | prev_snap_txg: its creation txg; blocks born after it belong to this dataset alone |
@@ -263,6 +267,9 @@ impl DslDatasetPhys {
     pub(crate) fn is_snapshot(&self) -> bool {
         self.flags & DS_FLAG_SNAPSHOT != 0
     }
+    pub(crate) fn is_inconsistent(&self) -> bool {
+        self.flags & DS_FLAG_INCONSISTENT != 0
+    }
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; Self::SIZE_BYTES];
         self.rootbp.encode_into(&mut b[0..128]);
@@ -292,7 +299,7 @@ impl DslDatasetPhys {
             return Err(SpaError::Corrupt("dataset record too short".into()));
         }
         let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-        if b[240..256].iter().any(|&x| x != 0) || u(160) & !(DS_FLAG_SNAPSHOT | DS_FLAG_DEFER_DESTROY) != 0 {
+        if b[240..256].iter().any(|&x| x != 0) || u(160) & !(DS_FLAG_SNAPSHOT | DS_FLAG_INCONSISTENT | DS_FLAG_DEFER_DESTROY) != 0 {
             return Err(SpaError::Corrupt("dataset record has unknown flags or reserved bytes set".into()));
         }
         Ok(DslDatasetPhys {
@@ -385,7 +392,7 @@ pub(crate) fn check_prop(prop: &str, value: &str) -> Result<String> {
             Some(_) => Ok(value.into()),
             None => bad("'compression' must be one of 'on | off | lz4'"),
         },
-        "used" | "available" | "referenced" | "type" | "creation" | "guid" | "name" | "mounted" => {
+        "used" | "available" | "referenced" | "type" | "creation" | "guid" | "name" | "mounted" | crate::RESUME_TOKEN_PROP => {
             Err(SpaError::Invalid(format!("cannot set property '{prop}': read-only property")))
         }
         _ => Err(SpaError::Invalid(format!("invalid property '{prop}'"))),
@@ -830,6 +837,10 @@ impl Pool {
                 props.insert("usedbyrefreservation".into(), ro("0".into()));
                 let origin = name_by_obj.get(&phys.origin_obj).map_or("-".to_string(), |n| n.to_string());
                 props.insert("origin".into(), ro(origin));
+                props.insert(
+                    crate::RESUME_TOKEN_PROP.into(),
+                    ro(rec.props.get(crate::RESUME_TOKEN_PROP).cloned().unwrap_or_else(|| "-".into())),
+                );
                 let prefix = format!("{name}@");
                 props.insert(
                     "snapshot_count".into(),

@@ -76,6 +76,7 @@ mod pool;
 mod rename;
 mod repair;
 pub mod scan;
+mod sendrecv;
 mod snapshot;
 mod sync;
 mod vdevs;
@@ -89,6 +90,7 @@ pub use pool::{
 };
 pub use rename::RenamePlan;
 pub use repair::FAULT_IO_ERRORS;
+pub use sendrecv::{RecvOutcome, RecvSpec, RESUME_TOKEN_PROP};
 pub use tarn_dmu::ObjectStore;
 pub use tarn_zil::Zilog;
 

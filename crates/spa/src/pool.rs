@@ -838,6 +838,8 @@ impl Pool {
                     p.write_labels(PoolState::Active, ub.txg)?;
                     p.start_sync_thread();
                     p.resume_scan();
+                    let notes = p.cleanup_interrupted_receives();
+                    p.import_notes.lock().extend(notes);
                     return Ok(p);
                 }
                 Err(e) => last_err = Some(e),

@@ -199,6 +199,13 @@ impl Pool {
     /// Errors: `Invalid` for a bad name or a name in another pool, `NotFound` for a
     /// missing dataset, `Exists` for an existing snapshot (OpenZFS wording).
     pub fn snapshot(&self, names: &[String], recursive: bool) -> Result<Vec<String>> {
+        self.snapshot_with_guid(names, recursive, None)
+    }
+
+    /// [`Pool::snapshot`], where `guid` (non-zero) is the GUID of the one snapshot
+    /// named: `zfs recv` gives the received snapshot the sender's GUID, so the next
+    /// incremental stream finds its base. `None`: random GUIDs.
+    pub(crate) fn snapshot_with_guid(&self, names: &[String], recursive: bool, guid: Option<u64>) -> Result<Vec<String>> {
         let mut targets: Vec<(String, String)> = Vec::new();
         for n in names {
             let Some((fs, snap)) = n.split_once('@') else {
@@ -222,7 +229,7 @@ impl Pool {
             for f in fss {
                 let full = format!("{f}@{snap}");
                 if d.snaps.contains_key(&full) || targets.iter().any(|(a, b)| format!("{a}@{b}") == full) {
-                    return Err(SpaError::Exists(format!("cannot create snapshot '{full}': dataset already exists")));
+                    return Err(SpaError::Exists(format!("cannot create snapshot '{full}': dataset")));
                 }
                 targets.push((f, snap.to_string()));
             }
@@ -240,7 +247,7 @@ impl Pool {
             let mut h = self.ds_phys(head)?;
             let s = DslDatasetPhys {
                 rootbp: h.rootbp,
-                guid: rand::random(),
+                guid: guid.unwrap_or_else(rand::random),
                 creation_txg: txg,
                 creation_time_s: now_s(),
                 used_bytes: h.used_bytes,
@@ -415,14 +422,14 @@ impl Pool {
             return Err(SpaError::Invalid(format!("cannot create '{target}': source and target pools differ")));
         }
         if self.dir.lock().datasets.contains_key(target) {
-            return Err(SpaError::Exists(format!("cannot create '{target}': dataset already exists")));
+            return Err(SpaError::Exists(format!("cannot create '{target}': dataset")));
         }
         let missing = self.missing_parents(target);
         if !missing.is_empty() && !create_parents {
             return Err(SpaError::NotFound(format!("cannot create '{target}': parent does not exist")));
         }
         if !target.contains('/') {
-            return Err(SpaError::Exists(format!("cannot create '{target}': dataset already exists")));
+            return Err(SpaError::Exists(format!("cannot create '{target}': dataset")));
         }
         for m in missing.iter().rev() {
             self.create_dataset_record(&tx, m, &BTreeMap::new())?;
@@ -514,7 +521,7 @@ impl Pool {
         let pos = all.iter().position(|n| n == snap).unwrap_or(0);
         let newer: Vec<String> = all[pos + 1..].to_vec();
         if !newer.is_empty() && !destroy_newer {
-            return Err(SpaError::Exists(format!(
+            return Err(SpaError::Invalid(format!(
                 "cannot rollback to '{snap}': more recent snapshots or bookmarks exist\nuse '-r' to force deletion of the following snapshots and bookmarks:\n{}",
                 newer.join("\n")
             )));
@@ -567,17 +574,25 @@ impl Pool {
             let n = rec(p.next_snap_obj)?;
             out.unique = bytes_born_after(&deadlist_read(mos, n.deadlist_obj)?, p.prev_snap_txg);
         } else {
-            out.used_by_dataset = written;
             // The chain's dead lists, newest first: the head's, then each snapshot's.
-            let origin_txg = if p.origin_obj != 0 { rec(p.origin_obj)?.creation_txg } else { 0 };
-            let dead_of = |d: &DslDatasetPhys| -> Result<u64> {
+            // Entries born after the origin count toward the snapshots; entries born
+            // at or before it are origin blocks this clone no longer shares.
+            let origin = if p.origin_obj != 0 { Some(rec(p.origin_obj)?) } else { None };
+            let origin_txg = origin.as_ref().map_or(0, |o| o.creation_txg);
+            let mut snap_bytes = 0u64;
+            let mut unshared_origin_bytes = 0u64;
+            let mut add = |d: &DslDatasetPhys| -> Result<()> {
                 if origin_txg == 0 {
-                    Ok(deadlist_summary(mos, d.deadlist_obj)?.1)
+                    snap_bytes += deadlist_summary(mos, d.deadlist_obj)?.1;
                 } else {
-                    Ok(bytes_born_after(&deadlist_read(mos, d.deadlist_obj)?, origin_txg))
+                    let list = deadlist_read(mos, d.deadlist_obj)?;
+                    let after = bytes_born_after(&list, origin_txg);
+                    snap_bytes += after;
+                    unshared_origin_bytes += list.iter().map(|b| b.asize_total_bytes()).sum::<u64>() - after;
                 }
+                Ok(())
             };
-            let mut total = dead_of(p)?;
+            add(p)?;
             let mut cur = p.prev_snap_obj;
             let mut steps = 0u64;
             while cur != 0 && cur != p.origin_obj {
@@ -586,10 +601,15 @@ impl Pool {
                     return Err(SpaError::Corrupt("snapshot chain loops".into()));
                 }
                 let c = rec(cur)?;
-                total += dead_of(&c)?;
+                add(&c)?;
                 cur = c.prev_snap_obj;
             }
-            out.used_by_snapshots = total;
+            out.used_by_snapshots = snap_bytes;
+            // What destroying the file system (after its snapshots) frees: all it
+            // references, less the origin's blocks a clone still shares (zfsprops(7)
+            // `usedbydataset`).
+            let shared_with_origin = origin.map_or(0, |o| o.used_bytes.saturating_sub(unshared_origin_bytes));
+            out.used_by_dataset = referenced.saturating_sub(shared_with_origin);
         }
         Ok(out)
     }

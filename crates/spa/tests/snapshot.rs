@@ -82,6 +82,13 @@ fn snapshot_keeps_old_blocks_and_destroy_frees_them() {
     assert!((2 << 20..3 << 20).contains(&used_s1), "s1 used {used_s1}");
     assert_eq!(prop(&pool, "sn1/fs", "usedbysnapshots"), used_s1);
     assert!(prop(&pool, "sn1/fs", "written") >= 2 << 20);
+    // zfsprops(7): usedbydataset is what destroying the file system (after its
+    // snapshots) frees, i.e. all it references; used adds the snapshots' space.
+    assert_eq!(prop(&pool, "sn1/fs", "usedbydataset"), prop(&pool, "sn1/fs", "referenced"));
+    assert_eq!(
+        prop(&pool, "sn1/fs", "used"),
+        prop(&pool, "sn1/fs", "usedbydataset") + prop(&pool, "sn1/fs", "usedbysnapshots")
+    );
     // Errors change nothing.
     assert!(matches!(pool.snapshot(&["sn1/fs@s1".into()], false), Err(SpaError::Exists(_))));
     assert!(pool.snapshot(&["sn1/nope@x".into()], false).is_err());
@@ -132,6 +139,12 @@ fn rollback_and_clone() {
     pool.sync().unwrap();
     let e = pool.destroy_snapshot("sn2/fs@a").unwrap_err().to_string();
     assert!(e.contains("dependent clones"), "{e}");
+    // A clone's usedbydataset counts only what it does not share with its origin:
+    // the rewritten 10000 bytes (one 128 KiB block and metadata), not the origin's
+    // 1 MiB.
+    let c_usedds = prop(&pool, "sn2/c", "usedbydataset");
+    assert!(c_usedds > 0 && c_usedds < 512 << 10, "clone usedbydataset {c_usedds}");
+    assert!(prop(&pool, "sn2/c", "referenced") >= 1 << 20);
     let listed = pool.list_all().unwrap();
     let origin = &listed.iter().find(|i| i.name == "sn2/c").unwrap().props["origin"].0;
     assert_eq!(origin, "sn2/fs@a");

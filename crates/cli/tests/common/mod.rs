@@ -72,20 +72,19 @@ impl Env {
         p
     }
 
-    /// Run `tarn ARGS`.
-    pub fn tarn(&self, args: &[&str]) -> Out {
-        let o = Command::new(env!("CARGO_BIN_EXE_tarn"))
-            .args(args)
+    /// `tarn ARGS` with this test's socket, state directory and cwd, not started.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tarn"));
+        c.args(args)
             .current_dir(self.path())
             .env("TARN_SOCKET", self.socket())
-            .env("TARN_STATE_DIR", self.state())
-            .output()
-            .expect("run tarn");
-        Out {
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-            code: o.status.code().unwrap_or(-1),
-        }
+            .env("TARN_STATE_DIR", self.state());
+        c
+    }
+
+    /// Run `tarn ARGS`.
+    pub fn tarn(&self, args: &[&str]) -> Out {
+        run(self.command(args))
     }
 
     pub fn zpool(&self, args: &[&str]) -> Out {
@@ -102,6 +101,16 @@ impl Env {
 
     pub fn daemon_log(&self) -> String {
         std::fs::read_to_string(self.state().join("daemon.log")).unwrap_or_default()
+    }
+}
+
+/// Run a command to completion and collect its output (stdout as text).
+pub fn run(mut c: Command) -> Out {
+    let o = c.output().expect("run tarn");
+    Out {
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        code: o.status.code().unwrap_or(-1),
     }
 }
 
