@@ -67,7 +67,8 @@ pub fn run(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         "rename" => crate::zfs_rename::rename(st, ctx, rest),
         "send" => crate::zfs_send::send(st, ctx, rest),
         "receive" | "recv" => crate::zfs_send::recv(st, ctx, rest),
-        "promote" | "bookmark" | "diff" => Response::err(format!("'zfs {sub}' is not implemented in this version of Tarn")),
+        "bookmark" => crate::zfs_snap::bookmark(st, ctx, rest),
+        "promote" | "diff" => Response::err(format!("'zfs {sub}' is not implemented in this version of Tarn")),
         "list" => list(st, rest),
         "get" => get(st, rest),
         "set" => set(st, ctx, rest),
@@ -206,6 +207,12 @@ fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     if name.contains('@') {
         return crate::zfs_snap::destroy_snapshots(st, ctx, &name, &p);
     }
+    if name.contains('#') {
+        if p.has('d') {
+            return Response::err("defer destroy is not supported with bookmark");
+        }
+        return crate::zfs_snap::destroy_bookmark(st, ctx, &name, &p);
+    }
     let Some(entry) = st.pools.get_mut(pool_of(&name)) else {
         return no_dataset(&name);
     };
@@ -268,8 +275,9 @@ fn value_of(entry: &PoolEntry, info: &DatasetInfo, prop: &str, parsable: bool) -
     Some(match prop {
         "name" => (info.name.clone(), ro),
         "type" => info.props.get("type").cloned().unwrap_or_else(|| ("filesystem".into(), ro)),
-        "mounted" if info.name.contains('@') => return None,
+        "mounted" if info.name.contains('@') || info.name.contains('#') => return None,
         "available" if info.name.contains('@') => ("-".into(), ro),
+        "used" | "available" | "referenced" | "mountpoint" if info.name.contains('#') => ("-".into(), ro),
         p if p.starts_with("written@") => {
             let snap = &p["written@".len()..];
             let fs = info.name.split('@').next().unwrap_or(&info.name);
@@ -359,14 +367,52 @@ fn known_prop(prop: &str) -> bool {
         || prop.starts_with("written@")
 }
 
-/// File systems and snapshots of a pool.
+/// File systems, snapshots and bookmarks of a pool, each file system followed by its
+/// snapshots, then its bookmarks.
 fn all_datasets(entry: &PoolEntry) -> Result<Vec<DatasetInfo>, String> {
-    entry.pool.list_all().map_err(|e| e.to_string())
+    let infos = entry.pool.list_all().map_err(|e| e.to_string())?;
+    let marks = entry.pool.bookmarks().map_err(|e| e.to_string())?;
+    if marks.is_empty() {
+        return Ok(infos);
+    }
+    let fs_of = |n: &str| n.split(['@', '#']).next().unwrap_or(n).to_string();
+    let info_of = |b: &tarn_spa::Bookmark| {
+        let ro = |v: String| (v, "-".to_string());
+        let props = [
+            ("type", ro("bookmark".into())),
+            ("creation", ro(b.creation_time_s.to_string())),
+            ("createtxg", ro(b.creation_txg.to_string())),
+            ("guid", ro(b.guid.to_string())),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        DatasetInfo {
+            name: b.name.clone(),
+            used_bytes: 0,
+            avail_bytes: 0,
+            refer_bytes: 0,
+            props,
+        }
+    };
+    let mut out = Vec::with_capacity(infos.len() + marks.len());
+    let mut i = 0;
+    while i < infos.len() {
+        let fs = fs_of(&infos[i].name);
+        while i < infos.len() && fs_of(&infos[i].name) == fs {
+            out.push(infos[i].clone());
+            i += 1;
+        }
+        let mut own: Vec<&tarn_spa::Bookmark> = marks.iter().filter(|b| fs_of(&b.name) == fs).collect();
+        own.sort_by_key(|b| (b.creation_txg, b.name.clone()));
+        out.extend(own.into_iter().map(info_of));
+    }
+    Ok(out)
 }
 
 /// Depth of a name in the `-d` sense: a snapshot is one below its file system.
 fn list_depth(name: &str) -> usize {
-    match name.split_once('@') {
+    match name.split_once(['@', '#']) {
         Some((fs, _)) => depth(fs) + 1,
         None => depth(name),
     }
@@ -375,23 +421,16 @@ fn list_depth(name: &str) -> usize {
 /// Whether `name` is below `of` (a descendant file system, or a snapshot of `of` or
 /// of a descendant).
 fn is_below(name: &str, of: &str) -> bool {
-    let fs = name.split('@').next().unwrap_or(name);
-    (name.contains('@') && fs == of) || is_descendant(fs, of)
+    let fs = name.split(['@', '#']).next().unwrap_or(name);
+    (fs.len() < name.len() && fs == of) || is_descendant(fs, of)
 }
 
 /// Datasets selected by the operands of list/get (with -r / -d), for the types (file systems, snapshots) asked for with `-t`. As in
 /// OpenZFS, `zfs list -t snapshot fs` lists the snapshots of `fs`, and a snapshot
 /// named as an operand is listed whatever `-t` says.
-fn select_typed(
-    st: &State,
-    operands: &[String],
-    recursive: bool,
-    max_depth: Option<usize>,
-    types: (bool, bool),
-    resp: &mut Response,
-) -> Vec<(String, DatasetInfo)> {
-    let (want_fs, want_snap) = types;
-    let wanted = |n: &str| if n.contains('@') { want_snap } else { want_fs };
+fn select_typed(st: &State, operands: &[String], recursive: bool, max_depth: Option<usize>, types: Types, resp: &mut Response) -> Vec<(String, DatasetInfo)> {
+    let (want_fs, want_snap) = (types.fs, types.snap);
+    let wanted = |n: &str| types.wants(n);
     let mut out = Vec::new();
     let recursive = recursive || max_depth.is_some();
     let limit = max_depth.unwrap_or(usize::MAX);
@@ -433,9 +472,10 @@ fn select_typed(
         let own_snaps = want_snap && !want_fs && !name.contains('@') && !recursive;
         for i in infos {
             let below = is_below(&i.name, name) && list_depth(&i.name) - base <= limit;
-            let take = (i.name == name && (wanted(&i.name) || name.contains('@')))
+            let take = (i.name == name && (wanted(&i.name) || name.contains('@') || name.contains('#')))
                 || (recursive && below && wanted(&i.name))
-                || (own_snaps && i.name.split_once('@').map(|(f, _)| f == name).unwrap_or(false));
+                || (own_snaps && i.name.split_once('@').map(|(f, _)| f == name).unwrap_or(false))
+                || (types.bookmark && !recursive && i.name.split_once('#').map(|(f, _)| f == name).unwrap_or(false));
             if take && !out.iter().any(|(_, o): &(String, DatasetInfo)| o.name == i.name) {
                 out.push((pool.to_string(), i));
             }
@@ -444,20 +484,60 @@ fn select_typed(
     out
 }
 
-/// `-t type[,type]…` → (file systems, snapshots).
-fn type_filter(t: Option<String>) -> Result<(bool, bool), String> {
-    let Some(t) = t else { return Ok((true, false)) };
-    let (mut fs, mut snap) = (false, false);
+/// Which kinds of dataset a `-t` list selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Types {
+    fs: bool,
+    snap: bool,
+    bookmark: bool,
+}
+
+impl Types {
+    const FS: Types = Types {
+        fs: true,
+        snap: false,
+        bookmark: false,
+    };
+    fn any(&self) -> bool {
+        self.fs || self.snap || self.bookmark
+    }
+    fn wants(&self, name: &str) -> bool {
+        if name.contains('@') {
+            self.snap
+        } else if name.contains('#') {
+            self.bookmark
+        } else {
+            self.fs
+        }
+    }
+}
+
+/// `-t type[,type]…` (`filesystem`, `snapshot`, `bookmark`, `all`; `volume` selects
+/// nothing, Tarn has no volumes).
+fn type_filter(t: Option<String>) -> Result<Types, String> {
+    let Some(t) = t else { return Ok(Types::FS) };
+    let mut out = Types {
+        fs: false,
+        snap: false,
+        bookmark: false,
+    };
     for w in t.split(',') {
         match w {
-            "filesystem" | "fs" => fs = true,
-            "snapshot" | "snap" => snap = true,
-            "all" => (fs, snap) = (true, true),
-            "volume" | "vol" | "bookmark" => {}
+            "filesystem" | "fs" => out.fs = true,
+            "snapshot" | "snap" => out.snap = true,
+            "bookmark" => out.bookmark = true,
+            "all" => {
+                out = Types {
+                    fs: true,
+                    snap: true,
+                    bookmark: true,
+                }
+            }
+            "volume" | "vol" => {}
             other => return Err(format!("invalid type '{other}'")),
         }
     }
-    Ok((fs, snap))
+    Ok(out)
 }
 
 fn parse_depth(p: &args::Parsed) -> Result<Option<usize>, String> {
@@ -492,8 +572,8 @@ fn list(st: &mut State, args: &[String]) -> Response {
         }
     }
     let mut resp = Response::ok("");
-    let any_snap_operand = p.operands.iter().any(|o| o.contains('@'));
-    let mut selected = if want_fs.0 || want_fs.1 || any_snap_operand {
+    let any_snap_operand = p.operands.iter().any(|o| o.contains('@') || o.contains('#'));
+    let mut selected = if want_fs.any() || any_snap_operand {
         select_typed(st, &p.operands, p.has('r'), max_depth, want_fs, &mut resp)
     } else {
         Vec::new()
@@ -599,13 +679,25 @@ fn get(st: &mut State, args: &[String]) -> Response {
         v
     };
     let mut resp = Response::ok("");
-    let types = if p.last('t').is_none() { (true, true) } else { want_fs };
+    let types = if p.last('t').is_none() {
+        Types {
+            fs: true,
+            snap: true,
+            bookmark: true,
+        }
+    } else {
+        want_fs
+    };
     let selected = select_typed(
         st,
         &p.operands[1..],
         p.has('r'),
         max_depth,
-        (types.0, types.1 && (p.last('t').is_some() || p.operands[1..].iter().any(|o| o.contains('@')))),
+        Types {
+            snap: types.snap && (p.last('t').is_some() || p.operands[1..].iter().any(|o| o.contains('@'))),
+            bookmark: types.bookmark && (p.last('t').is_some() || p.operands[1..].iter().any(|o| o.contains('#'))),
+            ..types
+        },
         &mut resp,
     );
     let mut rows = Vec::new();
@@ -945,11 +1037,13 @@ mod tests {
 
     #[test]
     fn types() {
-        assert_eq!(type_filter(None).unwrap(), (true, false));
-        assert_eq!(type_filter(Some("filesystem".into())).unwrap(), (true, false));
-        assert_eq!(type_filter(Some("snapshot".into())).unwrap(), (false, true));
-        assert_eq!(type_filter(Some("fs,snap".into())).unwrap(), (true, true));
-        assert_eq!(type_filter(Some("all".into())).unwrap(), (true, true));
+        let t = |fs, snap, bookmark| Types { fs, snap, bookmark };
+        assert_eq!(type_filter(None).unwrap(), t(true, false, false));
+        assert_eq!(type_filter(Some("filesystem".into())).unwrap(), t(true, false, false));
+        assert_eq!(type_filter(Some("snapshot".into())).unwrap(), t(false, true, false));
+        assert_eq!(type_filter(Some("fs,snap".into())).unwrap(), t(true, true, false));
+        assert_eq!(type_filter(Some("bookmark".into())).unwrap(), t(false, false, true));
+        assert_eq!(type_filter(Some("all".into())).unwrap(), t(true, true, true));
         assert!(type_filter(Some("bogus".into())).is_err());
     }
 }

@@ -37,7 +37,7 @@ use crate::daemon::{self, Ctx, State};
 use crate::format::nicebytes;
 use crate::proto::Response;
 
-const SEND_USAGE: &str = "usage:\n\tsend [-LPcenpv] [-R] [-[i|I] snapshot] <snapshot>\n\tsend [-LPcenv] -t <receive_resume_token>\n";
+const SEND_USAGE: &str = "usage:\n\tsend [-LPcenpv] [-R] [-[i|I] snapshot|bookmark] <snapshot>\n\tsend [-LPcenv] -t <receive_resume_token>\n";
 const RECV_USAGE: &str = "usage:\n\treceive [-Fnsuv] [-o <property>=<value>] ... [-x <property>] ...\n\t    [-d | -e] <filesystem|volume|snapshot>\n\treceive -A <filesystem|volume>\n";
 
 fn usage(u: &str, msg: &str) -> Response {
@@ -248,6 +248,24 @@ fn plan_send(pool: &Arc<Pool>, snap: &str, from: Option<&str>, chain: bool, repl
     if !infos.iter().any(|i| i.name == top) {
         return Err(format!("cannot open '{top}': dataset does not exist"));
     }
+    if let Some(bm) = from.filter(|f| f.contains('#')) {
+        // From a bookmark: one incremental stream of this file system (OpenZFS
+        // allows neither -I nor -R from a bookmark).
+        if chain || replicate || props {
+            return Err("cannot send: -I, -R and -p need an incremental source snapshot, not a bookmark".into());
+        }
+        let src = pool.send_source(snap, Some(bm)).map_err(|e| e.to_string())?;
+        let short_bm = bm.rsplit('#').next().unwrap_or(bm).to_string();
+        let item = Item {
+            src,
+            rel: String::new(),
+            snap: short.to_string(),
+            from_short: Some(format!("#{short_bm}")),
+            estimate_bytes: 0,
+            resume: None,
+        };
+        return Ok((vec![item], None));
+    }
     let from = from.map(|f| from_short(top, f)).transpose()?;
     let mut fss: Vec<String> = vec![top.to_string()];
     if replicate {
@@ -339,6 +357,7 @@ fn estimate_lines(items: &[Item], parsable: bool) -> String {
         };
         out += &match (&it.from_short, parsable) {
             (None, false) => format!("full send of {} estimated size is {size}\n", it.src.to_name),
+            (Some(f), false) if f.starts_with('#') => format!("send from {f} to {} estimated size is {size}\n", it.src.to_name),
             (Some(f), false) => format!("send from @{f} to {} estimated size is {size}\n", it.src.to_name),
             (None, true) => format!("full\t{}\t{size}\n", it.src.to_name),
             (Some(f), true) => format!("incremental\t{f}\t{}\t{size}\n", it.src.to_name),

@@ -17,6 +17,7 @@ use crate::proto::Response;
 
 const SNAPSHOT_USAGE: &str = "usage:\n\tsnapshot [-r] [-o property=value] ... <filesystem|volume>@<snap> ...\n";
 const ROLLBACK_USAGE: &str = "usage:\n\trollback [-rR] <snapshot>\n";
+const BOOKMARK_USAGE: &str = "usage:\n\tbookmark <snapshot|bookmark> <bookmark>\n";
 const CLONE_USAGE: &str = "usage:\n\tclone [-p] [-o property=value] ... <snapshot> <filesystem|volume>\n";
 
 fn usage(u: &str, msg: &str) -> Response {
@@ -24,7 +25,7 @@ fn usage(u: &str, msg: &str) -> Response {
 }
 
 fn pool_of(name: &str) -> &str {
-    name.split(['/', '@']).next().unwrap_or(name)
+    name.split(['/', '@', '#']).next().unwrap_or(name)
 }
 
 fn history_note(st: &State, pool: &str, ctx: &Ctx) {
@@ -302,4 +303,58 @@ pub(crate) fn destroy_victims(entry: &mut PoolEntry, plan: &[String], force: boo
         }
     }
     Ok(())
+}
+
+/// `zfs bookmark fs@snap|fs#bm fs#new`.
+pub fn bookmark(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "") {
+        Ok(p) => p,
+        Err(e) => return usage(BOOKMARK_USAGE, &e),
+    };
+    let (src, dst) = match p.operands.as_slice() {
+        [a, b] => (a.clone(), b.clone()),
+        [] | [_] => return usage(BOOKMARK_USAGE, "missing arguments"),
+        _ => return usage(BOOKMARK_USAGE, "too many arguments"),
+    };
+    if !src.contains('@') && !src.contains('#') {
+        return usage(BOOKMARK_USAGE, "invalid snapshot or bookmark name");
+    }
+    // OpenZFS takes `#short` for a bookmark of the source's file system.
+    let dst = match dst.strip_prefix('#') {
+        Some(short) => format!("{}#{short}", src.split(['@', '#']).next().unwrap_or("")),
+        None => dst,
+    };
+    let pool = pool_of(&dst).to_string();
+    let Some(entry) = st.pools.get(&pool) else {
+        return Response::err(format!("cannot create bookmark '{dst}': no such pool '{pool}'"));
+    };
+    if let Err(e) = entry.pool.create_bookmark(&src, &dst) {
+        return Response::err(daemon::cannot(&format!("cannot create bookmark '{dst}'"), e));
+    }
+    history_note(st, &pool, ctx);
+    Response::ok("")
+}
+
+/// `zfs destroy fs#bm` (`-n`/`-v` report it; `-r`/`-R` do not apply).
+pub fn destroy_bookmark(st: &mut State, ctx: &Ctx, name: &str, p: &crate::args::Parsed) -> Response {
+    let pool = pool_of(name).to_string();
+    let Some(entry) = st.pools.get(&pool) else {
+        return Response::err(format!("cannot destroy '{name}': bookmark does not exist"));
+    };
+    if let Err(e) = entry.pool.bookmark_info(name) {
+        return Response::err(daemon::cannot(&format!("cannot destroy '{name}'"), e));
+    }
+    let report = if p.has('v') {
+        format!("{} destroy {name}\n", if p.has('n') { "would" } else { "will" })
+    } else {
+        String::new()
+    };
+    if p.has('n') {
+        return Response::ok(report);
+    }
+    if let Err(e) = entry.pool.destroy_bookmark(name) {
+        return Response::err(daemon::cannot(&format!("cannot destroy '{name}'"), e));
+    }
+    history_note(st, &pool, ctx);
+    Response::ok(report)
 }

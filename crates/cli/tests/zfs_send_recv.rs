@@ -329,3 +329,51 @@ fn kill_during_receive_leaves_it_done_or_gone() {
     recv_from(&env, &["zfs", "recv", "tank/new"], &s1).ok();
     assert_eq!(std::fs::read(m.join("new/big")).unwrap(), data(5, 8_000_000));
 }
+
+#[test]
+fn bookmarks_as_incremental_sources() {
+    let env = Env::new();
+    env.zpool(&["create", "-O", "canmount=noauto", "-o", "size=128M", "tank", "v/a"]).ok();
+    env.zfs(&["create", "-u", "tank/fs"]).ok();
+    env.zfs(&["snapshot", "tank/fs@a"]).ok();
+    env.zfs(&["bookmark", "tank/fs@a", "tank/fs#a"]).ok();
+    env.zfs(&["bookmark", "tank/fs#a", "#copy"]).ok();
+    env.zfs(&["bookmark", "tank/fs@a", "tank/fs#a"])
+        .fails_with("cannot create bookmark 'tank/fs#a': bookmark already exists");
+    env.zfs(&["bookmark", "tank/fs@nope", "tank/fs#x"]).fails_with("dataset does not exist");
+    env.zfs(&["bookmark", "tank/fs@a", "tank/fs#bad!"])
+        .fails_with("cannot create bookmark 'tank/fs#bad!'");
+    env.zfs(&["bookmark", "tank/fs@a", "tank/other#x"]).fails_with("source is not an ancestor");
+    assert_eq!(
+        env.zfs(&["list", "-H", "-t", "bookmark", "-o", "name,type"]).ok().stdout,
+        "tank/fs#a\tbookmark\ntank/fs#copy\tbookmark\n"
+    );
+    assert_eq!(
+        env.zfs(&["list", "-H", "-t", "all", "-o", "name", "-r", "tank/fs"]).ok().stdout,
+        "tank/fs\ntank/fs@a\ntank/fs#a\ntank/fs#copy\n"
+    );
+    assert_eq!(value(&env, "guid", "tank/fs#a"), value(&env, "guid", "tank/fs@a"));
+    // Copy @a to tank/r, then drop @a on the source: the bookmark still serves as the
+    // base of the next incremental stream.
+    let f = env.path().join("s");
+    send_to(&env, &["zfs", "send", "tank/fs@a"], &f).ok();
+    recv_from(&env, &["zfs", "recv", "-u", "tank/r"], &f).ok();
+    env.zfs(&["snapshot", "tank/fs@b"]).ok();
+    env.zfs(&["destroy", "tank/fs@a"]).ok();
+    let est = env.zfs(&["send", "-nv", "-i", "#a", "tank/fs@b"]).ok().stdout;
+    assert!(est.starts_with("send from #a to tank/fs@b estimated size is "), "{est}");
+    send_to(&env, &["zfs", "send", "-I", "#a", "tank/fs@b"], &f).fails_with("not a bookmark");
+    send_to(&env, &["zfs", "send", "-i", "tank/fs#a", "tank/fs@b"], &f).ok();
+    recv_from(&env, &["zfs", "recv", "-u", "tank/r"], &f).ok();
+    assert_eq!(snaps(&env, "tank/r"), "tank/r@a\ntank/r@b\n");
+    // Bookmarks survive export/import; destroy takes them one by one, and destroying
+    // the file system takes the rest.
+    env.zpool(&["export", "tank"]).ok();
+    env.zpool(&["import", "-d", &env.vdir().display().to_string(), "tank"]).ok();
+    assert_eq!(env.zfs(&["destroy", "-nv", "tank/fs#copy"]).ok().stdout, "would destroy tank/fs#copy\n");
+    env.zfs(&["destroy", "tank/fs#copy"]).ok();
+    env.zfs(&["destroy", "tank/fs#copy"]).fails_with("bookmark does not exist");
+    assert_eq!(env.zfs(&["list", "-H", "-t", "bookmark", "-o", "name"]).ok().stdout, "tank/fs#a\n");
+    env.zfs(&["destroy", "-r", "tank/fs"]).ok();
+    assert_eq!(env.zfs(&["list", "-H", "-t", "bookmark", "-o", "name"]).ok().stdout, "");
+}

@@ -625,6 +625,7 @@ impl Pool {
             let root = os.map(|o| o.root_bp()).unwrap_or(h.rootbp);
             self.destroy_head_blocks(&tx, rec.obj, &root, &h)?;
             self.unlink_name(&tx, t)?;
+            self.drop_bookmarks_of(&tx, t)?;
             self.mos.free_object(&tx, rec.obj).map_err(dmu_err)?;
             done.push(t.clone());
             done.extend(self.reap_deferred(&tx, h.origin_obj)?);

@@ -67,6 +67,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+mod bookmark;
 mod dsl;
 mod holds;
 pub mod inject;
@@ -81,6 +82,7 @@ mod snapshot;
 mod sync;
 mod vdevs;
 
+pub use bookmark::{validate_bookmark_name, Bookmark};
 pub use dsl::{recordsize_bytes, DATASET_PROPS};
 pub use holds::{Released, TAG_MAX_BYTES};
 pub use iostat::{PoolIostat, VdevIostat};

@@ -90,7 +90,8 @@ fn is_stream_damage(e: &SendError) -> bool {
 
 impl Pool {
     /// The source of `zfs send [-i from] snap`: `snap` is `pool/fs@name`; `from` is
-    /// `@a`, `a` or `pool/fs@a`, an earlier snapshot of the same file system.
+    /// `@a`, `a` or `pool/fs@a`, an earlier snapshot of the same file system, or a
+    /// bookmark `#b` / `pool/fs#b` made from one.
     ///
     /// Errors (OpenZFS wording): `Invalid` when `snap` is not a snapshot, when `from`
     /// is in another file system or is not earlier; `NotFound` for a missing snapshot.
@@ -107,7 +108,24 @@ impl Pool {
             to_name: snap.to_string(),
             creation_time_s: s.creation_time_s,
         };
-        if let Some(from) = from {
+        if let Some(bm) = from.filter(|f| f.contains('#')) {
+            // A bookmark stands for the snapshot it was made from (bookmark.rs).
+            let full = match bm.split_once('#') {
+                Some(("", short)) => format!("{fs}#{short}"),
+                Some((bfs, _)) if bfs != fs => {
+                    return Err(SpaError::Invalid("incremental source must be in same filesystem".into()));
+                }
+                _ => bm.to_string(),
+            };
+            let b = self.bookmark_info(&full)?;
+            if b.creation_txg >= s.creation_txg {
+                return Err(SpaError::Invalid(format!(
+                    "cannot send '{snap}': incremental source ({full}) is not earlier than it"
+                )));
+            }
+            src.from_txg = Some(b.creation_txg);
+            src.from_guid = b.guid;
+        } else if let Some(from) = from {
             let full = match from.split_once('@') {
                 Some(("", short)) => format!("{fs}@{short}"),
                 Some((ffs, _)) if ffs != fs => {

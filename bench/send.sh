@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# bench/send.sh — snapshot and send/receive workloads of issue 10, Tarn against btrfs
+# (subvolume snapshots, `btrfs send/receive`) and the raw directory, in one run.
+#
+#   sudo bash bench/send.sh [--size 2G] [--targets raw,tarn,btrfs] [--workdir DIR]
+#
+# Rows (each target that has the operation):
+#   cold read / full send   MB/s of `tar -c tree > /dev/null` (raw) or of a full send of
+#                           the snapshot holding the tree to /dev/null, after cold()
+#   incremental send        after rewriting 1% of the tree in place: seconds and bytes,
+#                           also as a fraction of the full send's
+#   receive                 MB/s of receiving the saved full stream into a second pool
+#   send|mbuffer|recv       seconds for the whole pipeline into the second pool, and
+#                           `cp -a` of the same tree between the two mounts
+#   snapshot latency        median and p90 of 20 snapshots taken while a writer runs (ms)
+# It is run by hand, never by CI. Results also go to WORKDIR/send-results.tsv.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/bench/lib.sh"
+
+SIZE=${BENCH_SIZE:-2G}
+TARGETS=raw,tarn,btrfs
+WORK=${BENCH_DIR:-/var/tmp/tarn-send-bench}
+while [ $# -gt 0 ]; do
+    case $1 in
+        --size) SIZE=$2; shift 2 ;;
+        --targets) TARGETS=$2; shift 2 ;;
+        --workdir) WORK=$2; shift 2 ;;
+        -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown option $1" ;;
+    esac
+done
+[ "$(id -u)" -eq 0 ] || die "needs root (drop_caches, loop devices, mounts)"
+wants() { [[ ",$TARGETS," == *",$1,"* ]]; }
+has mbuffer || apt_install mbuffer
+has fusermount || apt_install fuse
+if wants btrfs; then has mkfs.btrfs || apt_install btrfs-progs; fi
+
+size_bytes=$(numfmt --from=iec "$SIZE")
+VDEV_SIZE=$(( size_bytes * 3 / 1024 / 1024 + 1024 ))M   # room for two copies and the change
+mkdir -p "$WORK"
+RESULTS=$WORK/send-results.tsv
+: > "$RESULTS"
+record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" | tee -a "$RESULTS" >&2; }
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+now_ns() { date +%s%N; }
+mbps() { awk -v b="$1" -v ns="$2" 'BEGIN { printf "%.1f", b / 1e6 / (ns / 1e9) }'; }
+secs() { awk -v ns="$1" 'BEGIN { printf "%.2f", ns / 1e9 }'; }
+
+# The source tree: SIZE of 4 MiB files of incompressible data, built once on the raw
+# directory and copied into every target.
+SRC=$WORK/src
+if [ ! -d "$SRC" ] || [ "$(du -sb "$SRC" | cut -f1)" -lt $(( size_bytes * 9 / 10 )) ]; then
+    rm -rf "$SRC"; mkdir -p "$SRC"
+    log "writing $SIZE of source files"
+    n=$(( size_bytes / (4 << 20) ))
+    head -c $(( 64 << 20 )) /dev/urandom > "$WORK/seed"
+    for i in $(seq 1 "$n"); do
+        d=$SRC/d$(( i % 16 )); mkdir -p "$d"
+        # 4 MiB slices of the seed at shifting offsets: no two files are equal.
+        dd if="$WORK/seed" of="$d/f$i" bs=4M count=1 skip=$(( (i * 4099) % (60 << 20) )) iflag=skip_bytes status=none
+    done
+fi
+src_bytes=$(du -sb "$SRC" | cut -f1)
+
+# change_one_percent DIR: in every 25th file rewrite 1 MiB of its 4 MiB in place
+# (4% of the files, a quarter of each: 1% of the bytes).
+change_one_percent() {
+    local i=0 f
+    find "$1" -type f | sort | while read -r f; do
+        i=$((i + 1))
+        if [ $(( i % 25 )) -eq 0 ]; then
+            dd if=/dev/urandom of="$f" bs=1M count=1 seek=1 conv=notrunc status=none
+        fi
+    done
+    sync
+}
+
+snapshot_latency() {  # snapshot_latency NAME DIR FUNC: 20 snapshots (FUNC lat1..lat20) under a writer in DIR
+    local name=$1 dir=$2 take=$3
+    ( while :; do dd if=/dev/zero of="$dir/writer.tmp" bs=1M count=64 conv=fsync status=none 2>/dev/null || true; done ) &
+    local writer=$! i t0 t1 lat=()
+    sleep 1
+    for i in $(seq 1 20); do
+        t0=$(now_ns); "$take" "lat$i"; t1=$(now_ns)
+        lat+=( $(( (t1 - t0) / 1000 )) )
+        sleep 0.2
+    done
+    kill "$writer" 2>/dev/null || true; wait "$writer" 2>/dev/null || true
+    rm -f "$dir/writer.tmp"
+    local sorted; sorted=$(printf '%s\n' "${lat[@]}" | sort -n)
+    record "$name" "snapshot latency median (ms)" "$(echo "$sorted" | sed -n 10p | awk '{ printf "%.1f", $1 / 1000 }')"
+    record "$name" "snapshot latency p90 (ms)" "$(echo "$sorted" | sed -n 18p | awk '{ printf "%.1f", $1 / 1000 }')"
+}
+
+# ---- raw ----------------------------------------------------------------------------------
+if wants raw; then
+    drop_caches
+    t0=$(now_ns); tar -cf - -C "$SRC" . > /dev/null; t1=$(now_ns)
+    record raw "cold read (MB/s)" "$(mbps "$src_bytes" $((t1 - t0)))"
+    rm -rf "$WORK/rawcopy"
+    t0=$(now_ns); cp -a "$SRC" "$WORK/rawcopy"; sync; t1=$(now_ns)
+    record raw "cp -a (s)" "$(secs $((t1 - t0)))"
+    rm -rf "$WORK/rawcopy"
+fi
+
+# ---- tarn -----------------------------------------------------------------------------------
+if wants tarn; then
+    find_tarn
+    T=$WORK/tarn
+    cleanup_tarn() {
+        "$TARN" daemon --stop >/dev/null 2>&1 || true
+        for m in "$T"/mnt* ; do mountpoint -q "$m" 2>/dev/null && fusermount -u "$m"; done
+        rm -rf "$T"
+    }
+    cleanup_tarn; mkdir -p "$T/state"
+    export TARN_STATE_DIR=$T/state TARN_SOCKET=$T/tarn.sock
+    (cd "$T" && "$TARN" zpool create -o size=$VDEV_SIZE -m "$T/mnt" src mirror a.img b.img)
+    (cd "$T" && "$TARN" zpool create -o size=$VDEV_SIZE -m "$T/mnt2" dst mirror c.img d.img)
+    trap cleanup_tarn EXIT
+    "$TARN" zfs create src/fs
+    log "tarn: copying the tree in"
+    cp -a "$SRC/." "$T/mnt/fs/"
+    "$TARN" zfs snapshot src/fs@a
+    cold() { "$TARN" zpool export src; drop_caches; "$TARN" zpool import -d "$T" src; }
+    cold
+    t0=$(now_ns); "$TARN" zfs send src/fs@a > /dev/null; t1=$(now_ns)
+    full_ns=$((t1 - t0))
+    "$TARN" zfs send src/fs@a > "$WORK/full.stream"
+    full_bytes=$(stat -c %s "$WORK/full.stream")
+    record tarn "full send to /dev/null, cold (MB/s of tree)" "$(mbps "$src_bytes" $full_ns)"
+    change_one_percent "$T/mnt/fs"
+    "$TARN" zfs snapshot src/fs@b
+    cold
+    t0=$(now_ns); inc_bytes=$("$TARN" zfs send -i @a src/fs@b | wc -c); t1=$(now_ns)
+    record tarn "incremental send after 1% change (s)" "$(secs $((t1 - t0)))"
+    record tarn "incremental/full time" "$(awk -v a=$((t1 - t0)) -v b=$full_ns 'BEGIN { printf "%.3f", a / b }')"
+    record tarn "incremental/full bytes" "$(awk -v a="$inc_bytes" -v b="$full_bytes" 'BEGIN { printf "%.3f", a / b }')"
+    drop_caches
+    t0=$(now_ns); "$TARN" zfs recv dst/r1 < "$WORK/full.stream"; t1=$(now_ns)
+    record tarn "receive full stream (MB/s of tree)" "$(mbps "$src_bytes" $((t1 - t0)))"
+    "$TARN" zfs destroy -r dst/r1
+    cold
+    t0=$(now_ns); "$TARN" zfs send src/fs@a | mbuffer -q -m 256M | "$TARN" zfs recv dst/r2; t1=$(now_ns)
+    record tarn "send|mbuffer|recv (s)" "$(secs $((t1 - t0)))"
+    "$TARN" zfs destroy -r dst/r2
+    "$TARN" zfs create dst/cp
+    cold
+    t0=$(now_ns); cp -a "$T/mnt/fs/." "$T/mnt2/cp/"; sync; t1=$(now_ns)
+    record tarn "cp -a between the pools (s)" "$(secs $((t1 - t0)))"
+    snap_tarn() { "$TARN" zfs snapshot "src/fs@$1"; }
+    snapshot_latency tarn "$T/mnt/fs" snap_tarn
+    rm -f "$WORK/full.stream"
+    cleanup_tarn; trap - EXIT
+fi
+
+# ---- btrfs ----------------------------------------------------------------------------------
+if wants btrfs; then
+    B=$WORK/btrfs
+    LOOPS=()
+    cleanup_btrfs() {
+        local m l
+        for m in "$B/mnt" "$B/mnt2"; do mountpoint -q "$m" 2>/dev/null && umount "$m"; done
+        for l in "${LOOPS[@]}"; do losetup -d "$l" 2>/dev/null || true; done
+        rm -rf "$B"
+    }
+    rm -rf "$B"; mkdir -p "$B/mnt" "$B/mnt2"
+    trap cleanup_btrfs EXIT
+    truncate -s $VDEV_SIZE "$B/a.img" "$B/b.img" "$B/c.img" "$B/d.img"
+    for f in a b c d; do LOOPS+=("$(losetup -f --show "$B/$f.img")"); done
+    mkfs.btrfs -q -f -d raid1 -m raid1 "${LOOPS[0]}" "${LOOPS[1]}" >/dev/null
+    mkfs.btrfs -q -f -d raid1 -m raid1 "${LOOPS[2]}" "${LOOPS[3]}" >/dev/null
+    mnt1() { mount -o "device=${LOOPS[0]},device=${LOOPS[1]}" "${LOOPS[0]}" "$B/mnt"; }
+    mnt1
+    mount -o "device=${LOOPS[2]},device=${LOOPS[3]}" "${LOOPS[2]}" "$B/mnt2"
+    btrfs subvolume create -q "$B/mnt/fs" 2>/dev/null || btrfs subvolume create "$B/mnt/fs" >/dev/null
+    log "btrfs: copying the tree in"
+    cp -a "$SRC/." "$B/mnt/fs/"
+    btrfs subvolume snapshot -r "$B/mnt/fs" "$B/mnt/a" >/dev/null
+    cold() { umount "$B/mnt"; drop_caches; mnt1; }
+    cold
+    t0=$(now_ns); btrfs send -q "$B/mnt/a" > /dev/null; t1=$(now_ns)
+    full_ns=$((t1 - t0))
+    btrfs send -q "$B/mnt/a" > "$WORK/full.btrfs"
+    full_bytes=$(stat -c %s "$WORK/full.btrfs")
+    record btrfs "full send to /dev/null, cold (MB/s of tree)" "$(mbps "$src_bytes" $full_ns)"
+    change_one_percent "$B/mnt/fs"
+    btrfs subvolume snapshot -r "$B/mnt/fs" "$B/mnt/b" >/dev/null
+    cold
+    t0=$(now_ns); inc_bytes=$(btrfs send -q -p "$B/mnt/a" "$B/mnt/b" | wc -c); t1=$(now_ns)
+    record btrfs "incremental send after 1% change (s)" "$(secs $((t1 - t0)))"
+    record btrfs "incremental/full time" "$(awk -v a=$((t1 - t0)) -v b=$full_ns 'BEGIN { printf "%.3f", a / b }')"
+    record btrfs "incremental/full bytes" "$(awk -v a="$inc_bytes" -v b="$full_bytes" 'BEGIN { printf "%.3f", a / b }')"
+    drop_caches
+    t0=$(now_ns); btrfs receive -q "$B/mnt2" < "$WORK/full.btrfs"; sync; t1=$(now_ns)
+    record btrfs "receive full stream (MB/s of tree)" "$(mbps "$src_bytes" $((t1 - t0)))"
+    btrfs subvolume delete -c "$B/mnt2/a" >/dev/null
+    mkdir -p "$B/mnt2/r2"
+    cold
+    t0=$(now_ns); btrfs send -q "$B/mnt/a" | mbuffer -q -m 256M | btrfs receive -q "$B/mnt2/r2"; sync; t1=$(now_ns)
+    record btrfs "send|mbuffer|recv (s)" "$(secs $((t1 - t0)))"
+    btrfs subvolume delete -c "$B/mnt2/r2/a" >/dev/null
+    cold
+    t0=$(now_ns); cp -a "$B/mnt/fs/." "$B/mnt2/"; sync; t1=$(now_ns)
+    record btrfs "cp -a between the file systems (s)" "$(secs $((t1 - t0)))"
+    snap_btrfs() { btrfs subvolume snapshot -r "$B/mnt/fs" "$B/mnt/$1" >/dev/null; }
+    snapshot_latency btrfs "$B/mnt/fs" snap_btrfs
+    rm -f "$WORK/full.btrfs"
+    cleanup_btrfs; trap - EXIT
+fi
+
+log "results (also in $RESULTS):"
+column -t -s $'\t' "$RESULTS"
