@@ -155,8 +155,10 @@ fn rename_without_mounts() {
     env.zfs(&["snapshot", "-r", "tank/a@s"]).ok();
     env.zfs(&["clone", "-o", "canmount=noauto", "tank/a/b@s", "tank/cl"]).ok();
     env.zfs(&["hold", "keep", "tank/a@s"]).ok();
+    env.zfs(&["bookmark", "tank/a/b@s", "tank/a/b#bm"]).ok();
     env.zfs(&["rename", "tank/a", "tank/x"]).ok();
-    assert_eq!(names(&env, "all"), "tank\ntank/cl\ntank/x\ntank/x@s\ntank/x/b\ntank/x/b@s\n");
+    assert_eq!(names(&env, "filesystem,snapshot"), "tank\ntank/cl\ntank/x\ntank/x@s\ntank/x/b\ntank/x/b@s\n");
+    assert_eq!(names(&env, "bookmark"), "tank/x/b#bm\n");
     assert_eq!(get(&env, "origin", "tank/cl"), "tank/x/b@s");
     assert_eq!(get(&env, "mountpoint", "tank/x/b"), format!("{alt}/tank/x/b"));
     assert_eq!(env.zfs(&["holds", "-H", "tank/x@s"]).ok().stdout.split('\t').nth(1), Some("keep"));

@@ -10,7 +10,8 @@
 //!   descendant file system that has one (OpenZFS `dsl_dataset_rename_snapshot`);
 //! - `fs → new` re-keys `fs`, every descendant file system and every snapshot of all
 //!   of them (OpenZFS moves one `dsl_dir`; we have no per-directory objects, so every
-//!   name below moves). `-p` first creates the missing ancestors of `new`.
+//!   name below moves), and renames their bookmarks in the pool's bookmark record
+//!   (`bookmark.rs`). `-p` first creates the missing ancestors of `new`.
 //!
 //! Clones keep their `origin_obj`, so their `origin` shows the new snapshot name; a
 //! file system whose mountpoint is inherited gets a new one (the daemon unmounts and
@@ -49,6 +50,8 @@ pub struct RenamePlan {
     pub datasets: Vec<(String, String)>,
     /// `(old, new)` of every snapshot of those file systems.
     pub snapshots: Vec<(String, String)>,
+    /// `(old, new)` of every bookmark of those file systems.
+    pub bookmarks: Vec<(String, String)>,
 }
 
 /// "cannot use 'x': why" (a name check's message) → "why".
@@ -133,10 +136,21 @@ impl Pool {
             .filter(|k| k.split_once('@').is_some_and(|(f, _)| moved(f)))
             .map(|k| (k.clone(), renamed(k)))
             .collect();
-        if datasets.iter().chain(&snapshots).any(|(_, n)| n.len() > NAME_MAX_BYTES) {
+        let bookmarks: Vec<(String, String)> = self
+            .bookmarks()?
+            .into_iter()
+            .filter(|b| b.name.split_once('#').is_some_and(|(f, _)| moved(f)))
+            .map(|b| (b.name.clone(), renamed(&b.name)))
+            .collect();
+        if datasets.iter().chain(&snapshots).chain(&bookmarks).any(|(_, n)| n.len() > NAME_MAX_BYTES) {
             return Err(SpaError::Invalid(format!("cannot rename '{from}': dataset name is too long")));
         }
-        Ok(RenamePlan { created, datasets, snapshots })
+        Ok(RenamePlan {
+            created,
+            datasets,
+            snapshots,
+            bookmarks,
+        })
     }
 
     /// `zfs rename [-p] from to`: move file system `from`, its descendants and all
@@ -166,6 +180,9 @@ impl Pool {
             self.create_dataset_record(&tx, m, parent_props.unwrap_or(&none))?;
         }
         self.rekey(&tx, &d, &plan.datasets, &plan.snapshots)?;
+        if !plan.bookmarks.is_empty() {
+            self.rename_bookmarks(&tx, &plan.bookmarks)?;
+        }
         drop(_a);
         drop(tx);
         drop(_s);

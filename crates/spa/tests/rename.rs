@@ -92,6 +92,10 @@ fn rename_moves_a_file_system_with_children_and_snapshots() {
     pool.snapshot(&["rn1/a@s1".into()], true).unwrap();
     pool.clone_snapshot("rn1/a/b@s1", "rn1/cl", &BTreeMap::new(), false).unwrap();
     pool.hold("rn1/a@s1", "keep", false).unwrap();
+    // Bookmarks move with their file system; others stay.
+    pool.create_bookmark("rn1/a/b@s1", "rn1/a/b#bm").unwrap();
+    pool.snapshot(&["rn1/other@o".into()], false).unwrap();
+    pool.create_bookmark("rn1/other@o", "rn1/other#stay").unwrap();
     let plan = pool.rename_dataset_plan("rn1/a", "rn1/other/x", false).unwrap();
     assert!(plan.created.is_empty());
     let moved = |v: &[(String, String)]| v.iter().map(|(o, n)| format!("{o}>{n}")).collect::<Vec<_>>();
@@ -103,11 +107,13 @@ fn rename_moves_a_file_system_with_children_and_snapshots() {
         moved(&plan.snapshots),
         ["rn1/a/b/c@s1>rn1/other/x/b/c@s1", "rn1/a/b@s1>rn1/other/x/b@s1", "rn1/a@s1>rn1/other/x@s1"]
     );
+    assert_eq!(moved(&plan.bookmarks), ["rn1/a/b#bm>rn1/other/x/b#bm"]);
     assert_eq!(pool.rename_dataset("rn1/a", "rn1/other/x", None).unwrap(), plan);
     let want = [
         "rn1",
         "rn1/cl",
         "rn1/other",
+        "rn1/other@o",
         "rn1/other/x",
         "rn1/other/x@s1",
         "rn1/other/x/b",
@@ -122,6 +128,9 @@ fn rename_moves_a_file_system_with_children_and_snapshots() {
         assert_eq!(prop(pool, "rn1/cl", "origin"), "rn1/other/x/b@s1");
         assert_eq!(prop(pool, "rn1/other/x/b@s1", "clones"), "rn1/cl");
         assert_eq!(pool.holds("rn1/other/x@s1").unwrap().keys().collect::<Vec<_>>(), ["keep"]);
+        let mut bms: Vec<String> = pool.bookmarks().unwrap().into_iter().map(|b| b.name).collect();
+        bms.sort();
+        assert_eq!(bms, ["rn1/other#stay", "rn1/other/x/b#bm"]);
         // Inherited properties follow the new name.
         assert_eq!(pool.dataset_prop("rn1/other/x/b", "mountpoint").unwrap().0, "/rn1/other/x/b");
         assert_eq!(
