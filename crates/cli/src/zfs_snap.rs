@@ -18,6 +18,8 @@ use crate::proto::Response;
 const SNAPSHOT_USAGE: &str = "usage:\n\tsnapshot [-r] [-o property=value] ... <filesystem|volume>@<snap> ...\n";
 const ROLLBACK_USAGE: &str = "usage:\n\trollback [-rR] <snapshot>\n";
 const BOOKMARK_USAGE: &str = "usage:\n\tbookmark <snapshot|bookmark> <bookmark>\n";
+const PROMOTE_USAGE: &str = "usage:\n\tpromote <clone-filesystem>\n";
+const DIFF_USAGE: &str = "usage:\n\tdiff [-FHt] <snapshot> [snapshot|filesystem]\n";
 const CLONE_USAGE: &str = "usage:\n\tclone [-p] [-o property=value] ... <snapshot> <filesystem|volume>\n";
 
 fn usage(u: &str, msg: &str) -> Response {
@@ -357,4 +359,83 @@ pub fn destroy_bookmark(st: &mut State, ctx: &Ctx, name: &str, p: &crate::args::
     }
     history_note(st, &pool, ctx);
     Response::ok(report)
+}
+
+/// `zfs diff [-FHt] snapshot [snapshot|filesystem]`: one line per changed file, in
+/// OpenZFS's format (`M`, `+`, `-`, `R old -> new`; `-F` adds the type, `-t` the
+/// change time, `-H` a tab instead of ` -> `), paths under the file system's
+/// mountpoint with unusual bytes escaped.
+pub fn diff(st: &mut State, args: &[String]) -> Response {
+    let p = match getopt(args, "FHt") {
+        Ok(p) => p,
+        Err(e) => return usage(DIFF_USAGE, &e),
+    };
+    let (from, to) = match p.operands.as_slice() {
+        [a] => (a.clone(), None),
+        [a, b] => (a.clone(), Some(b.clone())),
+        [] => return usage(DIFF_USAGE, "must provide at least one snapshot name"),
+        _ => return usage(DIFF_USAGE, "too many arguments"),
+    };
+    let fs = from.split('@').next().unwrap_or(&from).to_string();
+    let Some(entry) = st.pools.get(pool_of(&from)) else {
+        return Response::err(format!("cannot open '{from}': dataset does not exist"));
+    };
+    let (old, new, ids) = match entry.pool.diff_sources(&from, to.as_deref()) {
+        Ok(x) => x,
+        Err(e) => return Response::err(e.to_string()),
+    };
+    let changes = match tarn_zpl::diff::diff(&*old, &*new, &ids) {
+        Ok(c) => c,
+        Err(e) => return Response::err(format!("cannot diff '{from}': {e}")),
+    };
+    let mp = match entry.pool.list_datasets().ok().and_then(|v| v.into_iter().find(|i| i.name == fs)) {
+        Some(info) => daemon::shown_mountpoint(&info, entry.altroot.as_deref()),
+        None => return Response::err(format!("cannot open '{fs}': dataset does not exist")),
+    };
+    let full = |path: &str| {
+        let mp = mp.trim_end_matches('/');
+        tarn_zpl::diff::escape_path(&format!("{mp}{path}"))
+    };
+    let mut out = String::new();
+    for c in &changes {
+        if p.has('t') {
+            out += &format!("{}.{:09}\t", c.ctime.sec, c.ctime.nsec);
+        }
+        out.push(c.change);
+        out.push('\t');
+        if p.has('F') {
+            out.push(tarn_zpl::diff::kind_char(c.kind));
+            out.push('\t');
+        }
+        out += &full(&c.path);
+        if let Some(n) = &c.new_path {
+            out += if p.has('H') { "\t" } else { " -> " };
+            out += &full(n);
+        }
+        out.push('\n');
+    }
+    Response::ok(out)
+}
+
+/// `zfs promote clone`: the clone takes over its origin's snapshots (renamed under
+/// it) and the origin's file system becomes its clone. No mount moves.
+pub fn promote(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    let p = match getopt(args, "") {
+        Ok(p) => p,
+        Err(e) => return usage(PROMOTE_USAGE, &e),
+    };
+    let fs = match p.operands.as_slice() {
+        [f] => f.clone(),
+        [] => return usage(PROMOTE_USAGE, "missing clone filesystem argument"),
+        _ => return usage(PROMOTE_USAGE, "too many arguments"),
+    };
+    let pool = pool_of(&fs).to_string();
+    let Some(entry) = st.pools.get(&pool) else {
+        return Response::err(format!("cannot open '{fs}': dataset does not exist"));
+    };
+    if let Err(e) = entry.pool.promote(&fs) {
+        return Response::err(daemon::cannot(&format!("cannot promote '{fs}'"), e));
+    }
+    history_note(st, &pool, ctx);
+    Response::ok("")
 }

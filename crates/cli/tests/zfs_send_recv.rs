@@ -377,3 +377,24 @@ fn bookmarks_as_incremental_sources() {
     env.zfs(&["destroy", "-r", "tank/fs"]).ok();
     assert_eq!(env.zfs(&["list", "-H", "-t", "bookmark", "-o", "name"]).ok().stdout, "");
 }
+
+#[test]
+fn promote_through_cli() {
+    let env = Env::new();
+    env.zpool(&["create", "-O", "canmount=noauto", "-o", "size=128M", "tank", "v/a"]).ok();
+    env.zfs(&["create", "-u", "tank/a"]).ok();
+    env.zfs(&["snapshot", "tank/a@s1"]).ok();
+    env.zfs(&["snapshot", "tank/a@s2"]).ok();
+    env.zfs(&["clone", "tank/a@s1", "tank/c"]).ok();
+    env.zfs(&["promote", "tank/a"]).fails_with("cannot promote 'tank/a': not a cloned filesystem");
+    env.zfs(&["promote"]).fails_with("missing clone filesystem argument");
+    env.zfs(&["promote", "tank/c"]).ok();
+    assert_eq!(snaps(&env, "tank/c"), "tank/c@s1\n");
+    assert_eq!(snaps(&env, "tank/a"), "tank/a@s2\n");
+    assert_eq!(value(&env, "origin", "tank/a"), "tank/c@s1");
+    assert_eq!(value(&env, "origin", "tank/c"), "-");
+    assert_eq!(value(&env, "clones", "tank/c@s1"), "tank/a");
+    // The old origin file system can now go, the promoted one stays.
+    env.zfs(&["destroy", "-r", "tank/a"]).ok();
+    assert_eq!(snaps(&env, "tank/c"), "tank/c@s1\n");
+}

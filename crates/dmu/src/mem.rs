@@ -107,6 +107,15 @@ impl MemStore {
         MemStore::default()
     }
 
+    /// A copy of every object, a frozen state to compare against later (tests).
+    pub fn snapshot(&self) -> MemStore {
+        MemStore {
+            objects: Mutex::new(self.objects.lock().clone()),
+            next_obj: Mutex::new(*self.next_obj.lock()),
+            readonly: AtomicBool::new(true),
+        }
+    }
+
     /// Number of live objects (for leak checks in tests).
     pub fn object_count(&self) -> usize {
         self.objects.lock().len()

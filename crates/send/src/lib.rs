@@ -77,7 +77,7 @@ pub mod token;
 
 pub use package::{read_package, write_package, Package, PackageDataset, PackageStream, PACKAGE_MAGIC};
 pub use recv::{receive, receive_stream, RecvInfo, RecvOpts, RecvProgress};
-pub use send::{estimate, send, SendOpts, SendSource, SendStats};
+pub use send::{changed_objects, estimate, send, SendOpts, SendSource, SendStats};
 pub use stream::{Record, StreamHeader, StreamReader};
 pub use token::ResumeToken;
 

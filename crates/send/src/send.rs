@@ -97,6 +97,35 @@ pub fn estimate(zio: &Zio, src: &SendSource, opts: &SendOpts) -> Result<SendStat
     run(zio, src, opts, None)
 }
 
+/// Most ids [`changed_objects`] returns (a hole of a huge dnode array could otherwise
+/// name billions).
+pub const CHANGED_OBJECTS_MAX: u64 = 1 << 26;
+
+/// Ids of the objects that may differ between the object set rooted at `root` and
+/// its state at `from_txg` (`zfs diff`): every slot of every dnode block born after
+/// `from_txg`, allocated or free, found by the same birth-pruned walk an incremental
+/// send makes. A superset: an unchanged object sharing a block with a changed one is
+/// listed too; the caller compares. Errors: `Dmu` for unreadable or corrupt blocks,
+/// `Invalid` past [`CHANGED_OBJECTS_MAX`].
+pub fn changed_objects(zio: &Zio, root: &BlkPtr, from_txg: u64) -> Result<Vec<u64>> {
+    let mut w = Walk {
+        zio,
+        w: StreamWriter::new(None)?,
+        from_txg,
+        incremental: true,
+        opts: SendOpts::default(),
+        resume_object: 0,
+        resume_offset_bytes: 0,
+        pending_free: None,
+        pending_freeobjects: None,
+        stats: SendStats::default(),
+        object_end: 0,
+        collect: Some(Vec::new()),
+    };
+    w.root(root)?;
+    Ok(w.collect.take().unwrap_or_default())
+}
+
 fn run(zio: &Zio, src: &SendSource, opts: &SendOpts, out: Option<&mut dyn Write>) -> Result<SendStats> {
     if src.to_guid == 0 {
         return Err(SendError::Invalid("to_guid must be non-zero"));
@@ -150,6 +179,7 @@ fn run(zio: &Zio, src: &SendSource, opts: &SendOpts, out: Option<&mut dyn Write>
         pending_freeobjects: None,
         stats: SendStats::default(),
         object_end: 0,
+        collect: None,
     };
     w.w.record(&Record::Begin(header))?;
     w.root(&src.root)?;
@@ -183,6 +213,8 @@ struct Walk<'z, 'o> {
     stats: SendStats,
     /// One past the last object id the sender's dnode array covers.
     object_end: u64,
+    /// [`changed_objects`]: collect object ids instead of writing records.
+    collect: Option<Vec<u64>>,
 }
 
 impl Walk<'_, '_> {
@@ -266,6 +298,15 @@ impl Walk<'_, '_> {
         if !self.incremental || first >= end {
             return Ok(());
         }
+        if let Some(ids) = self.collect.as_mut() {
+            // Freed slots of a changed dnode block, or of a hole under a changed
+            // parent: objects that may have existed before.
+            if ids.len() as u64 + (end - first) > CHANGED_OBJECTS_MAX {
+                return Err(SendError::Invalid("too many changed objects"));
+            }
+            ids.extend(first..end);
+            return Ok(());
+        }
         if let Some((f, e)) = self.pending_freeobjects {
             if e == first {
                 self.pending_freeobjects = Some((f, end));
@@ -298,6 +339,13 @@ impl Walk<'_, '_> {
     }
 
     fn object(&mut self, object: u64, dn: &DnodePhys) -> Result<()> {
+        if let Some(ids) = self.collect.as_mut() {
+            if ids.len() as u64 >= CHANGED_OBJECTS_MAX {
+                return Err(SendError::Invalid("too many changed objects"));
+            }
+            ids.push(object);
+            return Ok(());
+        }
         self.flush_pending()?;
         if dn.nlevels == 0 || dn.nlevels > LEVELS_MAX {
             return Err(corrupt("dnode", "nlevels out of range"));

@@ -74,6 +74,7 @@ pub mod inject;
 mod iostat;
 mod names;
 mod pool;
+mod promote;
 mod rename;
 mod repair;
 pub mod scan;

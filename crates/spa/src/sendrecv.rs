@@ -40,6 +40,8 @@ use crate::pool::{dmu_err, Pool};
 use crate::{Result, SpaError};
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::sync::Arc;
+use tarn_dmu::objset::Objset;
 use tarn_dmu::ObjectStore;
 use tarn_send::{RecvInfo, RecvOpts, RecvProgress, ResumeToken, SendError, SendSource, StreamReader};
 
@@ -149,6 +151,54 @@ impl Pool {
     /// GUID of snapshot `name` (`pool/fs@snap`). Errors: `NotFound`.
     pub fn snapshot_guid(&self, name: &str) -> Result<u64> {
         Ok(self.ds_phys(self.snap_obj(name)?)?.guid)
+    }
+
+    /// What `zfs diff from [to]` compares: read-only object sets of snapshot `from`
+    /// (`pool/fs@a`) and of `to` (`@b`, `pool/fs@b`, or the file system itself,
+    /// also when `to` is `None`, as of its newest synced txg after a sync), and the
+    /// ids of the objects that may differ ([`tarn_send::changed_objects`] from
+    /// `from`'s txg).
+    ///
+    /// Errors (OpenZFS wording): `Invalid` when `from` is not a snapshot, `to` is in
+    /// another file system or not later; `NotFound` for missing datasets.
+    pub fn diff_sources(&self, from: &str, to: Option<&str>) -> Result<(Arc<Objset>, Arc<Objset>, Vec<u64>)> {
+        let Some((fs, _)) = from.split_once('@') else {
+            return Err(SpaError::Invalid(format!("Badly formed snapshot name {from}")));
+        };
+        let f = self.ds_phys(self.snap_obj(from)?)?;
+        let old = self.snapshot_objset(from)?;
+        let (new, new_txg) = match to {
+            Some(t) if t.contains('@') => {
+                let full = if let Some(short) = t.strip_prefix('@') {
+                    format!("{fs}@{short}")
+                } else {
+                    t.to_string()
+                };
+                if full.split('@').next() != Some(fs) {
+                    return Err(SpaError::Invalid(format!("cannot diff: '{full}' is not a snapshot of '{fs}'")));
+                }
+                let p = self.ds_phys(self.snap_obj(&full)?)?;
+                (self.snapshot_objset(&full)?, p.creation_txg)
+            }
+            Some(t) if t != fs => {
+                return Err(SpaError::Invalid(format!("cannot diff: '{from}' is not a snapshot of '{t}'")));
+            }
+            _ => {
+                self.head_obj(fs)?;
+                self.sync()?;
+                let p = self.ds_phys(self.head_obj(fs)?)?;
+                let os = Objset::open(self.zio.clone(), self.gate.clone(), &p.rootbp, p.used_bytes).map_err(dmu_err)?;
+                os.set_readonly(true);
+                (os, u64::MAX)
+            }
+        };
+        if new_txg <= f.creation_txg {
+            return Err(SpaError::Invalid(format!(
+                "cannot diff: '{from}' is not an earlier snapshot than the other side"
+            )));
+        }
+        let ids = tarn_send::changed_objects(&self.zio, &new.root_bp(), f.creation_txg).map_err(|e| SpaError::Invalid(format!("cannot diff: {e}")))?;
+        Ok((old, new, ids))
     }
 
     /// The snapshot whose GUID is `guid` (`None` when no snapshot of the pool has it).

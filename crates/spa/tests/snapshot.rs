@@ -296,3 +296,66 @@ fn run_model(seed: u64) {
     assert!(end.abs_diff(base) <= 128 << 10, "seed {seed}: space not returned: base {base}, end {end}");
     pool.export().unwrap();
 }
+
+#[test]
+fn promote_moves_history_and_origin_can_go() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = new_pool(d.path(), "sn9");
+    settle(&pool);
+    let base = pool.alloc_bytes();
+    pool.create_dataset("sn9/a", &BTreeMap::new()).unwrap();
+    let a = pool.objset("sn9/a").unwrap();
+    let mut img = Image::new();
+    let x = put(&*a, &pattern(7, 1 << 20));
+    img.insert(x, pattern(7, 1 << 20));
+    pool.snapshot(&["sn9/a@s1".into()], false).unwrap();
+    overwrite(&*a, x, 0, &pattern(8, 256 << 10), &mut img);
+    pool.snapshot(&["sn9/a@s2".into()], false).unwrap();
+    let img_s2 = img.clone();
+    overwrite(&*a, x, 512 << 10, &pattern(9, 256 << 10), &mut img);
+    pool.snapshot(&["sn9/a@s3".into()], false).unwrap();
+    pool.clone_snapshot("sn9/a@s2", "sn9/c", &BTreeMap::new(), false).unwrap();
+    let c = pool.objset("sn9/c").unwrap();
+    let mut img_c = img_s2.clone();
+    overwrite(&*c, x, 0, &pattern(10, 128 << 10), &mut img_c);
+    pool.snapshot(&["sn9/c@c1".into()], false).unwrap();
+    pool.sync().unwrap();
+    // Refusals change nothing.
+    assert!(pool.promote("sn9/a").unwrap_err().to_string().contains("not a cloned filesystem"));
+    assert!(pool.promote("sn9/a@s1").is_err());
+    let moved = pool.promote("sn9/c").unwrap();
+    assert_eq!(
+        moved,
+        vec![
+            ("sn9/a@s1".to_string(), "sn9/c@s1".to_string()),
+            ("sn9/a@s2".to_string(), "sn9/c@s2".to_string())
+        ]
+    );
+    assert_eq!(pool.snapshots_of("sn9/c"), vec!["sn9/c@s1", "sn9/c@s2", "sn9/c@c1"]);
+    assert_eq!(pool.snapshots_of("sn9/a"), vec!["sn9/a@s3"]);
+    let listed = pool.list_all().unwrap();
+    let origin = |n: &str| listed.iter().find(|i| i.name == n).unwrap().props["origin"].0.clone();
+    assert_eq!(origin("sn9/a"), "sn9/c@s2");
+    assert_eq!(origin("sn9/c"), "-");
+    // Promoting back restores the old shape.
+    assert!(pool.promote("sn9/c").unwrap_err().to_string().contains("not a cloned filesystem"));
+    // The old file system can now be destroyed with its snapshots; the clone and the
+    // moved snapshots keep their data.
+    drop(a);
+    pool.destroy_dataset("sn9/a", true).unwrap();
+    check(&*c, &img_c, "promoted clone");
+    check(&*pool.snapshot_objset("sn9/c@s2").unwrap(), &img_s2, "moved origin");
+    // Survives export/import, and destroying everything returns the space.
+    drop(c);
+    pool.export().unwrap();
+    let pool = tarn_spa::Pool::import("sn9", &[d.path().to_path_buf()], tarn_spa::Rewind::None, None).unwrap();
+    assert_eq!(pool.snapshots_of("sn9/c"), vec!["sn9/c@s1", "sn9/c@s2", "sn9/c@c1"]);
+    let c = pool.objset("sn9/c").unwrap();
+    check(&*c, &img_c, "promoted clone after import");
+    drop(c);
+    pool.destroy_dataset("sn9/c", true).unwrap();
+    settle(&pool);
+    let end = pool.alloc_bytes();
+    assert!(end.abs_diff(base) <= 128 << 10, "space not returned: base {base}, end {end}");
+    pool.export().unwrap();
+}

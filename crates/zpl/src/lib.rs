@@ -55,6 +55,7 @@
 //! Limits: no xattrs or ACLs; names ≤ 255 bytes;
 //! symlink targets ≤ 4095 bytes; file size ≤ i64::MAX; object ids < 2^60.
 
+pub mod diff;
 pub mod error;
 mod log;
 pub mod znode;
