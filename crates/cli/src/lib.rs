@@ -25,6 +25,8 @@ pub mod mounts;
 pub mod proto;
 pub mod scrub;
 pub mod zfs;
+pub mod zfs_holds;
+pub mod zfs_rename;
 pub mod zfs_send;
 pub mod zfs_snap;
 pub mod zinject;

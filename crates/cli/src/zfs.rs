@@ -27,16 +27,23 @@ use crate::proto::Response;
 const USAGE: &str = "usage: zfs command args ...\nwhere 'command' is one of the following:\n\n\
 \tcreate [-pu] [-o property=value] ... <filesystem>\n\
 \tdestroy [-fnrRv] <filesystem>\n\
-\tdestroy [-fnrRv] <filesystem>@<snap>[%<snap>][,...]\n\n\
+\tdestroy [-dfnrRv] <filesystem>@<snap>[%<snap>][,...]\n\n\
 \tsnapshot [-r] <filesystem>@<snapname> ...\n\
 \trollback [-rR] <snapshot>\n\
-\tclone [-p] [-o property=value] ... <snapshot> <filesystem>\n\n\
+\tclone [-p] [-o property=value] ... <snapshot> <filesystem>\n\
+\trename <filesystem|snapshot> <filesystem|snapshot>\n\
+\trename -p[p] <filesystem> <filesystem>\n\
+\trename -u <filesystem> <filesystem>\n\
+\trename -r <snapshot> <snapshot>\n\n\
 \tlist [-Hp] [-r|-d max] [-o property[,...]] [-s property]...\n\t    [-S property]... [-t type[,...]] [filesystem] ...\n\n\
 \tset <property=value> ... <filesystem> ...\n\
 \tget [-rHp] [-d max] [-o \"all\" | field[,...]]\n\t    [-t type[,...]] [-s source[,...]]\n\t    <\"all\" | property[,...]> [filesystem] ...\n\
 \tinherit [-r] <property> <filesystem> ...\n\n\
 \tmount\n\tmount [-a | <filesystem>]\n\
-\tunmount [-f] <-a | filesystem|mountpoint>\n";
+\tunmount [-f] <-a | filesystem|mountpoint>\n\n\
+\thold [-r] <tag> <snapshot> ...\n\
+\tholds [-rHp] <snapshot> ...\n\
+\trelease [-r] <tag> <snapshot> ...\n";
 
 fn bad_usage(sub: &str, msg: &str) -> Response {
     crate::args::bad_usage(USAGE, sub, msg)
@@ -54,12 +61,15 @@ pub fn run(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         "snapshot" | "snap" => crate::zfs_snap::snapshot(st, ctx, rest),
         "rollback" => crate::zfs_snap::rollback(st, ctx, rest),
         "clone" => crate::zfs_snap::clone(st, ctx, rest),
+        "hold" => crate::zfs_holds::hold(st, ctx, rest),
+        "release" => crate::zfs_holds::release(st, ctx, rest),
+        "holds" => crate::zfs_holds::holds(st, rest),
+        "rename" => crate::zfs_rename::rename(st, ctx, rest),
         "send" => crate::zfs_send::send(st, ctx, rest),
         "receive" | "recv" => crate::zfs_send::recv(st, ctx, rest),
         "bookmark" => crate::zfs_snap::bookmark(st, ctx, rest),
         "diff" => crate::zfs_snap::diff(st, rest),
         "promote" => crate::zfs_snap::promote(st, ctx, rest),
-        "hold" | "release" | "holds" | "rename" => Response::err(format!("'zfs {sub}' is not implemented in this version of Tarn")),
         "list" => list(st, rest),
         "get" => get(st, rest),
         "set" => set(st, ctx, rest),
@@ -185,7 +195,7 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
 }
 
 fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
-    let p = match getopt(args, "rRfnv") {
+    let p = match getopt(args, "rRfnvd") {
         Ok(p) => p,
         Err(e) => return bad_usage("destroy", &e),
     };
@@ -199,6 +209,9 @@ fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         return crate::zfs_snap::destroy_snapshots(st, ctx, &name, &p);
     }
     if name.contains('#') {
+        if p.has('d') {
+            return Response::err("defer destroy is not supported with bookmark");
+        }
         return crate::zfs_snap::destroy_bookmark(st, ctx, &name, &p);
     }
     let Some(entry) = st.pools.get_mut(pool_of(&name)) else {
@@ -210,6 +223,10 @@ fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     };
     if find(&infos, &name).is_none() {
         return no_dataset(&name);
+    }
+    if p.has('d') {
+        // -d applies to snapshots only (OpenZFS opens the operand as one).
+        return Response::err(format!("cannot open '{name}': operation not applicable to datasets of this type"));
     }
     let is_root = !name.contains('/');
     if is_root && !recursive {

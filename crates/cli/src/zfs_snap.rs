@@ -191,9 +191,10 @@ pub fn clone(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     Response::ok("")
 }
 
-/// `zfs destroy [-nvrR] fs@snap[%snap][,snap]…`: snapshots, ranges and lists.
+/// `zfs destroy [-dnvrR] fs@snap[%snap][,snap]…`: snapshots, ranges and lists.
 /// `p` carries destroy's flags: `-r` (same snapshot of descendants), `-R` (clones
-/// too), `-n` (dry run), `-v` (list), `-f` (force unmount).
+/// too), `-n` (dry run), `-v` (list), `-f` (force unmount), `-d` (deferred destroy,
+/// `zfs_holds::destroy_deferred`).
 pub fn destroy_snapshots(st: &mut State, ctx: &Ctx, name: &str, p: &crate::args::Parsed) -> Response {
     let (recursive, with_clones, dry_run, verbose, force) = (p.has('r'), p.has('R'), p.has('n'), p.has('v'), p.has('f'));
     let Some((fs, spec)) = name.split_once('@') else {
@@ -227,6 +228,9 @@ pub fn destroy_snapshots(st: &mut State, ctx: &Ctx, name: &str, p: &crate::args:
         } else {
             targets.push(format!("{fs}@{part}"));
         }
+    }
+    if p.has('d') {
+        return crate::zfs_holds::destroy_deferred(entry, ctx, &targets, p);
     }
     let mut plan: Vec<String> = Vec::new();
     let mut missing = 0;
@@ -292,10 +296,13 @@ pub(crate) fn destroy_victims(entry: &mut PoolEntry, plan: &[String], force: boo
         }
     }
     for v in plan {
-        entry
-            .pool
-            .destroy_dataset_ext(v, false, false)
-            .map_err(|e| daemon::cannot(&format!("cannot destroy '{v}'"), e))?;
+        match entry.pool.destroy_dataset_ext(v, false, false) {
+            // A snapshot marked for deferred destroy went with its last clone.
+            Err(tarn_spa::SpaError::NotFound(_)) if v.contains('@') => {}
+            r => {
+                r.map_err(|e| daemon::cannot(&format!("cannot destroy '{v}'"), e))?;
+            }
+        }
     }
     Ok(())
 }

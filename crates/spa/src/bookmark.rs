@@ -14,7 +14,8 @@
 //! change rewrites the record in the txg of the command.
 //!
 //! Invariants: a bookmark's file system exists (destroying a file system destroys its
-//! bookmarks); its txg is a txg at which a snapshot of that file system was taken.
+//! bookmarks; renaming it renames them in the same txg); its txg is a txg at which a
+//! snapshot of that file system was taken.
 //!
 //! Called by: the CLI (`zfs bookmark`, `zfs destroy fs#bm`, `zfs list -t bookmark`)
 //! and [`crate::sendrecv`] (`-i #bm`).
@@ -197,6 +198,18 @@ impl Pool {
             self.save_bookmarks(&tx, &list)?;
         }
         self.sync()
+    }
+
+    /// Give bookmarks new names, `(old, new)` pairs (their file system is being
+    /// renamed, `crate::rename`), in `tx`.
+    pub(crate) fn rename_bookmarks(&self, tx: &TxHold, moves: &[(String, String)]) -> Result<()> {
+        let mut list = self.bookmarks()?;
+        for b in list.iter_mut() {
+            if let Some((_, new)) = moves.iter().find(|(old, _)| *old == b.name) {
+                b.name = new.clone();
+            }
+        }
+        self.save_bookmarks(tx, &list)
     }
 
     /// Drop the bookmarks of file system `fs` (it is being destroyed), in `tx`.

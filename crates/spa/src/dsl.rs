@@ -217,6 +217,10 @@ pub(crate) const DS_FLAG_SNAPSHOT: u64 = 1;
 /// finished (OpenZFS `DS_FLAG_INCONSISTENT`). It is never mounted; an import destroys
 /// or rolls it back unless it holds a resume token (`crate::sendrecv`).
 pub(crate) const DS_FLAG_INCONSISTENT: u64 = 2;
+/// Flag bit of [`DslDatasetPhys::flags`]: `zfs destroy -d` marked this snapshot; it is
+/// destroyed when its last hold and last clone are gone (`holds.rs`; OpenZFS's
+/// `DS_FLAG_DEFER_DESTROY`, the same bit).
+pub(crate) const DS_FLAG_DEFER_DESTROY: u64 = 1 << 3;
 
 /// Dataset record (bonus of a `DslDataset` MOS object, [`DslDatasetPhys::SIZE_BYTES`]
 /// = 256 bytes, all integers u64 LE; OpenZFS `dsl_dataset_phys_t` is the model):
@@ -228,7 +232,7 @@ pub(crate) const DS_FLAG_INCONSISTENT: u64 = 2;
 /// | 136 | creation_txg |
 /// | 144 | creation_time_s |
 /// | 152 | referenced_bytes: allocated bytes of every block of the tree |
-/// | 160 | flags (bit 0: snapshot, bit 1: inconsistent, a receive in progress) |
+/// | 160 | flags (bit 0: snapshot, bit 1: inconsistent, a receive in progress; bit 3: defer_destroy) |
 /// | 168 | props_obj: packed property record, 0 = none |
 /// | 176 | prev_snap_obj: the newest snapshot older than this one (or the origin, for a clone without snapshots), 0 = none |
 /// | 184 | prev_snap_txg: its creation txg; blocks born after it belong to this dataset alone |
@@ -236,8 +240,9 @@ pub(crate) const DS_FLAG_INCONSISTENT: u64 = 2;
 /// | 200 | deadlist_obj: blocks that died here while born at or before prev_snap_txg |
 /// | 208 | origin_obj: for a clone, the snapshot it was cloned from |
 /// | 216 | num_clones: for a snapshot, clones whose origin it is |
-/// | 224 | userrefs: holds (reserved, 0) |
-/// | 232 | reserved (24 bytes, zero) |
+/// | 224 | userrefs: number of user holds (entries of userrefs_obj) |
+/// | 232 | userrefs_obj: MOS ZAP of user holds, tag → creation time (s); 0 = no holds |
+/// | 240 | reserved (16 bytes, zero) |
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct DslDatasetPhys {
     pub rootbp: BlkPtr,
@@ -254,6 +259,7 @@ pub(crate) struct DslDatasetPhys {
     pub origin_obj: u64,
     pub num_clones: u64,
     pub userrefs: u64,
+    pub userrefs_obj: u64,
 }
 
 impl DslDatasetPhys {
@@ -281,6 +287,7 @@ impl DslDatasetPhys {
             self.origin_obj,
             self.num_clones,
             self.userrefs,
+            self.userrefs_obj,
         ];
         for (i, v) in f.iter().enumerate() {
             b[128 + 8 * i..136 + 8 * i].copy_from_slice(&v.to_le_bytes());
@@ -292,7 +299,7 @@ impl DslDatasetPhys {
             return Err(SpaError::Corrupt("dataset record too short".into()));
         }
         let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-        if b[232..256].iter().any(|&x| x != 0) || u(160) & !(DS_FLAG_SNAPSHOT | DS_FLAG_INCONSISTENT) != 0 {
+        if b[240..256].iter().any(|&x| x != 0) || u(160) & !(DS_FLAG_SNAPSHOT | DS_FLAG_INCONSISTENT | DS_FLAG_DEFER_DESTROY) != 0 {
             return Err(SpaError::Corrupt("dataset record has unknown flags or reserved bytes set".into()));
         }
         Ok(DslDatasetPhys {
@@ -310,6 +317,7 @@ impl DslDatasetPhys {
             origin_obj: u(208),
             num_clones: u(216),
             userrefs: u(224),
+            userrefs_obj: u(232),
         })
     }
 }
@@ -579,8 +587,9 @@ impl Pool {
 
     /// `zfs destroy [-r] [-R] fs|fs@snap`. `recursive` (`-r`) takes descendants and
     /// snapshots along; `with_clones` (`-R`) also every clone of those snapshots (and
-    /// their dependents). Validation happens before anything changes; returns the
-    /// destroyed names in the order destroyed.
+    /// their dependents). Validation happens before anything changes (a held snapshot
+    /// in the plan is `Busy`); returns the destroyed names in the order destroyed,
+    /// including an origin marked for deferred destroy that went with its last clone.
     pub fn destroy_dataset_ext(&self, name: &str, recursive: bool, with_clones: bool) -> Result<Vec<String>> {
         if name == self.name {
             return Err(SpaError::Invalid(format!(
@@ -591,9 +600,15 @@ impl Pool {
         let _s = self.sync_lock.lock();
         let tx = self.gate.hold().map_err(dmu_err)?;
         let _a = self.admin.lock();
+        let mut done: Vec<String> = Vec::new();
         for t in &victims {
+            // A deferred origin goes with its last clone (holds.rs); the plan may name it later.
+            if done.contains(t) {
+                continue;
+            }
             if t.contains('@') {
                 self.destroy_snapshot_locked(&tx, t)?;
+                done.push(t.clone());
                 continue;
             }
             let rec = self
@@ -612,8 +627,10 @@ impl Pool {
             self.unlink_name(&tx, t)?;
             self.drop_bookmarks_of(&tx, t)?;
             self.mos.free_object(&tx, rec.obj).map_err(dmu_err)?;
+            done.push(t.clone());
+            done.extend(self.reap_deferred(&tx, h.origin_obj)?);
         }
-        Ok(victims)
+        Ok(done)
     }
 
     /// What `zfs destroy` would destroy, in a safe order (clones before their origins,
@@ -705,6 +722,7 @@ impl Pool {
                 self.plan_fs(d, &c, with_clones, out)?;
             }
         }
+        self.check_not_held(snap, obj)?;
         out.push(snap.to_string());
         Ok(())
     }
@@ -832,7 +850,8 @@ impl Pool {
             } else {
                 props.insert("clones".into(), ro(clones.get(&rec.obj).map(|c| c.join(",")).unwrap_or_default()));
                 props.insert("userrefs".into(), ro(phys.userrefs.to_string()));
-                props.insert("defer_destroy".into(), ro("off".into()));
+                let defer = phys.flags & DS_FLAG_DEFER_DESTROY != 0;
+                props.insert("defer_destroy".into(), ro(if defer { "on" } else { "off" }.into()));
             }
             props.insert("type".into(), ro(if is_snap { "snapshot" } else { "filesystem" }.into()));
             props.insert("used".into(), ro(defl(u).to_string()));
@@ -951,7 +970,9 @@ impl Pool {
         Ok(())
     }
 
-    fn apply_props_to_open(&self) {
+    /// Apply the effective properties to every open object set and intent log (after
+    /// a change of properties or of the names they are inherited through).
+    pub(crate) fn apply_props_to_open(&self) {
         let d = self.dir.lock().clone();
         let open = self.objsets.lock().clone();
         let logs = self.zilogs.lock().clone();
@@ -1099,6 +1120,7 @@ mod tests {
             origin_obj: 14,
             num_clones: 15,
             userrefs: 16,
+            userrefs_obj: 17,
         };
         let b = p.encode();
         assert_eq!(b.len(), DslDatasetPhys::SIZE_BYTES);
@@ -1107,6 +1129,10 @@ mod tests {
         assert_eq!(u64::from_le_bytes(b[160..168].try_into().unwrap()), DS_FLAG_SNAPSHOT);
         assert_eq!(u64::from_le_bytes(b[200..208].try_into().unwrap()), 13);
         assert_eq!(u64::from_le_bytes(b[224..232].try_into().unwrap()), 16);
+        assert_eq!(u64::from_le_bytes(b[232..240].try_into().unwrap()), 17);
+        let mut deferred = p.clone();
+        deferred.flags |= DS_FLAG_DEFER_DESTROY;
+        assert_eq!(DslDatasetPhys::decode(&deferred.encode()).unwrap(), deferred);
         // Reserved bytes and unknown flags are corruption.
         let mut bad = b.clone();
         bad[240] = 1;

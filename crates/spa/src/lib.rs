@@ -54,6 +54,10 @@
 //! structures and the live intent logs, and requires the space maps to call exactly
 //! those blocks allocated. Tests run it; the pool never does by itself.
 //!
+//! **Holds and renames** (`holds.rs`, `rename.rs`): user holds on snapshots, deferred
+//! destroy, and renames of file systems and snapshots, each a few MOS changes in one
+//! txg; their theory statements are at the top of those modules.
+//!
 //! **Scan** (`scan.rs`): scrubs and resilvers run in a thread of their own, batch by
 //! batch through `tarn_scan`, with their progress (`ScanPhys`) in the pool directory
 //! so they resume after export or a crash; resilvers cover the DTLs of usable leaves
@@ -73,12 +77,14 @@ use std::path::PathBuf;
 
 mod bookmark;
 mod dsl;
+mod holds;
 pub mod inject;
 mod iostat;
 mod leak;
 mod names;
 mod pool;
 mod promote;
+mod rename;
 mod repair;
 pub mod scan;
 mod sendrecv;
@@ -88,12 +94,14 @@ mod vdevs;
 
 pub use bookmark::{validate_bookmark_name, Bookmark};
 pub use dsl::{recordsize_bytes, DATASET_PROPS};
+pub use holds::{Released, TAG_MAX_BYTES};
 pub use iostat::{PoolIostat, VdevIostat};
 pub use leak::LeakReport;
 pub use names::{validate_dataset_name, validate_pool_name, validate_snapshot_name};
 pub use pool::{
     cache_limit, civil_date, default_cache_limit, format_time, set_cache_limit, LogEvacuateHook, Pool, CACHE_LIMIT_DEFAULT_BYTES, CACHE_LIMIT_DEFAULT_MAX_BYTES,
 };
+pub use rename::RenamePlan;
 pub use repair::FAULT_IO_ERRORS;
 pub use sendrecv::{RecvOutcome, RecvSpec, RESUME_TOKEN_PROP};
 pub use tarn_dmu::ObjectStore;

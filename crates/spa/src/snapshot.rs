@@ -23,7 +23,7 @@
 //! - A clone `C` of snapshot `S` starts with `S`'s root, `origin_obj = S`,
 //!   `prev_snap_txg = S`'s txg; blocks born at or before that belong to the origin
 //!   and only ever reach `C`'s dead list. `S` counts its clones and cannot be
-//!   destroyed while it has any.
+//!   destroyed while it has any, nor while it has user holds (`holds.rs`).
 //! - Rollback of `H` to its newest snapshot `S` frees every block of `H` born after
 //!   `S` (a traversal pruned by birth txg), empties `H`'s dead list (those blocks are
 //!   `S`'s again) and points `H` at `S`'s root.
@@ -317,7 +317,7 @@ impl Pool {
 
     /// `zfs destroy fs@snap`: free the blocks only this snapshot holds and splice it
     /// out of its chain. Errors: `NotFound`; `Busy` when it has clones (OpenZFS's
-    /// "snapshot has dependent clones" wording).
+    /// "snapshot has dependent clones" wording) or user holds ("dataset is busy").
     pub fn destroy_snapshot(&self, name: &str) -> Result<()> {
         let _s = self.sync_lock.lock();
         let tx = self.gate.hold().map_err(dmu_err)?;
@@ -337,6 +337,9 @@ impl Pool {
                 "cannot destroy '{name}': snapshot has dependent clones\nuse '-R' to destroy the following datasets:\n{}",
                 self.clones_of(sobj).join("\n")
             )));
+        }
+        if s.userrefs > 0 {
+            return Err(crate::holds::held(name));
         }
         let nobj = s.next_snap_obj;
         let mut n = self.ds_phys(nobj)?;
@@ -370,6 +373,9 @@ impl Pool {
         mos.free_object(tx, s.deadlist_obj).map_err(dmu_err)?;
         if s.props_obj != 0 {
             mos.free_object(tx, s.props_obj).map_err(dmu_err)?;
+        }
+        if s.userrefs_obj != 0 {
+            mos.free_object(tx, s.userrefs_obj).map_err(dmu_err)?;
         }
         mos.free_object(tx, sobj).map_err(dmu_err)
     }
@@ -504,7 +510,8 @@ impl Pool {
     /// The checks of `zfs rollback [-r] [-R]` without changing anything: the newer
     /// snapshots a rollback to `snap` destroys (oldest first), or OpenZFS's refusal
     /// (newer snapshots without `destroy_newer`; clones of them without `with_clones`,
-    /// whose destruction is the caller's, before [`Pool::rollback`]).
+    /// whose destruction is the caller's, before [`Pool::rollback`]; user holds on
+    /// them, `Busy`).
     pub fn rollback_plan(&self, snap: &str, destroy_newer: bool, with_clones: bool) -> Result<Vec<String>> {
         let (fs, _) = snap
             .split_once('@')
@@ -527,6 +534,7 @@ impl Pool {
                     self.clones_of(sobj).join("\n")
                 )));
             }
+            self.check_not_held(n, sobj)?;
         }
         Ok(newer)
     }
