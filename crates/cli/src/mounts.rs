@@ -135,7 +135,8 @@ mod imp {
             // Enough workers that concurrent fsyncs meet in one log commit.
             threads: 8,
         };
-        let mount = tarn_fuse::mount(fs.clone(), mountpoint, &mo).map_err(|e| format!("{e}"))?;
+        let vfs = tarn_zpl::Vfs::new(fs.clone(), Arc::new(tarn_zpl::NoSnapshots), tarn_zpl::SnapDir::Hidden);
+        let mount = tarn_fuse::mount(vfs, mountpoint, &mo).map_err(|e| format!("{e}"))?;
         Ok(Handle { fs, mount })
     }
 
