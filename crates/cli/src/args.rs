@@ -296,7 +296,7 @@ pub fn resolve_device(word: &str, cwd: &Path, create_missing: bool) -> PathBuf {
 }
 
 /// The dataset properties the CLI knows, in `zfs get all` order.
-pub const FS_PROPS: [&str; 6] = ["recordsize", "mountpoint", "compression", "atime", "readonly", "canmount"];
+pub const FS_PROPS: [&str; 7] = ["recordsize", "mountpoint", "compression", "atime", "readonly", "snapdir", "canmount"];
 
 /// Short column header of a dataset property for `zfs list -o`.
 pub fn fs_prop_header(p: &str) -> String {
@@ -361,6 +361,10 @@ pub fn check_fs_prop(prop: &str, value: &str) -> Result<(String, String), String
         "canmount" => match value {
             "on" | "off" | "noauto" => value.to_string(),
             _ => return Err("'canmount' must be one of 'on | off | noauto'".into()),
+        },
+        "snapdir" => match value {
+            "hidden" | "visible" => value.to_string(),
+            _ => return Err("'snapdir' must be one of 'hidden | visible'".into()),
         },
         "compression" => match value {
             "on" => "lz4".to_string(),
@@ -563,6 +567,8 @@ mod tests {
         assert!(check_fs_prop("mountpoint", "rel").is_err());
         assert_eq!(check_fs_prop("compression", "on").unwrap().1, "lz4");
         assert_eq!(check_fs_prop("canmount", "noauto").unwrap().1, "noauto");
+        assert_eq!(check_fs_prop("snapdir", "visible").unwrap().1, "visible");
+        assert_eq!(check_fs_prop("snapdir", "bogus").unwrap_err(), "'snapdir' must be one of 'hidden | visible'");
         assert_eq!(check_fs_prop("foo", "bar").unwrap_err(), "invalid property 'foo'");
         assert_eq!(check_fs_prop("used", "1").unwrap_err(), "'used' is readonly");
         assert!(check_fs_props(&s(&["atime=off", "atime=on"])).is_err());

@@ -222,6 +222,7 @@ pub fn mount_opts(info: &DatasetInfo) -> MountOpts {
             "disabled" => mounts::SyncProp::Disabled,
             _ => mounts::SyncProp::Standard,
         },
+        snapdir: tarn_zpl::SnapDir::parse(prop(info, "snapdir")).unwrap_or_default(),
     }
 }
 
@@ -268,7 +269,8 @@ pub fn mount_one(entry: &mut PoolEntry, info: &DatasetInfo, explicit: bool) -> R
     // TARN_ZIL=off (benchmarks only): mount without the intent log, so every fsync
     // forces a txg sync as before the log existed.
     let zil = entry.pool.zilog(name).ok().filter(|_| std::env::var("TARN_ZIL").as_deref() != Ok("off"));
-    let m = mounts::mount(os, zil, name, &mp, mount_opts(info)).map_err(|e| format!("cannot mount '{}': {e}", mp.display()))?;
+    let snaps = mounts::PoolSnapshots::new(&entry.pool, name);
+    let m = mounts::mount(os, zil, snaps, name, &mp, mount_opts(info)).map_err(|e| format!("cannot mount '{}': {e}", mp.display()))?;
     tracing::info!("mounted {name} at {}", mp.display());
     entry.mounts.insert(name.clone(), m);
     Ok(())

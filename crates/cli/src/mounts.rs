@@ -4,9 +4,16 @@
 //! a directory by `tarn_fuse`. [`Mounted`] owns both halves; dropping the FUSE handle
 //! is the only way a mount ends besides [`Mounted::unmount`] (and, when the daemon is
 //! killed, `auto_unmount`: fusermount notices the closed channel and unmounts).
-//! Option changes that zpl can apply live (readonly, atime, recordsize) go through
-//! [`Mounted::set_options`]; a mountpoint change is an unmount plus a mount, done by
-//! the daemon.
+//! Option changes that zpl can apply live (readonly, atime, recordsize, sync, snapdir)
+//! go through [`Mounted::set_options`]; a mountpoint change is an unmount plus a
+//! mount, done by the daemon.
+//!
+//! Every mount serves the dataset with its `.zfs` control directory
+//! (`tarn_zpl::Vfs`): [`PoolSnapshots`] answers which snapshots the dataset has by
+//! asking the pool on every call (`Pool::snapshots_of`, `Pool::snapshot_objset`), so
+//! `zfs snapshot`, `destroy` and `rollback` show under `.zfs/snapshot` at once. It
+//! holds the pool weakly and the dataset's name: a mount outliving its pool sees no
+//! snapshots, and a renamed dataset must be remounted to find its snapshots again.
 //!
 //! Built without the `fuse` feature (while zpl/fuse are unfinished), [`mount`] fails
 //! with a clear message and nothing else changes, so pool commands keep working.
@@ -14,9 +21,10 @@
 //! The mountpoint directory is created (with parents) when missing, as OpenZFS does.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
-use tarn_spa::{ObjectStore, Zilog};
+use tarn_spa::{ObjectStore, Pool, SpaError, Zilog};
+use tarn_zpl::{SnapDir, SnapshotSource, ZplError};
 
 /// Options of one mount, from the dataset's effective properties.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +37,48 @@ pub struct MountOpts {
     pub recordsize_bytes: u32,
     /// `sync` property.
     pub sync: SyncProp,
+    /// `snapdir` property: whether `.zfs` is listed in the root.
+    pub snapdir: SnapDir,
+}
+
+/// The snapshots of one dataset, from its pool: the `.zfs/snapshot` source of a mount.
+#[derive(Debug)]
+pub struct PoolSnapshots {
+    pool: Weak<Pool>,
+    fs: String,
+}
+
+impl PoolSnapshots {
+    /// The snapshots of file system `fs` of `pool`.
+    pub fn new(pool: &Arc<Pool>, fs: &str) -> Arc<PoolSnapshots> {
+        Arc::new(PoolSnapshots {
+            pool: Arc::downgrade(pool),
+            fs: fs.to_string(),
+        })
+    }
+}
+
+impl SnapshotSource for PoolSnapshots {
+    fn list(&self) -> Vec<String> {
+        let Some(pool) = self.pool.upgrade() else { return Vec::new() };
+        let prefix = format!("{}@", self.fs);
+        pool.snapshots_of(&self.fs)
+            .into_iter()
+            .filter_map(|n| n.strip_prefix(&prefix).map(str::to_string))
+            .collect()
+    }
+
+    fn open(&self, name: &str) -> Result<Arc<dyn ObjectStore>, ZplError> {
+        let pool = self.pool.upgrade().ok_or(ZplError::NotFound)?;
+        if name.contains(['@', '/']) {
+            return Err(ZplError::NotFound);
+        }
+        match pool.snapshot_objset(&format!("{}@{name}", self.fs)) {
+            Ok(os) => Ok(os),
+            Err(SpaError::NotFound(_)) => Err(ZplError::NotFound),
+            Err(e) => Err(ZplError::Io(e.to_string())),
+        }
+    }
 }
 
 /// The `sync` dataset property as the mount applies it.
@@ -61,11 +111,18 @@ impl std::fmt::Debug for Mounted {
     }
 }
 
-/// Mount dataset `name` (object set `os`, intent log `zil`) at `mountpoint`. A log
-/// left by a crash is replayed first.
-pub fn mount(os: Arc<dyn ObjectStore>, zil: Option<Arc<Zilog>>, name: &str, mountpoint: &Path, opts: MountOpts) -> Result<Mounted, String> {
+/// Mount dataset `name` (object set `os`, intent log `zil`, snapshots for `.zfs` from
+/// `snapshots`) at `mountpoint`. A log left by a crash is replayed first.
+pub fn mount(
+    os: Arc<dyn ObjectStore>,
+    zil: Option<Arc<Zilog>>,
+    snapshots: Arc<dyn SnapshotSource>,
+    name: &str,
+    mountpoint: &Path,
+    opts: MountOpts,
+) -> Result<Mounted, String> {
     std::fs::create_dir_all(mountpoint).map_err(|e| format!("failed to create mountpoint: {e}"))?;
-    let imp = imp::mount(os, zil, name, mountpoint, opts)?;
+    let imp = imp::mount(os, zil, snapshots, name, mountpoint, opts)?;
     Ok(Mounted {
         mountpoint: mountpoint.to_path_buf(),
         opts,
@@ -74,7 +131,7 @@ pub fn mount(os: Arc<dyn ObjectStore>, zil: Option<Arc<Zilog>>, name: &str, moun
 }
 
 impl Mounted {
-    /// Apply readonly/atime/recordsize to the live file system.
+    /// Apply readonly/atime/recordsize/sync/snapdir to the live file system.
     pub fn set_options(&mut self, opts: MountOpts) -> Result<(), String> {
         if opts != self.opts {
             imp::set_options(&self.imp, opts)?;
@@ -93,7 +150,7 @@ mod imp {
     use super::*;
 
     pub struct Handle {
-        fs: Arc<tarn_zpl::Fs>,
+        vfs: Arc<tarn_zpl::Vfs>,
         mount: tarn_fuse::Mount,
     }
 
@@ -110,7 +167,14 @@ mod imp {
         }
     }
 
-    pub fn mount(os: Arc<dyn ObjectStore>, zil: Option<Arc<Zilog>>, name: &str, mountpoint: &Path, opts: MountOpts) -> Result<Handle, String> {
+    pub fn mount(
+        os: Arc<dyn ObjectStore>,
+        zil: Option<Arc<Zilog>>,
+        snapshots: Arc<dyn SnapshotSource>,
+        name: &str,
+        mountpoint: &Path,
+        opts: MountOpts,
+    ) -> Result<Handle, String> {
         let fs = match zil {
             Some(z) => {
                 let (fs, stats) = tarn_zpl::Fs::open_logged(os, z, zpl_opts(opts)).map_err(|e| format!("{e}"))?;
@@ -135,13 +199,14 @@ mod imp {
             // Enough workers that concurrent fsyncs meet in one log commit.
             threads: 8,
         };
-        let mount = tarn_fuse::mount(fs.clone(), mountpoint, &mo).map_err(|e| format!("{e}"))?;
-        Ok(Handle { fs, mount })
+        let vfs = tarn_zpl::Vfs::new(fs, snapshots, opts.snapdir);
+        let mount = tarn_fuse::mount(vfs.clone(), mountpoint, &mo).map_err(|e| format!("{e}"))?;
+        Ok(Handle { vfs, mount })
     }
 
     pub fn set_options(h: &Handle, opts: MountOpts) -> Result<(), String> {
-        #[allow(clippy::let_unit_value)]
-        let _ = h.fs.set_options(zpl_opts(opts));
+        h.vfs.fs().set_options(zpl_opts(opts));
+        h.vfs.set_snapdir(opts.snapdir);
         Ok(())
     }
 
@@ -156,7 +221,14 @@ mod imp {
 
     pub struct Handle;
 
-    pub fn mount(_os: Arc<dyn ObjectStore>, _zil: Option<Arc<Zilog>>, _name: &str, _mountpoint: &Path, _opts: MountOpts) -> Result<Handle, String> {
+    pub fn mount(
+        _os: Arc<dyn ObjectStore>,
+        _zil: Option<Arc<Zilog>>,
+        _snapshots: Arc<dyn SnapshotSource>,
+        _name: &str,
+        _mountpoint: &Path,
+        _opts: MountOpts,
+    ) -> Result<Handle, String> {
         Err("this tarn was built without FUSE support (feature 'fuse')".into())
     }
 

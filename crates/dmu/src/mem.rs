@@ -20,7 +20,8 @@
 //!   every change is "durable" at once, and `wait_synced` returns immediately.
 //! - `space()` reports the bytes held in chunks as used and 1 TiB as available.
 //! - [`MemStore::set_readonly`] makes every mutating call fail with
-//!   [`DmuError::ReadOnly`], to test read-only paths.
+//!   [`DmuError::ReadOnly`], to test read-only paths; [`MemStore::snapshot`] is a
+//!   read-only deep copy, standing in for a snapshot's object set.
 //!
 //! Locks: `objects` (the object map), then `next_obj` (only in `claim_object`); each
 //! taken once per call and never held across calls. Crash, EIO, ENOSPC: never happen here.
@@ -107,15 +108,6 @@ impl MemStore {
         MemStore::default()
     }
 
-    /// A copy of every object, a frozen state to compare against later (tests).
-    pub fn snapshot(&self) -> MemStore {
-        MemStore {
-            objects: Mutex::new(self.objects.lock().clone()),
-            next_obj: Mutex::new(*self.next_obj.lock()),
-            readonly: AtomicBool::new(true),
-        }
-    }
-
     /// Number of live objects (for leak checks in tests).
     pub fn object_count(&self) -> usize {
         self.objects.lock().len()
@@ -124,6 +116,17 @@ impl MemStore {
     /// Make every later mutating call fail with [`DmuError::ReadOnly`] (or allow again).
     pub fn set_readonly(&self, readonly: bool) {
         self.readonly.store(readonly, Ordering::SeqCst);
+    }
+
+    /// A read-only copy of the store as it is now: what a snapshot of this object set
+    /// would show (for tests of snapshot views; later changes to either copy do not
+    /// reach the other).
+    pub fn snapshot(&self) -> MemStore {
+        MemStore {
+            objects: Mutex::new(self.objects.lock().clone()),
+            next_obj: Mutex::new(*self.next_obj.lock()),
+            readonly: AtomicBool::new(true),
+        }
     }
 
     fn check_writable(&self) -> Result<()> {
@@ -359,5 +362,25 @@ mod tests {
         s.set_readonly(false);
         s.write(&tx, a, 0, b"x").unwrap();
         s.wait_synced().unwrap();
+    }
+
+    #[test]
+    fn snapshot_is_a_frozen_copy() {
+        let s = MemStore::new();
+        let tx = s.hold_tx().unwrap();
+        let a = s.create_object(&tx, ObjectType::FileData, 512, 512, b"old").unwrap();
+        s.write(&tx, a, 0, b"before").unwrap();
+        let snap = s.snapshot();
+        s.write(&tx, a, 0, b"after!").unwrap();
+        s.set_bonus(&tx, a, b"new").unwrap();
+        let mut buf = [0u8; 6];
+        snap.read(a, 0, &mut buf).unwrap();
+        assert_eq!(&buf, b"before");
+        assert_eq!(snap.bonus(a).unwrap(), b"old");
+        assert!(snap.is_readonly());
+        assert!(matches!(snap.write(&tx, a, 0, b"x"), Err(DmuError::ReadOnly)));
+        // New objects in the original do not reuse ids the copy knows, and vice versa.
+        assert_eq!(s.create_object(&tx, ObjectType::FileData, 512, 512, &[]).unwrap(), 2);
+        assert!(matches!(snap.bonus(2), Err(DmuError::NoSuchObject(2))));
     }
 }

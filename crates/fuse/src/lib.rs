@@ -2,23 +2,33 @@
 //!
 //! Theory: this crate is a thin, stateless adapter. Each `fuser::Filesystem` callback
 //! converts its arguments (inode numbers, names, flags, times), makes one call into
-//! [`tarn_zpl::Fs`], and converts the answer back; the only state is the `Arc<Fs>`.
-//! It is the only place in Tarn where errno values appear ([`errno`]).
+//! [`tarn_zpl::Vfs`] (the live [`tarn_zpl::Fs`] plus its `.zfs` control directory),
+//! and converts the answer back; the only state is the `Arc<Vfs>`. It is the only
+//! place in Tarn where errno values appear ([`errno`]).
 //!
-//! Inode numbers: the zpl inode number is the object id, and the kernel insists that
-//! the root is inode 1 (`FUSE_ROOT_ID`). Object 1 is the master node, never a file, so
-//! the mapping "kernel 1 <-> zpl root, every other number unchanged" is a bijection.
+//! Inode numbers: the kernel's inode number is the vfs inode number, except that the
+//! kernel insists that the root is inode 1 (`FUSE_ROOT_ID`). Live inodes are object
+//! ids; object 1 is the master node, never a file, so "kernel 1 <-> zpl root, every
+//! other number unchanged" is a bijection. Everything under `.zfs` is numbered with bit
+//! 63 set: the fixed directories `.zfs`, `.zfs/snapshot`, `.zfs/shares` are
+//! `1 << 63 | 1, 2, 3`, and object `o` of the snapshot in slot `s` (1..=32767, one per
+//! snapshot of the mounted file system) is `1 << 63 | s << 48 | o`, its root directory
+//! `o = 0` (`tarn_zpl::ctldir` has the table). `forget` is passed down so that a slot
+//! is renumbered only when the kernel holds none of its inodes.
 //!
 //! Handles: file handles are not used (always 0); the zpl keeps open counts per inode,
 //! which is what unlinked-but-open files need. `open`/`create` bump the count and
 //! `release` drops it; the kernel sends exactly one release per successful open.
+//! Opening a file under `.zfs` for writing fails with EROFS at `open`.
 //!
-//! Directory offsets are the zpl readdir cursors (0 = start, "." and ".." first); they
+//! Directory offsets are the vfs readdir cursors (0 = start, "." and ".." first); they
 //! stay valid while the directory changes, as `seekdir`/`telldir` require.
 //!
 //! Caching: entries and attributes are cached by the kernel for [`TTL`] (1 s). The
 //! daemon is the only writer, so the only staleness is across hard links and that
-//! second; NFS-like tools that need more should mount with a shorter TTL (future work).
+//! second (a destroyed snapshot's directory may still be found by path for up to that
+//! second; its files then answer ESTALE); NFS-like tools that need more should mount
+//! with a shorter TTL (future work). Directory listings are never cached.
 //!
 //! Locks: none here; the zpl serialises. Threads: `MountOptions::threads` fuser workers
 //! (with `clone_fd` when more than one), each calling into the zpl concurrently.
@@ -39,7 +49,7 @@ use fuser::{
     Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags,
     ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, SessionACL, TimeOrNow, WriteFlags,
 };
-use tarn_zpl::{Attr, FileKind, Fs, SetAttr, SetTime, Timespec, ZplError};
+use tarn_zpl::{Attr, FileKind, SetAttr, SetTime, Timespec, Vfs, ZplError};
 
 /// How long the kernel may cache entries and attributes.
 pub const TTL: Duration = Duration::from_secs(1);
@@ -128,9 +138,10 @@ fn set_readahead(mountpoint: &Path, kib: u32) {
     }
 }
 
-/// Mount `fs` on `mountpoint` (created if missing) and serve it from background
-/// threads until the returned [`Mount`] is unmounted or dropped.
-pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> io::Result<Mount> {
+/// Mount `vfs` (a file system and its `.zfs` directory) on `mountpoint` (created if
+/// missing) and serve it from background threads until the returned [`Mount`] is
+/// unmounted or dropped. Errors: those of creating the directory and of `fusermount`.
+pub fn mount(vfs: Arc<Vfs>, mountpoint: &Path, opts: &MountOptions) -> io::Result<Mount> {
     std::fs::create_dir_all(mountpoint)?;
     let mut cfg = Config::default();
     cfg.mount_options = vec![MountOption::FSName(opts.fsname.clone()), MountOption::Subtype("tarn".into())];
@@ -152,8 +163,8 @@ pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> io::Result<
     let threads = opts.threads.max(1);
     cfg.n_threads = Some(threads);
     cfg.clone_fd = threads > 1;
-    let root = fs.root();
-    let session = fuser::spawn_mount(TarnFuse { fs, root }, mountpoint, &cfg)?;
+    let root = vfs.root();
+    let session = fuser::spawn_mount(TarnFuse { vfs, root }, mountpoint, &cfg)?;
     set_readahead(mountpoint, READAHEAD_KIB);
     Ok(Mount {
         session: Some(session),
@@ -178,6 +189,8 @@ pub fn errno(e: &ZplError) -> i32 {
         ZplError::Perm => libc::EPERM,
         ZplError::FileTooBig => libc::EFBIG,
         ZplError::NotSupported => libc::EOPNOTSUPP,
+        ZplError::Stale => libc::ESTALE,
+        ZplError::Overflow => libc::EOVERFLOW,
         ZplError::Io(_) | ZplError::Corrupt { .. } => libc::EIO,
     }
 }
@@ -201,9 +214,9 @@ fn file_type(k: FileKind) -> FileType {
     }
 }
 
-/// The `fuser::Filesystem` over one zpl file system.
+/// The `fuser::Filesystem` over one mounted file system.
 struct TarnFuse {
-    fs: Arc<Fs>,
+    vfs: Arc<Vfs>,
     root: u64,
 }
 
@@ -275,13 +288,15 @@ impl Filesystem for TarnFuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(self.fs.lookup(self.zino(parent), name.as_bytes()), reply);
+        self.entry(self.vfs.lookup(self.zino(parent), name.as_bytes()), reply);
     }
 
-    fn forget(&self, _req: &Request, _ino: INodeNo, _nlookup: u64) {}
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.vfs.forget(self.zino(ino), nlookup);
+    }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.fs.getattr(self.zino(ino)) {
+        match self.vfs.getattr(self.zino(ino)) {
             Ok(a) => reply.attr(&TTL, &self.fattr(&a)),
             Err(e) => reply.error(err(e)),
         }
@@ -314,14 +329,14 @@ impl Filesystem for TarnFuse {
             mtime: mtime.map(set_time),
             ctime: ctime.map(Timespec::from_system_time),
         };
-        match self.fs.setattr(self.zino(ino), s) {
+        match self.vfs.setattr(self.zino(ino), s) {
             Ok(a) => reply.attr(&TTL, &self.fattr(&a)),
             Err(e) => reply.error(err(e)),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.fs.readlink(self.zino(ino)) {
+        match self.vfs.readlink(self.zino(ino)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(err(e)),
         }
@@ -330,26 +345,26 @@ impl Filesystem for TarnFuse {
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, rdev: u32, reply: ReplyEntry) {
         // The kernel has already applied the umask to `mode` (no FUSE_DONT_MASK).
         self.entry(
-            self.fs.mknod(self.zino(parent), name.as_bytes(), mode, req.uid(), req.gid(), u64::from(rdev)),
+            self.vfs.mknod(self.zino(parent), name.as_bytes(), mode, req.uid(), req.gid(), u64::from(rdev)),
             reply,
         );
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
-        self.entry(self.fs.mkdir(self.zino(parent), name.as_bytes(), mode, req.uid(), req.gid()), reply);
+        self.entry(self.vfs.mkdir(self.zino(parent), name.as_bytes(), mode, req.uid(), req.gid()), reply);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(self.fs.unlink(self.zino(parent), name.as_bytes()), reply);
+        Self::empty(self.vfs.unlink(self.zino(parent), name.as_bytes()), reply);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(self.fs.rmdir(self.zino(parent), name.as_bytes()), reply);
+        Self::empty(self.vfs.rmdir(self.zino(parent), name.as_bytes()), reply);
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         self.entry(
-            self.fs
+            self.vfs
                 .symlink(self.zino(parent), link_name.as_bytes(), target.as_os_str().as_bytes(), req.uid(), req.gid()),
             reply,
         );
@@ -368,26 +383,27 @@ impl Filesystem for TarnFuse {
             return;
         }
         Self::empty(
-            self.fs
+            self.vfs
                 .rename(self.zino(parent), name.as_bytes(), self.zino(newparent), newname.as_bytes(), zflags),
             reply,
         );
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        self.entry(self.fs.link(self.zino(ino), self.zino(newparent), newname.as_bytes()), reply);
+        self.entry(self.vfs.link(self.zino(ino), self.zino(newparent), newname.as_bytes()), reply);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         // O_TRUNC arrives as a separate setattr(size = 0) from the kernel.
-        match self.fs.open_file(self.zino(ino)) {
+        let write = flags.0 & libc::O_ACCMODE != libc::O_RDONLY;
+        match self.vfs.open_file(self.zino(ino), write) {
             Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
             Err(e) => reply.error(err(e)),
         }
     }
 
     fn read(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock_owner: Option<LockOwner>, reply: ReplyData) {
-        match self.fs.read(self.zino(ino), offset, size) {
+        match self.vfs.read(self.zino(ino), offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(err(e)),
         }
@@ -409,9 +425,9 @@ impl Filesystem for TarnFuse {
         // O_SYNC / O_DSYNC: durable before the write returns (through the intent log).
         let sync = flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0;
         match self
-            .fs
+            .vfs
             .write(zino, offset, data)
-            .and_then(|n| if sync { self.fs.fsync(zino).map(|()| n) } else { Ok(n) })
+            .and_then(|n| if sync { self.vfs.fsync(zino).map(|()| n) } else { Ok(n) })
         {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(err(e)),
@@ -423,15 +439,15 @@ impl Filesystem for TarnFuse {
     }
 
     fn release(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, _lock_owner: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
-        Self::empty(self.fs.release_file(self.zino(ino)), reply);
+        Self::empty(self.vfs.release_file(self.zino(ino)), reply);
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        Self::empty(self.fs.fsync(self.zino(ino)), reply);
+        Self::empty(self.vfs.fsync(self.zino(ino)), reply);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.getattr(self.zino(ino)) {
+        match self.vfs.getattr(self.zino(ino)) {
             Ok(a) if a.kind == FileKind::Dir => reply.opened(FileHandle(0), FopenFlags::empty()),
             Ok(_) => reply.error(Errno::from_i32(libc::ENOTDIR)),
             Err(e) => reply.error(err(e)),
@@ -442,7 +458,7 @@ impl Filesystem for TarnFuse {
         let dir = self.zino(ino);
         let mut cursor = offset;
         loop {
-            let batch = match self.fs.readdir(dir, cursor, READDIR_BATCH) {
+            let batch = match self.vfs.readdir(dir, cursor, READDIR_BATCH) {
                 Ok(b) => b,
                 Err(e) => return reply.error(err(e)),
             };
@@ -464,22 +480,22 @@ impl Filesystem for TarnFuse {
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        Self::empty(self.fs.fsync(self.zino(ino)), reply);
+        Self::empty(self.vfs.fsync(self.zino(ino)), reply);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.fs.statfs() {
+        match self.vfs.statfs() {
             Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize),
             Err(e) => reply.error(err(e)),
         }
     }
 
     fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, _flags: i32, reply: ReplyCreate) {
-        let a = match self.fs.create(self.zino(parent), name.as_bytes(), mode, req.uid(), req.gid()) {
+        let a = match self.vfs.create(self.zino(parent), name.as_bytes(), mode, req.uid(), req.gid()) {
             Ok(a) => a,
             Err(e) => return reply.error(err(e)),
         };
-        match self.fs.open_file(a.ino) {
+        match self.vfs.open_file(a.ino, true) {
             Ok(()) => reply.created(&TTL, &self.fattr(&a), Generation(a.gen), FileHandle(0), FopenFlags::empty()),
             Err(e) => reply.error(err(e)),
         }
@@ -501,6 +517,8 @@ mod tests {
         assert_eq!(errno(&ZplError::ReadOnly), libc::EROFS);
         assert_eq!(errno(&ZplError::Invalid("x")), libc::EINVAL);
         assert_eq!(errno(&ZplError::Corrupt { object: 3, what: "x" }), libc::EIO);
+        assert_eq!(errno(&ZplError::Stale), libc::ESTALE);
+        assert_eq!(errno(&ZplError::Overflow), libc::EOVERFLOW);
         assert_eq!(file_type(FileKind::Symlink), FileType::Symlink);
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tarn_dmu::mem::MemStore;
 use tarn_fuse::{mount, MountOptions};
-use tarn_zpl::{Fs, ZplOptions};
+use tarn_zpl::{Fs, NoSnapshots, SnapDir, Vfs, ZplOptions};
 
 fn can_mount() -> bool {
     if !std::path::Path::new("/dev/fuse").exists() {
@@ -38,12 +38,16 @@ fn mount_and_use() {
         threads: 2,
         ..Default::default()
     };
-    let m = mount(zfs.clone(), &mnt, &opts).unwrap();
+    let m = mount(Vfs::new(zfs.clone(), Arc::new(NoSnapshots), SnapDir::Hidden), &mnt, &opts).unwrap();
     assert_eq!(m.mountpoint(), mnt);
 
     let root = fs::metadata(&mnt).unwrap();
     assert!(root.is_dir());
     assert_eq!(root.ino(), 1);
+    // Every mount has .zfs, hidden from listings by default; no snapshots here.
+    assert!(fs::read_dir(&mnt).unwrap().next().is_none());
+    assert!(mnt.join(".zfs/snapshot").is_dir());
+    assert!(fs::read_dir(mnt.join(".zfs/snapshot")).unwrap().next().is_none());
 
     // create / write / read back
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 256) as u8).collect();
@@ -156,7 +160,7 @@ fn readonly_mount_refuses_writes() {
     let tmp = tempfile::tempdir().unwrap();
     let mnt = tmp.path().join("ro");
     let m = mount(
-        zfs,
+        Vfs::new(zfs, Arc::new(NoSnapshots), SnapDir::Hidden),
         &mnt,
         &MountOptions {
             readonly: true,

@@ -329,6 +329,7 @@ pub const DATASET_PROPS: &[(&str, &str)] = &[
     ("compression", "off"),
     ("atime", "on"),
     ("readonly", "off"),
+    ("snapdir", "hidden"),
     ("canmount", "on"),
     ("sync", "standard"),
     ("logbias", "latency"),
@@ -379,6 +380,10 @@ pub(crate) fn check_prop(prop: &str, value: &str) -> Result<String> {
         "canmount" => match value {
             "on" | "off" | "noauto" => Ok(value.into()),
             _ => bad("'canmount' must be one of 'on | off | noauto'"),
+        },
+        "snapdir" => match value {
+            "hidden" | "visible" => Ok(value.into()),
+            _ => bad("'snapdir' must be one of 'hidden | visible'"),
         },
         "sync" => match value {
             "standard" | "always" | "disabled" => Ok(value.into()),
@@ -1100,6 +1105,8 @@ mod tests {
         assert_eq!(check_prop("mountpoint", "/a/b/").unwrap(), "/a/b");
         assert!(check_prop("atime", "yes").is_err());
         assert!(check_prop("canmount", "noauto").is_ok());
+        assert_eq!(check_prop("snapdir", "visible").unwrap(), "visible");
+        assert!(check_prop("snapdir", "bogus").is_err());
         assert!(check_prop("bogus", "1").is_err());
         assert!(check_prop("used", "1").is_err());
     }

@@ -48,6 +48,14 @@ pub enum ZplError {
     /// The operation is not supported (EOPNOTSUPP).
     #[error("operation not supported")]
     NotSupported,
+    /// The inode names something that no longer exists in the form it was found: a
+    /// file of a snapshot that has since been destroyed (ESTALE).
+    #[error("stale file handle")]
+    Stale,
+    /// A number does not fit where it must go: an object of a snapshot whose id is too
+    /// large for the control directory's inode numbering (EOVERFLOW).
+    #[error("value too large")]
+    Overflow,
     /// A block could not be read or written correctly (EIO), as reported by the DMU.
     #[error("I/O error: {0}")]
     Io(String),

@@ -52,12 +52,17 @@
 //! under its tx and locks (`log.rs`), `fsync` commits the log, and a log left by a crash
 //! is replayed at open; without one (in-memory tests), `fsync` waits for a txg sync.
 //!
+//! Mounts: [`Vfs`] (`vfs.rs`) is what a mount serves: this file system plus the `.zfs`
+//! control directory (`ctldir.rs`) that shows its snapshots read-only.
+//!
 //! Limits: no xattrs or ACLs; names ≤ 255 bytes;
 //! symlink targets ≤ 4095 bytes; file size ≤ i64::MAX; object ids < 2^60.
 
+pub mod ctldir;
 pub mod diff;
 pub mod error;
 mod log;
+pub mod vfs;
 pub mod znode;
 
 use std::collections::BTreeMap;
@@ -66,11 +71,14 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, Ordering};
-use tarn_dmu::{zap, DmuError, ObjectStore, ObjectType, TxHold};
+use tarn_dmu::{zap, DmuError, ObjectType, TxHold};
 use tarn_phys::zil::{TX_CREATE, TX_LINK, TX_MKDIR, TX_REMOVE, TX_RENAME, TX_RMDIR, TX_SETATTR, TX_SYMLINK};
 pub use tarn_zil::{ReplayStats, Zilog};
 
+pub use ctldir::{NoSnapshots, SnapDir, SnapshotSource};
 pub use error::ZplError;
+pub use tarn_dmu::ObjectStore;
+pub use vfs::Vfs;
 pub use znode::{FileKind, Timespec, ZnodePhys};
 use znode::{S_IFMT, S_IPERM, S_ISGID};
 
