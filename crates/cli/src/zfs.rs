@@ -6,7 +6,7 @@
 //! that affects a mount goes through [`reconcile`]: for the changed dataset and its
 //! descendants, mounts whose mountpoint moved (or that may no longer be mounted) are
 //! unmounted children first, then remounted parents first; live ones get the new
-//! readonly/atime/recordsize through `set_options`. As in OpenZFS, a dataset that was
+//! readonly/atime/recordsize/sync/snapdir through `set_options`. As in OpenZFS, a dataset that was
 //! not mounted is mounted by a mountpoint change only when its old mountpoint was
 //! `none`/`legacy`.
 //!

@@ -115,8 +115,11 @@ pub fn rollback(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
             return Response::err(e);
         }
     }
-    let was_mounted = entry.mounts.contains_key(&fs);
-    if was_mounted {
+    // Unmounting a file system unmounts its mounted descendants first: remember them
+    // all, and mount them again (parents first) after the rollback.
+    let prefix = format!("{fs}/");
+    let was_mounted: Vec<String> = entry.mounts.keys().filter(|k| **k == fs || k.starts_with(&prefix)).cloned().collect();
+    if !was_mounted.is_empty() {
         if let Err(e) = daemon::unmount_one(entry, &fs) {
             return Response::err(format!("cannot rollback '{fs}': {}", e.split("': ").last().unwrap_or(&e)));
         }
@@ -126,10 +129,10 @@ pub fn rollback(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         Ok(_) => Response::ok(""),
         Err(e) => Response::err(e.to_string()),
     };
-    if was_mounted {
-        let info = entry.pool.list_datasets().ok().and_then(|v| v.into_iter().find(|i| i.name == fs));
-        if let Some(info) = info {
-            if let Err(e) = daemon::mount_one(entry, &info, false) {
+    let infos = entry.pool.list_datasets().unwrap_or_default();
+    for name in &was_mounted {
+        if let Some(info) = infos.iter().find(|i| &i.name == name) {
+            if let Err(e) = daemon::mount_one(entry, info, false) {
                 resp.stderr.push_str(&format!("{e}\n"));
                 resp.code = 1;
             }

@@ -147,13 +147,20 @@ fn rollback_and_clone_through_mounts() {
     env.zfs(&["clone", "tank/fs@one", "tank/c"]).ok();
     assert_eq!(std::fs::read(m.join("c/file")).unwrap(), big);
     std::fs::write(m.join("c/keep"), b"clone's own").unwrap();
+    // A child file system mounted inside: the rollback unmounts it with its parent
+    // and mounts both again.
+    env.zfs(&["create", "tank/fs/kid"]).ok();
+    std::fs::write(m.join("fs/kid/inside"), b"kid's file").unwrap();
     // Rollback: the mount shows the old contents at once.
     env.zfs(&["rollback", "tank/fs@one"]).ok();
+    assert_eq!(std::fs::read(m.join("fs/kid/inside")).unwrap(), b"kid's file");
+    assert_eq!(env.zfs(&["get", "-H", "-o", "value", "mounted", "tank/fs/kid"]).ok().stdout, "yes\n");
     assert_eq!(std::fs::read(&f).unwrap(), big);
     assert_eq!(std::fs::read(m.join("fs/keep")).unwrap(), b"v1\n");
     assert!(!m.join("fs/new").exists());
     assert_eq!(std::fs::read(m.join("c/keep")).unwrap(), b"clone's own");
     // Destroying the clone, then the snapshot, gives the space back.
+    env.zfs(&["destroy", "tank/fs/kid"]).ok();
     env.zfs(&["destroy", "tank/c"]).ok();
     env.zfs(&["destroy", "tank/fs@one"]).ok();
     assert_eq!(std::fs::read(&f).unwrap(), big);
