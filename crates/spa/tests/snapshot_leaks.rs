@@ -91,8 +91,8 @@ fn pick<'a>(rng: &mut Rng, v: &'a [String]) -> Option<&'a String> {
 }
 
 /// What a run did: writes, overwrites, object frees, snapshots, snapshot destroys,
-/// destroys with -R, clones, clone destroys, rollbacks.
-type Events = [u32; 9];
+/// destroys with -R, clones, clone destroys, rollbacks, promotes, renames.
+type Events = [u32; 11];
 
 fn run(seed: u64, steps: u32) -> Events {
     let d = tempfile::tempdir().unwrap();
@@ -108,13 +108,13 @@ fn run(seed: u64, steps: u32) -> Events {
     pool.create_dataset("snl/a", &BTreeMap::new()).unwrap();
     m.heads.insert("snl/a".into(), Image::new());
     let mut n = 0u64;
-    let mut ev: Events = [0; 9];
+    let mut ev: Events = [0; 11];
     for step in 0..steps {
         n += 1;
         let ctx = format!("seed {seed} step {step}");
         let heads: Vec<String> = m.heads.keys().cloned().collect();
         let snaps: Vec<String> = m.snaps.keys().cloned().collect();
-        match rng.below(10) {
+        match rng.below(12) {
             // Write a new object into a head.
             0 | 1 => {
                 let Some(h) = pick(&mut rng, &heads) else { continue };
@@ -188,6 +188,46 @@ fn run(seed: u64, steps: u32) -> Events {
                 pool.clone_snapshot(s, &c, &BTreeMap::new(), false).unwrap();
                 m.heads.insert(c, m.snaps[s].clone());
                 ev[6] += 1;
+            }
+            // Promote a head: a clone takes its origin's older snapshots (renamed
+            // under it); anything else is refused and changes nothing.
+            10 => {
+                let Some(h) = pick(&mut rng, &heads) else { continue };
+                match pool.promote(h) {
+                    Ok(moved) => {
+                        for (old, new) in moved {
+                            let img = m.snaps.remove(&old).unwrap_or_else(|| panic!("{ctx}: promote moved unknown {old}"));
+                            m.snaps.insert(new, img);
+                        }
+                        ev[9] += 1;
+                    }
+                    Err(SpaError::Invalid(e)) if e.contains("not a cloned filesystem") => {}
+                    Err(e) => panic!("{ctx}: promote {h}: {e}"),
+                }
+            }
+            // Rename a snapshot, or a clone with its snapshots (keeping the `snl/c`
+            // prefix the clone steps look for).
+            11 => {
+                if rng.below(2) == 0 {
+                    let Some(s) = pick(&mut rng, &snaps) else { continue };
+                    let new = format!("{}@r{n}", s.split('@').next().unwrap());
+                    pool.rename_snapshot(s, &new, false).unwrap_or_else(|e| panic!("{ctx}: rename {s}: {e}"));
+                    let img = m.snaps.remove(s).unwrap();
+                    m.snaps.insert(new, img);
+                } else {
+                    let clones: Vec<String> = heads.iter().filter(|h| h.starts_with("snl/c")).cloned().collect();
+                    let Some(h) = pick(&mut rng, &clones).cloned() else { continue };
+                    let new = format!("snl/c{n}r");
+                    pool.rename_dataset(&h, &new, None).unwrap_or_else(|e| panic!("{ctx}: rename {h}: {e}"));
+                    let img = m.heads.remove(&h).unwrap();
+                    m.heads.insert(new.clone(), img);
+                    let moved: Vec<String> = m.snaps.keys().filter(|k| k.starts_with(&format!("{h}@"))).cloned().collect();
+                    for k in moved {
+                        let img = m.snaps.remove(&k).unwrap();
+                        m.snaps.insert(k.replacen(&h, &new, 1), img);
+                    }
+                }
+                ev[10] += 1;
             }
             // Roll a head back, or destroy a clone (with its snapshots, and their
             // clones when the coin says -R).
@@ -271,11 +311,11 @@ fn run(seed: u64, steps: u32) -> Events {
 
 /// `TARN_SNAP_LEAK_ROUNDS` seeds of `TARN_SNAP_LEAK_STEPS` steps (default 3 × 60).
 #[test]
-fn snapshots_clones_and_destroys_leak_nothing() {
+fn snapshots_clones_promotes_renames_and_destroys_leak_nothing() {
     let env = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
     let rounds = env("TARN_SNAP_LEAK_ROUNDS", 3);
     let steps = env("TARN_SNAP_LEAK_STEPS", 60) as u32;
-    let mut all: Events = [0; 9];
+    let mut all: Events = [0; 11];
     for seed in 1..=rounds {
         let ev = run(seed, steps);
         all.iter_mut().zip(ev).for_each(|(a, e)| *a += e);
