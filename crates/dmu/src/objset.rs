@@ -23,8 +23,15 @@
 //! The tree (root pointer, nlevels, used bytes) is changed only by phase 3, under the
 //! lock, so open-context readers always see a complete synced tree.
 //!
-//! Object ids are never reused (`next_obj` starts past the end of the dnode array at
-//! open and only grows); a dnode block whose 32 slots are all free becomes a hole.
+//! Object ids are reused (OpenZFS `dmu_object_alloc`): a new object takes the lowest
+//! free slot known — a slot whose free has synced (`free_ids`, filled by phase 3), or
+//! one found by scanning the dnode array a few blocks at a time from `scan_cursor`
+//! (free slots that existed at open) — and only when none is known, the next id past
+//! the end (`next_obj`, which only grows). So create/delete churn keeps the dnode array
+//! at its high-water mark instead of growing without bound. A slot freed in a txg that
+//! has not synced is never handed out. A dnode block whose 32 slots are all free
+//! becomes a hole. Users of ids tell a reused id apart by what they store in the
+//! object (the ZPL's generation number).
 //!
 //! Limits: one mutex per object set (metadata I/O in phase 3 happens under it, one
 //! batched round trip per tree level); clean
@@ -125,6 +132,11 @@ struct OsState {
     dirty: BTreeSet<u64>,
     syncing: Vec<u64>,
     next_obj: u64,
+    /// Ids below `next_obj` known to be free on disk and in memory (their free has
+    /// synced), handed out lowest first.
+    free_ids: BTreeSet<u64>,
+    /// Ids below this were scanned for free slots since open.
+    scan_cursor: u64,
     used_bytes: u64,
     root: BlkPtr,
     /// Intent-log header to write with the next root; `zil_dirty` when it changed.
@@ -236,6 +248,8 @@ impl Objset {
                 dirty: BTreeSet::new(),
                 syncing: Vec::new(),
                 next_obj: 1,
+                free_ids: BTreeSet::new(),
+                scan_cursor: 1,
                 used_bytes: 0,
                 root: BlkPtr::HOLE,
                 zil_header: ZilHeader::default(),
@@ -274,6 +288,8 @@ impl Objset {
                 dirty: BTreeSet::new(),
                 syncing: Vec::new(),
                 next_obj: if md.blkptr.is_hole() { 1 } else { next_obj },
+                free_ids: BTreeSet::new(),
+                scan_cursor: 1,
                 used_bytes,
                 root: *root,
                 zil_header: phys.zil_header,
@@ -445,6 +461,45 @@ impl Objset {
             bp = BlkPtr::decode(&ind[off..off + BLKPTR_SIZE_BYTES])?;
         }
         Ok(bp)
+    }
+
+    /// Dnode blocks one [`Objset::scan_free_slots`] call reads at most.
+    const SCAN_BLOCKS: u64 = 4;
+
+    /// Look for free slots below `next_obj` in the next few dnode blocks after
+    /// `scan_cursor` and add them to `free_ids`. A slot counts when it is free on disk
+    /// and has no dnode in memory (one created, or freed, in a txg not yet synced).
+    fn scan_free_slots(&self, st: &mut OsState) -> Result<()> {
+        let mut blocks = 0;
+        while st.scan_cursor < st.next_obj && blocks < Self::SCAN_BLOCKS && st.free_ids.is_empty() {
+            let blkid = st.scan_cursor / DNODES_PER_BLOCK;
+            let first = blkid * DNODES_PER_BLOCK;
+            let end = (first + DNODES_PER_BLOCK).min(st.next_obj);
+            let bp = self.tree_lookup(&st.meta, blkid)?;
+            let blk = if bp.is_hole() {
+                None
+            } else {
+                Some(self.zio.read_block(&bp).map_err(zio_err)?)
+            };
+            for obj in st.scan_cursor.max(first).max(1)..end {
+                let free_on_disk = match &blk {
+                    None => true,
+                    Some(b) => {
+                        let off = (obj % DNODES_PER_BLOCK) as usize * DNODE_SIZE_BYTES;
+                        let d = b
+                            .get(off..off + DNODE_SIZE_BYTES)
+                            .ok_or(DmuError::Corrupt(tarn_phys::Corrupt::new("dnode", "short dnode block")))?;
+                        DnodePhys::decode(d)?.is_free()
+                    }
+                };
+                if free_on_disk && !st.dnodes.contains_key(&obj) {
+                    st.free_ids.insert(obj);
+                }
+            }
+            st.scan_cursor = end;
+            blocks += 1;
+        }
+        Ok(())
     }
 
     fn load_dnode<'a>(&self, st: &'a mut OsState, obj: u64) -> Result<&'a mut Dn> {
@@ -706,6 +761,9 @@ impl Objset {
                 };
                 if dn.attrs.freed && !st.dirty.contains(&obj) {
                     st.dnodes.remove(&obj);
+                    // Free on disk once this txg's dnode blocks are written, which
+                    // happens before any later txg writes the slot again.
+                    st.free_ids.insert(obj);
                 }
             } else {
                 let ins = installs.remove(&obj).unwrap_or_default();
@@ -1111,7 +1169,13 @@ impl ObjectStore for Objset {
     fn create_object(&self, _tx: &TxHold, otype: ObjectType, blksz_bytes: u32, max_blksz_bytes: u32, bonus: &[u8]) -> Result<u64> {
         self.check_new_object(blksz_bytes, max_blksz_bytes, bonus)?;
         let mut st = self.st.lock();
-        let obj = st.next_obj;
+        if st.free_ids.is_empty() {
+            self.scan_free_slots(&mut st)?;
+        }
+        let obj = match st.free_ids.pop_first() {
+            Some(id) => id,
+            None => st.next_obj,
+        };
         Self::install_object(&mut st, obj, otype, blksz_bytes, max_blksz_bytes, bonus);
         Ok(obj)
     }
@@ -1127,6 +1191,7 @@ impl ObjectStore for Objset {
         if st.dnodes.get(&obj).is_some_and(|d| d.syncing.is_some() || st.dirty.contains(&obj)) {
             return Err(DmuError::Invalid("object id freed in a txg not yet synced"));
         }
+        st.free_ids.remove(&obj);
         Self::install_object(&mut st, obj, otype, blksz_bytes, max_blksz_bytes, bonus);
         Ok(())
     }

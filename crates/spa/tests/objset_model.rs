@@ -125,3 +125,68 @@ fn objset_matches_memstore() {
         pool.export().unwrap();
     }
 }
+
+/// Create/delete churn reuses freed ids once their free has synced (OpenZFS
+/// `dmu_object_alloc`): the dnode array stays at its high-water mark, also across an
+/// export/import (free slots found by scanning the array), and an id freed in a txg
+/// not yet synced is never handed out again in that txg.
+#[test]
+fn object_ids_are_reused_after_their_free_syncs() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("a");
+    std::fs::File::create(&p).unwrap().set_len(128 << 20).unwrap();
+    let spec = CreateSpec {
+        name: "reuse".into(),
+        vdevs: vec![TopSpec::Leaf(p)],
+        ashift: 12,
+        ..Default::default()
+    };
+    let pool = Pool::create(&spec).unwrap();
+    let os = pool.objset_concrete("reuse").unwrap();
+    let make = |n: usize| -> Vec<u64> {
+        let tx = os.hold_tx().unwrap();
+        (0..n).map(|_| os.create_object(&tx, ObjectType::FileData, 512, 512, &[]).unwrap()).collect()
+    };
+    let first = make(200);
+    pool.sync().unwrap();
+    let end = os.object_id_end();
+    // Free half, and create in the same txg: no freed id comes back yet.
+    {
+        let tx = os.hold_tx().unwrap();
+        for id in first.iter().step_by(2) {
+            os.free_object(&tx, *id).unwrap();
+        }
+    }
+    let same_txg = make(10);
+    assert!(same_txg.iter().all(|id| !first.iter().step_by(2).any(|f| f == id)), "{same_txg:?}");
+    pool.sync().unwrap();
+    // Many rounds of churn after the frees synced: the array does not grow.
+    let high = os.object_id_end();
+    for round in 0..20 {
+        let ids = make(50);
+        pool.sync().unwrap();
+        let tx = os.hold_tx().unwrap();
+        for id in &ids {
+            os.free_object(&tx, *id).unwrap();
+        }
+        drop(tx);
+        pool.sync().unwrap();
+        assert_eq!(os.object_id_end(), high, "round {round}: dnode array grew");
+    }
+    assert!(high <= end + 64, "high-water {high} vs {end}");
+    // After export/import the free slots are found again by the scan.
+    drop(os);
+    pool.export().unwrap();
+    let pool = Pool::import("reuse", &[d.path().to_path_buf()], Rewind::None, None).unwrap();
+    let os = pool.objset_concrete("reuse").unwrap();
+    // At open the end is the dnode array's end, rounded up to a whole dnode block.
+    let high_at_import = os.object_id_end();
+    assert!(high_at_import >= high && high_at_import < high + 32, "{high_at_import} vs {high}");
+    let tx = os.hold_tx().unwrap();
+    let again: Vec<u64> = (0..60).map(|_| os.create_object(&tx, ObjectType::FileData, 512, 512, &[]).unwrap()).collect();
+    drop(tx);
+    assert!(again.iter().all(|id| *id < high), "ids past the high-water mark after import: {again:?}");
+    pool.sync().unwrap();
+    assert_eq!(os.object_id_end(), high_at_import);
+    pool.export().unwrap();
+}
