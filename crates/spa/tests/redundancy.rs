@@ -28,7 +28,7 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tarn_dmu::ObjectType;
+use tarn_dmu::{ObjectStore, ObjectType};
 use tarn_phys::label::{data_end_bytes, DATA_START_BYTES};
 use tarn_phys::BlkPtr;
 use tarn_spa::inject::{self, Action, Fault, IoType, FREQ_ALWAYS_PPM};
@@ -509,4 +509,39 @@ fn raidz3() {
 #[test]
 fn single_disk_ditto_metadata() {
     all_scenarios(Layout::Single, "s1");
+}
+
+/// Seed 004's layout: 19 disks in raidz3. Every damage scenario within (and beyond)
+/// three failed children, and a 4 KiB block takes 16 KiB on disk (one data sector,
+/// three parity, already a multiple of nparity + 1) where a whole-row layout took 76.
+#[test]
+fn raidz3_19_wide() {
+    let layout = Layout::Raidz { nparity: 3, ncols: 19 };
+    all_scenarios(layout, "z19");
+    let (rig, pool) = Rig::new(layout, "z19a");
+    let os = pool.objset_concrete("z19a").unwrap();
+    let tx = os.hold_tx().unwrap();
+    let obj = os.create_object(&tx, ObjectType::FileData, 4096, 4096, &[]).unwrap();
+    os.write(&tx, obj, 0, &[0x5a; 4096]).unwrap();
+    drop(tx);
+    pool.sync().unwrap();
+    let small: Vec<BlkPtr> = dataset_blocks_any(&pool, "z19a")
+        .into_iter()
+        .filter(|b| b.otype == ObjectType::FileData && b.lsize_bytes == 4096)
+        .collect();
+    assert!(!small.is_empty());
+    let sector = 1u64 << pool.zio().vdevs()[0].ashift;
+    for b in &small {
+        assert_eq!(b.dva[0].asize_bytes, 4 * sector, "{b:?}");
+    }
+    drop(os);
+    pool.export().unwrap();
+    drop(rig);
+}
+
+fn dataset_blocks_any(pool: &Pool, name: &str) -> Vec<BlkPtr> {
+    let root = pool.objset_concrete(name).unwrap().root_bp();
+    let mut out = Vec::new();
+    tarn_dmu::traverse::traverse(pool.zio(), &root, &mut |bp| out.push(*bp)).unwrap();
+    out
 }
