@@ -140,18 +140,18 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let Some(entry) = st.pools.get_mut(&pool) else {
         return fail(format!("no such pool '{pool}'"));
     };
-    let infos = match datasets(entry) {
-        Ok(i) => i,
-        Err(e) => return fail(e),
-    };
-    if find(&infos, &name).is_some() {
+    // Names only: a full listing reads every record and would make each create cost
+    // as much as the pool has datasets.
+    let names = entry.pool.dataset_names();
+    let exists = |n: &str| names.binary_search_by(|x| x.as_str().cmp(n)).is_ok();
+    if exists(&name) {
         return fail("dataset already exists".into());
     }
     // Ancestors to create first (-p), shallowest first.
     let mut missing = Vec::new();
     let mut cur = parent_of(&name);
     while let Some(a) = cur {
-        if find(&infos, a).is_some() {
+        if exists(a) {
             break;
         }
         missing.push(a.to_string());

@@ -548,6 +548,12 @@ impl Pool {
         Ok(obj)
     }
 
+    /// Names of every file system (no snapshots), sorted; cheap (no record is read),
+    /// for existence checks that must not cost a full listing.
+    pub fn dataset_names(&self) -> Vec<String> {
+        self.dir.lock().datasets.keys().cloned().collect()
+    }
+
     /// `zfs create`: `name` must be `pool/...` with an existing parent
     /// (`create_parents` = `-p` creates missing ancestors).
     pub fn create_dataset(&self, name: &str, props: &BTreeMap<String, String>) -> Result<()> {
