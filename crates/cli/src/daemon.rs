@@ -195,6 +195,45 @@ pub fn effective_mountpoint(info: &DatasetInfo, altroot: Option<&Path>) -> Optio
     })
 }
 
+/// Check where dataset `name` would mount before anything is created there: `mp`
+/// (from [`effective_mountpoint`]) must have no `..` component, and under `-R altroot`
+/// the path its existing part resolves to (symbolic links followed, as mount(2)
+/// would) must stay inside the altroot's own resolved path. Property values and
+/// names are checked when they are set, but a pool written elsewhere may hold
+/// anything, so this is checked again on every mount. The error is the whole message.
+pub fn check_mountpoint(name: &str, mp: &Path, altroot: Option<&Path>) -> Result<(), String> {
+    use std::path::Component;
+    if mp.components().any(|c| c == Component::ParentDir) {
+        return Err(format!("cannot mount '{name}': mountpoint '{}' contains '..' components", mp.display()));
+    }
+    let Some(root) = altroot else { return Ok(()) };
+    let resolve = |p: &Path| -> std::io::Result<PathBuf> {
+        // The deepest part that exists (a dangling link counts, and fails to resolve),
+        // resolved, with the rest appended as it is (it has no `..`).
+        let mut base = p;
+        let mut rest = Vec::new();
+        while std::fs::symlink_metadata(base).is_err() {
+            match (base.parent(), base.file_name()) {
+                (Some(parent), Some(last)) => {
+                    rest.push(last.to_os_string());
+                    base = parent;
+                }
+                _ => break,
+            }
+        }
+        let mut out = std::fs::canonicalize(base)?;
+        out.extend(rest.iter().rev());
+        Ok(out)
+    };
+    let outside = || format!("cannot mount '{name}': mountpoint '{}' is outside the alternate root '{}'", mp.display(), root.display());
+    let real_root = resolve(root).map_err(|e| format!("cannot mount '{name}': cannot resolve alternate root '{}': {e}", root.display()))?;
+    let real_mp = resolve(mp).map_err(|e| format!("cannot mount '{name}': cannot resolve mountpoint '{}': {e}", mp.display()))?;
+    if !mp.starts_with(root) || !real_mp.starts_with(&real_root) {
+        return Err(outside());
+    }
+    Ok(())
+}
+
 /// The mountpoint as `zfs list`/`zfs get` show it (altroot applied; "none"/"legacy").
 pub fn shown_mountpoint(info: &DatasetInfo, altroot: Option<&Path>) -> String {
     match effective_mountpoint(info, altroot) {
@@ -240,6 +279,10 @@ pub fn mount_one(entry: &mut PoolEntry, info: &DatasetInfo, explicit: bool) -> R
     if entry.mounts.contains_key(name) {
         return Err(format!("cannot mount '{name}': filesystem already mounted"));
     }
+    // A name read from a pool written elsewhere has not been through the name rules.
+    if let Err(e) = tarn_spa::validate_dataset_name(name) {
+        return Err(cannot(&format!("cannot mount '{name}'"), e));
+    }
     // A file system a receive is writing (or left partially received for `-s`) is
     // never mounted: its contents are not a snapshot's.
     if entry.pool.is_inconsistent(name) {
@@ -262,6 +305,7 @@ pub fn mount_one(entry: &mut PoolEntry, info: &DatasetInfo, explicit: bool) -> R
         }
         None => return Err(format!("cannot mount '{name}': no mountpoint set")),
     };
+    check_mountpoint(name, &mp, entry.altroot.as_deref())?;
     if entry.mounts.values().any(|m| m.mountpoint == mp) {
         return Err(format!("cannot mount '{}': mountpoint is in use", mp.display()));
     }
@@ -588,5 +632,49 @@ mod tests {
             "cannot create 'a/b*': invalid character '*' in name"
         );
         assert_eq!(cannot("cannot create 'a'", "invalid vdev specification: x"), "invalid vdev specification: x");
+    }
+
+    #[test]
+    fn mountpoints_stay_inside_the_altroot() {
+        let tmp = tempfile::tempdir().unwrap();
+        let alt = tmp.path().join("alt");
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(alt.join("p/a")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, alt.join("p/link")).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("nowhere"), alt.join("p/dangling")).unwrap();
+        let ok = |mp: &Path| check_mountpoint("p/x", mp, Some(&alt));
+        ok(&alt).unwrap();
+        ok(&alt.join("p/a")).unwrap();
+        ok(&alt.join("p/new/deeper")).unwrap();
+        // A dataset named p/../../etc read from disk mounts by default at /p/../../etc.
+        let dotdot = effective_mountpoint_of("/p/../../etc", Some(&alt));
+        assert!(ok(&dotdot).unwrap_err().contains("contains '..' components"));
+        let e = ok(&alt.join("p/link/sub")).unwrap_err();
+        assert_eq!(
+            e,
+            format!(
+                "cannot mount 'p/x': mountpoint '{}' is outside the alternate root '{}'",
+                alt.join("p/link/sub").display(),
+                alt.display()
+            )
+        );
+        assert!(ok(&alt.join("p/dangling/sub")).unwrap_err().contains("cannot resolve mountpoint"));
+        assert!(ok(Path::new("/etc")).unwrap_err().contains("outside the alternate root"));
+        // Without an altroot any absolute path is the administrator's choice, but `..`
+        // is still refused.
+        check_mountpoint("p/x", &alt.join("p/link/sub"), None).unwrap();
+        assert!(check_mountpoint("p/x", Path::new("/a/../etc"), None).is_err());
+    }
+
+    fn effective_mountpoint_of(mp: &str, altroot: Option<&Path>) -> PathBuf {
+        let info = DatasetInfo {
+            name: "p".into(),
+            used_bytes: 0,
+            avail_bytes: 0,
+            refer_bytes: 0,
+            props: [("mountpoint".to_string(), (mp.to_string(), "local".to_string()))].into(),
+        };
+        effective_mountpoint(&info, altroot).unwrap()
     }
 }
