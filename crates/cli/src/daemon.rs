@@ -237,7 +237,13 @@ pub fn check_mountpoint(name: &str, mp: &Path, altroot: Option<&Path>) -> Result
         out.extend(rest.iter().rev());
         Ok(out)
     };
-    let outside = || format!("cannot mount '{name}': mountpoint '{}' is outside the alternate root '{}'", mp.display(), root.display());
+    let outside = || {
+        format!(
+            "cannot mount '{name}': mountpoint '{}' is outside the alternate root '{}'",
+            mp.display(),
+            root.display()
+        )
+    };
     let real_root = resolve(root).map_err(|e| format!("cannot mount '{name}': cannot resolve alternate root '{}': {e}", root.display()))?;
     let real_mp = resolve(mp).map_err(|e| format!("cannot mount '{name}': cannot resolve mountpoint '{}': {e}", mp.display()))?;
     if !mp.starts_with(root) || !real_mp.starts_with(&real_root) {
@@ -493,7 +499,10 @@ impl Daemon {
         }
         if buf.len() > proto::MAX_REQUEST_BYTES {
             tracing::warn!("refused a request of more than {} bytes", proto::MAX_REQUEST_BYTES);
-            let _ = write_response(&mut stream, &Response::usage(format!("request too large (over {} bytes)", proto::MAX_REQUEST_BYTES)));
+            let _ = write_response(
+                &mut stream,
+                &Response::usage(format!("request too large (over {} bytes)", proto::MAX_REQUEST_BYTES)),
+            );
             return;
         }
         let req: Request = match serde_json::from_slice(&buf) {

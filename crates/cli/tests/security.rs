@@ -59,8 +59,10 @@ fn dotdot_mountpoints_are_refused() {
     env.zfs(&["create", "-o", "mountpoint=/p/../../etc", "p/esc"])
         .fails_with("'mountpoint' must not contain '..' components");
     env.zfs(&["list", "p/esc"]).fails_with("dataset does not exist");
-    env.zfs(&["set", "mountpoint=/a/../../etc", "p"]).fails_with("'mountpoint' must not contain '..' components");
-    env.zfs(&["set", "mountpoint=/..", "p"]).fails_with("'mountpoint' must not contain '..' components");
+    env.zfs(&["set", "mountpoint=/a/../../etc", "p"])
+        .fails_with("'mountpoint' must not contain '..' components");
+    env.zfs(&["set", "mountpoint=/..", "p"])
+        .fails_with("'mountpoint' must not contain '..' components");
     let shown = env.zfs(&["get", "-H", "-o", "value", "mountpoint", "p"]).ok().stdout;
     assert_eq!(shown.trim(), format!("{alt}/p"));
     // A name that merely contains dots is fine.
@@ -193,7 +195,11 @@ fn daemon_answers_root_only() {
     user.tarn(&env, &["zpool", "destroy", "p"]).fails_with(DENIED);
     user.tarn(&env, &["zfs", "list"]).fails_with(DENIED);
     assert_eq!(env.zpool(&["list", "-H", "-o", "name"]).ok().stdout, "p\n");
-    assert!(env.daemon_log().contains(&format!("refused a request from uid {}", user.uid)), "{}", env.daemon_log());
+    assert!(
+        env.daemon_log().contains(&format!("refused a request from uid {}", user.uid)),
+        "{}",
+        env.daemon_log()
+    );
     std::fs::set_permissions(env.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
 }
 
@@ -277,12 +283,20 @@ fn oversized_and_silent_clients_are_dropped() {
 fn started_daemon_has_a_clean_environment() {
     let env = Env::new();
     let mut c = env.command(&["zpool", "create", "-O", "canmount=off", "-o", "size=128M", "p", "v/a"]);
-    c.env("HARDEN_TEST_SECRET", "leak").env("PATH", format!("/nonexistent:{}", std::env::var("PATH").unwrap_or_default()));
+    c.env("HARDEN_TEST_SECRET", "leak")
+        .env("PATH", format!("/nonexistent:{}", std::env::var("PATH").unwrap_or_default()));
     run(c).ok();
     let pid = daemon_pid(&env);
     let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
-    let vars: Vec<String> = environ.split(|b| *b == 0).filter(|v| !v.is_empty()).map(|v| String::from_utf8_lossy(v).into_owned()).collect();
-    assert!(vars.contains(&"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string()), "{vars:?}");
+    let vars: Vec<String> = environ
+        .split(|b| *b == 0)
+        .filter(|v| !v.is_empty())
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .collect();
+    assert!(
+        vars.contains(&"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string()),
+        "{vars:?}"
+    );
     assert!(!vars.iter().any(|v| v.starts_with("HARDEN_TEST_SECRET=")), "{vars:?}");
     assert!(vars.contains(&format!("TARN_SOCKET={}", env.socket().display())), "{vars:?}");
     assert_eq!(std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap(), Path::new("/"));

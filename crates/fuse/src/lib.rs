@@ -642,7 +642,7 @@ mod tests {
     }
 
     #[test]
-    fn fsname_is_escaped() {
+    fn fsname_is_sanitized() {
         assert_eq!(fsname_option("tank/home"), "tank/home");
         assert_eq!(fsname_option("t,suid,dev"), "t_suid_dev");
         assert_eq!(fsname_option("a\\b"), "a_b");

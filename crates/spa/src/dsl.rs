@@ -1107,7 +1107,10 @@ mod tests {
         assert!(check_prop("recordsize", "2M").is_err());
         assert!(check_prop("mountpoint", "relative").is_err());
         assert_eq!(check_prop("mountpoint", "/a/b/").unwrap(), "/a/b");
-        assert!(check_prop("mountpoint", "/a/../../etc").unwrap_err().to_string().contains("must not contain '..' components"));
+        assert!(check_prop("mountpoint", "/a/../../etc")
+            .unwrap_err()
+            .to_string()
+            .contains("must not contain '..' components"));
         assert!(check_prop("mountpoint", "/..").is_err());
         assert_eq!(check_prop("mountpoint", "/a/..b").unwrap(), "/a/..b");
         assert!(check_prop("atime", "yes").is_err());
