@@ -178,7 +178,7 @@ daemon_stop() {
 tarn_setup() {
     local part=$1 bytes=$2 leaf=$3
     T_DIR=$WORK/$part
-    rm -rf "$T_DIR"; mkdir -p "$T_DIR/vdev" "$T_DIR/run"
+    rm -rf "$T_DIR"; mkdir -p "$T_DIR/vdev"  # the daemon makes run/ itself, mode 0700
     export TARN_STATE_DIR=$LOGDIR/$part-state TARN_SOCKET=$T_DIR/run/tarn.sock
     unset TARN_SCAN_ORDER
     mkdir -p "$TARN_STATE_DIR"

@@ -145,7 +145,7 @@ tarn() {
 setup_tarn() {  # setup_tarn MODE(txg|nolog|slog) LATENCY(1|0) NAME
     local mode=$1 lat=$2 d=$WORK/$3
     TARN_DIR=$d
-    rm -rf "$d"; mkdir -p "$d/state" "$d/run"
+    rm -rf "$d"; mkdir -p "$d/state"  # the daemon makes $d/run itself, mode 0700
     export TARN_STATE_DIR=$d/state TARN_SOCKET=$d/run/tarn.sock
     if [ "$mode" = txg ]; then export TARN_ZIL=off; else unset TARN_ZIL; fi
     if [ -n "$TARN_CACHE" ]; then export TARN_CACHE_MAX=$TARN_CACHE; else unset TARN_CACHE_MAX; fi

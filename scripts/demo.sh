@@ -59,7 +59,8 @@ export TARN_SOCKET=$SCRATCH/run/tarn.sock
 if [ ${#TARN_SOCKET} -gt 100 ]; then
     TARN_SOCKET=$(mktemp -d /tmp/tarn-demo.XXXXXX)/tarn.sock
 fi
-mkdir -p "$TARN_STATE_DIR" "$(dirname "$TARN_SOCKET")"
+# The daemon makes the socket's directory itself (mode 0700: it refuses one others can enter).
+mkdir -p "$TARN_STATE_DIR"
 PIDFILE=$TARN_STATE_DIR/daemon.pid
 
 tarn() { echo "+ tarn $*"; "$TARN" "$@"; }

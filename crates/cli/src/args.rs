@@ -331,6 +331,9 @@ pub fn canonical_fs_prop(p: &str) -> &str {
     }
 }
 
+/// The refusal of a `mountpoint` with `..` components (one could leave `-R altroot`).
+pub const MOUNTPOINT_DOTDOT: &str = "'mountpoint' must not contain '..' components";
+
 /// Check a dataset property assignment. Returns the value to store (recordsize is
 /// normalized to bytes as a decimal string) or the OpenZFS error text.
 pub fn check_fs_prop(prop: &str, value: &str) -> Result<(String, String), String> {
@@ -343,6 +346,9 @@ pub fn check_fs_prop(prop: &str, value: &str) -> Result<(String, String), String
     };
     let v = match prop {
         "mountpoint" => {
+            if value.starts_with('/') && Path::new(value).components().any(|c| c == Component::ParentDir) {
+                return Err(MOUNTPOINT_DOTDOT.into());
+            }
             if value == "none" || value == "legacy" || value.starts_with('/') {
                 if value.starts_with('/') {
                     normalize(Path::new(value)).to_string_lossy().into_owned()
@@ -565,6 +571,9 @@ mod tests {
         assert_eq!(check_fs_prop("atime", "yes").unwrap_err(), "'atime' must be one of 'on | off'");
         assert_eq!(check_fs_prop("mountpoint", "/a/./b/").unwrap().1, "/a/b");
         assert!(check_fs_prop("mountpoint", "rel").is_err());
+        assert_eq!(check_fs_prop("mountpoint", "/a/../b").unwrap_err(), MOUNTPOINT_DOTDOT);
+        assert_eq!(check_fs_prop("mountpoint", "/..").unwrap_err(), MOUNTPOINT_DOTDOT);
+        assert_eq!(check_fs_prop("mountpoint", "/a/..b").unwrap().1, "/a/..b");
         assert_eq!(check_fs_prop("compression", "on").unwrap().1, "lz4");
         assert_eq!(check_fs_prop("canmount", "noauto").unwrap().1, "noauto");
         assert_eq!(check_fs_prop("snapdir", "visible").unwrap().1, "visible");

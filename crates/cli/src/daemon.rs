@@ -7,8 +7,20 @@
 //!   create/import time, and the live [`Mounted`] datasets keyed by dataset name);
 //! * `$TARN_STATE_DIR/known_dirs`: directories that held leaves of pools it created or
 //!   imported (one path a line), searched by default by `zpool import`;
-//! * `$TARN_STATE_DIR/daemon.pid` and the socket `$TARN_SOCKET` (mode 0600, or
-//!   `$TARN_SOCKET_MODE` in octal) with an exclusive `flock` on `<socket>.lock`.
+//! * `$TARN_STATE_DIR/daemon.pid` and the socket `$TARN_SOCKET` with an exclusive
+//!   `flock` on `<socket>.lock`.
+//!
+//! Who may ask: root only (and the daemon's own user, when a user runs a private
+//! daemon for tests). The socket is bound with umask 077 inside a directory that must
+//! be the daemon user's alone (mode 0700, created so when missing; the daemon refuses
+//! to start on one that others can enter, except that it tightens its own default
+//! `/run/tarn` left by an older version), so no other user can reach it, not even for
+//! a moment; and every connection's peer credentials (`SO_PEERCRED`) are checked
+//! before anything is read, others being answered OpenZFS's "Permission denied the
+//! ZFS utilities must be run as root." A request is at most
+//! [`proto::MAX_REQUEST_BYTES`]; a client gets [`proto::IO_TIMEOUT`] to send it and for
+//! each write of the answer; at most [`MAX_CONNECTIONS`] are served at once (more are
+//! answered "daemon busy"). Pid, lock and log files are opened with `O_NOFOLLOW`.
 //!
 //! States: starting (lock taken, socket bound) → serving → stopping (SIGTERM, SIGINT or
 //! a `daemon --stop` request: every dataset unmounted children first, every pool
@@ -30,7 +42,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -195,6 +207,51 @@ pub fn effective_mountpoint(info: &DatasetInfo, altroot: Option<&Path>) -> Optio
     })
 }
 
+/// Check where dataset `name` would mount before anything is created there: `mp`
+/// (from [`effective_mountpoint`]) must have no `..` component, and under `-R altroot`
+/// the path its existing part resolves to (symbolic links followed, as mount(2)
+/// would) must stay inside the altroot's own resolved path. Property values and
+/// names are checked when they are set, but a pool written elsewhere may hold
+/// anything, so this is checked again on every mount. The error is the whole message.
+pub fn check_mountpoint(name: &str, mp: &Path, altroot: Option<&Path>) -> Result<(), String> {
+    use std::path::Component;
+    if mp.components().any(|c| c == Component::ParentDir) {
+        return Err(format!("cannot mount '{name}': mountpoint '{}' contains '..' components", mp.display()));
+    }
+    let Some(root) = altroot else { return Ok(()) };
+    let resolve = |p: &Path| -> std::io::Result<PathBuf> {
+        // The deepest part that exists (a dangling link counts, and fails to resolve),
+        // resolved, with the rest appended as it is (it has no `..`).
+        let mut base = p;
+        let mut rest = Vec::new();
+        while std::fs::symlink_metadata(base).is_err() {
+            match (base.parent(), base.file_name()) {
+                (Some(parent), Some(last)) => {
+                    rest.push(last.to_os_string());
+                    base = parent;
+                }
+                _ => break,
+            }
+        }
+        let mut out = std::fs::canonicalize(base)?;
+        out.extend(rest.iter().rev());
+        Ok(out)
+    };
+    let outside = || {
+        format!(
+            "cannot mount '{name}': mountpoint '{}' is outside the alternate root '{}'",
+            mp.display(),
+            root.display()
+        )
+    };
+    let real_root = resolve(root).map_err(|e| format!("cannot mount '{name}': cannot resolve alternate root '{}': {e}", root.display()))?;
+    let real_mp = resolve(mp).map_err(|e| format!("cannot mount '{name}': cannot resolve mountpoint '{}': {e}", mp.display()))?;
+    if !mp.starts_with(root) || !real_mp.starts_with(&real_root) {
+        return Err(outside());
+    }
+    Ok(())
+}
+
 /// The mountpoint as `zfs list`/`zfs get` show it (altroot applied; "none"/"legacy").
 pub fn shown_mountpoint(info: &DatasetInfo, altroot: Option<&Path>) -> String {
     match effective_mountpoint(info, altroot) {
@@ -240,6 +297,10 @@ pub fn mount_one(entry: &mut PoolEntry, info: &DatasetInfo, explicit: bool) -> R
     if entry.mounts.contains_key(name) {
         return Err(format!("cannot mount '{name}': filesystem already mounted"));
     }
+    // A name read from a pool written elsewhere has not been through the name rules.
+    if let Err(e) = tarn_spa::validate_dataset_name(name) {
+        return Err(cannot(&format!("cannot mount '{name}'"), e));
+    }
     // A file system a receive is writing (or left partially received for `-s`) is
     // never mounted: its contents are not a snapshot's.
     if entry.pool.is_inconsistent(name) {
@@ -262,6 +323,7 @@ pub fn mount_one(entry: &mut PoolEntry, info: &DatasetInfo, explicit: bool) -> R
         }
         None => return Err(format!("cannot mount '{name}': no mountpoint set")),
     };
+    check_mountpoint(name, &mp, entry.altroot.as_deref())?;
     if entry.mounts.values().any(|m| m.mountpoint == mp) {
         return Err(format!("cannot mount '{}': mountpoint is in use", mp.display()));
     }
@@ -366,8 +428,59 @@ pub struct Daemon {
     pid_file: PathBuf,
 }
 
+/// Most connections served at once; more are answered "daemon busy" and closed.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// The user id of the process at the other end of `stream` (`SO_PEERCRED`).
+pub fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
+    // SAFETY: ucred is plain data; getsockopt writes at most `len` bytes into it.
+    unsafe {
+        let mut cred: libc::ucred = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        let rc = libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut libc::ucred as *mut libc::c_void,
+            &mut len,
+        );
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(cred.uid)
+    }
+}
+
+/// Whether user `uid` may run commands: root, or the user the daemon runs as.
+pub fn uid_allowed(uid: u32) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    uid == 0 || uid == unsafe { libc::geteuid() }
+}
+
 impl Daemon {
     fn handle(&self, mut stream: UnixStream) {
+        // A client that never sends, or never reads the answer, gives its thread up.
+        let _ = stream.set_read_timeout(Some(proto::IO_TIMEOUT));
+        let _ = stream.set_write_timeout(Some(proto::IO_TIMEOUT));
+        match peer_uid(&stream) {
+            Ok(uid) if uid_allowed(uid) => {}
+            Ok(uid) => {
+                tracing::warn!("refused a request from uid {uid}");
+                // Take the request (at most the cap, into nothing; descriptors that came
+                // with it are closed) so the answer is not lost to a reset: a Unix
+                // socket closed with unread data resets its peer.
+                let mut first = [0u8; 4096];
+                if matches!(proto::recv_with_fds(&stream, &mut first), Ok((n, _)) if n > 0) {
+                    let _ = std::io::copy(&mut (&mut stream).take(proto::MAX_REQUEST_BYTES as u64), &mut std::io::sink());
+                }
+                let _ = write_response(&mut stream, &Response::err(proto::PERMISSION_DENIED));
+                return;
+            }
+            Err(e) => {
+                tracing::warn!("cannot read peer credentials: {e}");
+                return;
+            }
+        }
         let mut first = vec![0u8; 64 << 10];
         let (n, fds) = match proto::recv_with_fds(&stream, &mut first) {
             Ok(x) => x,
@@ -378,10 +491,19 @@ impl Daemon {
         };
         let mut buf = first[..n].to_vec();
         if n > 0 {
-            if let Err(e) = stream.read_to_end(&mut buf) {
+            let room = (proto::MAX_REQUEST_BYTES + 1).saturating_sub(n) as u64;
+            if let Err(e) = (&mut stream).take(room).read_to_end(&mut buf) {
                 tracing::warn!("read request: {e}");
                 return;
             }
+        }
+        if buf.len() > proto::MAX_REQUEST_BYTES {
+            tracing::warn!("refused a request of more than {} bytes", proto::MAX_REQUEST_BYTES);
+            let _ = write_response(
+                &mut stream,
+                &Response::usage(format!("request too large (over {} bytes)", proto::MAX_REQUEST_BYTES)),
+            );
+            return;
         }
         let req: Request = match serde_json::from_slice(&buf) {
             Ok(r) => r,
@@ -455,12 +577,39 @@ fn write_response(stream: &mut UnixStream, resp: &Response) -> std::io::Result<(
     stream.write_all(&body)
 }
 
-fn socket_mode() -> u32 {
-    std::env::var("TARN_SOCKET_MODE")
-        .ok()
-        .and_then(|s| u32::from_str_radix(s.trim_start_matches("0o"), 8).ok())
-        .filter(|m| *m <= 0o777)
-        .unwrap_or(0o600)
+/// Make sure the socket's directory `dir` is the daemon user's alone: created mode 0700
+/// when missing; otherwise it must be a directory (not a link) owned by this user that
+/// no one else may enter. The default directory, `/run/tarn`, made mode 0755 by older
+/// versions, is tightened instead. The error is the whole message.
+pub fn prepare_socket_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if std::fs::symlink_metadata(dir).is_err() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let md = std::fs::symlink_metadata(dir).map_err(|e| format!("cannot use {}: {e}", dir.display()))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let mode = md.mode() & 0o7777;
+    if md.is_dir() && md.uid() == me && mode & 0o077 != 0 && mode & 0o022 == 0 && Some(dir) == Path::new(proto::DEFAULT_SOCKET).parent() {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| format!("cannot chmod {}: {e}", dir.display()))?;
+        tracing::warn!("tightened {} from mode {mode:04o} to 0700", dir.display());
+        return Ok(());
+    }
+    if !md.is_dir() || md.uid() != me || mode & 0o077 != 0 {
+        return Err(format!(
+            "cannot use socket directory {}: it must be a directory owned by uid {me} with mode 0700 (it is {}, uid {}, mode {mode:04o}); \
+             run 'chmod 700 {}' or set TARN_SOCKET to a path in a private directory",
+            dir.display(),
+            if md.is_dir() { "a directory" } else { "not a directory" },
+            md.uid(),
+            dir.display()
+        ));
+    }
+    Ok(())
 }
 
 /// How long a starting daemon waits for the lock of one that is exiting.
@@ -483,9 +632,13 @@ pub fn run_foreground() -> i32 {
         eprintln!("tarn daemon already running");
         return 1;
     }
-    if let Some(dir) = socket.parent() {
-        if let Err(e) = std::fs::create_dir_all(dir) {
-            eprintln!("cannot create {}: {e}", dir.display());
+    // Whatever the daemon creates (socket, state files) is its user's alone; vdev files
+    // and mountpoints get their modes explicitly.
+    // SAFETY: umask has no preconditions.
+    unsafe { libc::umask(0o077) };
+    if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Err(e) = prepare_socket_dir(dir) {
+            eprintln!("{e}");
             return 1;
         }
     }
@@ -496,7 +649,14 @@ pub fn run_foreground() -> i32 {
     // Exclusive lock beside the socket: the loser of a start race exits here.
     let mut lock_name = socket.clone().into_os_string();
     lock_name.push(".lock");
-    let lock = match std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_name) {
+    let lock = match std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&lock_name)
+    {
         Ok(f) => f,
         Err(e) => {
             eprintln!("cannot open {}: {e}", PathBuf::from(&lock_name).display());
@@ -524,9 +684,19 @@ pub fn run_foreground() -> i32 {
             return 1;
         }
     };
-    let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(socket_mode()));
+    let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600));
     let pid_file = state_dir.join("daemon.pid");
-    let _ = std::fs::write(&pid_file, format!("{}\n", std::process::id()));
+    let _ = std::fs::remove_file(&pid_file);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&pid_file)
+        .and_then(|mut f| f.write_all(format!("{}\n", std::process::id()).as_bytes()));
+    if let Err(e) = written {
+        tracing::warn!("cannot write {}: {e}", pid_file.display());
+    }
 
     // Block SIGTERM/SIGINT/SIGHUP in every thread (set before any thread is spawned)
     // and take them synchronously in one thread that runs the clean shutdown.
@@ -561,11 +731,31 @@ pub fn run_foreground() -> i32 {
             .expect("spawn signal thread");
     }
     tracing::info!("tarn daemon serving {} (pid {})", socket.display(), std::process::id());
+    let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for conn in listener.incoming() {
         match conn {
-            Ok(stream) => {
+            Ok(mut stream) => {
+                use std::sync::atomic::Ordering;
+                if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+                    active.fetch_sub(1, Ordering::SeqCst);
+                    tracing::warn!("refused a connection: {MAX_CONNECTIONS} already being served");
+                    let _ = stream.set_write_timeout(Some(std::time::Duration::from_secs(1)));
+                    let _ = write_response(&mut stream, &Response::err("tarn daemon busy: too many connections, try again"));
+                    continue;
+                }
+                // Counts the connection until its thread ends (or fails to start).
+                struct Slot(Arc<std::sync::atomic::AtomicUsize>);
+                impl Drop for Slot {
+                    fn drop(&mut self) {
+                        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
+                let slot = Slot(active.clone());
                 let d = daemon.clone();
-                let _ = std::thread::Builder::new().name("conn".into()).spawn(move || d.handle(stream));
+                let _ = std::thread::Builder::new().name("conn".into()).spawn(move || {
+                    let _slot = slot;
+                    d.handle(stream);
+                });
             }
             Err(e) => tracing::warn!("accept: {e}"),
         }
@@ -588,5 +778,49 @@ mod tests {
             "cannot create 'a/b*': invalid character '*' in name"
         );
         assert_eq!(cannot("cannot create 'a'", "invalid vdev specification: x"), "invalid vdev specification: x");
+    }
+
+    #[test]
+    fn mountpoints_stay_inside_the_altroot() {
+        let tmp = tempfile::tempdir().unwrap();
+        let alt = tmp.path().join("alt");
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(alt.join("p/a")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, alt.join("p/link")).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("nowhere"), alt.join("p/dangling")).unwrap();
+        let ok = |mp: &Path| check_mountpoint("p/x", mp, Some(&alt));
+        ok(&alt).unwrap();
+        ok(&alt.join("p/a")).unwrap();
+        ok(&alt.join("p/new/deeper")).unwrap();
+        // A dataset named p/../../etc read from disk mounts by default at /p/../../etc.
+        let dotdot = effective_mountpoint_of("/p/../../etc", Some(&alt));
+        assert!(ok(&dotdot).unwrap_err().contains("contains '..' components"));
+        let e = ok(&alt.join("p/link/sub")).unwrap_err();
+        assert_eq!(
+            e,
+            format!(
+                "cannot mount 'p/x': mountpoint '{}' is outside the alternate root '{}'",
+                alt.join("p/link/sub").display(),
+                alt.display()
+            )
+        );
+        assert!(ok(&alt.join("p/dangling/sub")).unwrap_err().contains("cannot resolve mountpoint"));
+        assert!(ok(Path::new("/etc")).unwrap_err().contains("outside the alternate root"));
+        // Without an altroot any absolute path is the administrator's choice, but `..`
+        // is still refused.
+        check_mountpoint("p/x", &alt.join("p/link/sub"), None).unwrap();
+        assert!(check_mountpoint("p/x", Path::new("/a/../etc"), None).is_err());
+    }
+
+    fn effective_mountpoint_of(mp: &str, altroot: Option<&Path>) -> PathBuf {
+        let info = DatasetInfo {
+            name: "p".into(),
+            used_bytes: 0,
+            avail_bytes: 0,
+            refer_bytes: 0,
+            props: [("mountpoint".to_string(), (mp.to_string(), "local".to_string()))].into(),
+        };
+        effective_mountpoint(&info, altroot).unwrap()
     }
 }

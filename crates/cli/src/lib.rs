@@ -15,7 +15,7 @@
 //! Limits: commands are serialized in the daemon (a slow `zpool export` delays a
 //! concurrent `zfs list`), except the stream of `zfs send`/`zfs recv`, which moves
 //! after the lock is released ([`zfs_send`]); the daemon answers only local clients that may open the
-//! socket (mode 0600 by default: root).
+//! socket: root (see [`daemon`] for who may ask and the limits on a request).
 
 pub mod args;
 pub mod daemon;

@@ -47,6 +47,11 @@ fn forward(argv: Vec<String>) -> i32 {
             let _ = std::io::stdout().flush();
             resp.code
         }
+        // The socket's directory is root's alone (mode 0700).
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            eprintln!("{}", proto::PERMISSION_DENIED);
+            1
+        }
         Err(e) => {
             eprintln!(
                 "tarn: cannot reach the daemon at {}: {e} (see {})",

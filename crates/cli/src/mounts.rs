@@ -18,7 +18,13 @@
 //! Built without the `fuse` feature (while zpl/fuse are unfinished), [`mount`] fails
 //! with a clear message and nothing else changes, so pool commands keep working.
 //!
-//! The mountpoint directory is created (with parents) when missing, as OpenZFS does.
+//! The mountpoint directory is created (with parents, mode 0755) when missing, as
+//! OpenZFS does, once the system is known to have what a FUSE mount needs
+//! (`tarn_fuse::check_mount_support`: `/dev/fuse` and `fusermount`, from Debian's
+//! `fuse` package). Every mount is `nosuid,nodev` (no `setuid`/`devices` property
+//! exists to change that), and the dataset name becomes the FUSE `fsname` only
+//! sanitized (`tarn_fuse::fsname_option`), so a name from a crafted pool cannot add
+//! mount options.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
@@ -121,7 +127,6 @@ pub fn mount(
     mountpoint: &Path,
     opts: MountOpts,
 ) -> Result<Mounted, String> {
-    std::fs::create_dir_all(mountpoint).map_err(|e| format!("failed to create mountpoint: {e}"))?;
     let imp = imp::mount(os, zil, snapshots, name, mountpoint, opts)?;
     Ok(Mounted {
         mountpoint: mountpoint.to_path_buf(),
@@ -175,6 +180,9 @@ mod imp {
         mountpoint: &Path,
         opts: MountOpts,
     ) -> Result<Handle, String> {
+        // Before the log is replayed or a directory made: say what the system lacks.
+        tarn_fuse::check_mount_support(Path::new(tarn_fuse::DEV_FUSE), std::env::var_os("PATH").as_deref(), true).map_err(|e| e.to_string())?;
+        tarn_fuse::create_mountpoint(mountpoint).map_err(|e| format!("failed to create mountpoint: {e}"))?;
         let fs = match zil {
             Some(z) => {
                 let (fs, stats) = tarn_zpl::Fs::open_logged(os, z, zpl_opts(opts)).map_err(|e| format!("{e}"))?;
@@ -190,6 +198,7 @@ mod imp {
             }
             None => tarn_zpl::Fs::open(os, zpl_opts(opts)).map_err(|e| format!("{e}"))?,
         };
+        // nosuid,nodev are always passed and the name is sanitized by tarn_fuse.
         let mo = tarn_fuse::MountOptions {
             fsname: name.to_string(),
             readonly: opts.readonly,

@@ -23,6 +23,15 @@
 //! stdout/stderr appended to `daemon.log`, then retries the connect every 50 ms for up
 //! to 10 s. Two clients racing to start a daemon are harmless: the daemon takes an
 //! exclusive lock beside the socket, and the loser exits.
+//!
+//! The started daemon does not inherit the client's environment: it runs in `/` with
+//! umask 077 and only `PATH` ([`DAEMON_PATH`], or `$TARN_DAEMON_PATH` where a test
+//! harness needs another), the `TARN_*` settings (with `TARN_SOCKET` and
+//! `TARN_STATE_DIR` made absolute) and `RUST_BACKTRACE`.
+//!
+//! Limits: a request is at most [`MAX_REQUEST_BYTES`]; the daemon gives a client
+//! [`IO_TIMEOUT`] to send it and, for each write, to take the answer, and answers only
+//! root or its own user (see `daemon`).
 
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -38,6 +47,16 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_SOCKET: &str = "/run/tarn/tarn.sock";
 /// Default state directory.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/tarn";
+/// `PATH` of a daemon the client starts (`$TARN_DAEMON_PATH` replaces it, for tests).
+pub const DAEMON_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// Largest request the daemon reads (the JSON of argv and cwd); a larger one is
+/// refused with "request too large".
+pub const MAX_REQUEST_BYTES: usize = 1 << 20;
+/// How long the daemon waits for a client to send its request, and for each write of
+/// the answer to be taken; a client that stalls longer is dropped.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(15);
+/// OpenZFS's words (libzfs) for a user who may not run commands.
+pub const PERMISSION_DENIED: &str = "Permission denied the ZFS utilities must be run as root.";
 
 /// One command sent to the daemon.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -201,19 +220,36 @@ pub fn exchange_fds(mut stream: UnixStream, req: &Request, fds: &[RawFd]) -> std
     serde_json::from_slice(&buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
-/// Start `tarn daemon --foreground` detached (new session, output to daemon.log).
+/// Start `tarn daemon --foreground` detached (new session, output to daemon.log), with
+/// a clean environment: cwd `/`, umask 077, `PATH` [`DAEMON_PATH`] (or
+/// `$TARN_DAEMON_PATH`), and of the client's variables only `TARN_*` and
+/// `RUST_BACKTRACE` (`TARN_SOCKET` and `TARN_STATE_DIR` absolute).
 pub fn spawn_daemon() -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let exe = std::env::current_exe()?;
-    let dir = state_dir();
-    std::fs::create_dir_all(&dir)?;
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("daemon.log"))?;
+    let dir = std::path::absolute(state_dir())?;
+    let socket = std::path::absolute(socket_path())?;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(dir.join("daemon.log"))?;
     let log2 = log.try_clone()?;
     let mut cmd = Command::new(exe);
     cmd.arg("daemon").arg("--foreground").stdin(Stdio::null()).stdout(log).stderr(log2);
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    cmd.env_clear()
+        .envs(std::env::vars_os().filter(|(k, _)| k.to_str().is_some_and(|k| k.starts_with("TARN_") || k == "RUST_BACKTRACE")))
+        .env("PATH", std::env::var_os("TARN_DAEMON_PATH").unwrap_or_else(|| DAEMON_PATH.into()))
+        .env("TARN_SOCKET", socket)
+        .env("TARN_STATE_DIR", dir)
+        .current_dir("/");
+    // SAFETY: setsid and umask are async-signal-safe and touch no memory of the parent.
     unsafe {
         cmd.pre_exec(|| {
             libc::setsid();
+            libc::umask(0o077);
             Ok(())
         });
     }

@@ -11,6 +11,7 @@
 //! The caller holds the daemon's state lock for the whole command.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use tarn_spa::{AddSpec, CreateSpec, ImportOptions, Pool, Rewind, SpaError, TopSpec, VdevStatus};
@@ -277,10 +278,12 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
             let _ = std::fs::remove_file(c);
         }
     };
+    // Mode 0600 whatever the umask: a vdev file holds the whole pool's data.
     for l in planned.iter().filter(|l| l.create) {
         let r = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(&l.path)
             .and_then(|f| f.set_len(size_bytes.unwrap_or(0)));
         if let Err(e) = r {

@@ -33,6 +33,17 @@
 //! Locks: none here; the zpl serialises. Threads: `MountOptions::threads` fuser workers
 //! (with `clone_fd` when more than one), each calling into the zpl concurrently.
 //!
+//! Mount options: every mount passes `nosuid` and `nodev` explicitly, so a setuid
+//! binary or a device node stored in a dataset (from a pool that came from anywhere)
+//! is never honoured; there is no `setuid`/`devices` property to turn them back on.
+//! The `fsname` (the dataset name, shown as the source in /proc/mounts) goes through
+//! [`fsname_option`], which replaces every character a dataset name cannot hold (`,`
+//! and `\` among them) with `_`, so a crafted name such as `t,suid,dev` stays one
+//! option. Before mounting, [`check_mount_support`] makes sure `/dev/fuse` and a
+//! `fusermount` binary are there and says how to get them when not, rather than "No
+//! such file or directory". Missing mountpoint directories are created mode 0755
+//! whatever the process umask ([`create_mountpoint`]), as OpenZFS creates them.
+//!
 //! Crash / EIO / ENOSPC: zpl errors are mapped to errno and returned to the caller;
 //! nothing is retried. If the daemon dies, a mount made with `auto_unmount` is
 //! removed by `fusermount`; otherwise it stays as "Transport endpoint is not
@@ -138,20 +149,128 @@ fn set_readahead(mountpoint: &Path, kib: u32) {
     }
 }
 
-/// Mount `vfs` (a file system and its `.zfs` directory) on `mountpoint` (created if
-/// missing) and serve it from background threads until the returned [`Mount`] is
-/// unmounted or dropped. Errors: those of creating the directory and of `fusermount`.
-pub fn mount(vfs: Arc<Vfs>, mountpoint: &Path, opts: &MountOptions) -> io::Result<Mount> {
-    std::fs::create_dir_all(mountpoint)?;
-    let mut cfg = Config::default();
-    cfg.mount_options = vec![MountOption::FSName(opts.fsname.clone()), MountOption::Subtype("tarn".into())];
-    cfg.mount_options.push(if opts.readonly { MountOption::RO } else { MountOption::RW });
+/// The device every FUSE mount opens.
+pub const DEV_FUSE: &str = "/dev/fuse";
+
+/// The `fsname=` value for a dataset name: every character that a valid dataset name
+/// cannot hold (anything but ASCII letters, digits, `_ - . : /` and space) becomes `_`.
+/// `fusermount` splits its `-o` list on commas (and treats `\` as an escape), and the
+/// direct mount(2) path takes the name as it is, so only a sanitized name is one
+/// option on both: a crafted `t,suid,dev` is mounted as `t_suid_dev`, never with
+/// `suid` and `dev`. Valid names pass unchanged.
+pub fn fsname_option(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':' | '/' | ' ') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The `fusermount` (or `fusermount3`) binary that a mount would run: `$FUSERMOUNT_PATH`
+/// when set (as `fuser` honours it), else the first one found in the directories of
+/// `path` (a `$PATH` value). `None` when there is none.
+pub fn find_fusermount(path: Option<&OsStr>) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FUSERMOUNT_PATH") {
+        let p = PathBuf::from(p);
+        return is_executable(&p).then_some(p);
+    }
+    let dirs: Vec<PathBuf> = std::env::split_paths(path?).collect();
+    ["fusermount3", "fusermount"]
+        .iter()
+        .flat_map(|name| dirs.iter().map(move |d| d.join(name)))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// Check that this system can make a FUSE mount: the device `dev_fuse` exists, and,
+/// when `fusermount` is needed (`auto_unmount` always mounts through it), a
+/// `fusermount` binary is found in `path` (a `$PATH` value). The error says what is
+/// missing and how to install it.
+pub fn check_mount_support(dev_fuse: &Path, path: Option<&OsStr>, fusermount: bool) -> io::Result<()> {
+    if std::fs::symlink_metadata(dev_fuse).is_err() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "{} is missing: load the FUSE kernel module ('modprobe fuse'), or in a container pass the device in ('--device /dev/fuse')",
+                dev_fuse.display()
+            ),
+        ));
+    }
+    if fusermount && find_fusermount(path).is_none() {
+        let searched = path.map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("fusermount is missing (searched PATH={searched}): install the Debian package 'fuse' ('apt-get install fuse')"),
+        ));
+    }
+    Ok(())
+}
+
+/// Create `dir` and any missing parents, each mode 0755 whatever the umask (the daemon
+/// runs with umask 077, which would leave mountpoints only root can enter while the
+/// file system is not mounted).
+pub fn create_mountpoint(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut missing = Vec::new();
+    let mut p = dir;
+    while std::fs::symlink_metadata(p).is_err() {
+        missing.push(p);
+        match p.parent() {
+            Some(q) if !q.as_os_str().is_empty() => p = q,
+            _ => break,
+        }
+    }
+    for d in missing.into_iter().rev() {
+        match std::fs::create_dir(d) {
+            Ok(()) => std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755))?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if !std::fs::metadata(dir)?.is_dir() {
+        return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("{} is not a directory", dir.display())));
+    }
+    Ok(())
+}
+
+/// The mount options passed for `opts` (`nosuid` and `nodev` always).
+fn mount_options(opts: &MountOptions) -> Vec<MountOption> {
+    let mut v = vec![
+        MountOption::FSName(fsname_option(&opts.fsname)),
+        MountOption::Subtype("tarn".into()),
+        MountOption::NoSuid,
+        MountOption::NoDev,
+    ];
+    v.push(if opts.readonly { MountOption::RO } else { MountOption::RW });
     if opts.default_permissions {
-        cfg.mount_options.push(MountOption::DefaultPermissions);
+        v.push(MountOption::DefaultPermissions);
     }
     if opts.auto_unmount {
-        cfg.mount_options.push(MountOption::AutoUnmount);
+        v.push(MountOption::AutoUnmount);
     }
+    v
+}
+
+/// Mount `vfs` (a file system and its `.zfs` directory) on `mountpoint` (created if
+/// missing, mode 0755) and serve it from background threads until the returned
+/// [`Mount`] is unmounted or dropped; always `nosuid,nodev`. Errors: a missing
+/// `/dev/fuse` or `fusermount` ([`check_mount_support`], with how to install it),
+/// and those of creating the directory and of `fusermount`.
+pub fn mount(vfs: Arc<Vfs>, mountpoint: &Path, opts: &MountOptions) -> io::Result<Mount> {
+    check_mount_support(Path::new(DEV_FUSE), std::env::var_os("PATH").as_deref(), opts.auto_unmount)?;
+    create_mountpoint(mountpoint)?;
+    let mut cfg = Config::default();
+    cfg.mount_options = mount_options(opts);
     cfg.acl = if opts.allow_other {
         SessionACL::All
     } else if opts.auto_unmount {
@@ -520,5 +639,65 @@ mod tests {
         assert_eq!(errno(&ZplError::Stale), libc::ESTALE);
         assert_eq!(errno(&ZplError::Overflow), libc::EOVERFLOW);
         assert_eq!(file_type(FileKind::Symlink), FileType::Symlink);
+    }
+
+    #[test]
+    fn fsname_is_sanitized() {
+        assert_eq!(fsname_option("tank/home"), "tank/home");
+        assert_eq!(fsname_option("t,suid,dev"), "t_suid_dev");
+        assert_eq!(fsname_option("a\\b"), "a_b");
+        assert_eq!(fsname_option("a\\,suid"), "a__suid");
+        assert_eq!(fsname_option("x=y\n\t"), "x_y__");
+        assert_eq!(fsname_option("p/a b:c.d-e_f"), "p/a b:c.d-e_f");
+        assert_eq!(fsname_option("é"), "_");
+    }
+
+    #[test]
+    fn every_mount_is_nosuid_nodev() {
+        let o = mount_options(&MountOptions {
+            fsname: "t,suid,dev".into(),
+            auto_unmount: true,
+            ..Default::default()
+        });
+        assert!(o.contains(&MountOption::NoSuid) && o.contains(&MountOption::NoDev));
+        assert!(!o.contains(&MountOption::Suid) && !o.contains(&MountOption::Dev));
+        assert!(o.contains(&MountOption::FSName("t_suid_dev".into())));
+    }
+
+    #[test]
+    fn missing_pieces_are_named() {
+        let dir = std::env::temp_dir();
+        let e = check_mount_support(Path::new("/nonexistent/fuse"), Some(dir.as_os_str()), true).unwrap_err();
+        assert!(e.to_string().starts_with("/nonexistent/fuse is missing: load the FUSE kernel module"), "{e}");
+        if std::env::var_os("FUSERMOUNT_PATH").is_none() {
+            let empty = OsStr::new("/nonexistent/bin");
+            assert_eq!(find_fusermount(Some(empty)), None);
+            let e = check_mount_support(&dir, Some(empty), true).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "fusermount is missing (searched PATH=/nonexistent/bin): install the Debian package 'fuse' ('apt-get install fuse')"
+            );
+            check_mount_support(&dir, Some(empty), false).unwrap();
+        }
+    }
+
+    #[test]
+    fn mountpoints_are_0755_under_any_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = std::env::temp_dir().join(format!("tarn-fuse-mp-{}", std::process::id()));
+        let deep = tmp.join("a/b");
+        // SAFETY: umask only changes this process's file-creation mask; no other test
+        // of this binary creates files.
+        let old = unsafe { libc::umask(0o077) };
+        let made = create_mountpoint(&deep);
+        unsafe { libc::umask(old) };
+        made.unwrap();
+        for d in [&tmp, &tmp.join("a"), &deep] {
+            assert_eq!(std::fs::metadata(d).unwrap().permissions().mode() & 0o777, 0o755, "{}", d.display());
+        }
+        create_mountpoint(&deep).unwrap();
+        std::fs::write(tmp.join("f"), b"").unwrap();
+        assert!(create_mountpoint(&tmp.join("f")).is_err());
+        std::fs::remove_dir_all(&tmp).unwrap();
     }
 }

@@ -173,3 +173,46 @@ fn readonly_mount_refuses_writes() {
     assert_eq!(fs::write(mnt.join("g"), b"x").unwrap_err().raw_os_error(), Some(libc::EROFS));
     m.unmount().unwrap();
 }
+
+/// The mountinfo line of `mnt`: (per-mount options, source).
+fn mountinfo(mnt: &std::path::Path) -> Option<(String, String)> {
+    let text = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let want = mnt.to_str().unwrap().replace(' ', "\\040");
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        let dash = f.iter().position(|x| *x == "-")?;
+        (f[4] == want).then(|| (f[5].to_string(), f[dash + 2].to_string()))
+    })
+}
+
+/// A dataset name from a crafted pool cannot add mount options: `t,suid,dev` mounted
+/// through fusermount (`auto_unmount`, as the daemon mounts) is one source name, and
+/// the mount is nosuid,nodev.
+#[test]
+fn crafted_fsname_cannot_inject_options() {
+    if !can_mount() {
+        return;
+    }
+    if tarn_fuse::find_fusermount(std::env::var_os("PATH").as_deref()).is_none() {
+        println!("skipping: fusermount is missing");
+        return;
+    }
+    let store = Arc::new(MemStore::new());
+    let zfs = Fs::open(store, ZplOptions::default()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    let opts = MountOptions {
+        fsname: "t,suid,dev".into(),
+        allow_other: true,
+        auto_unmount: true,
+        threads: 1,
+        ..Default::default()
+    };
+    let m = mount(Vfs::new(zfs, Arc::new(NoSnapshots), SnapDir::Hidden), &mnt, &opts).unwrap();
+    let (options, source) = mountinfo(&mnt).expect("mounted");
+    m.unmount().unwrap();
+    let options: Vec<&str> = options.split(',').collect();
+    assert!(options.contains(&"nosuid") && options.contains(&"nodev"), "{options:?}");
+    assert_eq!(source, "t_suid_dev");
+    assert!(mountinfo(&mnt).is_none());
+}

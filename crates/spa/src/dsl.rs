@@ -10,7 +10,9 @@
 //!
 //! Properties follow OpenZFS (`zfsprops(7)`): `mountpoint` is inherited by appending
 //! the child's relative name; others are inherited as is; unset means the default.
-//! Values are validated before anything changes.
+//! Values are validated before anything changes; a `mountpoint` with `..` components
+//! is refused (it could lead a mount out of `-R altroot`; the daemon also refuses to
+//! mount one read from a pool written elsewhere).
 //!
 //! Called by: the `Pool` methods below (admin operations under `admin` + a txg hold).
 
@@ -362,6 +364,8 @@ pub(crate) fn check_prop(prop: &str, value: &str) -> Result<String> {
         "mountpoint" => {
             if value == "none" || value == "legacy" {
                 Ok(value.into())
+            } else if value.starts_with('/') && value.split('/').any(|c| c == "..") {
+                bad("'mountpoint' must not contain '..' components")
             } else if value.starts_with('/') {
                 let v = value.trim_end_matches('/');
                 Ok(if v.is_empty() { "/".into() } else { v.into() })
@@ -1109,6 +1113,12 @@ mod tests {
         assert!(check_prop("recordsize", "2M").is_err());
         assert!(check_prop("mountpoint", "relative").is_err());
         assert_eq!(check_prop("mountpoint", "/a/b/").unwrap(), "/a/b");
+        assert!(check_prop("mountpoint", "/a/../../etc")
+            .unwrap_err()
+            .to_string()
+            .contains("must not contain '..' components"));
+        assert!(check_prop("mountpoint", "/..").is_err());
+        assert_eq!(check_prop("mountpoint", "/a/..b").unwrap(), "/a/..b");
         assert!(check_prop("atime", "yes").is_err());
         assert!(check_prop("canmount", "noauto").is_ok());
         assert_eq!(check_prop("snapdir", "visible").unwrap(), "visible");

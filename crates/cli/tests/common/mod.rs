@@ -1,7 +1,8 @@
 //! Shared harness for the end-to-end tests: one private daemon per test.
 //!
-//! Each [`Env`] owns a temporary directory holding the socket (`TARN_SOCKET`), the
-//! daemon's state directory (`TARN_STATE_DIR`) and the vdev files. Commands run the
+//! Each [`Env`] owns a temporary directory (mode 0700, as the daemon requires of its
+//! socket's directory) holding the socket (`TARN_SOCKET`), the daemon's state
+//! directory (`TARN_STATE_DIR`) and the vdev files. Commands run the
 //! real `tarn` binary with that directory as cwd; the first one starts the daemon.
 //! Dropping the `Env` stops the daemon (`tarn daemon --stop`, then SIGTERM of the pid
 //! in `daemon.pid` if that did not work), which unmounts and exports its pools.
@@ -39,6 +40,8 @@ pub struct Env {
 impl Env {
     pub fn new() -> Env {
         let dir = tempfile::Builder::new().prefix("tarn-e2e").tempdir_in("/tmp").unwrap();
+        // The daemon serves its socket only from a directory that is root's alone.
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
         std::fs::create_dir_all(dir.path().join("v")).unwrap();
         Env { dir }
     }
