@@ -19,11 +19,20 @@
 //! times, so a sweep whose cuts miss the operation fails. Runs are independent (one
 //! temporary directory and pool name each) and mostly wait on txg syncs, so they run
 //! on a few threads at once.
+//!
+//! A txg can close at any moment (the txg timer, `zpool sync`): an operation made of
+//! several steps must put them in one txg. The receive sweep has a variant run beside
+//! a thread that syncs without pause, which splits any such steps into txgs of their
+//! own, where a cut between them finds them (it found the file system a full receive
+//! creates in a txg before the one that marks it inconsistent).
+//!
+//! Knobs: `CRASH_DSL_EVERY=1` cuts at every write; `CRASH_DSL_RACING=1` runs every
+//! operation beside the syncing thread. Both together take many minutes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tarn_dmu::{DmuError, ObjectStore};
 use tarn_send::{ResumeToken, SendOpts, StreamReader};
@@ -33,7 +42,7 @@ mod common;
 use common::{get, pattern, put};
 
 /// Runs of one sweep that are in flight at once.
-const THREADS: usize = 6;
+const THREADS: usize = 8;
 
 fn mkfile(dir: &Path, name: &str, size: u64) -> PathBuf {
     let p = dir.join(name);
@@ -159,10 +168,16 @@ enum Seen {
 /// One operation under test: `setup` builds the pool's contents for `variant` (the
 /// harness syncs after it) and returns what `verify` needs; `op` is the operation
 /// (the harness syncs after it); `verify` inspects the imported pool, returns which
-/// state it found and panics on anything else.
+/// state it found and panics on anything else. `racing(variant)`: run the operation
+/// while another thread syncs txgs without pause (as the txg timer or `zpool sync`
+/// may at any moment), so that every step of it that is not in one txg with the next
+/// lands in a txg of its own. `dense(variant)`: writes to cut after one by one, besides
+/// the spread ones (where a narrow window is known to be).
 struct Sweep<S> {
     tag: &'static str,
     variants: u64,
+    racing: fn(u64) -> bool,
+    dense: fn(u64) -> Option<std::ops::RangeInclusive<u64>>,
     setup: fn(&Pool, &str, u64) -> S,
     op: fn(&Pool, &str, &S) -> Result<(), SpaError>,
     verify: fn(&Pool, &str, &S) -> Seen,
@@ -179,7 +194,22 @@ fn crash_one<S>(sw: &Sweep<S>, variant: u64, k: u64) -> (u64, Seen) {
     pool.sync().unwrap();
     let prefix = dir.display().to_string();
     let cut = tarn_vdev::inject::power_cut_after(&prefix, k);
-    let r = (sw.op)(&pool, &name, &st).and_then(|()| pool.sync());
+    let racing = (sw.racing)(variant) || std::env::var("CRASH_DSL_RACING").is_ok_and(|v| v == "1");
+    let stop = AtomicBool::new(false);
+    let r = std::thread::scope(|s| {
+        if racing {
+            s.spawn(|| {
+                while !stop.load(Ordering::SeqCst) {
+                    // Fails once the operation has failed the pool; the operation says so.
+                    let _ = pool.sync();
+                }
+            });
+        }
+        let r = (sw.op)(&pool, &name, &st);
+        stop.store(true, Ordering::SeqCst);
+        r
+    });
+    let r = r.and_then(|()| pool.sync());
     let dropped = cut.dropped_writes();
     assert!(r.is_ok() || dropped > 0, "{name}: failed before the cut: {r:?}");
     common::abandon(pool, &prefix);
@@ -216,18 +246,18 @@ fn crash_one<S>(sw: &Sweep<S>, variant: u64, k: u64) -> (u64, Seen) {
 }
 
 /// Run every variant of `sw` with cuts spread over the whole operation, about `runs`
-/// runs per variant (or one per write with `CRASH_DSL_EVERY=1`), and check that both
-/// outcomes were seen.
+/// runs per variant (or one per write with `CRASH_DSL_EVERY=1`) besides the dense
+/// ones, and check that both outcomes were seen.
 fn sweep<S>(sw: &Sweep<S>, runs: u64) {
     for v in 0..sw.variants {
         // Cutting at 0 drops every write of the operation: the count measures it.
         let (total, seen0) = crash_one(sw, v, 0);
         assert_eq!(seen0, Seen::Before, "{}{v}: a cut before the first write", sw.tag);
         let end = total + total / 10 + 2;
-        // CRASH_DSL_EVERY=1 cuts at every write (several minutes instead of under one).
         let every = std::env::var("CRASH_DSL_EVERY").is_ok_and(|v| v == "1");
         let step = if every { 1 } else { (end / runs).max(1) };
-        let ks: Vec<u64> = (1..=end).filter(|k| k % step == 0).collect();
+        let dense = (sw.dense)(v);
+        let ks: Vec<u64> = (1..=end).filter(|k| dense.as_ref().is_some_and(|d| d.contains(k)) || k % step == 0).collect();
         let next = AtomicUsize::new(0);
         let results = Mutex::new(vec![(total, seen0)]);
         std::thread::scope(|s| {
@@ -335,6 +365,8 @@ fn power_cut_during_snapshot() {
         &Sweep {
             tag: "cs",
             variants: 1,
+            racing: |_| false,
+            dense: |_| None,
             setup: snap_setup,
             op: snap_op,
             verify: snap_verify,
@@ -418,11 +450,13 @@ fn power_cut_during_snapshot_destroy() {
         &Sweep {
             tag: "cd",
             variants: 3,
+            racing: |_| false,
+            dense: |_| None,
             setup: destroy_setup,
             op: destroy_op,
             verify: destroy_verify,
         },
-        20,
+        16,
     );
 }
 
@@ -479,6 +513,8 @@ fn power_cut_during_rollback() {
         &Sweep {
             tag: "cr",
             variants: 2,
+            racing: |_| false,
+            dense: |_| None,
             setup: rollback_setup,
             op: rollback_op,
             verify: rollback_verify,
@@ -556,6 +592,8 @@ fn power_cut_during_promote() {
         &Sweep {
             tag: "cp",
             variants: 1,
+            racing: |_| false,
+            dense: |_| None,
             setup: promote_setup,
             op: promote_op,
             verify: promote_verify,
@@ -613,16 +651,19 @@ fn recv_setup(pool: &Pool, p: &str, variant: u64) -> RecvState {
     }
 }
 
+/// Variants: 0 a full stream into a new file system, 1 an incremental one into
+/// `copy`, 2 a `-s` receive of a stream that breaks off, 3 as 0 (the sweep runs it
+/// with txgs synced without pause beside it).
 fn recv_op(pool: &Pool, p: &str, st: &RecvState) -> Result<(), SpaError> {
     match st.variant {
-        0 => pool
+        0 | 3 => pool
             .receive(&mut StreamReader::new(&st.full[..]).unwrap(), &recv_spec(format!("{p}/new"), "r1", false))
             .map(drop),
         1 => pool
             .receive(&mut StreamReader::new(&st.incr[..]).unwrap(), &recv_spec(format!("{p}/copy"), "r2", false))
             .map(drop),
         _ => {
-            // -s with a stream that breaks off: the partial state and its token stay.
+            // The partial state and its token stay.
             let cut = &st.full[..st.full.len() * 2 / 3];
             match pool.receive(&mut StreamReader::new(cut).unwrap(), &recv_spec(format!("{p}/part"), "r1", true)) {
                 Err(e) if e.to_string().contains("Partially received snapshot is saved") => Ok(()),
@@ -633,14 +674,14 @@ fn recv_op(pool: &Pool, p: &str, st: &RecvState) -> Result<(), SpaError> {
     }
 }
 
-/// `fs` is a finished receive: not inconsistent, no token, `snaps` its snapshots, and
-/// the head and every snapshot read as `imgs` says.
+/// `fs` is a finished receive: not inconsistent, no token, the snapshots of `imgs`
+/// and no other, and the head and every snapshot read as `imgs` and `head` say.
 fn finished(pool: &Pool, fs: &str, imgs: &[(&str, &Image)], head: &Image) {
     assert!(!pool.is_inconsistent(fs), "{fs} is still inconsistent");
     assert_eq!(pool.resume_token(fs), None, "{fs} has a resume token");
     assert_eq!(prop(pool, fs, tarn_spa::RESUME_TOKEN_PROP), "-");
     let want: Vec<String> = imgs.iter().map(|(s, _)| format!("{fs}@{s}")).collect();
-    assert_eq!(pool.snapshots_of(fs), want);
+    assert_eq!(pool.snapshots_of(fs), want, "{fs}: snapshots (it exists, consistent)");
     for (s, img) in imgs {
         reads_as(pool, &format!("{fs}@{s}"), &[img]);
     }
@@ -648,7 +689,7 @@ fn finished(pool: &Pool, fs: &str, imgs: &[(&str, &Image)], head: &Image) {
 }
 
 /// Imports, per variant, whose cleanup discarded an unfinished receive.
-static DISCARDED: [AtomicUsize; 3] = [AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)];
+static DISCARDED: [AtomicUsize; 4] = [AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)];
 
 fn recv_verify(pool: &Pool, p: &str, st: &RecvState) -> Seen {
     let notes = pool.import_notes();
@@ -659,7 +700,7 @@ fn recv_verify(pool: &Pool, p: &str, st: &RecvState) -> Seen {
     let all = names(pool);
     let under = |fs: &str| all.iter().filter(|n| *n == fs || n.starts_with(&format!("{fs}@"))).count();
     match st.variant {
-        0 => {
+        0 | 3 => {
             let fs = format!("{p}/new");
             if under(&fs) == 0 {
                 return Seen::Before;
@@ -709,12 +750,16 @@ fn power_cut_during_receive() {
     sweep(
         &Sweep {
             tag: "cv",
-            variants: 3,
+            variants: 4,
+            // Variant 3 creates the file system and flags it inconsistent after 40 to
+            // 60 writes (some of the other thread's txgs come first): cut at each.
+            racing: |v| v == 3,
+            dense: |v| (v == 3).then_some(30..=75),
             setup: recv_setup,
             op: recv_op,
             verify: recv_verify,
         },
-        40,
+        28,
     );
     // The import's cleanup of unfinished receives must have been put to work.
     let discarded: Vec<usize> = DISCARDED.iter().map(|d| d.load(Ordering::SeqCst)).collect();
