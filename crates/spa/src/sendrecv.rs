@@ -257,27 +257,33 @@ impl Pool {
     fn set_inconsistent(&self, fs: &str, on: bool, token: Option<&str>) -> Result<()> {
         {
             let _s = self.sync_lock.lock();
-            let tx = self.gate.hold().map_err(dmu_err)?;
-            let _a = self.admin.lock();
-            let obj = self.head_obj(fs)?;
-            let mut p = self.ds_phys(obj)?;
-            if on {
-                p.flags |= DS_FLAG_INCONSISTENT;
-            } else {
-                p.flags &= !DS_FLAG_INCONSISTENT;
-            }
-            self.set_ds_phys(&tx, obj, &p)?;
-            let mut props = self.dir.lock().datasets.get(fs).map(|r| r.props.clone()).unwrap_or_default();
-            match token {
-                Some(t) => props.insert(RESUME_TOKEN_PROP.into(), t.into()),
-                None => props.remove(RESUME_TOKEN_PROP),
-            };
-            self.save_ds_props(&tx, obj, &props)?;
-            if let Some(r) = self.dir.lock().datasets.get_mut(fs) {
-                r.props = props;
-            }
+            self.set_inconsistent_locked(fs, on, token)?;
         }
         self.sync()
+    }
+
+    /// [`Pool::set_inconsistent`] without the sync, for a caller holding `sync_lock`.
+    fn set_inconsistent_locked(&self, fs: &str, on: bool, token: Option<&str>) -> Result<()> {
+        let tx = self.gate.hold().map_err(dmu_err)?;
+        let _a = self.admin.lock();
+        let obj = self.head_obj(fs)?;
+        let mut p = self.ds_phys(obj)?;
+        if on {
+            p.flags |= DS_FLAG_INCONSISTENT;
+        } else {
+            p.flags &= !DS_FLAG_INCONSISTENT;
+        }
+        self.set_ds_phys(&tx, obj, &p)?;
+        let mut props = self.dir.lock().datasets.get(fs).map(|r| r.props.clone()).unwrap_or_default();
+        match token {
+            Some(t) => props.insert(RESUME_TOKEN_PROP.into(), t.into()),
+            None => props.remove(RESUME_TOKEN_PROP),
+        };
+        self.save_ds_props(&tx, obj, &props)?;
+        if let Some(r) = self.dir.lock().datasets.get_mut(fs) {
+            r.props = props;
+        }
+        Ok(())
     }
 
     /// `zfs recv`: check that the stream read by `reader` (header read) fits `spec`,
@@ -381,8 +387,16 @@ impl Pool {
             self.destroy_dataset_ext(&spec.fs, true, false)?;
             self.sync()?;
         }
-        self.create_dataset(&spec.fs, &spec.props)?;
-        self.set_inconsistent(&spec.fs, true, None)?;
+        // Create the file system and flag it inconsistent in one txg (txgs close only
+        // in `sync_once`, under `sync_lock`). Were a txg synced between the two, by the
+        // txg timer say, a crash there would leave an empty, consistent file system
+        // that the import's cleanup keeps: a receive neither resumable nor gone.
+        {
+            let _s = self.sync_lock.lock();
+            self.create_dataset(&spec.fs, &spec.props)?;
+            self.set_inconsistent_locked(&spec.fs, true, None)?;
+        }
+        self.sync()?;
         self.apply(reader, spec, &RecvOpts::default(), true)
     }
 

@@ -19,9 +19,15 @@ impl Rng {
 }
 
 /// Abandon `pool` as a crash would (no export): drop it and wait until it and its sync
-/// thread are gone (a power cut registered on `prefix` stays in force meanwhile, since
-/// a dead machine writes nothing more), then lift the cut.
+/// thread are gone and its leaves are closed (a power cut registered on `prefix` stays
+/// in force meanwhile, since a dead machine writes nothing more), then lift the cut.
 pub fn abandon(pool: std::sync::Arc<tarn_spa::Pool>, prefix: &str) {
+    let leaves: Vec<String> = pool
+        .zio()
+        .vdevs()
+        .iter()
+        .flat_map(|t| t.leaves().into_iter().filter_map(|l| l.path.clone()))
+        .collect();
     let weak = std::sync::Arc::downgrade(&pool);
     drop(pool);
     let t = std::time::Instant::now();
@@ -29,7 +35,24 @@ pub fn abandon(pool: std::sync::Arc<tarn_spa::Pool>, prefix: &str) {
         assert!(t.elapsed().as_secs() < 30, "abandoned pool never went away");
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+    // The count reaches zero before the pool is dropped: when another thread (the sync
+    // thread) held the last reference, the leaves may still be open there, holding
+    // their flock, and an import now would pass them over as busy ("no such pool").
+    for leaf in &leaves {
+        while locked(leaf) {
+            assert!(t.elapsed().as_secs() < 30, "abandoned pool never closed {leaf}");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
     tarn_vdev::inject::clear(prefix);
+}
+
+/// True while another open file description holds the `flock` of `path`.
+fn locked(path: &str) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(f) = std::fs::File::open(path) else { return false };
+    // SAFETY: flock on a descriptor owned by `f`; closing `f` releases the lock.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) != 0 }
 }
 
 /// Deterministic pseudo-random bytes (xorshift64 seeded from `seed`).
