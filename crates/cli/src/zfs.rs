@@ -23,6 +23,7 @@ use crate::args::{self, canonical_fs_prop, getopt, split_prop, FS_PROPS};
 use crate::daemon::{self, Ctx, PoolEntry, State};
 use crate::format::{self, nicebytes, parse_size, table, Column};
 use crate::proto::Response;
+use crate::zfs_snap::pool_of;
 
 const USAGE: &str = "usage: zfs command args ...\nwhere 'command' is one of the following:\n\n\
 \tcreate [-pu] [-o property=value] ... <filesystem>\n\
@@ -79,10 +80,6 @@ pub fn run(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         "-?" | "help" | "--help" => Response::ok(USAGE),
         other => Response::usage(format!("unrecognized command '{other}'\n{USAGE}")),
     }
-}
-
-fn pool_of(name: &str) -> &str {
-    name.split('/').next().unwrap_or(name)
 }
 
 fn parent_of(name: &str) -> Option<&str> {

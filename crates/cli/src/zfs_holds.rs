@@ -13,6 +13,7 @@
 use crate::args::{getopt, Parsed};
 use crate::daemon::{Ctx, PoolEntry, State};
 use crate::proto::Response;
+use crate::zfs_snap::pool_of;
 
 const HOLD_USAGE: &str = "usage:\n\thold [-r] <tag> <snapshot> ...\n";
 const RELEASE_USAGE: &str = "usage:\n\trelease [-r] <tag> <snapshot> ...\n";
@@ -24,10 +25,6 @@ fn usage(u: &str, msg: &str) -> Response {
     } else {
         Response::usage(format!("{msg}\n{u}"))
     }
-}
-
-fn pool_of(name: &str) -> &str {
-    name.split(['/', '@']).next().unwrap_or(name)
 }
 
 fn fs_of(name: &str) -> &str {

@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 use crate::args::getopt;
 use crate::daemon::{self, Ctx, PoolEntry, State};
 use crate::proto::Response;
+use crate::zfs_snap::pool_of;
 
 const RENAME_USAGE: &str = "usage:\n\
 \trename <filesystem|snapshot> <filesystem|snapshot>\n\
@@ -34,10 +35,6 @@ const RENAME_USAGE: &str = "usage:\n\
 
 fn usage(msg: &str) -> Response {
     Response::usage(format!("{msg}\n{RENAME_USAGE}"))
-}
-
-fn pool_of(name: &str) -> &str {
-    name.split(['/', '@']).next().unwrap_or(name)
 }
 
 /// `zfs rename [-pru] source target`.

@@ -36,16 +36,13 @@ use crate::args::{check_fs_props, getopt};
 use crate::daemon::{self, Ctx, State};
 use crate::format::nicebytes;
 use crate::proto::Response;
+use crate::zfs_snap::pool_of;
 
 const SEND_USAGE: &str = "usage:\n\tsend [-LPcenpv] [-R] [-[i|I] snapshot|bookmark] <snapshot>\n\tsend [-LPcenv] -t <receive_resume_token>\n";
 const RECV_USAGE: &str = "usage:\n\treceive [-Fnsuv] [-o <property>=<value>] ... [-x <property>] ...\n\t    [-d | -e] <filesystem|volume|snapshot>\n\treceive -A <filesystem|volume>\n";
 
 fn usage(u: &str, msg: &str) -> Response {
     Response::usage(format!("{msg}\n{u}"))
-}
-
-fn pool_of(name: &str) -> &str {
-    name.split(['/', '@']).next().unwrap_or(name)
 }
 
 /// The client's stdin, stdout and stderr, when it sent them.
@@ -149,7 +146,7 @@ pub fn send(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let mut items = items;
     if verbose || dry {
         for it in items.iter_mut() {
-            match tarn_send::estimate(pool.send_zio(), &it.src, &it.opts(&opts)) {
+            match tarn_send::estimate(pool.zio(), &it.src, &it.opts(&opts)) {
                 Ok(s) => it.estimate_bytes = s.stream_bytes,
                 Err(e) => return Response::err(format!("cannot send '{}': {e}", it.src.to_name)),
             }
@@ -423,7 +420,7 @@ fn run_send(pool: &Pool, items: &[Item], package: Option<&Package>, opts: &SendO
             err: err.as_deref_mut(),
             snapshot: it.src.to_name.clone(),
         };
-        tarn_send::send(pool.send_zio(), &it.src, &it.opts(opts), &mut pw).map_err(|e| format!("warning: cannot send '{}': {e}", it.src.to_name))?;
+        tarn_send::send(pool.zio(), &it.src, &it.opts(opts), &mut pw).map_err(|e| format!("warning: cannot send '{}': {e}", it.src.to_name))?;
     }
     w.flush().map_err(|e| broken(&e))
 }
@@ -679,7 +676,7 @@ fn drain<R: Read>(reader: &mut StreamReader<R>) -> Result<(), String> {
 /// Create the missing ancestors of `fs` (`-d`, `-e`, packages), mounting them.
 fn create_parents(plan: &RecvPlan, fs: &str) -> Result<(), String> {
     let Some(parent) = fs.rfind('/').map(|i| &fs[..i]) else { return Ok(()) };
-    if plan.pool.list_datasets().map_err(|e| e.to_string())?.iter().any(|i| i.name == parent) {
+    if plan.pool.dataset_names().iter().any(|n| n == parent) {
         return Ok(());
     }
     plan.pool
@@ -690,7 +687,7 @@ fn create_parents(plan: &RecvPlan, fs: &str) -> Result<(), String> {
 /// Unmount an incremental target, apply one stream, mount the result.
 fn receive_one<R: Read>(state: &Mutex<State>, plan: &RecvPlan, reader: &mut StreamReader<R>, spec: &RecvSpec) -> Result<(), String> {
     let pool_name = plan.pool.name();
-    let exists = plan.pool.list_datasets().map(|v| v.iter().any(|i| i.name == spec.fs)).unwrap_or(false);
+    let exists = plan.pool.dataset_names().contains(&spec.fs);
     if exists {
         let mut st = state.lock();
         if let Some(entry) = st.pools.get_mut(&pool_name) {
@@ -701,11 +698,13 @@ fn receive_one<R: Read>(state: &Mutex<State>, plan: &RecvPlan, reader: &mut Stre
     if !plan.no_mount {
         let mut st = state.lock();
         if let Some(entry) = st.pools.get_mut(&pool_name) {
-            let mut names: Vec<String> = vec![spec.fs.clone()];
             let prefix = format!("{}/", spec.fs);
-            if let Ok(infos) = entry.pool.list_datasets() {
-                names.extend(infos.into_iter().map(|i| i.name).filter(|n| n.starts_with(&prefix)));
-            }
+            let names: Vec<String> = entry
+                .pool
+                .dataset_names()
+                .into_iter()
+                .filter(|n| *n == spec.fs || n.starts_with(&prefix))
+                .collect();
             let mut errs = Vec::new();
             mount_received(entry, &names, &mut errs);
             if let (Ok(_), false) = (&r, errs.is_empty()) {

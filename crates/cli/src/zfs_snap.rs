@@ -26,7 +26,8 @@ fn usage(u: &str, msg: &str) -> Response {
     Response::usage(format!("{msg}\n{u}"))
 }
 
-fn pool_of(name: &str) -> &str {
+/// The pool part of a dataset, snapshot or bookmark name.
+pub(crate) fn pool_of(name: &str) -> &str {
     name.split(['/', '@', '#']).next().unwrap_or(name)
 }
 

@@ -238,11 +238,6 @@ impl Pool {
         self.send_source(&to, from.as_deref())
     }
 
-    /// The pool's zio, for `tarn_send::send`/`estimate` of a [`Pool::send_source`].
-    pub fn send_zio(&self) -> &tarn_zio::Zio {
-        &self.zio
-    }
-
     /// True when a receive into file system `fs` has not finished (it must not be
     /// mounted). False for a missing dataset.
     pub fn is_inconsistent(&self, fs: &str) -> bool {

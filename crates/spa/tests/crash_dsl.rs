@@ -31,36 +31,22 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tarn_dmu::{DmuError, ObjectStore};
 use tarn_send::{ResumeToken, SendOpts, StreamReader};
-use tarn_spa::{CreateSpec, Pool, RecvSpec, Rewind, SpaError, TopSpec};
+use tarn_spa::{Pool, RecvSpec, Rewind, SpaError};
 
 mod common;
-use common::{get, pattern, put};
+use common::{get, names, pattern, prop_value as prop, put};
+
+fn new_pool(dir: &Path, name: &str) -> Arc<Pool> {
+    common::mirror_pool(dir, name, 128 << 20)
+}
 
 /// Runs of one sweep that are in flight at once.
 const THREADS: usize = 8;
-
-fn mkfile(dir: &Path, name: &str, size: u64) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::File::create(&p).unwrap().set_len(size).unwrap();
-    p
-}
-
-fn new_pool(dir: &Path, name: &str) -> Arc<Pool> {
-    let a = mkfile(dir, "a.img", 128 << 20);
-    let b = mkfile(dir, "b.img", 128 << 20);
-    Pool::create(&CreateSpec {
-        name: name.into(),
-        vdevs: vec![TopSpec::Mirror(vec![a, b])],
-        ashift: 12,
-        ..Default::default()
-    })
-    .unwrap()
-}
 
 // ---- images ------------------------------------------------------------------------
 
@@ -140,16 +126,6 @@ fn change(pool: &Pool, fs: &str, img: &mut Image, seed: u64) {
     let os = pool.objset(fs).unwrap();
     let data = pattern(seed + 7, 20_000 + seed as usize * 1000);
     img.insert(put(&*os, &data), data);
-}
-
-fn names(pool: &Pool) -> Vec<String> {
-    pool.list_all().unwrap().into_iter().map(|i| i.name).collect()
-}
-
-fn prop(pool: &Pool, name: &str, p: &str) -> String {
-    let all = pool.list_all().unwrap();
-    let i = all.iter().find(|i| i.name == name).unwrap_or_else(|| panic!("{name} not listed"));
-    i.props[p].0.clone()
 }
 
 fn strs(v: &[&str], pool: &str) -> Vec<String> {
@@ -617,7 +593,7 @@ struct RecvState {
 fn stream(pool: &Pool, snap: &str, from: Option<&str>) -> Vec<u8> {
     let src = pool.send_source(snap, from).unwrap();
     let mut out = Vec::new();
-    tarn_send::send(pool.send_zio(), &src, &SendOpts::default(), &mut out).unwrap();
+    tarn_send::send(pool.zio(), &src, &SendOpts::default(), &mut out).unwrap();
     out
 }
 
@@ -737,7 +713,7 @@ fn recv_verify(pool: &Pool, p: &str, st: &RecvState) -> Seen {
                 resume: Some(t),
                 ..Default::default()
             };
-            tarn_send::send(pool.send_zio(), &src, &opts, &mut rest).unwrap();
+            tarn_send::send(pool.zio(), &src, &opts, &mut rest).unwrap();
             pool.receive(&mut StreamReader::new(&rest[..]).unwrap(), &recv_spec(fs.clone(), "r1", true))
                 .unwrap();
             finished(pool, &fs, &[("r1", &st.r1)], &st.r1);

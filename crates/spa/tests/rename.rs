@@ -8,73 +8,15 @@
 //! pool has all the old names or all the new ones, never a mix.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use tarn_spa::{CreateSpec, Pool, Rewind, SpaError, TopSpec};
+use tarn_spa::{Pool, Rewind, SpaError};
 
 mod common;
-use common::{get, pattern, put};
-
-fn mkfile(dir: &Path, name: &str, size: u64) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::File::create(&p).unwrap().set_len(size).unwrap();
-    p
-}
+use common::{err_of, get, names, pattern, prop_value as prop, put, reimport, state};
 
 fn new_pool(dir: &Path, name: &str) -> Arc<Pool> {
-    let a = mkfile(dir, "a.img", 128 << 20);
-    let b = mkfile(dir, "b.img", 128 << 20);
-    Pool::create(&CreateSpec {
-        name: name.into(),
-        vdevs: vec![TopSpec::Mirror(vec![a, b])],
-        ashift: 12,
-        ..Default::default()
-    })
-    .unwrap()
-}
-
-fn reimport(pool: Arc<Pool>, dir: &Path, name: &str) -> Arc<Pool> {
-    pool.export().unwrap();
-    drop(pool);
-    Pool::import(name, &[dir.to_path_buf()], Rewind::None, None).unwrap()
-}
-
-fn prop(pool: &Pool, name: &str, p: &str) -> String {
-    let all = pool.list_all().unwrap();
-    let i = all.iter().find(|i| i.name == name).unwrap_or_else(|| panic!("{name} not listed"));
-    i.props[p].0.clone()
-}
-
-fn names(pool: &Pool) -> Vec<String> {
-    pool.list_all().unwrap().into_iter().map(|i| i.name).collect()
-}
-
-/// Everything a refused command must leave alone: every name with its origin, its
-/// user-hold count and its defer flag, and the holds themselves.
-fn state(pool: &Pool) -> Vec<String> {
-    pool.list_all()
-        .unwrap()
-        .into_iter()
-        .map(|i| {
-            let p = |k: &str| i.props.get(k).map(|v| v.0.clone()).unwrap_or_default();
-            let holds = if i.name.contains('@') {
-                format!("{:?}", pool.holds(&i.name).unwrap())
-            } else {
-                String::new()
-            };
-            format!(
-                "{} origin={} userrefs={} defer={} {holds}",
-                i.name,
-                p("origin"),
-                p("userrefs"),
-                p("defer_destroy")
-            )
-        })
-        .collect()
-}
-
-fn err_of<T: std::fmt::Debug>(r: Result<T, SpaError>) -> String {
-    r.unwrap_err().to_string()
+    common::mirror_pool(dir, name, 128 << 20)
 }
 
 #[test]

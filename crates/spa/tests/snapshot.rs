@@ -3,37 +3,16 @@
 //! every step and after export/import, and destroying everything gives the space back.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use tarn_dmu::ObjectStore;
-use tarn_spa::{CreateSpec, Pool, Rewind, SpaError, TopSpec};
+use tarn_spa::{Pool, Rewind, SpaError};
 
 mod common;
-use common::{get, pattern, put, Rng};
-
-fn mkfile(dir: &Path, name: &str, size: u64) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::File::create(&p).unwrap().set_len(size).unwrap();
-    p
-}
+use common::{get, pattern, put, settle, Rng};
 
 fn new_pool(dir: &Path, name: &str) -> Arc<Pool> {
-    let a = mkfile(dir, "a.img", 256 << 20);
-    let b = mkfile(dir, "b.img", 256 << 20);
-    Pool::create(&CreateSpec {
-        name: name.into(),
-        vdevs: vec![TopSpec::Mirror(vec![a, b])],
-        ashift: 12,
-        ..Default::default()
-    })
-    .unwrap()
-}
-
-/// Sync enough txgs for every deferred free to come back.
-fn settle(pool: &Pool) {
-    for _ in 0..6 {
-        pool.sync().unwrap();
-    }
+    common::mirror_pool(dir, name, 256 << 20)
 }
 
 /// object id → contents, for one head or snapshot.

@@ -15,13 +15,7 @@ use tarn_dmu::ObjectStore;
 use tarn_spa::{CreateSpec, LeakReport, Pool, Rewind, SpaError, TopSpec};
 
 mod common;
-use common::{get, pattern, put, Rng};
-
-fn mkfile(dir: &Path, name: &str, size: u64) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::File::create(&p).unwrap().set_len(size).unwrap();
-    p
-}
+use common::{get, mkfile, pattern, put, Rng};
 
 /// A mirror and a raidz1 (so blocks and ditto copies land on both kinds).
 fn new_pool(dir: &Path, name: &str) -> Arc<Pool> {

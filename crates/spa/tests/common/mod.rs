@@ -85,3 +85,79 @@ pub fn get(os: &dyn tarn_dmu::ObjectStore, obj: u64) -> Vec<u8> {
     os.read(obj, 0, &mut buf).unwrap();
     buf
 }
+
+/// Create a sparse file of `size` bytes at `dir/name`.
+pub fn mkfile(dir: &std::path::Path, name: &str, size: u64) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::File::create(&p).unwrap().set_len(size).unwrap();
+    p
+}
+
+/// A pool named `name` on a 2-way mirror of `a.img`/`b.img` of `leaf_bytes` each in
+/// `dir`, ashift 12.
+pub fn mirror_pool(dir: &std::path::Path, name: &str, leaf_bytes: u64) -> std::sync::Arc<tarn_spa::Pool> {
+    let a = mkfile(dir, "a.img", leaf_bytes);
+    let b = mkfile(dir, "b.img", leaf_bytes);
+    tarn_spa::Pool::create(&tarn_spa::CreateSpec {
+        name: name.into(),
+        vdevs: vec![tarn_spa::TopSpec::Mirror(vec![a, b])],
+        ashift: 12,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// Export `pool` and import it again from `dir`.
+pub fn reimport(pool: std::sync::Arc<tarn_spa::Pool>, dir: &std::path::Path, name: &str) -> std::sync::Arc<tarn_spa::Pool> {
+    pool.export().unwrap();
+    drop(pool);
+    tarn_spa::Pool::import(name, &[dir.to_path_buf()], tarn_spa::Rewind::None, None).unwrap()
+}
+
+/// Sync enough txgs for every deferred free to come back.
+pub fn settle(pool: &tarn_spa::Pool) {
+    for _ in 0..6 {
+        pool.sync().unwrap();
+    }
+}
+
+/// Property `p` of dataset `name` as `zfs get` shows it.
+pub fn prop_value(pool: &tarn_spa::Pool, name: &str, p: &str) -> String {
+    let all = pool.list_all().unwrap();
+    let i = all.iter().find(|i| i.name == name).unwrap_or_else(|| panic!("{name} not listed"));
+    i.props[p].0.clone()
+}
+
+/// Every file system and snapshot name, in listing order.
+pub fn names(pool: &tarn_spa::Pool) -> Vec<String> {
+    pool.list_all().unwrap().into_iter().map(|i| i.name).collect()
+}
+
+/// Everything a refused command must leave alone: every name with its origin, its
+/// user-hold count and its defer flag, and the holds themselves.
+pub fn state(pool: &tarn_spa::Pool) -> Vec<String> {
+    pool.list_all()
+        .unwrap()
+        .into_iter()
+        .map(|i| {
+            let p = |k: &str| i.props.get(k).map(|v| v.0.clone()).unwrap_or_default();
+            let holds = if i.name.contains('@') {
+                format!("{:?}", pool.holds(&i.name).unwrap())
+            } else {
+                String::new()
+            };
+            format!(
+                "{} origin={} userrefs={} defer={} {holds}",
+                i.name,
+                p("origin"),
+                p("userrefs"),
+                p("defer_destroy")
+            )
+        })
+        .collect()
+}
+
+/// The message of an error the test expects.
+pub fn err_of<T: std::fmt::Debug>(r: Result<T, tarn_spa::SpaError>) -> String {
+    r.unwrap_err().to_string()
+}
