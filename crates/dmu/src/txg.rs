@@ -217,6 +217,11 @@ impl TxgGate {
         self.dirty_cv.notify_all();
     }
 
+    /// Whether a failed sync suspended the pool ([`TxgGate::suspend`]).
+    pub fn is_suspended(&self) -> bool {
+        self.sync.lock().suspended
+    }
+
     /// Last synced txg.
     pub fn synced_txg(&self) -> u64 {
         self.sync.lock().synced_txg

@@ -217,6 +217,8 @@ pub struct Pool {
     pub(crate) dead: Mutex<BTreeMap<u64, Arc<crate::snapshot::DeadState>>>,
     /// Open read-only object sets of snapshots, by snapshot object.
     pub(crate) snap_objsets: Mutex<BTreeMap<u64, Arc<Objset>>>,
+    /// Changes waiting to run in syncing context (`sync.rs`, OpenZFS `dsl_sync_task`).
+    pub(crate) sync_tasks: Mutex<Vec<crate::sync::SyncTask>>,
 }
 
 struct FoundLeaf {
@@ -465,6 +467,7 @@ impl Pool {
             repair: Default::default(),
             dead: Mutex::new(BTreeMap::new()),
             snap_objsets: Mutex::new(BTreeMap::new()),
+            sync_tasks: Mutex::new(Vec::new()),
         });
         pool.add_spares(spares, ashift);
         // Labels first (state active), so a crash mid-create leaves a recognisable pool.
@@ -914,6 +917,7 @@ impl Pool {
             repair: Default::default(),
             dead: Mutex::new(BTreeMap::new()),
             snap_objsets: Mutex::new(BTreeMap::new()),
+            sync_tasks: Mutex::new(Vec::new()),
         });
         // Every dataset record must be readable.
         let ids: Vec<u64> = pool.dir.lock().datasets.values().map(|d| d.obj).collect();

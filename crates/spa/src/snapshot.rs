@@ -36,10 +36,12 @@
 //!
 //! On disk: a dead list is a MOS object of type `Deadlist` whose data is an array of
 //! 128-byte block pointers and whose bonus is `count u64, bytes u64` (allocated bytes
-//! of all entries). Every change here is made under `sync_lock` (no txg is syncing,
-//! so the kill hooks' pending lists are empty), a txg hold and `admin`; the MOS
-//! changes become durable together in the next txg: a crash leaves the operation
-//! either done or not done.
+//! of all entries). Taking snapshots is a sync task (`sync.rs`): it runs in the sync
+//! of txg `t` right after the file systems wrote their roots and `flush_dead` emptied
+//! the kill hooks' pending lists, so one txg sync makes the command durable. Every
+//! other change here is made under `sync_lock` (no txg is syncing, so the pending
+//! lists are empty), a txg hold and `admin`; the MOS changes become durable together
+//! in the next txg. Either way a crash leaves the operation done or not done.
 //!
 //! Called by: the `zfs snapshot/destroy/rollback/clone/list` paths of the CLI through
 //! the `Pool` methods below; the txg sync thread (`sync.rs`) for [`Pool::flush_dead`].
@@ -234,16 +236,28 @@ impl Pool {
                 targets.push((f, snap.to_string()));
             }
         }
-        // Everything acknowledged before the command is in a synced txg; the
-        // snapshots freeze the roots of the newest synced txg.
-        self.sync()?;
-        let _s = self.sync_lock.lock();
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        // One sync task: it runs in the sync of the open txg (or a later one), after
+        // every file system wrote its root for that txg, so the snapshots freeze
+        // everything acknowledged before the command and become durable with it.
+        self.run_sync_task(move |pool, tx| pool.snapshot_sync(tx, &targets, guid))
+    }
+
+    /// Syncing context of `zfs snapshot`: check every target again (a dataset may have
+    /// gone or a snapshot appeared since the open-context check), then create the
+    /// records. Returns the full names made.
+    fn snapshot_sync(&self, tx: &TxHold, targets: &[(String, String)], guid: Option<u64>) -> Result<Vec<String>> {
         let _a = self.admin.lock();
-        let txg = self.gate.synced_txg();
+        let txg = tx.txg;
+        let mut heads = Vec::with_capacity(targets.len());
+        for (fs, snap) in targets {
+            heads.push(self.head_obj(fs)?);
+            let full = format!("{fs}@{snap}");
+            if self.dir.lock().snaps.contains_key(&full) {
+                return Err(SpaError::Exists(format!("cannot create snapshot '{full}': dataset")));
+            }
+        }
         let mut made = Vec::new();
-        for (fs, snap) in &targets {
-            let head = self.head_obj(fs)?;
+        for ((fs, snap), head) in targets.iter().zip(heads) {
             let mut h = self.ds_phys(head)?;
             let s = DslDatasetPhys {
                 rootbp: h.rootbp,
@@ -258,23 +272,26 @@ impl Pool {
                 deadlist_obj: h.deadlist_obj,
                 ..Default::default()
             };
-            let sobj = self.mos.create_object(&tx, ObjectType::DslDataset, 512, 512, &s.encode()).map_err(dmu_err)?;
+            let sobj = self.mos.create_object(tx, ObjectType::DslDataset, 512, 512, &s.encode()).map_err(dmu_err)?;
             if h.prev_snap_obj != 0 {
                 let mut p = self.ds_phys(h.prev_snap_obj)?;
                 if p.next_snap_obj == head {
                     p.next_snap_obj = sobj;
-                    self.set_ds_phys(&tx, h.prev_snap_obj, &p)?;
+                    self.set_ds_phys(tx, h.prev_snap_obj, &p)?;
                 }
             }
             h.prev_snap_obj = sobj;
             h.prev_snap_txg = txg;
-            h.deadlist_obj = create_deadlist(&*self.mos, &tx)?;
-            self.set_ds_phys(&tx, head, &h)?;
+            h.deadlist_obj = create_deadlist(&*self.mos, tx)?;
+            self.set_ds_phys(tx, head, &h)?;
+            // Blocks this txg's sync killed went to the old dead list (`flush_dead` ran
+            // before the task); from the next txg on, blocks born up to `txg` are the
+            // new snapshot's.
             if let Some(st) = self.dead.lock().get(&head) {
                 st.prev_snap_txg.store(txg, Ordering::SeqCst);
             }
             let full = format!("{fs}@{snap}");
-            self.link_name(&tx, &full, sobj)?;
+            self.link_name(tx, &full, sobj)?;
             self.dir.lock().snaps.insert(
                 full.clone(),
                 crate::dsl::DsRec {
@@ -284,10 +301,6 @@ impl Pool {
             );
             made.push(full);
         }
-        drop(_a);
-        drop(tx);
-        drop(_s);
-        self.sync()?;
         Ok(made)
     }
 

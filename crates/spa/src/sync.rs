@@ -1,4 +1,14 @@
 //! The txg sync thread and one txg's sync (see the crate theory statement).
+//!
+//! Sync tasks (OpenZFS `dsl_sync_task`): a change that must see the file systems exactly
+//! as a txg leaves them — a snapshot freezes the root each dataset has at the end of
+//! that txg — is queued with [`Pool::run_sync_task`] and run by the sync of the open
+//! txg (or a later one), after every object set of that txg has written its root into
+//! its dataset record and before the MOS is written, so the change and the state it
+//! froze become durable in the same txg: one sync per command instead of a sync to
+//! settle the data and a second for the records. A task runs with `sync_lock` held and
+//! takes `admin` itself; it must check everything before it changes anything (its
+//! error leaves the MOS untouched) and must not wait for a txg.
 
 use crate::dsl::DslDatasetPhys;
 use crate::pool::{dmu_err, now_s, Pool};
@@ -13,7 +23,67 @@ use tarn_vdev::label;
 /// Seconds between txg syncs when nobody asks for one (ZFS `zfs_txg_timeout`).
 pub const TXG_TIMEOUT_S: u64 = 5;
 
+/// A queued syncing-context change: runs in the sync of a txg at or after `min_txg`
+/// with that txg's hold (see the module docs).
+pub(crate) struct SyncTask {
+    min_txg: u64,
+    run: Box<dyn FnOnce(&Pool, &TxHold) + Send>,
+}
+
 impl Pool {
+    /// Run `task` in syncing context (module docs) and wait until the txg it ran in is
+    /// durable; returns the task's result. The task runs in the sync of the txg open
+    /// now or a later one, so it sees every change acknowledged before this call.
+    ///
+    /// Errors: the task's own; `Io` when the pool suspends or is closed before the
+    /// task ran or before its txg synced.
+    pub(crate) fn run_sync_task<T: Send + 'static>(&self, task: impl FnOnce(&Pool, &TxHold) -> Result<T> + Send + 'static) -> Result<T> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let min_txg = self.gate.open_txg();
+        self.sync_tasks.lock().push(SyncTask {
+            min_txg,
+            run: Box::new(move |pool, hold| {
+                let r = task(pool, hold);
+                let _ = tx.send((hold.txg, r));
+            }),
+        });
+        loop {
+            self.gate.request_sync(self.gate.open_txg());
+            match rx.recv_timeout(Duration::from_millis(200)) {
+                Ok((txg, r)) => {
+                    let v = r?;
+                    self.gate.wait_synced(txg).map_err(dmu_err)?;
+                    return Ok(v);
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if self.closed.load(Ordering::SeqCst) || self.gate.is_suspended() {
+                        return Err(SpaError::Io("pool I/O is suspended".into()));
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(SpaError::Io("pool I/O is suspended".into()));
+                }
+            }
+        }
+    }
+
+    /// Syncing context of `txg`: run the queued tasks that may run in it, in order.
+    fn run_due_sync_tasks(&self, tx: &TxHold) {
+        let due: Vec<SyncTask> = {
+            let mut q = self.sync_tasks.lock();
+            let (due, later) = std::mem::take(&mut *q).into_iter().partition(|t| t.min_txg <= tx.txg);
+            *q = later;
+            due
+        };
+        for t in due {
+            (t.run)(self, tx);
+        }
+    }
+
+    fn has_due_sync_tasks(&self, txg: u64) -> bool {
+        self.sync_tasks.lock().iter().any(|t| t.min_txg <= txg)
+    }
+
     pub(crate) fn start_sync_thread(self: &Arc<Self>) {
         self.set_scan_self();
         let weak: Weak<Pool> = Arc::downgrade(self);
@@ -89,7 +159,8 @@ impl Pool {
             || self.mos.has_dirty()
             || batches.iter().any(|(_, os, _)| os.zil_dirty())
             || config_changed
-            || self.zio.deferred_bytes() > 0;
+            || self.zio.deferred_bytes() > 0
+            || self.has_due_sync_tasks(txg);
         if !any {
             self.gate.mark_synced(txg);
             for z in &logs {
@@ -113,6 +184,8 @@ impl Pool {
                 }
             }
         }
+        // Sync tasks see every dataset record as this txg leaves it.
+        self.run_due_sync_tasks(&tx);
         let mos_root = {
             let _a = self.admin.lock();
             let mut mb = self.mos.sync_collect(txg);
