@@ -78,7 +78,10 @@ change_one_percent() {
 
 snapshot_latency() {  # snapshot_latency NAME DIR FUNC: 20 snapshots (FUNC lat1..lat20) under a writer in DIR
     local name=$1 dir=$2 take=$3
-    ( while :; do dd if=/dev/zero of="$dir/writer.tmp" bs=1M count=64 conv=fsync status=none 2>/dev/null || true; done ) &
+    # The writer runs while its flag file exists; waiting for it (not killing the
+    # subshell, whose dd would live on) leaves the mount free to unmount.
+    local flag; flag=$(mktemp)
+    ( while [ -e "$flag" ]; do dd if=/dev/zero of="$dir/writer.tmp" bs=1M count=64 conv=fsync status=none 2>/dev/null || true; done ) &
     local writer=$! i t0 t1 lat=()
     sleep 1
     for i in $(seq 1 20); do
@@ -86,7 +89,7 @@ snapshot_latency() {  # snapshot_latency NAME DIR FUNC: 20 snapshots (FUNC lat1.
         lat+=( $(( (t1 - t0) / 1000 )) )
         sleep 0.2
     done
-    kill "$writer" 2>/dev/null || true; wait "$writer" 2>/dev/null || true
+    rm -f "$flag"; wait "$writer" 2>/dev/null || true
     rm -f "$dir/writer.tmp"
     local sorted; sorted=$(printf '%s\n' "${lat[@]}" | sort -n)
     record "$name" "snapshot latency median (ms)" "$(echo "$sorted" | sed -n 10p | awk '{ printf "%.1f", $1 / 1000 }')"

@@ -337,6 +337,10 @@ pub const MOUNTPOINT_DOTDOT: &str = "'mountpoint' must not contain '..' componen
 /// Check a dataset property assignment. Returns the value to store (recordsize is
 /// normalized to bytes as a decimal string) or the OpenZFS error text.
 pub fn check_fs_prop(prop: &str, value: &str) -> Result<(String, String), String> {
+    if tarn_spa::is_user_prop(prop) {
+        tarn_spa::check_user_prop(prop, value)?;
+        return Ok((prop.to_string(), value.to_string()));
+    }
     let prop = canonical_fs_prop(prop);
     let onoff = |v: &str| -> Result<String, String> {
         match v {

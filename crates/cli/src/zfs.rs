@@ -363,6 +363,7 @@ fn known_prop(prop: &str) -> bool {
         || SPACE_PROPS.contains(&prop)
         || INFO_PROPS.contains(&prop)
         || prop.starts_with("written@")
+        || tarn_spa::is_user_prop(prop)
 }
 
 /// File systems, snapshots and bookmarks of a pool, each file system followed by its
@@ -709,7 +710,10 @@ fn get(st: &mut State, args: &[String]) -> Response {
             if !info.name.contains('@') {
                 v.extend(FS_PROPS.iter().map(|s| s.to_string()));
             }
-            v.extend(info.props.keys().filter(|k| !v.contains(k)).cloned().collect::<Vec<_>>());
+            // Native properties first, user properties last (as OpenZFS lists them).
+            let (user, native): (Vec<String>, Vec<String>) = info.props.keys().filter(|k| !v.contains(k)).cloned().partition(|k| tarn_spa::is_user_prop(k));
+            v.extend(native);
+            v.extend(user);
             v
         } else {
             wanted.clone()
@@ -827,6 +831,19 @@ fn set(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
             resp.code = 1;
             continue;
         };
+        if name.contains('@') {
+            // Snapshots take user properties only; the pool says so for the others.
+            for (k, v) in &checked {
+                if let Err(e) = entry.pool.set_dataset_prop(name, k, v) {
+                    resp.stderr
+                        .push_str(&format!("{}\n", daemon::cannot(&format!("cannot set property for '{name}'"), e)));
+                    resp.code = 1;
+                    break;
+                }
+            }
+            history_note(entry, ctx);
+            continue;
+        }
         let before = snapshot_before(entry, name);
         if !before.contains_key(name.as_str()) {
             resp.stderr.push_str(&format!("cannot open '{name}': dataset does not exist\n"));
@@ -866,7 +883,7 @@ fn inherit(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     if matches!(prop.as_str(), "used" | "available" | "referenced" | "type" | "mounted" | "name") {
         return Response::err(format!("'{prop}' property is read-only"));
     }
-    if !FS_PROPS.contains(&prop.as_str()) {
+    if !FS_PROPS.contains(&prop.as_str()) && !tarn_spa::is_user_prop(&prop) {
         return bad_usage("inherit", &format!("invalid property '{prop}'"));
     }
     let mut resp = Response::ok("");
@@ -876,6 +893,15 @@ fn inherit(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
             resp.code = 1;
             continue;
         };
+        if name.contains('@') {
+            if let Err(e) = entry.pool.inherit_dataset_prop(&name, &prop) {
+                resp.stderr
+                    .push_str(&format!("{}\n", daemon::cannot(&format!("cannot inherit {prop} for '{name}'"), e)));
+                resp.code = 1;
+            }
+            history_note(entry, ctx);
+            continue;
+        }
         let before = snapshot_before(entry, &name);
         if !before.contains_key(&name) {
             resp.stderr.push_str(&format!("cannot open '{name}': dataset does not exist\n"));

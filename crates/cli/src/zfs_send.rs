@@ -287,7 +287,7 @@ fn plan_send(pool: &Arc<Pool>, snap: &str, from: Option<&str>, chain: bool, repl
                 .ok_or_else(|| format!("cannot open '{fs}': dataset does not exist"))?;
             info.props
                 .iter()
-                .filter(|(k, (_, src))| src == "local" && tarn_spa::DATASET_PROPS.iter().any(|(p, _)| p == k))
+                .filter(|(k, (_, src))| src == "local" && (tarn_spa::DATASET_PROPS.iter().any(|(p, _)| p == k) || tarn_spa::is_user_prop(k)))
                 .map(|(k, (v, _))| (k.clone(), v.clone()))
                 .collect()
         } else {
@@ -501,7 +501,7 @@ pub fn recv(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     }
     let exclude = p.all('x');
     for x in &exclude {
-        if !tarn_spa::DATASET_PROPS.iter().any(|(k, _)| k == x) {
+        if !tarn_spa::DATASET_PROPS.iter().any(|(k, _)| k == x) && !tarn_spa::is_user_prop(x) {
             return Response::err(format!("cannot receive: invalid property '{x}'"));
         }
     }

@@ -48,13 +48,16 @@ pub fn snapshot(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     if p.operands.is_empty() {
         return usage(SNAPSHOT_USAGE, "missing snapshot argument");
     }
-    if let Some(o) = p.last('o') {
-        // Snapshots take user properties only, which Tarn does not have yet.
-        let name = split_prop(&o).map(|(k, _)| k).unwrap_or_else(|_| o.clone());
-        return Response::err(format!(
-            "cannot create snapshot '{}': property '{name}' cannot be set at snapshot creation",
-            p.operands[0]
-        ));
+    let mut props = BTreeMap::new();
+    for o in p.all('o') {
+        match split_prop(&o) {
+            Ok((k, v)) => {
+                if props.insert(k.clone(), v).is_some() {
+                    return Response::err(format!("property '{k}' specified multiple times"));
+                }
+            }
+            Err(e) => return usage(SNAPSHOT_USAGE, &e),
+        }
     }
     let pool = pool_of(&p.operands[0]).to_string();
     for n in &p.operands {
@@ -69,7 +72,7 @@ pub fn snapshot(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         let fs = p.operands[0].split('@').next().unwrap_or_default();
         return Response::err(format!("cannot open '{fs}': dataset does not exist"));
     };
-    if let Err(e) = entry.pool.snapshot(&p.operands, p.has('r')) {
+    if let Err(e) = entry.pool.snapshot_with_props(&p.operands, p.has('r'), &props) {
         return Response::err(e.to_string());
     }
     history_note(st, &pool, ctx);

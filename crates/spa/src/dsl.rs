@@ -357,9 +357,43 @@ fn human_size(v: u64) -> String {
     }
 }
 
+/// Longest user property name, in bytes, plus one (OpenZFS `ZAP_MAXNAMELEN`).
+pub const USER_PROP_NAME_MAX_BYTES: usize = 256;
+/// Longest user property value, in bytes, plus one (OpenZFS `ZFS_MAXPROPLEN`).
+pub const USER_PROP_VALUE_MAX_BYTES: usize = 8192;
+
+/// Whether `name` is a user property name (zfsprops(7) "User Properties"; OpenZFS
+/// `zfs_prop_user`): it contains a colon and only lowercase letters, digits and
+/// `:` `-` `.` `_`. Such properties hold any string, are never interpreted and are
+/// always inherited.
+pub fn is_user_prop(name: &str) -> bool {
+    name.contains(':') && name.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b":-._".contains(&c))
+}
+
+/// Check the lengths of a user property assignment ([`is_user_prop`] names only);
+/// `Err` holds OpenZFS's reason ("property name '…' is too long", "property value
+/// '…' is too long").
+pub fn check_user_prop(prop: &str, value: &str) -> std::result::Result<(), String> {
+    if prop.len() >= USER_PROP_NAME_MAX_BYTES {
+        return Err(format!("property name '{prop}' is too long"));
+    }
+    if value.len() >= USER_PROP_VALUE_MAX_BYTES {
+        return Err(format!("property value '{value}' is too long"));
+    }
+    Ok(())
+}
+
 /// Validate and normalize a property assignment. Returns the value to store.
+/// User properties ([`is_user_prop`]) are stored as given, within the OpenZFS length
+/// limits ([`USER_PROP_NAME_MAX_BYTES`], [`USER_PROP_VALUE_MAX_BYTES`]).
 pub(crate) fn check_prop(prop: &str, value: &str) -> Result<String> {
     let bad = |why: &str| Err(SpaError::Invalid(format!("cannot set property '{prop}': {why}")));
+    if is_user_prop(prop) {
+        return match check_user_prop(prop, value) {
+            Ok(()) => Ok(value.to_string()),
+            Err(why) => bad(&why),
+        };
+    }
     match prop {
         "mountpoint" => {
             if value == "none" || value == "legacy" {
@@ -415,6 +449,15 @@ pub fn recordsize_bytes(value: &str) -> u32 {
 
 fn parent_of(name: &str) -> Option<&str> {
     name.rfind('/').map(|i| &name[..i])
+}
+
+/// Where `name` inherits properties from: a snapshot from its file system, a file
+/// system from its parent.
+fn inherits_from(name: &str) -> Option<&str> {
+    match name.split_once('@') {
+        Some((fs, _)) => Some(fs),
+        None => parent_of(name),
+    }
 }
 
 impl Pool {
@@ -742,9 +785,11 @@ impl Pool {
         Ok(())
     }
 
-    /// Effective value and source of `prop` for dataset `name`.
+    /// Effective value and source of `prop` for dataset or snapshot `name`: its own
+    /// value, else the nearest ancestor's (a snapshot inherits from its file system),
+    /// else the default. A user property set nowhere is `("-", "-")`.
     fn effective(&self, d: &crate::dsl::Dir, name: &str, prop: &str) -> (String, String) {
-        let local = |n: &str| d.datasets.get(n).and_then(|r| r.props.get(prop)).cloned();
+        let local = |n: &str| d.datasets.get(n).or_else(|| d.snaps.get(n)).and_then(|r| r.props.get(prop)).cloned();
         if let Some(v) = local(name) {
             return (self.with_altroot(prop, v), "local".into());
         }
@@ -752,7 +797,7 @@ impl Pool {
         if prop == "canmount" {
             return ("on".into(), "default".into());
         }
-        let mut p = parent_of(name);
+        let mut p = inherits_from(name);
         while let Some(par) = p {
             if let Some(v) = local(par) {
                 let v = if prop == "mountpoint" && v.starts_with('/') {
@@ -767,13 +812,34 @@ impl Pool {
                 };
                 return (self.with_altroot(prop, v), format!("inherited from {par}"));
             }
-            p = parent_of(par);
+            p = inherits_from(par);
+        }
+        if is_user_prop(prop) {
+            return ("-".into(), "-".into());
         }
         let default = match prop {
             "mountpoint" => format!("/{name}"),
             other => DATASET_PROPS.iter().find(|(k, _)| *k == other).map(|(_, v)| v.to_string()).unwrap_or_default(),
         };
         (self.with_altroot(prop, default), "default".into())
+    }
+
+    /// User properties in effect on `name` (its own and inherited), with sources.
+    fn user_props(&self, d: &crate::dsl::Dir, name: &str) -> BTreeMap<String, (String, String)> {
+        let mut keys = std::collections::BTreeSet::new();
+        let mut cur = Some(name);
+        while let Some(n) = cur {
+            if let Some(r) = d.datasets.get(n).or_else(|| d.snaps.get(n)) {
+                keys.extend(r.props.keys().filter(|k| is_user_prop(k)).cloned());
+            }
+            cur = inherits_from(n);
+        }
+        keys.into_iter()
+            .map(|k| {
+                let v = self.effective(d, name, &k);
+                (k, v)
+            })
+            .collect()
     }
 
     fn with_altroot(&self, prop: &str, v: String) -> String {
@@ -868,6 +934,7 @@ impl Pool {
                 let defer = phys.flags & DS_FLAG_DEFER_DESTROY != 0;
                 props.insert("defer_destroy".into(), ro(if defer { "on" } else { "off" }.into()));
             }
+            props.extend(self.user_props(&d, name));
             props.insert("type".into(), ro(if is_snap { "snapshot" } else { "filesystem" }.into()));
             props.insert("used".into(), ro(defl(u).to_string()));
             props.insert("available".into(), ro(if is_snap { "-".into() } else { avail.to_string() }));
@@ -933,50 +1000,57 @@ impl Pool {
         Ok(self.zio.deflated_bytes(total))
     }
 
-    /// `zfs set name prop=value` (mountpoint, recordsize, atime, readonly, canmount, compression).
+    /// `zfs set name prop=value`: a native property ([`DATASET_PROPS`]) on a file
+    /// system, or a user property ([`is_user_prop`]) on a file system or a snapshot.
+    ///
+    /// Errors: `Invalid` for an unknown or read-only property, a bad value, or a native
+    /// property on a snapshot (OpenZFS wording); `NotFound` for a missing dataset.
     pub fn set_dataset_prop(&self, name: &str, prop: &str, value: &str) -> Result<()> {
-        let v = check_prop(prop, value)?;
-        let tx = self.gate.hold().map_err(dmu_err)?;
-        let _a = self.admin.lock();
-        {
-            let mut d = self.dir.lock();
-            let rec = d
-                .datasets
-                .get_mut(name)
-                .ok_or_else(|| SpaError::NotFound(format!("cannot open '{name}': dataset does not exist")))?;
-            rec.props.insert(prop.to_string(), v);
+        if name.contains('@') && !is_user_prop(prop) {
+            check_prop(prop, value)?;
+            return Err(SpaError::Invalid(format!(
+                "cannot set property '{prop}': this property can not be modified for snapshots"
+            )));
         }
-        let (obj, props) = {
-            let d = self.dir.lock();
-            let r = &d.datasets[name];
-            (r.obj, r.props.clone())
-        };
-        self.save_ds_props(&tx, obj, &props)?;
-        drop(_a);
-        drop(tx);
-        self.apply_props_to_open();
-        Ok(())
+        let v = check_prop(prop, value)?;
+        self.change_local_prop(name, prop, Some(v))
     }
 
-    /// `zfs inherit prop name`.
+    /// `zfs inherit prop name`: drop `name`'s own value of `prop` (a native property of
+    /// a file system, or a user property of a file system or snapshot).
+    ///
+    /// Errors: `Invalid` for an unknown property or a native one on a snapshot;
+    /// `NotFound` for a missing dataset.
     pub fn inherit_dataset_prop(&self, name: &str, prop: &str) -> Result<()> {
-        if !DATASET_PROPS.iter().any(|(k, _)| *k == prop) {
+        if !is_user_prop(prop) && !DATASET_PROPS.iter().any(|(k, _)| *k == prop) {
             return Err(SpaError::Invalid(format!("invalid property '{prop}'")));
         }
+        if name.contains('@') && !is_user_prop(prop) {
+            return Err(SpaError::Invalid(format!(
+                "cannot inherit property '{prop}': this property can not be modified for snapshots"
+            )));
+        }
+        self.change_local_prop(name, prop, None)
+    }
+
+    /// Set (`Some`) or remove (`None`) a local property of a file system or snapshot,
+    /// store its property record and apply the result to open object sets.
+    fn change_local_prop(&self, name: &str, prop: &str, value: Option<String>) -> Result<()> {
         let tx = self.gate.hold().map_err(dmu_err)?;
         let _a = self.admin.lock();
-        {
+        let (obj, props) = {
             let mut d = self.dir.lock();
+            let d = &mut *d;
             let rec = d
                 .datasets
                 .get_mut(name)
+                .or_else(|| d.snaps.get_mut(name))
                 .ok_or_else(|| SpaError::NotFound(format!("cannot open '{name}': dataset does not exist")))?;
-            rec.props.remove(prop);
-        }
-        let (obj, props) = {
-            let d = self.dir.lock();
-            let r = &d.datasets[name];
-            (r.obj, r.props.clone())
+            match value {
+                Some(v) => rec.props.insert(prop.to_string(), v),
+                None => rec.props.remove(prop),
+            };
+            (rec.obj, rec.props.clone())
         };
         self.save_ds_props(&tx, obj, &props)?;
         drop(_a);

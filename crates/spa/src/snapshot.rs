@@ -201,13 +201,36 @@ impl Pool {
     /// Errors: `Invalid` for a bad name or a name in another pool, `NotFound` for a
     /// missing dataset, `Exists` for an existing snapshot (OpenZFS wording).
     pub fn snapshot(&self, names: &[String], recursive: bool) -> Result<Vec<String>> {
-        self.snapshot_with_guid(names, recursive, None)
+        self.snapshot_ext(names, recursive, None, &BTreeMap::new())
+    }
+
+    /// `zfs snapshot [-r] -o prop=value … fs@snap …`: [`Pool::snapshot`], every new
+    /// snapshot getting the user properties `props` (snapshots take no native
+    /// property: `Invalid`, in OpenZFS's words, before anything changes).
+    pub fn snapshot_with_props(&self, names: &[String], recursive: bool, props: &BTreeMap<String, String>) -> Result<Vec<String>> {
+        self.snapshot_ext(names, recursive, None, props)
     }
 
     /// [`Pool::snapshot`], where `guid` (non-zero) is the GUID of the one snapshot
     /// named: `zfs recv` gives the received snapshot the sender's GUID, so the next
     /// incremental stream finds its base. `None`: random GUIDs.
     pub(crate) fn snapshot_with_guid(&self, names: &[String], recursive: bool, guid: Option<u64>) -> Result<Vec<String>> {
+        self.snapshot_ext(names, recursive, guid, &BTreeMap::new())
+    }
+
+    fn snapshot_ext(&self, names: &[String], recursive: bool, guid: Option<u64>, props: &BTreeMap<String, String>) -> Result<Vec<String>> {
+        let first = names.first().map(String::as_str).unwrap_or("");
+        let mut clean = BTreeMap::new();
+        for (k, v) in props {
+            let v =
+                crate::dsl::check_prop(k, v).map_err(|e| SpaError::Invalid(format!("cannot create snapshot '{first}': {}", strip_cannot(&e.to_string()))))?;
+            if !crate::dsl::is_user_prop(k) {
+                return Err(SpaError::Invalid(format!(
+                    "cannot create snapshot '{first}': this property can not be modified for snapshots"
+                )));
+            }
+            clean.insert(k.clone(), v);
+        }
         let mut targets: Vec<(String, String)> = Vec::new();
         for n in names {
             let Some((fs, snap)) = n.split_once('@') else {
@@ -239,13 +262,13 @@ impl Pool {
         // One sync task: it runs in the sync of the open txg (or a later one), after
         // every file system wrote its root for that txg, so the snapshots freeze
         // everything acknowledged before the command and become durable with it.
-        self.run_sync_task(move |pool, tx| pool.snapshot_sync(tx, &targets, guid))
+        self.run_sync_task(move |pool, tx| pool.snapshot_sync(tx, &targets, guid, &clean))
     }
 
     /// Syncing context of `zfs snapshot`: check every target again (a dataset may have
     /// gone or a snapshot appeared since the open-context check), then create the
     /// records. Returns the full names made.
-    fn snapshot_sync(&self, tx: &TxHold, targets: &[(String, String)], guid: Option<u64>) -> Result<Vec<String>> {
+    fn snapshot_sync(&self, tx: &TxHold, targets: &[(String, String)], guid: Option<u64>, props: &BTreeMap<String, String>) -> Result<Vec<String>> {
         let _a = self.admin.lock();
         let txg = tx.txg;
         let mut heads = Vec::with_capacity(targets.len());
@@ -299,6 +322,12 @@ impl Pool {
                     props: BTreeMap::new(),
                 },
             );
+            if !props.is_empty() {
+                self.save_ds_props(tx, sobj, props)?;
+                if let Some(r) = self.dir.lock().snaps.get_mut(&full) {
+                    r.props = props.clone();
+                }
+            }
             made.push(full);
         }
         Ok(made)

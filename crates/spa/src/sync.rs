@@ -23,11 +23,14 @@ use tarn_vdev::label;
 /// Seconds between txg syncs when nobody asks for one (ZFS `zfs_txg_timeout`).
 pub const TXG_TIMEOUT_S: u64 = 5;
 
+/// The body of a [`SyncTask`]: called once, in syncing context, with the txg's hold.
+type SyncTaskFn = Box<dyn FnOnce(&Pool, &TxHold) + Send>;
+
 /// A queued syncing-context change: runs in the sync of a txg at or after `min_txg`
 /// with that txg's hold (see the module docs).
 pub(crate) struct SyncTask {
     min_txg: u64,
-    run: Box<dyn FnOnce(&Pool, &TxHold) + Send>,
+    run: SyncTaskFn,
 }
 
 impl Pool {
