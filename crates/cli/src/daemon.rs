@@ -340,13 +340,21 @@ pub fn mount_one(entry: &mut PoolEntry, info: &DatasetInfo, explicit: bool) -> R
 
 /// Unmount one dataset if mounted (and its mounted descendants first).
 pub fn unmount_one(entry: &mut PoolEntry, name: &str) -> Result<(), String> {
+    unmount_one_ext(entry, name, false)
+}
+
+/// [`unmount_one`]; `force` (`-f` of `zfs unmount/destroy/rollback/rename`) unmounts
+/// busy file systems too. A file system that fails to unmount stays mounted and
+/// listed (the error says why).
+pub fn unmount_one_ext(entry: &mut PoolEntry, name: &str, force: bool) -> Result<(), String> {
     let prefix = format!("{name}/");
     let mut victims: Vec<String> = entry.mounts.keys().filter(|k| k.as_str() == name || k.starts_with(&prefix)).cloned().collect();
     victims.sort();
     for v in victims.into_iter().rev() {
-        if let Some(m) = entry.mounts.remove(&v) {
+        if let Some(m) = entry.mounts.get_mut(&v) {
             let mp = m.mountpoint.clone();
-            m.unmount().map_err(|e| format!("cannot unmount '{}': {e}", mp.display()))?;
+            m.unmount(force).map_err(|e| format!("cannot unmount '{}': {e}", mp.display()))?;
+            entry.mounts.remove(&v);
             tracing::info!("unmounted {v} from {}", mp.display());
         }
     }
@@ -371,12 +379,13 @@ pub fn mount_all(entry: &mut PoolEntry) -> Vec<String> {
     errors
 }
 
-/// Unmount every dataset of the pool, children first. `force`: keep going on errors.
+/// Unmount every dataset of the pool, children first. `force`: unmount busy file
+/// systems too ([`unmount_one_ext`]) and keep going on errors.
 pub fn unmount_all(entry: &mut PoolEntry, force: bool) -> Vec<String> {
     let names: Vec<String> = entry.mounts.keys().rev().cloned().collect();
     let mut errors = Vec::new();
     for n in names {
-        if let Err(e) = unmount_one(entry, &n) {
+        if let Err(e) = unmount_one_ext(entry, &n, force) {
             errors.push(e);
             if !force {
                 break;

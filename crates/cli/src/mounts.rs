@@ -144,9 +144,11 @@ impl Mounted {
         }
         Ok(())
     }
-    /// Unmount (flushes through zpl first).
-    pub fn unmount(self) -> Result<(), String> {
-        imp::unmount(self.imp)
+    /// Unmount (flushes through zpl first). On failure (EBUSY without `force`) the
+    /// file system stays mounted and served, and this handle keeps it. `force`
+    /// detaches it even while files are open there (`tarn_fuse::Mount::unmount_ext`).
+    pub fn unmount(&mut self, force: bool) -> Result<(), String> {
+        imp::unmount(&mut self.imp, force)
     }
 }
 
@@ -219,8 +221,11 @@ mod imp {
         Ok(())
     }
 
-    pub fn unmount(h: Handle) -> Result<(), String> {
-        h.mount.unmount().map_err(|e| format!("{e}"))
+    pub fn unmount(h: &mut Handle, force: bool) -> Result<(), String> {
+        h.mount.unmount_ext(force).map_err(|e| match e.raw_os_error() {
+            Some(libc::EBUSY) => "pool or dataset is busy".to_string(),
+            _ => e.to_string(),
+        })
     }
 }
 
@@ -245,7 +250,7 @@ mod imp {
         Ok(())
     }
 
-    pub fn unmount(_h: Handle) -> Result<(), String> {
+    pub fn unmount(_h: &mut Handle, _force: bool) -> Result<(), String> {
         Ok(())
     }
 }

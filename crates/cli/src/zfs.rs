@@ -29,12 +29,12 @@ const USAGE: &str = "usage: zfs command args ...\nwhere 'command' is one of the 
 \tcreate [-pu] [-o property=value] ... <filesystem>\n\
 \tdestroy [-fnrRv] <filesystem>\n\
 \tdestroy [-dfnrRv] <filesystem>@<snap>[%<snap>][,...]\n\n\
-\tsnapshot [-r] <filesystem>@<snapname> ...\n\
-\trollback [-rR] <snapshot>\n\
+\tsnapshot [-r] [-o property=value] ... <filesystem>@<snapname> ...\n\
+\trollback [-rRf] <snapshot>\n\
 \tclone [-p] [-o property=value] ... <snapshot> <filesystem>\n\
-\trename <filesystem|snapshot> <filesystem|snapshot>\n\
-\trename -p[p] <filesystem> <filesystem>\n\
-\trename -u <filesystem> <filesystem>\n\
+\trename [-f] <filesystem|snapshot> <filesystem|snapshot>\n\
+\trename -p [-f] <filesystem> <filesystem>\n\
+\trename -u [-f] <filesystem> <filesystem>\n\
 \trename -r <snapshot> <snapshot>\n\n\
 \tlist [-Hp] [-r|-d max] [-o property[,...]] [-s property]...\n\t    [-S property]... [-t type[,...]] [filesystem] ...\n\n\
 \tset <property=value> ... <filesystem> ...\n\
@@ -1026,7 +1026,7 @@ fn unmount(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
             resp.code = 1;
             continue;
         }
-        if let Err(e) = daemon::unmount_one(entry, &name) {
+        if let Err(e) = daemon::unmount_one_ext(entry, &name, p.has('f')) {
             resp.stderr.push_str(&format!("{e}\n"));
             resp.code = 1;
         }

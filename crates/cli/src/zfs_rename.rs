@@ -28,18 +28,18 @@ use crate::proto::Response;
 use crate::zfs_snap::pool_of;
 
 const RENAME_USAGE: &str = "usage:\n\
-\trename <filesystem|snapshot> <filesystem|snapshot>\n\
-\trename -p[p] <filesystem> <filesystem>\n\
-\trename -u <filesystem> <filesystem>\n\
+\trename [-f] <filesystem|snapshot> <filesystem|snapshot>\n\
+\trename -p [-f] <filesystem> <filesystem>\n\
+\trename -u [-f] <filesystem> <filesystem>\n\
 \trename -r <snapshot> <snapshot>\n";
 
 fn usage(msg: &str) -> Response {
     Response::usage(format!("{msg}\n{RENAME_USAGE}"))
 }
 
-/// `zfs rename [-pru] source target`.
+/// `zfs rename [-fpru] source target`; `-f` unmounts busy file systems that move.
 pub fn rename(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
-    let p = match getopt(args, "pru") {
+    let p = match getopt(args, "fpru") {
         Ok(p) => p,
         Err(e) => return usage(&e),
     };
@@ -86,7 +86,7 @@ pub fn rename(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         let Some(entry) = st.pools.get_mut(pool_of(&from)) else {
             return Response::err(format!("cannot open '{from}': dataset does not exist"));
         };
-        rename_fs(entry, &from, &to, parents, nounmount, pool_known)
+        rename_fs(entry, &from, &to, parents, nounmount, p.has('f'), pool_known)
     };
     if resp.code == 0 {
         if let Some(entry) = st.pools.get(pool_of(&from)) {
@@ -101,7 +101,7 @@ pub fn rename(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
 /// A file-system rename with its unmounts and mounts (see the module docs).
 /// `target_pool_known`: whether a pool named like the target's first component is
 /// imported (OpenZFS says "no such pool" otherwise).
-fn rename_fs(entry: &mut PoolEntry, from: &str, to: &str, parents: usize, nounmount: bool, target_pool_known: bool) -> Response {
+fn rename_fs(entry: &mut PoolEntry, from: &str, to: &str, parents: usize, nounmount: bool, force: bool, target_pool_known: bool) -> Response {
     let plan = match entry.pool.rename_dataset_plan(from, to, parents > 0) {
         Ok(plan) => plan,
         Err(e) => {
@@ -125,7 +125,7 @@ fn rename_fs(entry: &mut PoolEntry, from: &str, to: &str, parents: usize, nounmo
             if !entry.mounts.contains_key(old) {
                 continue;
             }
-            if let Err(e) = daemon::unmount_one(entry, old) {
+            if let Err(e) = daemon::unmount_one_ext(entry, old, force) {
                 let mut resp = Response::err(e);
                 remount(entry, unmounted.iter().rev().map(|(o, _)| o.as_str()), &mut resp);
                 return resp;

@@ -16,7 +16,7 @@ use crate::format::nicebytes;
 use crate::proto::Response;
 
 const SNAPSHOT_USAGE: &str = "usage:\n\tsnapshot [-r] [-o property=value] ... <filesystem|volume>@<snap> ...\n";
-const ROLLBACK_USAGE: &str = "usage:\n\trollback [-rR] <snapshot>\n";
+const ROLLBACK_USAGE: &str = "usage:\n\trollback [-rRf] <snapshot>\n";
 const BOOKMARK_USAGE: &str = "usage:\n\tbookmark <snapshot|bookmark> <bookmark>\n";
 const PROMOTE_USAGE: &str = "usage:\n\tpromote <clone-filesystem>\n";
 const DIFF_USAGE: &str = "usage:\n\tdiff [-FHt] <snapshot> [snapshot|filesystem]\n";
@@ -79,11 +79,11 @@ pub fn snapshot(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     Response::ok("")
 }
 
-/// `zfs rollback [-rR] fs@snap`. `-R` first destroys the clones of the snapshots
-/// that `-r` destroys (unmounting them); `-f` (force those unmounts) is not
-/// implemented and is refused as an unknown option.
+/// `zfs rollback [-rRf] fs@snap`. `-R` first destroys the clones of the snapshots
+/// that `-r` destroys (unmounting them); `-f` unmounts those clones even while busy
+/// (zfs-rollback(8)).
 pub fn rollback(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
-    let p = match getopt(args, "rR") {
+    let p = match getopt(args, "rRf") {
         Ok(p) => p,
         Err(e) => return usage(ROLLBACK_USAGE, &e),
     };
@@ -115,7 +115,7 @@ pub fn rollback(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
                 Err(e) => return Response::err(daemon::cannot(&format!("cannot rollback to '{snap}'"), e)),
             }
         }
-        if let Err(e) = destroy_victims(entry, &victims, false) {
+        if let Err(e) = destroy_victims(entry, &victims, p.has('f')) {
             return Response::err(e);
         }
     }
@@ -296,11 +296,7 @@ pub(crate) fn destroy_report(plan: &[String], verb: &str, reclaim_bytes: Option<
 /// file systems first (an unmount failure stops everything unless `force`).
 pub(crate) fn destroy_victims(entry: &mut PoolEntry, plan: &[String], force: bool) -> Result<(), String> {
     for v in plan.iter().filter(|v| !v.contains('@')) {
-        if let Err(e) = daemon::unmount_one(entry, v) {
-            if !force {
-                return Err(e);
-            }
-        }
+        daemon::unmount_one_ext(entry, v, force)?;
     }
     for v in plan {
         match entry.pool.destroy_dataset_ext(v, false, false) {

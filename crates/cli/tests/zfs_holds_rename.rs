@@ -190,7 +190,7 @@ fn rename_without_mounts() {
     u(&["rename", "-r", "tank/x", "tank/y"], "source dataset for recursive rename must be a snapshot");
     u(&["rename", "-p", "-r", "tank/x@w", "tank/x@y"], "-p and -r options are mutually exclusive");
     u(&["rename", "-u", "-p", "tank/x", "tank/y"], "-u and -p options are mutually exclusive");
-    u(&["rename", "-f", "tank/x", "tank/y"], "invalid option 'f'");
+    u(&["rename", "-q", "tank/x", "tank/y"], "invalid option 'q'");
     for (args, msg) in [
         (&["rename", "tank/nope", "tank/y"][..], "cannot open 'tank/nope': dataset does not exist"),
         (&["rename", "tank/x", "tank/nope/y"], "cannot create 'tank/nope/y': parent does not exist"),

@@ -98,12 +98,13 @@ fn snapshot_list_destroy_without_mounts() {
     env.zpool(&["export", "tank"]).ok();
     env.zpool(&["import", "-N", "-d", &env.vdir().display().to_string(), "-R", &alt, "tank"]).ok();
     assert_eq!(snaps(&env), "tank@top\ntank/fs/kid@b\n");
-    // rollback -R: clones of the snapshots -r destroys go first; -f is refused.
+    // rollback -R: clones of the snapshots -r destroys go first (-f: busy mounts of
+    // them too, tests/fuse_force.rs).
     env.zfs(&["snapshot", "tank/fs@x"]).ok();
     env.zfs(&["snapshot", "tank/fs@y"]).ok();
     env.zfs(&["clone", "-o", "canmount=noauto", "tank/fs@y", "tank/cy"]).ok();
     env.zfs(&["rollback", "-r", "tank/fs@x"]).fails_with("clones of previous snapshots exist");
-    env.zfs(&["rollback", "-f", "tank/fs@x"]).fails_with("invalid option 'f'");
+    env.zfs(&["rollback", "-q", "tank/fs@x"]).fails_with("invalid option 'q'");
     assert_eq!(snaps(&env), "tank@top\ntank/fs@x\ntank/fs@y\ntank/fs/kid@b\n");
     env.zfs(&["rollback", "-R", "tank/fs@x"]).ok();
     assert_eq!(snaps(&env), "tank@top\ntank/fs@x\ntank/fs/kid@b\n");

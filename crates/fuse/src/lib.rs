@@ -100,6 +100,9 @@ impl Default for MountOptions {
     }
 }
 
+/// How long [`Mount::unmount_ext`] retries an unmount that fails with EBUSY, ms.
+pub const UNMOUNT_BUSY_RETRY_MS: u64 = 1000;
+
 /// A live FUSE mount; unmounted by [`Mount::unmount`] or when dropped.
 #[derive(Debug)]
 pub struct Mount {
@@ -110,8 +113,46 @@ pub struct Mount {
 impl Mount {
     /// Unmount and wait for the session's threads to finish.
     pub fn unmount(mut self) -> io::Result<()> {
+        self.unmount_ext(false)
+    }
+
+    /// Unmount; on failure the mount stays live and this handle keeps it, so the
+    /// caller can report the error (EBUSY: files are open) and try again later.
+    /// `force` (`zfs unmount -f`, and `-f` of `zfs rollback/rename/destroy`) detaches
+    /// the mount even while busy and aborts its FUSE connection: programs holding
+    /// files open there get `ENOTCONN` from then on (umount2(2) `MNT_FORCE |
+    /// MNT_DETACH`). Needs root for umount2; without it the plain unmount goes through
+    /// `fusermount -u`. Then waits for the session's threads to finish.
+    pub fn unmount_ext(&mut self, force: bool) -> io::Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        if self.session.is_none() {
+            return Ok(());
+        }
+        let c = std::ffi::CString::new(self.mountpoint.as_os_str().as_bytes())?;
+        let flags = if force { libc::MNT_FORCE | libc::MNT_DETACH } else { 0 };
+        // A just-unmounted child may leave the parent busy for a moment (its
+        // `fusermount` helper exits after the child's session ends): retry EBUSY for
+        // up to UNMOUNT_BUSY_RETRY_MS before calling the mount busy.
+        let mut waited_ms = 0;
+        // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+        while unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EBUSY) && waited_ms < UNMOUNT_BUSY_RETRY_MS {
+                std::thread::sleep(Duration::from_millis(20));
+                waited_ms += 20;
+                continue;
+            }
+            match e.raw_os_error() {
+                // Not root: let fuser unmount through fusermount.
+                Some(libc::EPERM) if !force => return self.session.take().map_or(Ok(()), |s| s.umount_and_join()),
+                // Already unmounted behind our back: only the threads are left.
+                Some(libc::EINVAL) => break,
+                _ => return Err(e),
+            }
+        }
+        // The connection ends with the mount: the session's threads see ENODEV and stop.
         match self.session.take() {
-            Some(s) => s.umount_and_join(),
+            Some(s) => s.join(),
             None => Ok(()),
         }
     }
