@@ -3,7 +3,7 @@
 //! OpenZFS's "pool or dataset is busy" and stays mounted and served; `-f` unmounts
 //! it anyway (the kernel aborts the connection; an open file may still read what the
 //! page cache holds), so `zfs unmount -f`,
-//! `zfs rename -f`, `zfs rollback -Rf` and `zfs destroy -f` go through. Skipped, with a
+//! `zfs rename -f`, `zfs rollback -Rf`, `zfs destroy -f` and `zpool export -f` go through. Skipped, with a
 //! message, when FUSE is not usable here.
 
 mod common;
@@ -73,5 +73,12 @@ fn busy_mounts_and_force() {
     env.zfs(&["destroy", "-f", "tank/gone"]).ok();
     drop(held);
     env.zfs(&["list", "tank/gone"]).fails_with("dataset does not exist");
-    env.zpool(&["export", "tank"]).ok();
+
+    // zpool export: busy refuses (the pool stays imported and mounted), -f exports.
+    let held = std::fs::File::open(m.join("moved/file")).unwrap();
+    env.zpool(&["export", "tank"]).fails_with("pool or dataset is busy");
+    assert_eq!(mounted(&env, "tank/moved"), "yes");
+    env.zpool(&["export", "-f", "tank"]).ok();
+    drop(held);
+    env.zpool(&["list", "tank"]).fails_with("no such pool");
 }
