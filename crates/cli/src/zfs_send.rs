@@ -86,6 +86,9 @@ impl Item {
     }
 }
 
+/// Numbers the temporary-hold tags of this daemon's sends.
+static SEND_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// `zfs send`.
 pub fn send(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let p = match getopt(args, "i:I:RpcLevPnt:") {
@@ -160,10 +163,24 @@ pub fn send(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         return Response::err("cannot send: the client passed no output stream");
     };
     let show_progress = p.has('v');
+    // Temporary holds keep every snapshot being read from being destroyed until the
+    // stream ends (OpenZFS `zfs send` does the same, tag `.send-PID-N`); taken here,
+    // under the state lock that destroys also need.
+    let mut to_names: Vec<String> = items.iter().map(|it| it.src.to_name.clone()).collect();
+    to_names.dedup();
+    let tag = format!(".send-{}-{}", std::process::id(), SEND_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let holds = match pool.hold_temporary(&to_names, &tag) {
+        Ok(h) => h,
+        Err(e) => return Response::err(daemon::cannot("cannot send", e)),
+    };
     let job: daemon::Job = Box::new(move |_state: &Mutex<State>| {
         let mut err = File::from(err);
         let _ = err.write_all(summary.as_bytes());
-        match run_send(&pool, &items, package.as_ref(), &opts, File::from(out), show_progress.then_some(&mut err)) {
+        let r = run_send(&pool, &items, package.as_ref(), &opts, File::from(out), show_progress.then_some(&mut err));
+        if let Err(e) = pool.release_temporary(holds) {
+            tracing::warn!("zfs send: releasing temporary holds: {e}");
+        }
+        match r {
             Ok(()) => Response::ok(""),
             Err(e) => Response::err(e),
         }

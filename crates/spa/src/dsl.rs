@@ -930,7 +930,7 @@ impl Pool {
                 );
             } else {
                 props.insert("clones".into(), ro(clones.get(&rec.obj).map(|c| c.join(",")).unwrap_or_default()));
-                props.insert("userrefs".into(), ro(phys.userrefs.to_string()));
+                props.insert("userrefs".into(), ro((phys.userrefs + self.temp_hold_count(rec.obj)).to_string()));
                 let defer = phys.flags & DS_FLAG_DEFER_DESTROY != 0;
                 props.insert("defer_destroy".into(), ro(if defer { "on" } else { "off" }.into()));
             }

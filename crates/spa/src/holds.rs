@@ -32,8 +32,15 @@
 //! the txg is durable as a whole or not at all, so holds, counts and the defer flag
 //! never disagree after an import.
 //!
-//! Limits: no temporary holds (`zfs send -h`'s cleanup-fd holds); tags are at most 255
-//! bytes (the ZAP's name limit; OpenZFS allows 256) and not empty.
+//! *Temporary holds* (OpenZFS's cleanup-fd holds, which `zfs send` takes on the
+//! snapshots it reads, tag `.send-PID-N`): [`Pool::hold_temporary`] and
+//! [`Pool::release_temporary`]. They refuse destroys exactly as user holds do, show in
+//! `zfs holds` and `userrefs`, but live only in memory (`Pool::temp_holds`): a daemon
+//! that dies takes them along, as OpenZFS drops its temporary holds at the next import.
+//! Releasing the last hold of a snapshot marked for deferred destroy destroys it.
+//!
+//! Limits: tags are at most 255 bytes (the ZAP's name limit; OpenZFS allows 256) and
+//! not empty.
 //!
 //! Called by: the CLI's `zfs hold/release/holds` and `zfs destroy -d`; `dsl.rs` and
 //! `snapshot.rs` ask [`Pool::check_not_held`] before destroying a snapshot.
@@ -43,6 +50,15 @@ use crate::pool::{dmu_err, now_s, Pool};
 use crate::{Result, SpaError};
 use std::collections::BTreeMap;
 use tarn_dmu::{zap, ObjectStore, ObjectType, TxHold};
+
+/// Temporary holds of one [`Pool::hold_temporary`] call: give them back with
+/// [`Pool::release_temporary`].
+#[derive(Debug)]
+#[must_use = "temporary holds last until released"]
+pub struct TempHolds {
+    tag: String,
+    objs: Vec<u64>,
+}
 
 /// Longest hold tag, in bytes (the ZAP's name limit).
 pub const TAG_MAX_BYTES: usize = 255;
@@ -244,8 +260,13 @@ impl Pool {
             return Err(SpaError::Invalid(format!("'{snap}' is not a snapshot")));
         }
         let _a = self.admin.lock();
-        let phys = self.ds_phys(self.snap_obj(snap)?)?;
-        read_holds(&*self.mos, &phys)
+        let obj = self.snap_obj(snap)?;
+        let phys = self.ds_phys(obj)?;
+        let mut out = read_holds(&*self.mos, &phys)?;
+        if let Some(t) = self.temp_holds.lock().get(&obj) {
+            out.extend(t.iter().map(|(k, v)| (k.clone(), *v)));
+        }
+        Ok(out)
     }
 
     /// `zfs holds [-r] fs@snap`: the holds of the snapshot, or with `recursive` of
@@ -302,7 +323,7 @@ impl Pool {
         found.sort_by_key(|(_, _, p)| std::cmp::Reverse(p.creation_txg));
         let mut destroyed = Vec::new();
         for (name, obj, mut phys) in found {
-            if phys.userrefs == 0 && phys.num_clones == 0 {
+            if phys.userrefs == 0 && phys.num_clones == 0 && self.temp_hold_count(obj) == 0 {
                 self.destroy_snapshot_locked(&tx, &name)?;
                 destroyed.push(name);
             } else if phys.flags & DS_FLAG_DEFER_DESTROY == 0 {
@@ -317,12 +338,88 @@ impl Pool {
         Ok(destroyed)
     }
 
-    /// `Busy` in OpenZFS's words when snapshot `name` (record `obj`) has user holds.
+    /// `Busy` in OpenZFS's words when snapshot `name` (record `obj`) has user or
+    /// temporary holds.
     pub(crate) fn check_not_held(&self, name: &str, obj: u64) -> Result<()> {
-        if self.ds_phys(obj)?.userrefs > 0 {
+        if self.ds_phys(obj)?.userrefs > 0 || self.temp_hold_count(obj) > 0 {
             return Err(held(name));
         }
         Ok(())
+    }
+
+    /// Number of temporary holds on snapshot record `obj`.
+    pub(crate) fn temp_hold_count(&self, obj: u64) -> u64 {
+        self.temp_holds.lock().get(&obj).map_or(0, |m| m.len() as u64)
+    }
+
+    /// Put temporary hold `tag` on every snapshot in `snaps` (all or none); they last
+    /// until [`Pool::release_temporary`] or the end of the process.
+    ///
+    /// Errors (nothing held): `NotFound` for a missing snapshot, `Exists` when one
+    /// already carries `tag` ("tag already exists on this dataset"), `Invalid` for a
+    /// name without `@` or a bad tag.
+    pub fn hold_temporary(&self, snaps: &[String], tag: &str) -> Result<TempHolds> {
+        if tag.is_empty() || tag.len() > TAG_MAX_BYTES {
+            return Err(SpaError::Invalid(format!("cannot hold: invalid tag '{tag}'")));
+        }
+        let mut objs = Vec::new();
+        for s in snaps {
+            if !s.contains('@') {
+                return Err(SpaError::Invalid(format!("'{s}' is not a snapshot")));
+            }
+            objs.push((s.clone(), self.snap_obj(s)?));
+        }
+        let mut th = self.temp_holds.lock();
+        if let Some((s, _)) = objs.iter().find(|(_, o)| th.get(o).is_some_and(|m| m.contains_key(tag))) {
+            return Err(SpaError::Exists(format!("cannot hold snapshot '{s}': tag already exists on this dataset")));
+        }
+        let now = now_s();
+        for (_, o) in &objs {
+            th.entry(*o).or_default().insert(tag.to_string(), now);
+        }
+        Ok(TempHolds {
+            tag: tag.to_string(),
+            objs: objs.into_iter().map(|(_, o)| o).collect(),
+        })
+    }
+
+    /// Release temporary holds taken by [`Pool::hold_temporary`]. A snapshot marked for
+    /// deferred destroy that is left with no hold and no clone is destroyed (one txg);
+    /// returns the names destroyed.
+    pub fn release_temporary(&self, holds: TempHolds) -> Result<Vec<String>> {
+        let mut freed = Vec::new();
+        {
+            let mut th = self.temp_holds.lock();
+            for o in &holds.objs {
+                if let Some(m) = th.get_mut(o) {
+                    m.remove(&holds.tag);
+                    if m.is_empty() {
+                        th.remove(o);
+                        freed.push(*o);
+                    }
+                }
+            }
+        }
+        let deferred: Vec<u64> = freed
+            .into_iter()
+            .filter(|o| self.ds_phys(*o).is_ok_and(|p| p.flags & DS_FLAG_DEFER_DESTROY != 0))
+            .collect();
+        if deferred.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.sync()?;
+        let _s = self.sync_lock.lock();
+        let tx = self.gate.hold().map_err(dmu_err)?;
+        let _a = self.admin.lock();
+        let mut out = Vec::new();
+        for o in deferred {
+            out.extend(self.reap_deferred(&tx, o)?);
+        }
+        drop(_a);
+        drop(tx);
+        drop(_s);
+        self.sync()?;
+        Ok(out)
     }
 
     /// Destroy snapshot record `sobj` if it is marked for deferred destroy and has no
@@ -335,7 +432,7 @@ impl Pool {
         let name = self.dir.lock().snaps.iter().find(|(_, r)| r.obj == sobj).map(|(n, _)| n.clone());
         let Some(name) = name else { return Ok(None) };
         let p = self.ds_phys(sobj)?;
-        if p.flags & DS_FLAG_DEFER_DESTROY == 0 || p.userrefs > 0 || p.num_clones > 0 {
+        if p.flags & DS_FLAG_DEFER_DESTROY == 0 || p.userrefs > 0 || p.num_clones > 0 || self.temp_hold_count(sobj) > 0 {
             return Ok(None);
         }
         self.destroy_snapshot_locked(tx, &name)?;

@@ -94,7 +94,7 @@ mod vdevs;
 
 pub use bookmark::{validate_bookmark_name, Bookmark};
 pub use dsl::{check_user_prop, is_user_prop, recordsize_bytes, DATASET_PROPS, USER_PROP_NAME_MAX_BYTES, USER_PROP_VALUE_MAX_BYTES};
-pub use holds::{Released, TAG_MAX_BYTES};
+pub use holds::{Released, TempHolds, TAG_MAX_BYTES};
 pub use iostat::{PoolIostat, VdevIostat};
 pub use leak::LeakReport;
 pub use names::{validate_dataset_name, validate_pool_name, validate_snapshot_name};

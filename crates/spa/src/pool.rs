@@ -219,6 +219,9 @@ pub struct Pool {
     pub(crate) snap_objsets: Mutex<BTreeMap<u64, Arc<Objset>>>,
     /// Changes waiting to run in syncing context (`sync.rs`, OpenZFS `dsl_sync_task`).
     pub(crate) sync_tasks: Mutex<Vec<crate::sync::SyncTask>>,
+    /// Temporary holds (`holds.rs`): snapshot record → tag → creation time (s). In
+    /// memory only, so they end with the daemon.
+    pub(crate) temp_holds: Mutex<BTreeMap<u64, BTreeMap<String, u64>>>,
 }
 
 struct FoundLeaf {
@@ -468,6 +471,7 @@ impl Pool {
             dead: Mutex::new(BTreeMap::new()),
             snap_objsets: Mutex::new(BTreeMap::new()),
             sync_tasks: Mutex::new(Vec::new()),
+            temp_holds: Mutex::new(BTreeMap::new()),
         });
         pool.add_spares(spares, ashift);
         // Labels first (state active), so a crash mid-create leaves a recognisable pool.
@@ -918,6 +922,7 @@ impl Pool {
             dead: Mutex::new(BTreeMap::new()),
             snap_objsets: Mutex::new(BTreeMap::new()),
             sync_tasks: Mutex::new(Vec::new()),
+            temp_holds: Mutex::new(BTreeMap::new()),
         });
         // Every dataset record must be readable.
         let ids: Vec<u64> = pool.dir.lock().datasets.values().map(|d| d.obj).collect();

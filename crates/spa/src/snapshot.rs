@@ -380,7 +380,7 @@ impl Pool {
                 self.clones_of(sobj).join("\n")
             )));
         }
-        if s.userrefs > 0 {
+        if s.userrefs > 0 || self.temp_hold_count(sobj) > 0 {
             return Err(crate::holds::held(name));
         }
         let nobj = s.next_snap_obj;

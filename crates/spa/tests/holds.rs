@@ -166,3 +166,44 @@ fn deferred_destroy_happens_at_the_last_release_and_frees_space() {
     assert_eq!(names(&pool), ["ho2", "ho2/fs"]);
     pool.export().unwrap();
 }
+
+/// Temporary holds (what `zfs send` takes): they block destroys like user holds, show
+/// in `holds` and `userrefs`, refuse a duplicate tag without holding anything, make
+/// `destroy -d` defer, destroy the deferred snapshot at their release, and do not
+/// survive an export/import.
+#[test]
+fn temporary_holds_block_destroy_and_vanish_on_import() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = new_pool(d.path(), "ho3");
+    pool.create_dataset("ho3/fs", &BTreeMap::new()).unwrap();
+    let os = pool.objset("ho3/fs").unwrap();
+    put(&*os, &pattern(3, 200_000));
+    drop(os);
+    pool.snapshot(&["ho3/fs@a".into(), "ho3/fs@b".into()], false).unwrap();
+    let snaps = vec!["ho3/fs@a".to_string(), "ho3/fs@b".to_string()];
+    let t = pool.hold_temporary(&snaps, ".send-1-0").unwrap();
+    assert_eq!(pool.holds("ho3/fs@a").unwrap().keys().collect::<Vec<_>>(), [".send-1-0"]);
+    assert_eq!(prop(&pool, "ho3/fs@b", "userrefs"), "1");
+    let before = state(&pool);
+    let e = pool.destroy_snapshot("ho3/fs@a").unwrap_err();
+    assert!(matches!(e, SpaError::Busy(_)), "{e}");
+    assert_eq!(e.to_string(), "cannot destroy snapshot ho3/fs@a: dataset is busy");
+    // A duplicate tag on any of the names holds nothing new.
+    let e = pool.hold_temporary(&["ho3/fs@b".into()], ".send-1-0").unwrap_err();
+    assert!(matches!(e, SpaError::Exists(_)), "{e}");
+    assert!(err_of(pool.hold_temporary(&["ho3/fs@nope".into()], "x")).contains("dataset does not exist"));
+    assert_eq!(state(&pool), before);
+    // destroy -d defers while the temporary hold is there; its release destroys @a.
+    assert!(pool.defer_destroy(&["ho3/fs@a".into()]).unwrap().is_empty());
+    assert_eq!(prop(&pool, "ho3/fs@a", "defer_destroy"), "on");
+    assert_eq!(pool.release_temporary(t).unwrap(), ["ho3/fs@a"]);
+    assert_eq!(names(&pool), ["ho3", "ho3/fs", "ho3/fs@b"]);
+    assert_eq!(prop(&pool, "ho3/fs@b", "userrefs"), "0");
+    // Held again, then the pool goes away: after the import nothing holds @b.
+    let _t = pool.hold_temporary(&["ho3/fs@b".into()], ".send-1-1").unwrap();
+    let pool = reimport(pool, d.path(), "ho3");
+    assert!(pool.holds("ho3/fs@b").unwrap().is_empty());
+    pool.destroy_snapshot("ho3/fs@b").unwrap();
+    settle(&pool);
+    pool.export().unwrap();
+}

@@ -1,0 +1,64 @@
+//! End-to-end: `zfs send` holds the snapshot it reads (a temporary hold, tag
+//! `.send-PID-N`, as OpenZFS's send does) until the stream ends, so a destroy in the
+//! middle is refused with "dataset is busy" instead of freeing blocks the stream still
+//! has to read; once the stream is drained the hold is gone, the stream is whole and
+//! the snapshot can be destroyed. Skipped, with a message, when FUSE is not usable.
+
+mod common;
+use common::*;
+use std::io::Read;
+use std::process::Stdio;
+
+#[test]
+fn send_holds_its_snapshot_until_the_stream_ends() {
+    if !fuse_usable("send_holds_its_snapshot_until_the_stream_ends") {
+        return;
+    }
+    let env = Env::new();
+    let m = env.path().join("mnt");
+    let ms = m.display().to_string();
+    env.zpool(&["create", "-m", &ms, "-o", "size=256M", "tank", "v/a"]).ok();
+    env.zfs(&["create", "tank/fs"]).ok();
+    // Several MiB of data that does not compress: far more than a pipe holds.
+    let data: Vec<u8> = (0..6_000_000u32).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect();
+    std::fs::write(m.join("fs/big"), &data).unwrap();
+    env.zfs(&["snapshot", "tank/fs@a"]).ok();
+
+    // A send whose reader does not read yet: the daemon blocks on the full pipe.
+    let mut c = env.command(&["zfs", "send", "tank/fs@a"]);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut tags = String::new();
+    for _ in 0..100 {
+        tags = env.zfs(&["holds", "-H", "tank/fs@a"]).ok().stdout;
+        if tags.contains(".send-") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(tags.contains("tank/fs@a\t.send-"), "no temporary hold while sending: {tags:?}");
+    assert_eq!(env.zfs(&["get", "-H", "-o", "value", "userrefs", "tank/fs@a"]).ok().stdout, "1\n");
+    env.zfs(&["destroy", "tank/fs@a"]).fails_with("dataset is busy");
+
+    // Drain: the stream is complete and the hold is released.
+    let mut stream = Vec::new();
+    child.stdout.take().unwrap().read_to_end(&mut stream).unwrap();
+    assert!(child.wait().unwrap().success());
+    let mut tags = String::new();
+    for _ in 0..100 {
+        tags = env.zfs(&["holds", "-H", "tank/fs@a"]).ok().stdout;
+        if tags.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(tags, "", "the temporary hold outlived the send");
+    let file = env.path().join("a.stream");
+    std::fs::write(&file, &stream).unwrap();
+    let mut r = env.command(&["zfs", "recv", "tank/copy"]);
+    r.stdin(std::fs::File::open(&file).unwrap());
+    run(r).ok();
+    assert_eq!(std::fs::read(m.join("copy/big")).unwrap(), data);
+    env.zfs(&["destroy", "tank/fs@a"]).ok();
+    env.zpool(&["export", "tank"]).ok();
+}
