@@ -121,6 +121,7 @@ pub fn changed_objects(zio: &Zio, root: &BlkPtr, from_txg: u64) -> Result<Vec<u6
         stats: SendStats::default(),
         object_end: 0,
         collect: Some(Vec::new()),
+        ahead: None,
     };
     w.root(root)?;
     Ok(w.collect.take().unwrap_or_default())
@@ -180,6 +181,7 @@ fn run(zio: &Zio, src: &SendSource, opts: &SendOpts, out: Option<&mut dyn Write>
         stats: SendStats::default(),
         object_end: 0,
         collect: None,
+        ahead: None,
     };
     w.w.record(&Record::Begin(header))?;
     w.root(&src.root)?;
@@ -215,14 +217,39 @@ struct Walk<'z, 'o> {
     object_end: u64,
     /// [`changed_objects`]: collect object ids instead of writing records.
     collect: Option<Vec<u64>>,
+    /// Read-ahead of the data blocks under the indirect block being walked (see
+    /// `Walk::tree`): the blocks `write` will ask for, in that order, read by a helper
+    /// thread.
+    ahead: Option<std::sync::mpsc::Receiver<(BlkPtr, std::result::Result<Arc<Vec<u8>>, tarn_zio::ZioError>)>>,
+}
+
+/// Data blocks a send reads ahead of the one it is writing (each up to the largest
+/// record size): the reading, checksumming and decompression of the next blocks run
+/// on a second thread while the stream is written.
+pub const READ_AHEAD_BLOCKS: usize = 8;
+
+fn zio_err(e: tarn_zio::ZioError) -> SendError {
+    match e {
+        tarn_zio::ZioError::Corrupt(c) => SendError::Dmu(DmuError::Corrupt(c)),
+        other => SendError::Dmu(DmuError::Io(other.to_string())),
+    }
 }
 
 impl Walk<'_, '_> {
     fn read(&self, bp: &BlkPtr) -> Result<Arc<Vec<u8>>> {
-        self.zio.read_block(bp).map_err(|e| match e {
-            tarn_zio::ZioError::Corrupt(c) => SendError::Dmu(DmuError::Corrupt(c)),
-            other => SendError::Dmu(DmuError::Io(other.to_string())),
-        })
+        self.zio.read_block(bp).map_err(zio_err)
+    }
+
+    /// A data block: from the read-ahead when it delivers exactly `bp` next; any
+    /// disagreement ends the read-ahead and reads directly (never the wrong bytes).
+    fn read_data(&mut self, bp: &BlkPtr) -> Result<Arc<Vec<u8>>> {
+        if let Some(rx) = &self.ahead {
+            match rx.recv() {
+                Ok((got, r)) if got == *bp => return r.map_err(zio_err),
+                _ => self.ahead = None,
+            }
+        }
+        self.read(bp)
     }
 
     fn changed(&self, bp: &BlkPtr) -> bool {
@@ -426,11 +453,53 @@ impl Walk<'_, '_> {
         }
         if level > 0 {
             let blk = self.read(bp)?;
-            for (i, c) in blk.chunks_exact(BLKPTR_SIZE_BYTES).enumerate() {
-                let child = BlkPtr::decode(c)?;
-                self.tree(object, blksz, end_bytes, &child, blkid.saturating_mul(BPS_PER_INDIRECT) + i as u64, level - 1)?;
+            let children = blk
+                .chunks_exact(BLKPTR_SIZE_BYTES)
+                .map(BlkPtr::decode)
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            let first_child = blkid.saturating_mul(BPS_PER_INDIRECT);
+            // Above data blocks: read the ones `write` will want on a helper thread, in
+            // the order it will want them (the same tests `tree` applies to level 0).
+            let wanted: Vec<BlkPtr> = if level == 1 && self.collect.is_none() && !self.w.is_counting() {
+                children
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, c)| {
+                        let first = (first_child + *i as u64).saturating_mul(blksz);
+                        let end = first.saturating_add(blksz).min(end_bytes);
+                        first < end_bytes && !(object == self.resume_object && end <= self.resume_offset_bytes) && self.changed(c) && c.level == 0
+                    })
+                    .map(|(_, c)| *c)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let walk_children = |w: &mut Self| -> Result<()> {
+                for (i, child) in children.iter().enumerate() {
+                    w.tree(object, blksz, end_bytes, child, first_child + i as u64, level - 1)?;
+                }
+                Ok(())
+            };
+            if wanted.len() < 2 {
+                return walk_children(self);
             }
-            return Ok(());
+            let zio = self.zio;
+            return std::thread::scope(|s| {
+                let (tx, rx) = std::sync::mpsc::sync_channel(READ_AHEAD_BLOCKS);
+                s.spawn(move || {
+                    for c in wanted {
+                        let r = zio.read_block(&c);
+                        if tx.send((c, r)).is_err() {
+                            break;
+                        }
+                    }
+                });
+                self.ahead = Some(rx);
+                let r = walk_children(self);
+                // Dropping the receiver stops the reader at its next block.
+                self.ahead = None;
+                r
+            });
         }
         self.write(object, first, bp)
     }
@@ -458,7 +527,7 @@ impl Walk<'_, '_> {
             }
             return Ok(());
         }
-        let data = self.read(bp)?;
+        let data = self.read_data(bp)?;
         let mut off = 0usize;
         while off < data.len() {
             let n = if whole {
