@@ -473,6 +473,8 @@ struct RecvPlan {
     verbose: bool,
     set_props: BTreeMap<String, String>,
     exclude: Vec<String>,
+    /// `-o origin=`: receive the (single, incremental) stream as a clone of this.
+    origin: Option<String>,
 }
 
 /// `zfs recv` / `zfs receive`.
@@ -507,9 +509,11 @@ pub fn recv(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         return Response::err(daemon::cannot(&format!("cannot receive: invalid name '{target}'"), e));
     }
     let mut set_props = BTreeMap::new();
+    let mut origin = None;
     for o in p.all('o') {
-        if o.split_once('=').map(|(k, _)| k) == Some("origin") {
-            return Response::err("cannot receive: the 'origin' property (receive as a clone) is not supported by Tarn");
+        if let Some(("origin", v)) = o.split_once('=') {
+            origin = Some(v.to_string());
+            continue;
         }
         match check_fs_props(std::slice::from_ref(&o)) {
             Ok(m) => set_props.extend(m),
@@ -546,6 +550,7 @@ You must redirect standard input.",
         verbose: p.has('v'),
         set_props,
         exclude,
+        origin,
     };
     let line = ctx.command_line();
     let job: daemon::Job = Box::new(move |state: &Mutex<State>| {
@@ -671,6 +676,7 @@ fn run_recv(state: &Mutex<State>, plan: &RecvPlan, input: &mut BufReader<File>, 
         force: plan.force,
         resumable: plan.resumable,
         props,
+        origin: plan.origin.clone(),
     };
     if plan.mode != NameMode::Plain {
         create_parents(plan, &fs)?;
@@ -737,6 +743,9 @@ fn run_recv_package(state: &Mutex<State>, plan: &RecvPlan, input: &mut BufReader
         return Err("cannot receive: cannot specify snapshot name for multi-snapshot stream".into());
     }
     let pkg = tarn_send::read_package(input).map_err(|e| format!("cannot receive: invalid package header: {e}"))?;
+    if plan.origin.is_some() {
+        return Err("cannot receive: -o origin= takes a single stream, not a -R/-I/-p package".into());
+    }
     let top = map_top(&plan.target, &pkg.top, plan.mode);
     let mut bytes = 0u64;
     for (i, ps) in pkg.streams.iter().enumerate() {
@@ -782,6 +791,7 @@ fn run_recv_package(state: &Mutex<State>, plan: &RecvPlan, input: &mut BufReader
             force: plan.force,
             resumable: plan.resumable,
             props,
+            origin: None,
         };
         receive_one(state, plan, &mut reader, &spec)?;
         bytes += reader.offset_bytes();

@@ -86,7 +86,6 @@ fn refusals_without_data() {
     env.zfs(&["recv", "-A", "tank/fs"])
         .fails_with("does not have any resumable receive state to abort");
     env.zfs(&["recv", "-d", "-e", "tank/r"]).fails_with("mutually exclusive");
-    env.zfs(&["recv", "-o", "origin=tank/fs@a", "tank/r"]).fails_with("not supported");
     env.zfs(&["set", "receive_resume_token=x", "tank/fs"])
         .fails_with("'receive_resume_token' is readonly");
     // A real stream: a full one lands once; again without -F it is refused.
@@ -397,4 +396,41 @@ fn promote_through_cli() {
     // The old origin file system can now go, the promoted one stays.
     env.zfs(&["destroy", "-r", "tank/a"]).ok();
     assert_eq!(snaps(&env, "tank/c"), "tank/c@s1\n");
+}
+
+/// `zfs recv -o origin=snap`: an incremental stream lands in a new clone of its base
+/// (`origin` shows it, the received snapshot keeps the sender's GUID and size); a
+/// wrong base, a full stream, a missing origin or an existing target are refused and
+/// create nothing.
+#[test]
+fn receive_incremental_as_clone() {
+    let env = Env::new();
+    env.zpool(&["create", "-O", "canmount=noauto", "-o", "size=128M", "tank", "v/a"]).ok();
+    env.zfs(&["create", "-u", "tank/fs"]).ok();
+    env.zfs(&["snapshot", "tank/fs@a"]).ok();
+    env.zfs(&["create", "-u", "tank/fs/kid"]).ok(); // changes the parent's directory
+    env.zfs(&["snapshot", "tank/fs@b"]).ok();
+    let full = env.path().join("full");
+    let inc = env.path().join("inc");
+    send_to(&env, &["zfs", "send", "tank/fs@a"], &full).ok();
+    send_to(&env, &["zfs", "send", "-i", "@a", "tank/fs@b"], &inc).ok();
+    recv_from(&env, &["zfs", "recv", "-u", "tank/base"], &full).ok();
+    env.zfs(&["snapshot", "tank/base@other"]).ok();
+    let listing = || env.zfs(&["list", "-H", "-t", "all", "-o", "name"]).ok().stdout;
+    let before = listing();
+    recv_from(&env, &["zfs", "recv", "-u", "-o", "origin=tank/base@other", "tank/cl"], &inc).fails_with("does not\nmatch incremental source");
+    recv_from(&env, &["zfs", "recv", "-u", "-o", "origin=tank/base@a", "tank/cl"], &full).fails_with("not supported by Tarn");
+    recv_from(&env, &["zfs", "recv", "-u", "-o", "origin=tank/base@nope", "tank/cl"], &inc).fails_with("dataset does not exist");
+    recv_from(&env, &["zfs", "recv", "-u", "-o", "origin=tank/base@a", "tank/fs"], &inc).fails_with("exists");
+    assert_eq!(listing(), before);
+    recv_from(&env, &["zfs", "recv", "-u", "-o", "origin=tank/base@a", "tank/cl"], &inc).ok();
+    assert_eq!(value(&env, "origin", "tank/cl"), "tank/base@a");
+    assert_eq!(snaps(&env, "tank/cl"), "tank/cl@b\n");
+    assert_eq!(value(&env, "guid", "tank/cl@b"), value(&env, "guid", "tank/fs@b"));
+    assert_eq!(value(&env, "clones", "tank/base@a"), "tank/cl");
+    // The clone pins its origin, as any clone does.
+    env.zfs(&["destroy", "tank/base@a"]).fails_with("snapshot has dependent clones");
+    env.zpool(&["export", "tank"]).ok();
+    env.zpool(&["import", "-N", "-d", &env.vdir().display().to_string(), "tank"]).ok();
+    assert_eq!(value(&env, "origin", "tank/cl"), "tank/base@a");
 }

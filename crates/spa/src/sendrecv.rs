@@ -64,6 +64,9 @@ pub struct RecvSpec {
     /// Properties of a file system the receive creates (`-o`, or a package's), each
     /// validated as `zfs create` does.
     pub props: BTreeMap<String, String>,
+    /// `-o origin=pool/fs@snap`: receive an incremental stream into a new file system
+    /// made as a clone of this snapshot, whose GUID must be the stream's from-GUID.
+    pub origin: Option<String>,
 }
 
 /// What a successful receive made.
@@ -325,6 +328,9 @@ impl Pool {
         if snap_exists && (incremental || !spec.force) && (incremental || !exists) {
             return Err(SpaError::Invalid(format!("cannot restore to {full_snap}: destination already exists")));
         }
+        if let Some(origin) = &spec.origin {
+            return self.receive_as_clone(reader, spec, origin, exists);
+        }
         if incremental {
             if !exists {
                 return Err(cannot_recv(true, &format!("destination '{}' does not exist", spec.fs)));
@@ -395,10 +401,60 @@ impl Pool {
         self.apply(reader, spec, &RecvOpts::default(), true)
     }
 
+    /// `zfs recv -o origin=snap`: an incremental stream whose base is `origin` lands in
+    /// a new clone of `origin` (created and flagged inconsistent in one txg, like a
+    /// full receive's file system); a failure destroys the clone.
+    ///
+    /// Errors, before anything changes: `NotFound` for a missing origin; `Invalid`
+    /// when the stream is a full one (Tarn receives only incremental streams as
+    /// clones), the target exists, or the origin is not the stream's base.
+    fn receive_as_clone<R: Read>(&self, reader: &mut StreamReader<R>, spec: &RecvSpec, origin: &str, exists: bool) -> Result<RecvOutcome> {
+        let h = reader.header().clone();
+        if !origin.contains('@') {
+            return Err(SpaError::Invalid(format!("cannot receive: '{origin}' is not a snapshot")));
+        }
+        let oguid = self.ds_phys(self.snap_obj(origin)?)?.guid;
+        if !h.is_incremental() {
+            return Err(cannot_recv(
+                false,
+                "receiving a full stream as a clone (-o origin=) is not supported by Tarn; send it incrementally from the origin",
+            ));
+        }
+        if exists {
+            return Err(cannot_recv(
+                true,
+                &format!("destination '{}' exists\n-o origin= needs a new file system", spec.fs),
+            ));
+        }
+        if oguid != h.from_guid {
+            return Err(cannot_recv(
+                true,
+                &format!("most recent snapshot of {} does not\nmatch incremental source", spec.fs),
+            ));
+        }
+        self.sync()?;
+        {
+            let _s = self.sync_lock.lock();
+            self.clone_snapshot(origin, &spec.fs, &spec.props, false)?;
+            self.set_inconsistent_locked(&spec.fs, true, None)?;
+        }
+        self.sync()?;
+        let opts = RecvOpts {
+            expected_from_guid: Some(h.from_guid),
+            resume: None,
+        };
+        self.apply(reader, spec, &opts, true)
+    }
+
+    /// GUID of the newest snapshot of `fs`, or for a clone without snapshots of its
+    /// origin (the base of a receive with `-o origin=`).
     fn newest_snapshot_guid(&self, fs: &str) -> Result<Option<u64>> {
         match self.snapshots_of(fs).last() {
             Some(n) => Ok(Some(self.ds_phys(self.snap_obj(n)?)?.guid)),
-            None => Ok(None),
+            None => {
+                let h = self.ds_phys(self.head_obj(fs)?)?;
+                Ok(if h.origin_obj != 0 { Some(self.ds_phys(h.origin_obj)?.guid) } else { None })
+            }
         }
     }
 
