@@ -220,8 +220,11 @@ struct Walk<'z, 'o> {
     /// Read-ahead of the data blocks under the indirect block being walked (see
     /// `Walk::tree`): the blocks `write` will ask for, in that order, read by a helper
     /// thread.
-    ahead: Option<std::sync::mpsc::Receiver<(BlkPtr, std::result::Result<Arc<Vec<u8>>, tarn_zio::ZioError>)>>,
+    ahead: Option<std::sync::mpsc::Receiver<ReadAhead>>,
 }
+
+/// One block of the read-ahead: which block, and what reading it gave.
+type ReadAhead = (BlkPtr, std::result::Result<Arc<Vec<u8>>, tarn_zio::ZioError>);
 
 /// Data blocks a send reads ahead of the one it is writing (each up to the largest
 /// record size): the reading, checksumming and decompression of the next blocks run
