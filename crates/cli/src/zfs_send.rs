@@ -717,7 +717,14 @@ fn receive_one<R: Read>(state: &Mutex<State>, plan: &RecvPlan, reader: &mut Stre
             daemon::unmount_one(entry, &spec.fs)?;
         }
     }
-    let r = plan.pool.receive(reader, spec);
+    let mut r = plan.pool.receive(reader, spec);
+    if let (true, Ok(_)) = (exists, &r) {
+        // An existing file system takes the stream's properties (a package's local
+        // ones, `-o` ones) as `zfs set` would, before it is mounted again.
+        if let Err(e) = set_received_props(&plan.pool, &spec.fs, &spec.props) {
+            r = Err(tarn_spa::SpaError::Invalid(e));
+        }
+    }
     if !plan.no_mount {
         let mut st = state.lock();
         if let Some(entry) = st.pools.get_mut(&pool_name) {
@@ -736,6 +743,24 @@ fn receive_one<R: Read>(state: &Mutex<State>, plan: &RecvPlan, reader: &mut Stre
         }
     }
     r.map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// Set each of `props` on `fs` whose local value differs (received into an existing
+/// file system). Errors: the first refusal, in `zfs set`'s words.
+fn set_received_props(pool: &Pool, fs: &str, props: &BTreeMap<String, String>) -> Result<(), String> {
+    if props.is_empty() {
+        return Ok(());
+    }
+    let infos = pool.list_datasets().map_err(|e| e.to_string())?;
+    let info = infos.iter().find(|i| i.name == fs);
+    for (k, v) in props {
+        let local = info.and_then(|i| i.props.get(k)).filter(|(_, src)| src == "local").map(|(val, _)| val);
+        if local != Some(v) {
+            pool.set_dataset_prop(fs, k, v)
+                .map_err(|e| daemon::cannot(&format!("cannot set property for '{fs}'"), e))?;
+        }
+    }
+    Ok(())
 }
 
 fn run_recv_package(state: &Mutex<State>, plan: &RecvPlan, input: &mut BufReader<File>, out: &mut String) -> Result<u64, String> {

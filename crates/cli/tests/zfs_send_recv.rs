@@ -434,3 +434,37 @@ fn receive_incremental_as_clone() {
     env.zpool(&["import", "-N", "-d", &env.vdir().display().to_string(), "tank"]).ok();
     assert_eq!(value(&env, "origin", "tank/cl"), "tank/base@a");
 }
+
+/// Properties reach an existing file system too: an incremental `-R` package carries
+/// the sender's current local properties (native and user) and the receiver sets them
+/// as `zfs set` would; `-o` on an incremental receive sets its value as well.
+#[test]
+fn incremental_replication_carries_property_changes() {
+    let env = Env::new();
+    env.zpool(&["create", "-O", "canmount=noauto", "-o", "size=128M", "tank", "v/a"]).ok();
+    env.zfs(&["create", "-u", "-o", "compression=lz4", "-o", "com.example:tier=gold", "tank/fs"])
+        .ok();
+    env.zfs(&["snapshot", "tank/fs@a"]).ok();
+    let f = env.path().join("s");
+    send_to(&env, &["zfs", "send", "-R", "tank/fs@a"], &f).ok();
+    recv_from(&env, &["zfs", "recv", "-u", "tank/dst"], &f).ok();
+    assert_eq!(value(&env, "compression", "tank/dst"), "lz4");
+    assert_eq!(value(&env, "com.example:tier", "tank/dst"), "gold");
+    env.zfs(&["set", "compression=off", "tank/fs"]).ok();
+    env.zfs(&["set", "com.example:tier=silver", "tank/fs"]).ok();
+    env.zfs(&["set", "atime=off", "tank/fs"]).ok();
+    env.zfs(&["snapshot", "tank/fs@b"]).ok();
+    send_to(&env, &["zfs", "send", "-R", "-I", "@a", "tank/fs@b"], &f).ok();
+    recv_from(&env, &["zfs", "recv", "-u", "tank/dst"], &f).ok();
+    assert_eq!(snaps(&env, "tank/dst"), "tank/dst@a\ntank/dst@b\n");
+    assert_eq!(value(&env, "compression", "tank/dst"), "off");
+    assert_eq!(value(&env, "com.example:tier", "tank/dst"), "silver");
+    assert_eq!(value(&env, "atime", "tank/dst"), "off");
+    // -o on a plain incremental receive into an existing file system.
+    env.zfs(&["snapshot", "tank/fs@c"]).ok();
+    send_to(&env, &["zfs", "send", "-i", "@b", "tank/fs@c"], &f).ok();
+    recv_from(&env, &["zfs", "recv", "-u", "-o", "com.example:note=nightly", "tank/dst"], &f).ok();
+    assert_eq!(value(&env, "com.example:note", "tank/dst"), "nightly");
+    let src = env.zfs(&["get", "-H", "-o", "source", "com.example:note", "tank/dst"]).ok().stdout;
+    assert_eq!(src, "local\n");
+}
