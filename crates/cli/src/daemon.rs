@@ -1,14 +1,11 @@
 //! # daemon — the process that hosts imported pools and their mounts
 //!
 //! Theory: the daemon is the one process in which a pool is open (the pool layer holds
-//! an exclusive lock on every leaf). It owns:
-//!
-//! * `State::pools`: pool name → [`PoolEntry`] (the `Arc<Pool>`, the altroot given at
-//!   create/import time, and the live [`Mounted`] datasets keyed by dataset name);
-//! * `$TARN_STATE_DIR/known_dirs`: directories that held leaves of pools it created or
-//!   imported (one path a line), searched by default by `zpool import`;
-//! * `$TARN_STATE_DIR/daemon.pid` and the socket `$TARN_SOCKET` with an exclusive
-//!   `flock` on `<socket>.lock`.
+//! an exclusive lock on every leaf). It owns the [`State`] ([`crate::state`]: pools,
+//! mounts, known directories) behind one mutex, the socket `$TARN_SOCKET` with an
+//! exclusive `flock` on `<socket>.lock`, and `$TARN_STATE_DIR/daemon.pid`. It serves
+//! requests by handing them to the command modules ([`dispatch`]); those see the
+//! state, never the daemon.
 //!
 //! Who may ask: root only (and the daemon's own user, when a user runs a private
 //! daemon for tests). The socket is bound with umask 077 inside a directory that must
@@ -40,7 +37,6 @@
 //! Crash: with `kill -9` the pools are left "active" on disk (import them again, the
 //! last synced txg wins) and FUSE mounts vanish through `auto_unmount`.
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
@@ -49,341 +45,27 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tarn_spa::{DatasetInfo, Pool};
 
-use crate::format::parse_size;
-use crate::mounts::{self, MountOpts, Mounted};
 use crate::proto::{self, Request, Response};
+use crate::state::{Ctx, State};
+use crate::zfs_mount::unmount_all;
 
-/// One imported pool and what the daemon mounted from it.
-pub struct PoolEntry {
-    /// The open pool.
-    pub pool: Arc<Pool>,
-    /// `-R altroot` given at create/import (prefixes every mountpoint).
-    pub altroot: Option<PathBuf>,
-    /// Mounted datasets by name.
-    pub mounts: BTreeMap<String, Mounted>,
-}
-
-/// Everything the daemon holds, behind one mutex.
-pub struct State {
-    /// Imported pools by name.
-    pub pools: BTreeMap<String, PoolEntry>,
-    /// `$TARN_STATE_DIR`.
-    pub state_dir: PathBuf,
-    /// Pools whose scan the current request waits for (`zpool scrub -w`) once the
-    /// state lock is released; emptied by every request.
-    pub wait_scan: Vec<Arc<Pool>>,
-    /// Work the current request runs after the state lock is released (a `zfs send`
-    /// or `zfs recv` stream, which may take hours and must not stop other commands);
-    /// its response replaces the one `dispatch` returned, whose stdout is kept in
-    /// front. Emptied by every request.
-    pub deferred: Option<Job>,
-}
-
-/// Long work of one request, run without the state lock; it takes the lock itself
-/// (through the argument) for short steps such as mounting.
-pub type Job = Box<dyn FnOnce(&Mutex<State>) -> Response + Send>;
-
-/// The per-command context: the client's cwd and the command line (for history).
-pub struct Ctx {
-    /// Client working directory.
-    pub cwd: PathBuf,
-    /// Full argv after `tarn`.
-    pub argv: Vec<String>,
-    /// The client's stdin, stdout and stderr when the request carried them
-    /// ([`proto::wants_stdio`]); a command takes them out.
-    pub stdio: Mutex<Vec<std::os::fd::OwnedFd>>,
-}
-
-impl Ctx {
-    /// The command line as `zpool history` records it.
-    pub fn command_line(&self) -> String {
-        self.argv.join(" ")
-    }
-}
-
-impl State {
-    /// Empty state for `state_dir`.
-    pub fn new(state_dir: PathBuf) -> State {
-        State {
-            pools: BTreeMap::new(),
-            state_dir,
-            wait_scan: Vec::new(),
-            deferred: None,
-        }
-    }
-
-    /// Directories remembered for `zpool import`.
-    pub fn known_dirs(&self) -> Vec<PathBuf> {
-        std::fs::read_to_string(self.state_dir.join("known_dirs"))
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(PathBuf::from)
-            .collect()
-    }
-
-    /// Remember the directories of these leaves (deduplicated).
-    pub fn remember_dirs<I: IntoIterator<Item = PathBuf>>(&self, leaves: I) {
-        let mut dirs = self.known_dirs();
-        let mut changed = false;
-        for leaf in leaves {
-            if let Some(d) = leaf.parent() {
-                if d.as_os_str().is_empty() || d == Path::new("/dev") {
-                    continue;
-                }
-                if !dirs.iter().any(|x| x == d) {
-                    dirs.push(d.to_path_buf());
-                    changed = true;
-                }
+/// Unmount every dataset of every pool and export every pool (shutdown). The pools
+/// stay in their cachefiles, so the next daemon imports them again.
+pub fn export_all(st: &mut State) {
+    let names: Vec<String> = st.pools.keys().cloned().collect();
+    for name in names {
+        if let Some(mut entry) = st.pools.remove(&name) {
+            for e in unmount_all(&mut entry, true) {
+                tracing::warn!("{e}");
             }
-        }
-        if changed {
-            let text: String = dirs.iter().map(|d| format!("{}\n", d.display())).collect();
-            let _ = std::fs::create_dir_all(&self.state_dir);
-            let _ = std::fs::write(self.state_dir.join("known_dirs"), text);
-        }
-    }
-
-    /// Unmount every dataset of every pool and export every pool (shutdown).
-    pub fn export_all(&mut self) {
-        let names: Vec<String> = self.pools.keys().cloned().collect();
-        for name in names {
-            if let Some(mut entry) = self.pools.remove(&name) {
-                for e in unmount_all(&mut entry, true) {
-                    tracing::warn!("{e}");
-                }
-                if let Err(e) = entry.pool.export() {
-                    tracing::error!("export of {name} failed: {e}");
-                } else {
-                    tracing::info!("exported {name}");
-                }
-            }
-        }
-    }
-}
-
-/// `"{what}: {e}"`. The pool layer words some errors as a whole message
-/// ("cannot use 'x': invalid character ..."): its own "cannot … 'x': " prefix is
-/// replaced by `what`, so the verb is the command's; "invalid vdev specification"
-/// messages stand alone as in OpenZFS.
-pub fn cannot(what: &str, e: impl std::fmt::Display) -> String {
-    let s = e.to_string();
-    if s.starts_with("invalid vdev specification") {
-        return s;
-    }
-    if s.starts_with("cannot ") {
-        if let Some(i) = s.find("': ") {
-            return format!("{what}: {}", &s[i + 3..]);
-        }
-        return s;
-    }
-    format!("{what}: {s}")
-}
-
-/// Leaf paths of a status tree.
-pub fn leaves(v: &tarn_spa::VdevStatus) -> Vec<PathBuf> {
-    if v.children.is_empty() {
-        return vec![PathBuf::from(&v.name)];
-    }
-    v.children.iter().flat_map(leaves).collect()
-}
-
-/// The value of a dataset property ("" when the pool layer does not report it).
-pub fn prop<'a>(info: &'a DatasetInfo, name: &str) -> &'a str {
-    info.props.get(name).map(|(v, _)| v.as_str()).unwrap_or("")
-}
-
-/// Where a dataset mounts (altroot applied), or None for `none`/`legacy`/unset.
-pub fn effective_mountpoint(info: &DatasetInfo, altroot: Option<&Path>) -> Option<PathBuf> {
-    let mp = prop(info, "mountpoint");
-    if !mp.starts_with('/') {
-        return None;
-    }
-    Some(match altroot {
-        Some(root) => root.join(mp.trim_start_matches('/')),
-        None => PathBuf::from(mp),
-    })
-}
-
-/// Check where dataset `name` would mount before anything is created there: `mp`
-/// (from [`effective_mountpoint`]) must have no `..` component, and under `-R altroot`
-/// the path its existing part resolves to (symbolic links followed, as mount(2)
-/// would) must stay inside the altroot's own resolved path. Property values and
-/// names are checked when they are set, but a pool written elsewhere may hold
-/// anything, so this is checked again on every mount. The error is the whole message.
-pub fn check_mountpoint(name: &str, mp: &Path, altroot: Option<&Path>) -> Result<(), String> {
-    use std::path::Component;
-    if mp.components().any(|c| c == Component::ParentDir) {
-        return Err(format!("cannot mount '{name}': mountpoint '{}' contains '..' components", mp.display()));
-    }
-    let Some(root) = altroot else { return Ok(()) };
-    let resolve = |p: &Path| -> std::io::Result<PathBuf> {
-        // The deepest part that exists (a dangling link counts, and fails to resolve),
-        // resolved, with the rest appended as it is (it has no `..`).
-        let mut base = p;
-        let mut rest = Vec::new();
-        while std::fs::symlink_metadata(base).is_err() {
-            match (base.parent(), base.file_name()) {
-                (Some(parent), Some(last)) => {
-                    rest.push(last.to_os_string());
-                    base = parent;
-                }
-                _ => break,
-            }
-        }
-        let mut out = std::fs::canonicalize(base)?;
-        out.extend(rest.iter().rev());
-        Ok(out)
-    };
-    let outside = || {
-        format!(
-            "cannot mount '{name}': mountpoint '{}' is outside the alternate root '{}'",
-            mp.display(),
-            root.display()
-        )
-    };
-    let real_root = resolve(root).map_err(|e| format!("cannot mount '{name}': cannot resolve alternate root '{}': {e}", root.display()))?;
-    let real_mp = resolve(mp).map_err(|e| format!("cannot mount '{name}': cannot resolve mountpoint '{}': {e}", mp.display()))?;
-    if !mp.starts_with(root) || !real_mp.starts_with(&real_root) {
-        return Err(outside());
-    }
-    Ok(())
-}
-
-/// The mountpoint as `zfs list`/`zfs get` show it (altroot applied; "none"/"legacy").
-pub fn shown_mountpoint(info: &DatasetInfo, altroot: Option<&Path>) -> String {
-    match effective_mountpoint(info, altroot) {
-        Some(p) => p.display().to_string(),
-        None => {
-            let v = prop(info, "mountpoint");
-            if v.is_empty() {
-                "-".into()
+            if let Err(e) = entry.pool.export() {
+                tracing::error!("export of {name} failed: {e}");
             } else {
-                v.to_string()
+                tracing::info!("exported {name}");
             }
         }
     }
-}
-
-/// zpl options from the effective properties.
-pub fn mount_opts(info: &DatasetInfo) -> MountOpts {
-    let rs = parse_size(prop(info, "recordsize")).filter(|n| n.is_power_of_two() && (512..=1 << 20).contains(n));
-    MountOpts {
-        readonly: prop(info, "readonly") == "on",
-        atime: prop(info, "atime") != "off",
-        recordsize_bytes: rs.unwrap_or(128 << 10) as u32,
-        sync: match prop(info, "sync") {
-            "always" => mounts::SyncProp::Always,
-            "disabled" => mounts::SyncProp::Disabled,
-            _ => mounts::SyncProp::Standard,
-        },
-        snapdir: tarn_zpl::SnapDir::parse(prop(info, "snapdir")).unwrap_or_default(),
-    }
-}
-
-/// `canmount` ("on" when unset).
-pub fn canmount(info: &DatasetInfo) -> &str {
-    match prop(info, "canmount") {
-        "" => "on",
-        v => v,
-    }
-}
-
-/// Mount one dataset; the error is the whole message for the user.
-pub fn mount_one(entry: &mut PoolEntry, info: &DatasetInfo, explicit: bool) -> Result<(), String> {
-    let name = &info.name;
-    if entry.mounts.contains_key(name) {
-        return Err(format!("cannot mount '{name}': filesystem already mounted"));
-    }
-    // A name read from a pool written elsewhere has not been through the name rules.
-    if let Err(e) = tarn_spa::validate_dataset_name(name) {
-        return Err(cannot(&format!("cannot mount '{name}'"), e));
-    }
-    // A file system a receive is writing (or left partially received for `-s`) is
-    // never mounted: its contents are not a snapshot's.
-    if entry.pool.is_inconsistent(name) {
-        if !explicit {
-            return Ok(());
-        }
-        return Err(format!(
-            "cannot mount '{name}': dataset is partially received (see 'zfs get receive_resume_token')"
-        ));
-    }
-    match canmount(info) {
-        "off" => return Err(format!("cannot mount '{name}': 'canmount' property is set to 'off'")),
-        "noauto" if !explicit => return Ok(()),
-        _ => {}
-    }
-    let mp = match effective_mountpoint(info, entry.altroot.as_deref()) {
-        Some(p) => p,
-        None if prop(info, "mountpoint") == "legacy" => {
-            return Err(format!("cannot mount '{name}': legacy mountpoint\nuse mount(8) to mount this filesystem"));
-        }
-        None => return Err(format!("cannot mount '{name}': no mountpoint set")),
-    };
-    check_mountpoint(name, &mp, entry.altroot.as_deref())?;
-    if entry.mounts.values().any(|m| m.mountpoint == mp) {
-        return Err(format!("cannot mount '{}': mountpoint is in use", mp.display()));
-    }
-    let os = entry.pool.objset(name).map_err(|e| cannot(&format!("cannot mount '{name}'"), e))?;
-    // TARN_ZIL=off (benchmarks only): mount without the intent log, so every fsync
-    // forces a txg sync as before the log existed.
-    let zil = entry.pool.zilog(name).ok().filter(|_| std::env::var("TARN_ZIL").as_deref() != Ok("off"));
-    let snaps = mounts::PoolSnapshots::new(&entry.pool, name);
-    let m = mounts::mount(os, zil, snaps, name, &mp, mount_opts(info)).map_err(|e| format!("cannot mount '{}': {e}", mp.display()))?;
-    tracing::info!("mounted {name} at {}", mp.display());
-    entry.mounts.insert(name.clone(), m);
-    Ok(())
-}
-
-/// Unmount one dataset if mounted (and its mounted descendants first).
-pub fn unmount_one(entry: &mut PoolEntry, name: &str) -> Result<(), String> {
-    let prefix = format!("{name}/");
-    let mut victims: Vec<String> = entry.mounts.keys().filter(|k| k.as_str() == name || k.starts_with(&prefix)).cloned().collect();
-    victims.sort();
-    for v in victims.into_iter().rev() {
-        if let Some(m) = entry.mounts.remove(&v) {
-            let mp = m.mountpoint.clone();
-            m.unmount().map_err(|e| format!("cannot unmount '{}': {e}", mp.display()))?;
-            tracing::info!("unmounted {v} from {}", mp.display());
-        }
-    }
-    Ok(())
-}
-
-/// Mount every dataset of the pool that should be (parents first). Returns the errors.
-pub fn mount_all(entry: &mut PoolEntry) -> Vec<String> {
-    let infos = match entry.pool.list_datasets() {
-        Ok(i) => i,
-        Err(e) => return vec![format!("cannot list datasets: {e}")],
-    };
-    let mut errors = Vec::new();
-    for info in &infos {
-        if entry.mounts.contains_key(&info.name) || canmount(info) != "on" || effective_mountpoint(info, entry.altroot.as_deref()).is_none() {
-            continue;
-        }
-        if let Err(e) = mount_one(entry, info, false) {
-            errors.push(e);
-        }
-    }
-    errors
-}
-
-/// Unmount every dataset of the pool, children first. `force`: keep going on errors.
-pub fn unmount_all(entry: &mut PoolEntry, force: bool) -> Vec<String> {
-    let names: Vec<String> = entry.mounts.keys().rev().cloned().collect();
-    let mut errors = Vec::new();
-    for n in names {
-        if let Err(e) = unmount_one(entry, &n) {
-            errors.push(e);
-            if !force {
-                break;
-            }
-        }
-    }
-    errors
 }
 
 /// Run one request against the state (the state lock is held by the caller).
@@ -560,7 +242,7 @@ impl Daemon {
         {
             let mut st = self.state.lock();
             let st = &mut *st;
-            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| st.export_all())) {
+            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| export_all(st))) {
                 tracing::error!("export at shutdown panicked: {}", panic_message(&*p));
             }
         }
@@ -763,64 +445,3 @@ pub fn run_foreground() -> i32 {
     0
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cannot_rewords_prefixes() {
-        assert_eq!(
-            cannot("cannot create 'a'", "dataset already exists"),
-            "cannot create 'a': dataset already exists"
-        );
-        assert_eq!(
-            cannot("cannot create 'a/b*'", "cannot use 'a/b*': invalid character '*' in name"),
-            "cannot create 'a/b*': invalid character '*' in name"
-        );
-        assert_eq!(cannot("cannot create 'a'", "invalid vdev specification: x"), "invalid vdev specification: x");
-    }
-
-    #[test]
-    fn mountpoints_stay_inside_the_altroot() {
-        let tmp = tempfile::tempdir().unwrap();
-        let alt = tmp.path().join("alt");
-        let outside = tmp.path().join("outside");
-        std::fs::create_dir_all(alt.join("p/a")).unwrap();
-        std::fs::create_dir_all(&outside).unwrap();
-        std::os::unix::fs::symlink(&outside, alt.join("p/link")).unwrap();
-        std::os::unix::fs::symlink(tmp.path().join("nowhere"), alt.join("p/dangling")).unwrap();
-        let ok = |mp: &Path| check_mountpoint("p/x", mp, Some(&alt));
-        ok(&alt).unwrap();
-        ok(&alt.join("p/a")).unwrap();
-        ok(&alt.join("p/new/deeper")).unwrap();
-        // A dataset named p/../../etc read from disk mounts by default at /p/../../etc.
-        let dotdot = effective_mountpoint_of("/p/../../etc", Some(&alt));
-        assert!(ok(&dotdot).unwrap_err().contains("contains '..' components"));
-        let e = ok(&alt.join("p/link/sub")).unwrap_err();
-        assert_eq!(
-            e,
-            format!(
-                "cannot mount 'p/x': mountpoint '{}' is outside the alternate root '{}'",
-                alt.join("p/link/sub").display(),
-                alt.display()
-            )
-        );
-        assert!(ok(&alt.join("p/dangling/sub")).unwrap_err().contains("cannot resolve mountpoint"));
-        assert!(ok(Path::new("/etc")).unwrap_err().contains("outside the alternate root"));
-        // Without an altroot any absolute path is the administrator's choice, but `..`
-        // is still refused.
-        check_mountpoint("p/x", &alt.join("p/link/sub"), None).unwrap();
-        assert!(check_mountpoint("p/x", Path::new("/a/../etc"), None).is_err());
-    }
-
-    fn effective_mountpoint_of(mp: &str, altroot: Option<&Path>) -> PathBuf {
-        let info = DatasetInfo {
-            name: "p".into(),
-            used_bytes: 0,
-            avail_bytes: 0,
-            refer_bytes: 0,
-            props: [("mountpoint".to_string(), (mp.to_string(), "local".to_string()))].into(),
-        };
-        effective_mountpoint(&info, altroot).unwrap()
-    }
-}

@@ -43,7 +43,7 @@ use std::time::Duration;
 use tarn_spa::{PoolIostat, VdevIostat};
 
 use crate::args::getopt;
-use crate::daemon::State;
+use crate::state::State;
 use crate::format::nicenum;
 use crate::proto::{self, Response};
 

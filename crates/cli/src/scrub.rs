@@ -12,7 +12,7 @@
 //!
 //! Called by: `zpool::run` (the `scrub` subcommand, `status`).
 
-use crate::daemon::{PoolEntry, State};
+use crate::state::{PoolEntry, State};
 use crate::format::nicebytes;
 use crate::proto::Response;
 use tarn_spa::scan::{ScanKind, ScanState, ScanStatus};

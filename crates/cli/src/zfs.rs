@@ -20,7 +20,8 @@ use std::path::PathBuf;
 use tarn_spa::DatasetInfo;
 
 use crate::args::{self, canonical_fs_prop, getopt, split_prop, FS_PROPS};
-use crate::daemon::{self, Ctx, PoolEntry, State};
+use crate::state::{self, Ctx, PoolEntry, State};
+use crate::zfs_mount;
 use crate::format::{self, nicebytes, parse_size, table, Column};
 use crate::proto::Response;
 use crate::zfs_snap::pool_of;
@@ -122,7 +123,7 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         [] => return bad_usage("create", "missing filesystem argument"),
         _ => return bad_usage("create", "too many arguments"),
     };
-    let fail = |m: String| Response::err(daemon::cannot(&format!("cannot create '{name}'"), m));
+    let fail = |m: String| Response::err(state::cannot(&format!("cannot create '{name}'"), m));
     if !name.contains('/') && tarn_spa::validate_pool_name(&name).is_ok() {
         return fail("missing dataset name".into());
     }
@@ -160,7 +161,7 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     missing.reverse();
     for a in &missing {
         if let Err(e) = entry.pool.create_dataset(a, &BTreeMap::new()) {
-            return Response::err(daemon::cannot(&format!("cannot create '{a}'"), e));
+            return Response::err(state::cannot(&format!("cannot create '{a}'"), e));
         }
     }
     if let Err(e) = entry.pool.create_dataset(&name, &props) {
@@ -177,10 +178,10 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let mut errors = Vec::new();
     for n in missing.iter().chain(std::iter::once(&name)) {
         let Some(info) = find(&infos, n) else { continue };
-        if daemon::canmount(info) != "on" || daemon::effective_mountpoint(info, entry.altroot.as_deref()).is_none() {
+        if zfs_mount::canmount(info) != "on" || zfs_mount::effective_mountpoint(info, entry.altroot.as_deref()).is_none() {
             continue;
         }
-        if let Err(e) = daemon::mount_one(entry, info, false) {
+        if let Err(e) = zfs_mount::mount_one(entry, info, false) {
             errors.push(e);
         }
     }
@@ -216,7 +217,7 @@ fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     };
     let infos = match datasets(entry) {
         Ok(i) => i,
-        Err(e) => return Response::err(daemon::cannot(&format!("cannot destroy '{name}'"), e)),
+        Err(e) => return Response::err(state::cannot(&format!("cannot destroy '{name}'"), e)),
     };
     if find(&infos, &name).is_none() {
         return no_dataset(&name);
@@ -247,7 +248,7 @@ fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     for r in &roots {
         match entry.pool.destroy_plan(r, recursive, p.has('R')) {
             Ok(v) => victims.extend(v.into_iter().filter(|x| !victims.contains(x)).collect::<Vec<_>>()),
-            Err(e) => return Response::err(daemon::cannot(&format!("cannot destroy '{name}'"), e)),
+            Err(e) => return Response::err(state::cannot(&format!("cannot destroy '{name}'"), e)),
         }
     }
     if p.has('n') {
@@ -290,7 +291,7 @@ fn value_of(entry: &PoolEntry, info: &DatasetInfo, prop: &str, parsable: bool) -
         "mountpoint" => {
             let (_, src) = info.props.get("mountpoint").cloned().unwrap_or_default();
             (
-                daemon::shown_mountpoint(info, entry.altroot.as_deref()),
+                zfs_mount::shown_mountpoint(info, entry.altroot.as_deref()),
                 if src.is_empty() { "default".into() } else { src },
             )
         }
@@ -755,7 +756,7 @@ fn snapshot_before(entry: &PoolEntry, root: &str) -> Before {
         .unwrap_or_default()
         .into_iter()
         .filter(|i| i.name == root || is_descendant(&i.name, root))
-        .map(|i| (i.name.clone(), daemon::prop(&i, "mountpoint").to_string()))
+        .map(|i| (i.name.clone(), zfs_mount::prop(&i, "mountpoint").to_string()))
         .collect()
 }
 
@@ -771,10 +772,10 @@ pub fn reconcile(entry: &mut PoolEntry, root: &str, before: &Before) -> Vec<Stri
     // Phase 1, children first: unmount what moved or may no longer be mounted.
     for info in subtree.iter().rev() {
         let Some(m) = entry.mounts.get(&info.name) else { continue };
-        let want = daemon::effective_mountpoint(info, entry.altroot.as_deref());
-        let can = daemon::canmount(info);
+        let want = zfs_mount::effective_mountpoint(info, entry.altroot.as_deref());
+        let can = zfs_mount::canmount(info);
         if want.as_ref() != Some(&m.mountpoint) || can == "off" {
-            match daemon::unmount_one(entry, &info.name) {
+            match zfs_mount::unmount_one(entry, &info.name) {
                 Ok(()) => {
                     if want.is_some() && can != "off" {
                         remount.push(info.name.clone());
@@ -787,16 +788,16 @@ pub fn reconcile(entry: &mut PoolEntry, root: &str, before: &Before) -> Vec<Stri
     // Phase 2, parents first: remount, mount newly mountable, update live options.
     for info in &subtree {
         if let Some(m) = entry.mounts.get_mut(&info.name) {
-            if let Err(e) = m.set_options(daemon::mount_opts(info)) {
+            if let Err(e) = m.set_options(zfs_mount::mount_opts(info)) {
                 errors.push(format!("cannot set options of '{}': {e}", info.name));
             }
             continue;
         }
         let was = before.get(&info.name).map(String::as_str).unwrap_or("");
         let newly =
-            (was == "none" || was == "legacy") && daemon::canmount(info) == "on" && daemon::effective_mountpoint(info, entry.altroot.as_deref()).is_some();
+            (was == "none" || was == "legacy") && zfs_mount::canmount(info) == "on" && zfs_mount::effective_mountpoint(info, entry.altroot.as_deref()).is_some();
         if remount.contains(&info.name) || newly {
-            if let Err(e) = daemon::mount_one(entry, info, true) {
+            if let Err(e) = zfs_mount::mount_one(entry, info, true) {
                 errors.push(e);
             }
         }
@@ -837,7 +838,7 @@ fn set(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         for (k, v) in &checked {
             if let Err(e) = entry.pool.set_dataset_prop(name, k, v) {
                 resp.stderr
-                    .push_str(&format!("{}\n", daemon::cannot(&format!("cannot set property for '{name}'"), e)));
+                    .push_str(&format!("{}\n", state::cannot(&format!("cannot set property for '{name}'"), e)));
                 resp.code = 1;
                 ok = false;
                 break;
@@ -886,7 +887,7 @@ fn inherit(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         for t in targets {
             if let Err(e) = entry.pool.inherit_dataset_prop(&t, &prop) {
                 resp.stderr
-                    .push_str(&format!("{}\n", daemon::cannot(&format!("cannot inherit {prop} for '{t}'"), e)));
+                    .push_str(&format!("{}\n", state::cannot(&format!("cannot inherit {prop} for '{t}'"), e)));
                 resp.code = 1;
             }
         }
@@ -907,7 +908,7 @@ fn mount(st: &mut State, args: &[String]) -> Response {
     if p.has('a') {
         let mut resp = Response::ok("");
         for entry in st.pools.values_mut() {
-            for e in daemon::mount_all(entry) {
+            for e in zfs_mount::mount_all(entry) {
                 resp.stderr.push_str(&format!("{e}\n"));
                 resp.code = 1;
             }
@@ -939,7 +940,7 @@ fn mount(st: &mut State, args: &[String]) -> Response {
             resp.code = 1;
             continue;
         };
-        if let Err(e) = daemon::mount_one(entry, info, true) {
+        if let Err(e) = zfs_mount::mount_one(entry, info, true) {
             resp.stderr.push_str(&format!("{e}\n"));
             resp.code = 1;
         }
@@ -955,7 +956,7 @@ fn unmount(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let mut resp = Response::ok("");
     if p.has('a') {
         for entry in st.pools.values_mut() {
-            for e in daemon::unmount_all(entry, p.has('f')) {
+            for e in zfs_mount::unmount_all(entry, p.has('f')) {
                 resp.stderr.push_str(&format!("{e}\n"));
                 resp.code = 1;
             }
@@ -1000,7 +1001,7 @@ fn unmount(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
             resp.code = 1;
             continue;
         }
-        if let Err(e) = daemon::unmount_one(entry, &name) {
+        if let Err(e) = zfs_mount::unmount_one(entry, &name) {
             resp.stderr.push_str(&format!("{e}\n"));
             resp.code = 1;
         }

@@ -40,7 +40,7 @@ use tarn_spa::inject::{self, Action, Delay, Fault, HandlerInfo, IoType, LeafDevi
 use tarn_spa::{Pool, SpaError};
 
 use crate::args::{self, getopt};
-use crate::daemon::{Ctx, State};
+use crate::state::{Ctx, State};
 use crate::proto::Response;
 
 /// `zinject -h`, printed on stdout as OpenZFS does.

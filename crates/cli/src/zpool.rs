@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use tarn_spa::{AddSpec, CreateSpec, ImportOptions, Pool, Rewind, SpaError, TopSpec, VdevStatus};
 
 use crate::args::{self, getopt, split_prop, VdevWords};
-use crate::daemon::{self, Ctx, PoolEntry, State};
+use crate::state::{self, Ctx, PoolEntry, State};
+use crate::zfs_mount;
 use crate::format::{self, nicebytes, table, Align, Column};
 use crate::proto::Response;
 
@@ -129,7 +130,7 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     if p.operands.len() < 2 {
         return bad_usage("create", "missing vdev specification");
     }
-    let fail = |msg: String| Response::err(daemon::cannot(&format!("cannot create '{name}'"), msg));
+    let fail = |msg: String| Response::err(state::cannot(&format!("cannot create '{name}'"), msg));
     if let Err(e) = tarn_spa::validate_pool_name(&name) {
         return fail(e.to_string());
     }
@@ -316,7 +317,7 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     };
     st.remember_dirs(planned.iter().map(|l| l.path.clone()));
     history_note(&entry, ctx);
-    let errors = daemon::mount_all(&mut entry);
+    let errors = zfs_mount::mount_all(&mut entry);
     st.pools.insert(name, entry);
     with_mount_errors(Response::ok(""), errors)
 }
@@ -678,7 +679,7 @@ fn vdev_spec_error(what: &str, e: SpaError) -> String {
             format!("invalid vdev specification\nuse '-f' to override the following errors:\n{path} is part of {state} pool '{pool}'")
         }
         SpaError::Invalid(m) if m.starts_with("invalid vdev specification") => m,
-        other => daemon::cannot(what, other),
+        other => state::cannot(what, other),
     }
 }
 
@@ -702,13 +703,13 @@ fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     if let Some(e) = crate::zinject::busy(&entry.pool, "destroy") {
         return Response::err(e);
     }
-    let errors = daemon::unmount_all(entry, p.has('f'));
+    let errors = zfs_mount::unmount_all(entry, p.has('f'));
     if !errors.is_empty() && !p.has('f') {
         return Response::err(format!("{}\ncannot destroy '{name}': could not unmount datasets", errors.join("\n")));
     }
     history_note(entry, ctx);
     if let Err(e) = entry.pool.destroy() {
-        return Response::err(daemon::cannot(&format!("cannot destroy '{name}'"), e));
+        return Response::err(state::cannot(&format!("cannot destroy '{name}'"), e));
     }
     st.pools.remove(&name);
     Response::ok("")
@@ -887,14 +888,14 @@ fn export(st: &mut State, args: &[String]) -> Response {
             resp.code = 1;
             continue;
         }
-        let errors = daemon::unmount_all(entry, p.has('f'));
+        let errors = zfs_mount::unmount_all(entry, p.has('f'));
         if !errors.is_empty() && !p.has('f') {
             resp.stderr.push_str(&format!("{}\n", errors.join("\n")));
             resp.code = 1;
             continue;
         }
         if let Err(e) = entry.pool.export() {
-            resp.stderr.push_str(&format!("{}\n", daemon::cannot(&format!("cannot export '{name}'"), e)));
+            resp.stderr.push_str(&format!("{}\n", state::cannot(&format!("cannot export '{name}'"), e)));
             resp.code = 1;
             continue;
         }
@@ -993,7 +994,7 @@ fn import_one(
 ) -> Response {
     if let Some(n) = new_name {
         if let Err(e) = tarn_spa::validate_pool_name(n) {
-            return Response::err(daemon::cannot(&format!("cannot import '{which}'"), e));
+            return Response::err(state::cannot(&format!("cannot import '{which}'"), e));
         }
     }
     let target = new_name.unwrap_or(which);
@@ -1022,7 +1023,7 @@ fn import_one(
                 code: 1,
             };
         }
-        Err(e) => return Response::err(daemon::cannot(&format!("cannot import '{which}'"), e)),
+        Err(e) => return Response::err(state::cannot(&format!("cannot import '{which}'"), e)),
     };
     let name = pool.name();
     if st.pools.contains_key(&name) {
@@ -1038,9 +1039,9 @@ fn import_one(
         altroot,
         mounts: BTreeMap::new(),
     };
-    st.remember_dirs(daemon::leaves(&entry.pool.status()));
+    st.remember_dirs(state::leaves(&entry.pool.status()));
     history_note(&entry, ctx);
-    let errors = if no_mount { Vec::new() } else { daemon::mount_all(&mut entry) };
+    let errors = if no_mount { Vec::new() } else { zfs_mount::mount_all(&mut entry) };
     // Warnings that do not fail the import (an unreadable intent log): on stderr.
     let mut resp = Response::ok("");
     for note in entry.pool.import_notes() {
@@ -1127,7 +1128,7 @@ fn set(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         return no_such_pool(name);
     };
     if let Err(e) = entry.pool.set_prop(&k, &v) {
-        return Response::err(daemon::cannot(&format!("cannot set property for '{name}'"), e));
+        return Response::err(state::cannot(&format!("cannot set property for '{name}'"), e));
     }
     history_note(entry, ctx);
     Response::ok("")
