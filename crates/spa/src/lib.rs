@@ -145,6 +145,10 @@ pub enum SpaError {
     /// Out of space.
     #[error("out of space")]
     NoSpace,
+    /// A change asked of a pool that takes none: imported `readonly=on` (or
+    /// suspended).
+    #[error("pool is read-only")]
+    ReadOnly,
     /// Busy (device locked, dataset mounted, ...).
     #[error("{0}")]
     Busy(String),
@@ -252,6 +256,10 @@ pub struct ImportOptions {
     /// `-m`: import even if every leaf of a log vdev is missing (its unsynced log
     /// records are lost; the log vdev stays in the config, UNAVAIL).
     pub missing_log: bool,
+    /// `-o readonly=on`: open without writing anything (no labels, no uberblocks, no
+    /// sync thread, no intent-log replay by the caller); every change is refused with
+    /// "pool is read-only" and export writes nothing.
+    pub readonly: bool,
 }
 
 impl Default for ImportOptions {
@@ -261,6 +269,7 @@ impl Default for ImportOptions {
             rewind: Rewind::None,
             new_name: None,
             missing_log: false,
+            readonly: false,
         }
     }
 }
