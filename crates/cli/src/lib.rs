@@ -18,6 +18,7 @@
 //! socket: root (see [`daemon`] for who may ask and the limits on a request).
 
 pub mod args;
+pub mod cachefile;
 pub mod daemon;
 pub mod format;
 pub mod iostat;

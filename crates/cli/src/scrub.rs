@@ -73,19 +73,9 @@ fn duration(secs: u64) -> String {
     }
 }
 
-/// `ctime(3)` style date, UTC: "Mon Nov 23 05:15:01 2026".
+/// `ctime(3)` style date in local time: "Mon Nov 23 05:15:01 2026".
 pub fn ctime(secs: u64) -> String {
-    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-    let (y, m, d, rem) = tarn_spa::civil_date(secs);
-    format!(
-        "{} {} {d:2} {:02}:{:02}:{:02} {y}",
-        DAYS[(secs / 86400 % 7) as usize],
-        MONTHS[(m as usize - 1) % 12],
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    crate::format::ctime(secs)
 }
 
 /// The `  scan: ...` lines of `zpool status` (empty when the pool was never scanned).

@@ -32,6 +32,26 @@ pub struct PoolEntry {
     pub altroot: Option<PathBuf>,
     /// Mounted datasets by name.
     pub mounts: BTreeMap<String, Mounted>,
+    /// Imported with `-o readonly=on`: nothing is written, and it is left out of
+    /// every cachefile (a restart must not bring it back read-write).
+    pub readonly: bool,
+    /// The `cachefile` property: `None` for the default file, `Some("none")` for
+    /// none, or an absolute path ([`crate::cachefile`]).
+    pub cachefile: Option<String>,
+}
+
+impl PoolEntry {
+    /// A freshly created or imported pool: nothing mounted yet, read-write, listed in
+    /// the default cachefile.
+    pub fn new(pool: Arc<Pool>, altroot: Option<PathBuf>) -> PoolEntry {
+        PoolEntry {
+            pool,
+            altroot,
+            mounts: BTreeMap::new(),
+            readonly: false,
+            cachefile: None,
+        }
+    }
 }
 
 /// Everything the daemon holds, behind one mutex.

@@ -41,7 +41,7 @@ const USAGE: &str = "usage: zfs command args ...\nwhere 'command' is one of the 
 \tset <property=value> ... <filesystem> ...\n\
 \tget [-rHp] [-d max] [-o \"all\" | field[,...]]\n\t    [-t type[,...]] [-s source[,...]]\n\t    <\"all\" | property[,...]> [filesystem] ...\n\
 \tinherit [-r] <property> <filesystem> ...\n\n\
-\tmount\n\tmount [-a | <filesystem>]\n\
+\tmount\n\tmount [-Ov] [-a | <filesystem>]\n\
 \tunmount [-f] <-a | filesystem|mountpoint>\n\n\
 \thold [-r] <tag> <snapshot> ...\n\
 \tholds [-rHp] <snapshot> ...\n\
@@ -303,6 +303,21 @@ fn value_of(entry: &PoolEntry, info: &DatasetInfo, prop: &str, parsable: bool) -
             };
             (v, src)
         }
+        "compressratio" | "refcompressratio" => {
+            // A snapshot's compressratio is its refcompressratio; a file system's
+            // covers its descendants too (their referenced blocks).
+            let mut names = vec![info.name.clone()];
+            if prop == "compressratio" && !info.name.contains('@') {
+                names.extend(entry.pool.dataset_names().into_iter().filter(|n| is_descendant(n, &info.name)));
+            }
+            let (mut lsize, mut psize) = (0u64, 0u64);
+            for n in &names {
+                let (l, p) = entry.pool.referenced_lsize_psize(n).ok()?;
+                lsize += l;
+                psize += p;
+            }
+            (format::ratio(lsize, psize, parsable), ro)
+        }
         "creation" if !parsable => {
             let (v, src) = info.props.get("creation")?.clone();
             (v.parse::<i64>().map(ctime).unwrap_or(v), src)
@@ -313,22 +328,7 @@ fn value_of(entry: &PoolEntry, info: &DatasetInfo, prop: &str, parsable: bool) -
 
 /// A time as OpenZFS prints `creation` ("Sun Nov 23  1:20 2026", local time).
 pub fn ctime(secs: i64) -> String {
-    strftime_local(secs, c"%a %b %e %H:%M %Y")
-}
-
-/// `secs` since the epoch formatted by strftime(3) `fmt` in local time.
-pub fn strftime_local(secs: i64, fmt: &std::ffi::CStr) -> String {
-    // SAFETY: localtime_r/strftime write only into the buffers given.
-    unsafe {
-        let t: libc::time_t = secs as libc::time_t;
-        let mut tm: libc::tm = std::mem::zeroed();
-        if libc::localtime_r(&t, &mut tm).is_null() {
-            return secs.to_string();
-        }
-        let mut buf = [0u8; 64];
-        let n = libc::strftime(buf.as_mut_ptr() as *mut libc::c_char, buf.len(), fmt.as_ptr(), &tm);
-        String::from_utf8_lossy(&buf[..n]).into_owned()
-    }
+    format::local_time(secs.max(0) as u64, "%a %b %e %k:%M %Y")
 }
 
 /// Read-only space properties shown in bytes (OpenZFS `zfsprops(7)`).
@@ -342,7 +342,9 @@ const SPACE_PROPS: [&str; 6] = [
 ];
 
 /// Other read-only properties the engine reports.
-const INFO_PROPS: [&str; 9] = [
+const INFO_PROPS: [&str; 11] = [
+    "compressratio",
+    "refcompressratio",
     "origin",
     "receive_resume_token",
     "clones",
@@ -703,7 +705,7 @@ fn get(st: &mut State, args: &[String]) -> Response {
     for (pool, info) in &selected {
         let entry = &st.pools[pool];
         let props: Vec<String> = if all {
-            let mut v: Vec<String> = ["type", "creation", "used", "available", "referenced", "mounted"]
+            let mut v: Vec<String> = ["type", "creation", "used", "available", "referenced", "compressratio", "mounted"]
                 .iter()
                 .map(|s| s.to_string())
                 .collect();
@@ -901,7 +903,10 @@ fn inherit(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
 }
 
 fn mount(st: &mut State, args: &[String]) -> Response {
-    let p = match getopt(args, "aOo:v") {
+    // `-o` (temporary mount options) is not implemented: refused by getopt rather
+    // than accepted and ignored. FUSE mounts over a non-empty directory, so `-O`
+    // (overlay) is what Tarn always does; `-v` only reports progress.
+    let p = match getopt(args, "aOv") {
         Ok(p) => p,
         Err(e) => return bad_usage("mount", &e),
     };

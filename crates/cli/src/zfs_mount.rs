@@ -158,9 +158,17 @@ pub fn mount_one(entry: &mut PoolEntry, info: &DatasetInfo, explicit: bool) -> R
     let os = entry.pool.objset(name).map_err(|e| cannot(&format!("cannot mount '{name}'"), e))?;
     // TARN_ZIL=off (benchmarks only): mount without the intent log, so every fsync
     // forces a txg sync as before the log existed.
-    let zil = entry.pool.zilog(name).ok().filter(|_| std::env::var("TARN_ZIL").as_deref() != Ok("off"));
+    // A pool imported read-only mounts read-only and replays no intent log (a replay
+    // writes).
+    let zil = entry
+        .pool
+        .zilog(name)
+        .ok()
+        .filter(|_| !entry.readonly && std::env::var("TARN_ZIL").as_deref() != Ok("off"));
     let snaps = mounts::PoolSnapshots::new(&entry.pool, name);
-    let m = mounts::mount(os, zil, snaps, name, &mp, mount_opts(info)).map_err(|e| format!("cannot mount '{}': {e}", mp.display()))?;
+    let mut opts = mount_opts(info);
+    opts.readonly |= entry.readonly;
+    let m = mounts::mount(os, zil, snaps, name, &mp, opts).map_err(|e| format!("cannot mount '{}': {e}", mp.display()))?;
     tracing::info!("mounted {name} at {}", mp.display());
     entry.mounts.insert(name.clone(), m);
     Ok(())

@@ -400,7 +400,7 @@ fn local_hms() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    crate::zfs::strftime_local(now as i64, c"%H:%M:%S")
+    crate::format::local_time(now, "%H:%M:%S")
 }
 
 /// Write the package header (if any) and every stream to `out`.

@@ -139,27 +139,36 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let mut size_bytes: Option<u64> = None;
     let mut altroot = p.last('R').map(PathBuf::from);
     let mut pool_props = BTreeMap::new();
+    let mut cachefile = None;
     for o in p.all('o') {
         let (k, v) = match split_prop(&o) {
             Ok(kv) => kv,
             Err(e) => return bad_usage("create", &e),
         };
         match k.as_str() {
-            "ashift" => match v.as_str() {
-                "9" => ashift = 9,
-                "12" => ashift = 12,
-                _ => return fail(format!("property 'ashift' number {v} is invalid (use 9 or 12)")),
+            // 0 asks for the default (OpenZFS detects the device's sector size; Tarn
+            // takes 4K).
+            "ashift" => match v.parse::<u64>() {
+                Ok(0) => ashift = 12,
+                Ok(n @ 9..=16) => ashift = n as u8,
+                Ok(n) => return fail(format!("property 'ashift' number {n} is invalid, only values between 9 and 16 are allowed.")),
+                Err(_) => return fail(format!("'ashift' must be a number")),
             },
             "size" => match format::parse_size(&v) {
                 Some(n) => size_bytes = Some(n),
                 None => return fail(format!("bad size '{v}'")),
             },
             "altroot" => altroot = Some(PathBuf::from(v)),
-            "cachefile" => {}
-            "comment" => {
-                pool_props.insert(k, v);
-            }
-            _ => return fail(format!("property '{k}' is not a valid pool property")),
+            "cachefile" => match crate::cachefile::check_property(&v) {
+                Ok(c) => cachefile = c,
+                Err(e) => return fail(e),
+            },
+            _ => match Pool::check_pool_prop(&k, &v) {
+                Ok(()) => {
+                    pool_props.insert(k, v);
+                }
+                Err(e) => return fail(e.to_string()),
+            },
         }
     }
     if let Some(r) = &altroot {
@@ -310,15 +319,13 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
             return Response::err(create_error(&name, e));
         }
     };
-    let mut entry = PoolEntry {
-        pool,
-        altroot,
-        mounts: BTreeMap::new(),
-    };
+    let mut entry = PoolEntry::new(pool, altroot);
+    entry.cachefile = cachefile;
     st.remember_dirs(planned.iter().map(|l| l.path.clone()));
     history_note(&entry, ctx);
     let errors = zfs_mount::mount_all(&mut entry);
-    st.pools.insert(name, entry);
+    st.pools.insert(name.clone(), entry);
+    crate::cachefile::record(st, &name, None);
     with_mount_errors(Response::ok(""), errors)
 }
 
@@ -451,6 +458,7 @@ fn add(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     }
     st.remember_dirs(leaves);
     history_note(entry, ctx);
+    crate::cachefile::record(st, &name, None);
     Response::ok("")
 }
 
@@ -529,7 +537,7 @@ fn repair_error(what: &str, e: SpaError) -> String {
 
 /// `zpool attach [-f] POOL DEVICE NEW_DEVICE`.
 fn attach(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
-    let p = match getopt(args, "fsw") {
+    let p = match getopt(args, "fw") {
         Ok(p) => p,
         Err(e) => return bad_usage("attach", &e),
     };
@@ -548,7 +556,20 @@ fn attach(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     }
     st.remember_dirs([new]);
     history_note(&st.pools[name], ctx);
+    crate::cachefile::record(st, name, None);
+    wait_resilver(st, name, p.has('w'));
     Response::ok("")
+}
+
+/// `-w` of attach and replace: the request is answered only when the resilver the
+/// command started has ended (the daemon waits after releasing the state lock, as
+/// for `zpool scrub -w`).
+fn wait_resilver(st: &mut State, name: &str, wait: bool) {
+    if wait {
+        if let Some(e) = st.pools.get(name) {
+            st.wait_scan.push(e.pool.clone());
+        }
+    }
 }
 
 /// `zpool detach POOL DEVICE`.
@@ -575,7 +596,7 @@ fn detach(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
 
 /// `zpool replace [-f] POOL DEVICE [NEW_DEVICE]`.
 fn replace(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
-    let p = match getopt(args, "fsw") {
+    let p = match getopt(args, "fw") {
         Ok(p) => p,
         Err(e) => return bad_usage("replace", &e),
     };
@@ -595,6 +616,8 @@ fn replace(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     }
     st.remember_dirs(new);
     history_note(&st.pools[name], ctx);
+    crate::cachefile::record(st, name, None);
+    wait_resilver(st, name, p.has('w'));
     Response::ok("")
 }
 
@@ -605,7 +628,7 @@ fn online(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         ctx,
         args,
         "online",
-        "e",
+        "",
         ("missing pool name", "missing device name"),
         |entry, _, dev, resp| {
             if !entry.pool.online(dev)?.is_usable() {
@@ -625,7 +648,7 @@ fn offline(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         ctx,
         args,
         "offline",
-        "ft",
+        "t",
         ("missing pool name", "missing device name"),
         |entry, p, dev, _| entry.pool.offline(dev, p.has('t')),
     )
@@ -633,7 +656,7 @@ fn offline(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
 
 /// `zpool clear POOL [DEVICE]`.
 fn clear(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
-    let p = match getopt(args, "nF") {
+    let p = match getopt(args, "") {
         Ok(p) => p,
         Err(e) => return bad_usage("clear", &e),
     };
@@ -711,7 +734,9 @@ fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     if let Err(e) = entry.pool.destroy() {
         return Response::err(state::cannot(&format!("cannot destroy '{name}'"), e));
     }
-    st.pools.remove(&name);
+    if let Some(gone) = st.pools.remove(&name) {
+        crate::cachefile::forget(&gone);
+    }
     Response::ok("")
 }
 
@@ -732,6 +757,12 @@ fn pool_column(c: &str) -> Option<(&'static str, Column)> {
             },
         ),
         "altroot" => ("altroot", Column::left("ALTROOT")),
+        "ckpoint" | "checkpoint" => ("checkpoint", Column::right("CKPOINT")),
+        "expandsz" | "expandsize" => ("expandsize", Column::right("EXPANDSZ")),
+        "dedup" | "dedupratio" => ("dedupratio", Column::right("DEDUP")),
+        "cachefile" => ("cachefile", Column::left("CACHEFILE")),
+        "autotrim" => ("autotrim", Column::left("AUTOTRIM")),
+        "autoexpand" | "expand" => ("autoexpand", Column::left("EXPAND")),
         "guid" => ("guid", Column::right("GUID")),
         "comment" => ("comment", Column::left("COMMENT")),
         "ashift" => ("ashift", Column::right("ASHIFT")),
@@ -767,6 +798,14 @@ fn pool_value(name: &str, entry: &PoolEntry, prop: &str, parsable: bool) -> (Str
             Some(r) => (r.display().to_string(), "local".into()),
             None => ("-".into(), "default".into()),
         },
+        // No checkpoints, no device growth and no dedup in Tarn: OpenZFS's values for
+        // a pool without them.
+        "checkpoint" | "expandsize" => ("-".into(), ro),
+        "dedupratio" => (format::ratio(1, 1, parsable), ro),
+        "cachefile" => match &entry.cachefile {
+            Some(c) => (c.clone(), "local".into()),
+            None => ("-".into(), "default".into()),
+        },
         other => entry.pool.get_prop(other).unwrap_or_else(|_| ("-".into(), "-".into())),
     }
 }
@@ -776,7 +815,7 @@ fn list(st: &mut State, args: &[String]) -> Response {
         Ok(p) => p,
         Err(e) => return bad_usage("list", &e),
     };
-    let cols_arg = p.last('o').unwrap_or_else(|| "name,size,alloc,free,frag,cap,health,altroot".into());
+    let cols_arg = p.last('o').unwrap_or_else(|| "name,size,alloc,free,ckpoint,expandsz,frag,cap,dedup,health,altroot".into());
     let mut props = Vec::new();
     let mut cols = Vec::new();
     for c in cols_arg.split(',') {
@@ -815,7 +854,7 @@ fn list(st: &mut State, args: &[String]) -> Response {
 }
 
 fn status(st: &mut State, args: &[String]) -> Response {
-    let p = match getopt(args, "vxpP") {
+    let p = match getopt(args, "vxP") {
         Ok(p) => p,
         Err(e) => return bad_usage("status", &e),
     };
@@ -837,7 +876,7 @@ fn status(st: &mut State, args: &[String]) -> Response {
             continue;
         };
         let health = entry.pool.health();
-        let tree = entry.pool.status();
+        let tree = format::device_names(entry.pool.status(), p.has('P'));
         let errs = entry.pool.data_errors().max(entry.pool.error_log().len() as u64);
         if p.has('x') && format::pool_is_healthy(&health, &tree, errs) {
             if !p.operands.is_empty() {
@@ -899,7 +938,9 @@ fn export(st: &mut State, args: &[String]) -> Response {
             resp.code = 1;
             continue;
         }
-        st.pools.remove(&name);
+        if let Some(gone) = st.pools.remove(&name) {
+            crate::cachefile::forget(&gone);
+        }
     }
     resp
 }
@@ -935,12 +976,59 @@ fn import(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         (None, true) => Rewind::Recover,
         (None, false) => Rewind::None,
     };
-    let altroot = p.last('R').map(PathBuf::from);
+    let mut altroot = p.last('R').map(PathBuf::from);
     let show_destroyed = p.has('D');
+    // `-n` is a dry run of the `-F` rewind and means nothing alone (OpenZFS).
+    if p.has('n') && !p.has('F') {
+        return bad_usage("import", "-n or -X only meaningful with -F");
+    }
+    let mut readonly = false;
+    let mut cachefile = None;
+    let mut later_props = Vec::new();
+    for o in p.all('o') {
+        let (k, v) = match split_prop(&o) {
+            Ok(kv) => kv,
+            Err(e) => return bad_usage("import", &e),
+        };
+        let bad = |e: String| Response::err(format!("cannot import: {e}"));
+        match k.as_str() {
+            "readonly" => match v.as_str() {
+                "on" => readonly = true,
+                "off" => readonly = false,
+                _ => return bad("'readonly' must be one of 'on | off'".into()),
+            },
+            "cachefile" => match crate::cachefile::check_property(&v) {
+                Ok(c) => cachefile = c,
+                Err(e) => return bad(e),
+            },
+            "altroot" => altroot = Some(PathBuf::from(v)),
+            _ => match Pool::check_pool_prop(&k, &v) {
+                Ok(()) => later_props.push((k, v)),
+                Err(e) => return bad(e.to_string()),
+            },
+        }
+    }
+    if let Some(r) = &altroot {
+        if !r.is_absolute() {
+            return Response::err(format!("cannot import: bad alternate root '{}'", r.display()));
+        }
+    }
+    if readonly && !later_props.is_empty() {
+        return Response::err("cannot import: pool is read-only; no other property can be set".to_string());
+    }
     let opts = ImportOptions {
         rewind,
         new_name: None,
         missing_log: p.has('m'),
+        // A dry run opens read-only and gives the pool back at once.
+        readonly: readonly || p.has('n'),
+    };
+    let how = ImportHow {
+        altroot,
+        no_mount: p.has('N'),
+        dry_run: p.has('n'),
+        cachefile,
+        props: later_props,
     };
     if p.operands.is_empty() || p.has('a') {
         let candidates = match Pool::find_importable(&dirs) {
@@ -966,7 +1054,7 @@ fn import(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         }
         let mut resp = Response::ok("");
         for c in candidates {
-            let r = import_one(st, ctx, &c.guid.to_string(), None, &dirs, &opts, altroot.clone(), p.has('N'));
+            let r = import_one(st, ctx, &c.guid.to_string(), None, &dirs, &opts, &how);
             resp.stdout.push_str(&r.stdout);
             resp.stderr.push_str(&r.stderr);
             resp.code = resp.code.max(r.code);
@@ -978,20 +1066,24 @@ fn import(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         [w, n] => (w.clone(), Some(n.clone())),
         _ => return bad_usage("import", "too many arguments"),
     };
-    import_one(st, ctx, &which, new_name.as_deref(), &dirs, &opts, altroot, p.has('N'))
+    import_one(st, ctx, &which, new_name.as_deref(), &dirs, &opts, &how)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn import_one(
-    st: &mut State,
-    ctx: &Ctx,
-    which: &str,
-    new_name: Option<&str>,
-    dirs: &[PathBuf],
-    opts: &ImportOptions,
+/// What `zpool import` does with a pool once the pool layer opened it.
+struct ImportHow {
+    /// `-R`/`-o altroot=`.
     altroot: Option<PathBuf>,
+    /// `-N`: do not mount.
     no_mount: bool,
-) -> Response {
+    /// `-n` (with `-F`): report what the rewind would do, then give the pool back.
+    dry_run: bool,
+    /// `-o cachefile=`.
+    cachefile: Option<String>,
+    /// Other `-o` pool properties, set once it is imported.
+    props: Vec<(String, String)>,
+}
+
+fn import_one(st: &mut State, ctx: &Ctx, which: &str, new_name: Option<&str>, dirs: &[PathBuf], opts: &ImportOptions, how: &ImportHow) -> Response {
     if let Some(n) = new_name {
         if let Err(e) = tarn_spa::validate_pool_name(n) {
             return Response::err(state::cannot(&format!("cannot import '{which}'"), e));
@@ -1026,6 +1118,27 @@ fn import_one(
         Err(e) => return Response::err(state::cannot(&format!("cannot import '{which}'"), e)),
     };
     let name = pool.name();
+    if how.dry_run {
+        // OpenZFS `zpool_rewind_exclaim`: nothing is printed when the newest state
+        // opens as it is.
+        let mut out = String::new();
+        if let Some(((_, newest_s), (_, to_s))) = pool.rewound() {
+            out.push_str(&format!(
+                "Would be able to return {name} to its state as of {}.\n",
+                crate::format::local_time(to_s, "%c")
+            ));
+            let loss_s = newest_s.saturating_sub(to_s);
+            if loss_s > 120 {
+                out.push_str(&format!("Would discard approximately {} minutes of transactions.\n", (loss_s + 30) / 60));
+            } else if loss_s > 0 {
+                out.push_str(&format!("Would discard approximately {loss_s} seconds of transactions.\n"));
+            }
+        }
+        if let Err(e) = pool.export() {
+            return Response::err(state::cannot(&format!("cannot import '{which}'"), e));
+        }
+        return Response::ok(out);
+    }
     if st.pools.contains_key(&name) {
         // Imported by GUID into a name we already have: give it back.
         let _ = pool.export();
@@ -1034,20 +1147,29 @@ fn import_one(
              use the form 'zpool import <pool | id> <newpool>' to give it a new name"
         ));
     }
-    let mut entry = PoolEntry {
-        pool,
-        altroot,
-        mounts: BTreeMap::new(),
-    };
+    let mut entry = PoolEntry::new(pool, how.altroot.clone());
+    entry.readonly = opts.readonly;
+    entry.cachefile = how.cachefile.clone();
     st.remember_dirs(state::leaves(&entry.pool.status()));
-    history_note(&entry, ctx);
-    let errors = if no_mount { Vec::new() } else { zfs_mount::mount_all(&mut entry) };
+    if !entry.readonly {
+        history_note(&entry, ctx);
+    }
+    let mut errors = Vec::new();
+    for (k, v) in &how.props {
+        if let Err(e) = entry.pool.set_prop(k, v) {
+            errors.push(state::cannot(&format!("cannot set property for '{name}'"), e));
+        }
+    }
+    if !how.no_mount {
+        errors.extend(zfs_mount::mount_all(&mut entry));
+    }
     // Warnings that do not fail the import (an unreadable intent log): on stderr.
     let mut resp = Response::ok("");
     for note in entry.pool.import_notes() {
         resp.stderr.push_str(&format!("warning: {note}\n"));
     }
-    st.pools.insert(name, entry);
+    st.pools.insert(name.clone(), entry);
+    crate::cachefile::record(st, &name, None);
     with_mount_errors(resp, errors)
 }
 
@@ -1070,7 +1192,11 @@ fn get(st: &mut State, args: &[String]) -> Response {
         }
     }
     let props: Vec<String> = if props_arg == "all" {
-        tarn_spa::Pool::prop_names().iter().map(|s| s.to_string()).collect()
+        tarn_spa::Pool::prop_names()
+            .iter()
+            .chain(&["cachefile", "dedupratio", "expandsize", "checkpoint"])
+            .map(|s| s.to_string())
+            .collect()
     } else {
         let mut v = Vec::new();
         for pr in props_arg.split(',') {
@@ -1124,11 +1250,26 @@ fn set(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         Ok(x) => x,
         Err(e) => return bad_usage("set", &e),
     };
-    let Some(entry) = st.pools.get(name) else {
+    let Some(entry) = st.pools.get_mut(name) else {
         return no_such_pool(name);
     };
+    let what = format!("cannot set property for '{name}'");
+    if k == "cachefile" {
+        let value = match crate::cachefile::check_property(&v) {
+            Ok(c) => c,
+            Err(e) => return Response::err(format!("{what}: {e}")),
+        };
+        if entry.readonly {
+            return Response::err(format!("{what}: pool is read-only"));
+        }
+        let old = crate::cachefile::path_of(entry);
+        entry.cachefile = value;
+        history_note(entry, ctx);
+        crate::cachefile::record(st, name, old);
+        return Response::ok("");
+    }
     if let Err(e) = entry.pool.set_prop(&k, &v) {
-        return Response::err(state::cannot(&format!("cannot set property for '{name}'"), e));
+        return Response::err(state::cannot(&what, e));
     }
     history_note(entry, ctx);
     Response::ok("")
@@ -1160,7 +1301,7 @@ fn sync(st: &mut State, args: &[String]) -> Response {
 }
 
 fn history(st: &mut State, args: &[String]) -> Response {
-    let p = match getopt(args, "il") {
+    let p = match getopt(args, "") {
         Ok(p) => p,
         Err(e) => return bad_usage("history", &e),
     };
@@ -1183,7 +1324,7 @@ fn history(st: &mut State, args: &[String]) -> Response {
             Ok(lines) => {
                 resp.stdout.push_str(&format!("History for '{n}':\n"));
                 for l in lines {
-                    resp.stdout.push_str(&l);
+                    resp.stdout.push_str(&format::history_line(&l));
                     resp.stdout.push('\n');
                 }
                 resp.stdout.push('\n');

@@ -1287,23 +1287,6 @@ impl Pool {
     }
 }
 
-/// Seconds since the epoch as a UTC calendar date: (year, month 1..=12, day 1..=31,
-/// seconds into the day). Civil-from-days (proleptic Gregorian), Howard Hinnant's
-/// algorithm.
-pub fn civil_date(secs: u64) -> (i64, u32, u32, u64) {
-    let days = (secs / 86400) as i64;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
-    (y, m as u32, d as u32, secs % 86400)
-}
-
 /// Format seconds since the epoch as `YYYY-MM-DD.HH:MM:SS` in UTC, the form a
 /// `zpool history` record is stored in (the CLI shows it in local time).
 pub fn format_time(secs: u64) -> String {
