@@ -5,7 +5,9 @@
 //! mounts, known directories) behind one mutex, the socket `$TARN_SOCKET` with an
 //! exclusive `flock` on `<socket>.lock`, and `$TARN_STATE_DIR/daemon.pid`. It serves
 //! requests by handing them to the command modules ([`dispatch`]); those see the
-//! state, never the daemon.
+//! state, never the daemon. At start it imports and mounts the pools listed in the
+//! default cachefile ([`crate::cachefile`]) before it answers anyone, then tells a
+//! supervisor it is ready (`sd_notify` `READY=1` when `$NOTIFY_SOCKET` is set).
 //!
 //! Who may ask: root only (and the daemon's own user, when a user runs a private
 //! daemon for tests). The socket is bound with umask 077 inside a directory that must
@@ -34,8 +36,9 @@
 //! bug, or an unimplemented engine path) is caught, logged, and answered as
 //! "internal error" with exit 1, leaving the daemon up.
 //!
-//! Crash: with `kill -9` the pools are left "active" on disk (import them again, the
-//! last synced txg wins) and FUSE mounts vanish through `auto_unmount`.
+//! Crash: with `kill -9` the pools are left "active" on disk and FUSE mounts vanish
+//! through `auto_unmount`; the next daemon imports the pools of its cachefile again
+//! (the last synced txg wins, the intent log replays at mount) and remounts them.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -294,6 +297,25 @@ pub fn prepare_socket_dir(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Tell a supervisor that started us with `Type=notify` (systemd's `sd_notify`
+/// protocol: a datagram `READY=1` to the Unix socket `$NOTIFY_SOCKET`, `@` meaning an
+/// abstract name) that the socket answers and the cachefile's pools are imported.
+/// Nothing happens when the variable is unset.
+fn notify_ready() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let Some(target) = std::env::var_os("NOTIFY_SOCKET") else { return };
+    let target = target.to_string_lossy().into_owned();
+    let addr = match target.strip_prefix('@') {
+        Some(name) => SocketAddr::from_abstract_name(name.as_bytes()),
+        None => SocketAddr::from_pathname(&target),
+    };
+    let sent = addr.and_then(|a| UnixDatagram::unbound().and_then(|s| s.send_to_addr(b"READY=1", &a)));
+    if let Err(e) = sent {
+        tracing::warn!("cannot notify {target}: {e}");
+    }
+}
+
 /// How long a starting daemon waits for the lock of one that is exiting.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -358,6 +380,14 @@ pub fn run_foreground() -> i32 {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     std::mem::forget(lock); // held until the process exits
+    // Pools of the default cachefile come back (imported and mounted) before the
+    // socket answers, so the first client, or a supervisor waiting for READY=1, sees
+    // them.
+    let mut state = State::new(state_dir.clone());
+    let imported = crate::cachefile::import_all(&mut state);
+    if !imported.is_empty() {
+        tracing::info!("imported from the cachefile: {}", imported.join(", "));
+    }
     let _ = std::fs::remove_file(&socket);
     let listener = match UnixListener::bind(&socket) {
         Ok(l) => l,
@@ -393,7 +423,7 @@ pub fn run_foreground() -> i32 {
         set
     };
     let daemon = Arc::new(Daemon {
-        state: Mutex::new(State::new(state_dir)),
+        state: Mutex::new(state),
         socket: socket.clone(),
         pid_file,
     });
@@ -413,6 +443,7 @@ pub fn run_foreground() -> i32 {
             .expect("spawn signal thread");
     }
     tracing::info!("tarn daemon serving {} (pid {})", socket.display(), std::process::id());
+    notify_ready();
     let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for conn in listener.incoming() {
         match conn {
