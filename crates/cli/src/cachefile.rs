@@ -187,7 +187,7 @@ pub fn record(st: &State, name: &str, old: Option<PathBuf>) {
         cachefile: entry.cachefile.clone(),
     };
     let mut pools = read(&path);
-    if pools.iter().any(|p| *p == item) {
+    if pools.contains(&item) {
         return;
     }
     pools.retain(|p| p.guid != guid && p.name != name);

@@ -380,9 +380,9 @@ pub fn run_foreground() -> i32 {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     std::mem::forget(lock); // held until the process exits
-    // Pools of the default cachefile come back (imported and mounted) before the
-    // socket answers, so the first client, or a supervisor waiting for READY=1, sees
-    // them.
+                            // Pools of the default cachefile come back (imported and mounted) before the
+                            // socket answers, so the first client, or a supervisor waiting for READY=1, sees
+                            // them.
     let mut state = State::new(state_dir.clone());
     let imported = crate::cachefile::import_all(&mut state);
     if !imported.is_empty() {
@@ -475,4 +475,3 @@ pub fn run_foreground() -> i32 {
     }
     0
 }
-

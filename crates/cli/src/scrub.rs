@@ -12,9 +12,9 @@
 //!
 //! Called by: `zpool::run` (the `scrub` subcommand, `status`).
 
-use crate::state::{PoolEntry, State};
 use crate::format::nicebytes;
 use crate::proto::Response;
+use crate::state::{PoolEntry, State};
 use tarn_spa::scan::{ScanKind, ScanState, ScanStatus};
 use tarn_spa::Pool;
 

@@ -134,7 +134,6 @@ impl State {
             let _ = std::fs::write(self.state_dir.join("known_dirs"), text);
         }
     }
-
 }
 
 /// `"{what}: {e}"`. The pool layer words some errors as a whole message

@@ -20,10 +20,10 @@ use std::path::PathBuf;
 use tarn_spa::DatasetInfo;
 
 use crate::args::{self, canonical_fs_prop, getopt, split_prop, FS_PROPS};
-use crate::state::{self, Ctx, PoolEntry, State};
-use crate::zfs_mount;
 use crate::format::{self, nicebytes, parse_size, table, Column};
 use crate::proto::Response;
+use crate::state::{self, Ctx, PoolEntry, State};
+use crate::zfs_mount;
 use crate::zfs_snap::pool_of;
 
 const USAGE: &str = "usage: zfs command args ...\nwhere 'command' is one of the following:\n\n\
@@ -796,8 +796,9 @@ pub fn reconcile(entry: &mut PoolEntry, root: &str, before: &Before) -> Vec<Stri
             continue;
         }
         let was = before.get(&info.name).map(String::as_str).unwrap_or("");
-        let newly =
-            (was == "none" || was == "legacy") && zfs_mount::canmount(info) == "on" && zfs_mount::effective_mountpoint(info, entry.altroot.as_deref()).is_some();
+        let newly = (was == "none" || was == "legacy")
+            && zfs_mount::canmount(info) == "on"
+            && zfs_mount::effective_mountpoint(info, entry.altroot.as_deref()).is_some();
         if remount.contains(&info.name) || newly {
             if let Err(e) = zfs_mount::mount_one(entry, info, true) {
                 errors.push(e);

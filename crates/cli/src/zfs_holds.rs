@@ -11,8 +11,8 @@
 //! The caller holds the daemon's state lock.
 
 use crate::args::{getopt, Parsed};
-use crate::state::{Ctx, PoolEntry, State};
 use crate::proto::Response;
+use crate::state::{Ctx, PoolEntry, State};
 use crate::zfs_snap::pool_of;
 
 const HOLD_USAGE: &str = "usage:\n\thold [-r] <tag> <snapshot> ...\n";

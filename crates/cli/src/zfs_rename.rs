@@ -23,9 +23,9 @@
 use std::collections::BTreeMap;
 
 use crate::args::getopt;
+use crate::proto::Response;
 use crate::state::{Ctx, PoolEntry, State};
 use crate::zfs_mount;
-use crate::proto::Response;
 use crate::zfs_snap::pool_of;
 
 const RENAME_USAGE: &str = "usage:\n\

@@ -33,10 +33,10 @@ use tarn_send::{Package, PackageDataset, PackageStream, SendOpts, SendSource, St
 use tarn_spa::{Pool, RecvSpec};
 
 use crate::args::{check_fs_props, getopt};
-use crate::state::{self, Ctx, State};
-use crate::zfs_mount;
 use crate::format::nicebytes;
 use crate::proto::Response;
+use crate::state::{self, Ctx, State};
+use crate::zfs_mount;
 use crate::zfs_snap::pool_of;
 
 const SEND_USAGE: &str = "usage:\n\tsend [-LPcenpv] [-R] [-[i|I] snapshot|bookmark] <snapshot>\n\tsend [-LPcenv] -t <receive_resume_token>\n";

@@ -11,10 +11,10 @@
 use std::collections::BTreeMap;
 
 use crate::args::{getopt, split_prop};
-use crate::state::{self, Ctx, PoolEntry, State};
-use crate::zfs_mount;
 use crate::format::nicebytes;
 use crate::proto::Response;
+use crate::state::{self, Ctx, PoolEntry, State};
+use crate::zfs_mount;
 
 const SNAPSHOT_USAGE: &str = "usage:\n\tsnapshot [-r] [-o property=value] ... <filesystem|volume>@<snap> ...\n";
 const ROLLBACK_USAGE: &str = "usage:\n\trollback [-rR] <snapshot>\n";

@@ -17,10 +17,10 @@ use std::path::{Path, PathBuf};
 use tarn_spa::{AddSpec, CreateSpec, ImportOptions, Pool, Rewind, SpaError, TopSpec, VdevStatus};
 
 use crate::args::{self, getopt, split_prop, VdevWords};
-use crate::state::{self, Ctx, PoolEntry, State};
-use crate::zfs_mount;
 use crate::format::{self, nicebytes, table, Align, Column};
 use crate::proto::Response;
+use crate::state::{self, Ctx, PoolEntry, State};
+use crate::zfs_mount;
 
 /// Smallest vdev OpenZFS accepts.
 pub const MIN_DEVICE_BYTES: u64 = 64 << 20;
@@ -152,7 +152,7 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
                 Ok(0) => ashift = 12,
                 Ok(n @ 9..=16) => ashift = n as u8,
                 Ok(n) => return fail(format!("property 'ashift' number {n} is invalid, only values between 9 and 16 are allowed.")),
-                Err(_) => return fail(format!("'ashift' must be a number")),
+                Err(_) => return fail("'ashift' must be a number".to_string()),
             },
             "size" => match format::parse_size(&v) {
                 Some(n) => size_bytes = Some(n),
@@ -815,7 +815,9 @@ fn list(st: &mut State, args: &[String]) -> Response {
         Ok(p) => p,
         Err(e) => return bad_usage("list", &e),
     };
-    let cols_arg = p.last('o').unwrap_or_else(|| "name,size,alloc,free,ckpoint,expandsz,frag,cap,dedup,health,altroot".into());
+    let cols_arg = p
+        .last('o')
+        .unwrap_or_else(|| "name,size,alloc,free,ckpoint,expandsz,frag,cap,dedup,health,altroot".into());
     let mut props = Vec::new();
     let mut cols = Vec::new();
     for c in cols_arg.split(',') {
@@ -1122,7 +1124,8 @@ fn import_one(st: &mut State, ctx: &Ctx, which: &str, new_name: Option<&str>, di
         // OpenZFS `zpool_rewind_exclaim`: nothing is printed when the newest state
         // opens as it is.
         let mut out = String::new();
-        if let Some(((_, newest_s), (_, to_s))) = pool.rewound() {
+        if let Some(r) = pool.rewound() {
+            let (newest_s, to_s) = (r.newest_time_s, r.time_s);
             out.push_str(&format!(
                 "Would be able to return {name} to its state as of {}.\n",
                 crate::format::local_time(to_s, "%c")

@@ -18,7 +18,12 @@ const MB: u64 = 1 << 20;
 fn listed(path: &Path) -> Vec<String> {
     let Ok(text) = std::fs::read_to_string(path) else { return Vec::new() };
     let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
-    doc["pools"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()).collect()
+    doc["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect()
 }
 
 fn mounted(p: &Path) -> bool {
@@ -40,7 +45,9 @@ fn kill_daemon(env: &Env, mounts: &[&Path]) {
     unsafe { kill(pid, 9) };
     let t = Instant::now();
     let alive = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| !s.contains(") Z ")).unwrap_or(false)
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| !s.contains(") Z "))
+            .unwrap_or(false)
     };
     while (alive() || mounts.iter().any(|m| mounted(m))) && t.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(50));
@@ -87,7 +94,10 @@ fn export_destroy_and_the_cachefile_property() {
     env.zpool(&["create", "-m", "none", "tank", &a]).ok();
     env.zpool(&["create", "-m", "none", "-o", "cachefile=none", "solo", &b]).ok();
     assert_eq!(listed(&cache), ["tank"]);
-    assert_eq!(env.zpool(&["get", "-H", "-o", "value,source", "cachefile", "solo"]).ok().stdout, "none\tlocal\n");
+    assert_eq!(
+        env.zpool(&["get", "-H", "-o", "value,source", "cachefile", "solo"]).ok().stdout,
+        "none\tlocal\n"
+    );
     env.zpool(&["export", "tank"]).ok();
     assert!(listed(&cache).is_empty());
     env.zpool(&["import", "-d", &dir, "tank"]).ok();

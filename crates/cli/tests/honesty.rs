@@ -68,9 +68,15 @@ fn creation_guid_and_a_real_compressratio() {
     std::fs::write(mnt.join("text"), &text).unwrap();
     std::fs::write(mnt.join("plain/text"), &text).unwrap();
     env.zpool(&["sync", "tank"]).ok();
-    let out = env.zfs(&["get", "-H", "-o", "property,value", "creation,guid,compressratio,refcompressratio", "tank"]).ok().stdout;
+    let out = env
+        .zfs(&["get", "-H", "-o", "property,value", "creation,guid,compressratio,refcompressratio", "tank"])
+        .ok()
+        .stdout;
     let v: Vec<(&str, &str)> = out.lines().map(|l| l.split_once('\t').unwrap()).collect();
-    assert_eq!(v.iter().map(|x| x.0).collect::<Vec<_>>(), ["creation", "guid", "compressratio", "refcompressratio"]);
+    assert_eq!(
+        v.iter().map(|x| x.0).collect::<Vec<_>>(),
+        ["creation", "guid", "compressratio", "refcompressratio"]
+    );
     assert!(v[1].1.parse::<u64>().unwrap() > 0, "{out}");
     let ratio = |s: &str| -> f64 { s.strip_suffix('x').unwrap().parse().unwrap() };
     // lz4 on repeated text: far more logical than physical bytes.
@@ -192,7 +198,10 @@ fn status_names_devices_as_openzfs() {
     let env = Env::new();
     let a = env.make_vdev("a", 128 * MB);
     let out = std::process::Command::new("losetup").args(["--find", "--show", &a]).output();
-    let Some(dev) = out.ok().filter(|o| o.status.success()).map(|o| LoopDev(String::from_utf8_lossy(&o.stdout).trim().to_string()))
+    let Some(dev) = out
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| LoopDev(String::from_utf8_lossy(&o.stdout).trim().to_string()))
     else {
         eprintln!("SKIP status_names_devices_as_openzfs: losetup unavailable");
         return;
@@ -221,9 +230,10 @@ fn create_ashift_takes_9_to_16() {
     env.zpool(&["import", "-d", &env.vdir().display().to_string(), "p16"]).ok();
     assert!(env.zfs(&["list", "-H", "-o", "name", "p16/fs"]).ok().stdout == "p16/fs\n");
     for bad in ["8", "17"] {
-        env.zpool(&["create", "-m", "none", "-o", &format!("ashift={bad}"), "px", &c]).fails_with(&format!(
-            "cannot create 'px': property 'ashift' number {bad} is invalid, only values between 9 and 16 are allowed."
-        ));
+        env.zpool(&["create", "-m", "none", "-o", &format!("ashift={bad}"), "px", &c])
+            .fails_with(&format!(
+                "cannot create 'px': property 'ashift' number {bad} is invalid, only values between 9 and 16 are allowed."
+            ));
     }
 }
 
@@ -257,9 +267,16 @@ fn list_default_columns_are_openzfs_2() {
     quiet_pool(&env, "tank");
     let out = env.zpool(&["list"]).ok().stdout;
     let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "SIZE", "ALLOC", "FREE", "CKPOINT", "EXPANDSZ", "FRAG", "CAP", "DEDUP", "HEALTH", "ALTROOT"]);
+    assert_eq!(
+        header,
+        ["NAME", "SIZE", "ALLOC", "FREE", "CKPOINT", "EXPANDSZ", "FRAG", "CAP", "DEDUP", "HEALTH", "ALTROOT"]
+    );
     let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
-    assert_eq!((row[0], row[4], row[5], row[8], row[9], row[10]), ("tank", "-", "-", "1.00x", "ONLINE", "-"), "{out}");
+    assert_eq!(
+        (row[0], row[4], row[5], row[8], row[9], row[10]),
+        ("tank", "-", "-", "1.00x", "ONLINE", "-"),
+        "{out}"
+    );
 }
 
 /// Times are shown in the local time zone (the daemon started with `TZ`), not UTC.
@@ -267,11 +284,13 @@ fn list_default_columns_are_openzfs_2() {
 fn times_are_local() {
     let env = Env::new();
     let zone = "Asia/Kolkata"; // UTC+05:30, so no minute of it matches UTC's
-    let tarn = |args: &[&str]| run({
-        let mut c = env.command(args);
-        c.env("TZ", zone);
-        c
-    });
+    let tarn = |args: &[&str]| {
+        run({
+            let mut c = env.command(args);
+            c.env("TZ", zone);
+            c
+        })
+    };
     let stamp = || jiff::Timestamp::now().in_tz(zone).unwrap().strftime("%Y-%m-%d.%H:%M").to_string();
     let before = stamp();
     let a = env.make_vdev("a", 128 * MB);

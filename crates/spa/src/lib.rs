@@ -285,6 +285,20 @@ pub enum Rewind {
     Txg(u64),
 }
 
+/// What a rewinding import skipped ([`Pool::rewound`]); times in seconds since the
+/// epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RewindReport {
+    /// The newest uberblock's txg (which could not be opened).
+    pub newest_txg: u64,
+    /// When that txg was written.
+    pub newest_time_s: u64,
+    /// The txg the pool opened at.
+    pub txg: u64,
+    /// When that txg was written.
+    pub time_s: u64,
+}
+
 /// A pool found by reading labels.
 #[derive(Debug, Clone)]
 pub struct ImportCandidate {

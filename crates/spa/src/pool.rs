@@ -204,9 +204,8 @@ pub struct Pool {
     /// Imported with `readonly=on`: no sync thread, no label or uberblock writes, the
     /// txg gate refuses every hold; export only releases the leaves.
     pub(crate) readonly: AtomicBool,
-    /// Set by a read-only import that had to go back: (newest uberblock's txg and
-    /// time, the txg and time it opened at), for `zpool import -Fn`.
-    pub(crate) rewound: Mutex<Option<((u64, u64), (u64, u64))>>,
+    /// Set by a read-only import that had to go back, for `zpool import -Fn`.
+    pub(crate) rewound: Mutex<Option<crate::RewindReport>>,
     pub(crate) altroot: Mutex<Option<String>>,
     /// The config changed (vdevs added or removed): the next txg sync writes an
     /// uberblock even with nothing else dirty, then rewrites every label.
@@ -846,7 +845,12 @@ impl Pool {
                         p.readonly.store(true, Ordering::SeqCst);
                         p.gate.set_readonly(true);
                         if ub.txg != ubs[0].txg {
-                            *p.rewound.lock() = Some(((ubs[0].txg, ubs[0].timestamp_s), (ub.txg, ub.timestamp_s)));
+                            *p.rewound.lock() = Some(crate::RewindReport {
+                                newest_txg: ubs[0].txg,
+                                newest_time_s: ubs[0].timestamp_s,
+                                txg: ub.txg,
+                                time_s: ub.timestamp_s,
+                            });
                         }
                         *p.repair.spares.lock() = spares;
                         return Ok(p);
@@ -1152,9 +1156,8 @@ impl Pool {
     }
 
     /// After a read-only import with [`Rewind::Recover`] that could not use the newest
-    /// uberblock: `((newest txg, its time), (opened txg, its time))`, times in seconds
-    /// since the epoch. What `zpool import -Fn` reports.
-    pub fn rewound(&self) -> Option<((u64, u64), (u64, u64))> {
+    /// uberblock: where it went back from and to. What `zpool import -Fn` reports.
+    pub fn rewound(&self) -> Option<crate::RewindReport> {
         *self.rewound.lock()
     }
 
