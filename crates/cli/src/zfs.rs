@@ -41,7 +41,7 @@ const USAGE: &str = "usage: zfs command args ...\nwhere 'command' is one of the 
 \tset <property=value> ... <filesystem> ...\n\
 \tget [-rHp] [-d max] [-o \"all\" | field[,...]]\n\t    [-t type[,...]] [-s source[,...]]\n\t    <\"all\" | property[,...]> [filesystem] ...\n\
 \tinherit [-r] <property> <filesystem> ...\n\n\
-\tmount\n\tmount [-Ov] [-a | <filesystem>]\n\
+\tmount\n\tmount [-v] [-a | <filesystem>]\n\
 \tunmount [-f] <-a | filesystem|mountpoint>\n\n\
 \thold [-r] <tag> <snapshot> ...\n\
 \tholds [-rHp] <snapshot> ...\n\
@@ -904,10 +904,10 @@ fn inherit(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
 }
 
 fn mount(st: &mut State, args: &[String]) -> Response {
-    // `-o` (temporary mount options) is not implemented: refused by getopt rather
-    // than accepted and ignored. FUSE mounts over a non-empty directory, so `-O`
-    // (overlay) is what Tarn always does; `-v` only reports progress.
-    let p = match getopt(args, "aOv") {
+    // `-o` (temporary mount options) and `-O` (overlay: fusermount refuses a
+    // non-empty mountpoint) are not implemented: refused by getopt rather than
+    // accepted and ignored. `-v` only reports progress, which `-a` does not print.
+    let p = match getopt(args, "av") {
         Ok(p) => p,
         Err(e) => return bad_usage("mount", &e),
     };

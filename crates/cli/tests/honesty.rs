@@ -172,6 +172,7 @@ fn unimplemented_flags_are_refused() {
         (vec!["zpool", "history", "-l", "tank"], 'l'),
         (vec!["zpool", "status", "-p", "tank"], 'p'),
         (vec!["zfs", "mount", "-o", "ro", "tank"], 'o'),
+        (vec!["zfs", "mount", "-O", "tank"], 'O'),
     ] {
         let out = env.tarn(&args);
         assert_eq!(out.code, 2, "{args:?}: {out:?}");
