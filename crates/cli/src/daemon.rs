@@ -9,8 +9,10 @@
 //! default cachefile ([`crate::cachefile`]) before it answers anyone, then tells a
 //! supervisor it is ready (`sd_notify` `READY=1` when `$NOTIFY_SOCKET` is set).
 //!
-//! Who may ask: root only (and the daemon's own user, when a user runs a private
-//! daemon for tests). The socket is bound with umask 077 inside a directory that must
+//! Who may ask: root (and the daemon's own user, when a user runs a private daemon
+//! for tests), plus, when `$TARN_READ_GROUP` is set, that group's members for the
+//! read-only commands ([`crate::access`]; the socket directory is then 0710 and the
+//! socket 0660 of that group). The socket is bound with umask 077 inside a directory that must
 //! be the daemon user's alone (mode 0700, created so when missing; the daemon refuses
 //! to start on one that others can enter, except that it tightens its own default
 //! `/run/tarn` left by an older version), so no other user can reach it, not even for
@@ -49,6 +51,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::access::Access;
 use crate::proto::{self, Request, Response};
 use crate::state::{Ctx, State};
 use crate::zfs_mount::unmount_all;
@@ -109,32 +112,14 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 /// The running daemon.
 pub struct Daemon {
     state: Mutex<State>,
+    /// `$TARN_READ_GROUP`: members may run read-only commands ([`crate::access`]).
+    read_gid: Option<u32>,
     socket: PathBuf,
     pid_file: PathBuf,
 }
 
 /// Most connections served at once; more are answered "daemon busy" and closed.
 pub const MAX_CONNECTIONS: usize = 64;
-
-/// The user id of the process at the other end of `stream` (`SO_PEERCRED`).
-pub fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
-    // SAFETY: ucred is plain data; getsockopt writes at most `len` bytes into it.
-    unsafe {
-        let mut cred: libc::ucred = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-        let rc = libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            &mut cred as *mut libc::ucred as *mut libc::c_void,
-            &mut len,
-        );
-        if rc != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(cred.uid)
-    }
-}
 
 /// Whether user `uid` may run commands: root, or the user the daemon runs as.
 pub fn uid_allowed(uid: u32) -> bool {
@@ -147,9 +132,16 @@ impl Daemon {
         // A client that never sends, or never reads the answer, gives its thread up.
         let _ = stream.set_read_timeout(Some(proto::IO_TIMEOUT));
         let _ = stream.set_write_timeout(Some(proto::IO_TIMEOUT));
-        match peer_uid(&stream) {
-            Ok(uid) if uid_allowed(uid) => {}
-            Ok(uid) => {
+        let access = match crate::access::peer_cred(&stream) {
+            Ok((uid, gid)) => (uid, crate::access::access_of(uid, gid, self.read_gid, uid_allowed)),
+            Err(e) => {
+                tracing::warn!("cannot read peer credentials: {e}");
+                return;
+            }
+        };
+        match access {
+            (_, Access::Full | Access::ReadOnly) => {}
+            (uid, Access::Denied) => {
                 tracing::warn!("refused a request from uid {uid}");
                 // Take the request (at most the cap, into nothing; descriptors that came
                 // with it are closed) so the answer is not lost to a reset: a Unix
@@ -159,10 +151,6 @@ impl Daemon {
                     let _ = std::io::copy(&mut (&mut stream).take(proto::MAX_REQUEST_BYTES as u64), &mut std::io::sink());
                 }
                 let _ = write_response(&mut stream, &Response::err(proto::PERMISSION_DENIED));
-                return;
-            }
-            Err(e) => {
-                tracing::warn!("cannot read peer credentials: {e}");
                 return;
             }
         }
@@ -197,6 +185,11 @@ impl Daemon {
                 return;
             }
         };
+        if access.1 == Access::ReadOnly && !crate::access::read_only_command(&req.argv) {
+            tracing::warn!("refused '{}' from uid {} (read group: read-only commands only)", req.argv.join(" "), access.0);
+            let _ = write_response(&mut stream, &Response::err(proto::PERMISSION_DENIED));
+            return;
+        }
         tracing::info!("request: {}", req.argv.join(" "));
         let stop = req.argv.first().map(String::as_str) == Some("daemon") && req.argv.iter().any(|a| a == "--stop");
         if stop {
@@ -266,7 +259,7 @@ fn write_response(stream: &mut UnixStream, resp: &Response) -> std::io::Result<(
 /// when missing; otherwise it must be a directory (not a link) owned by this user that
 /// no one else may enter. The default directory, `/run/tarn`, made mode 0755 by older
 /// versions, is tightened instead. The error is the whole message.
-pub fn prepare_socket_dir(dir: &Path) -> Result<(), String> {
+pub fn prepare_socket_dir(dir: &Path, read_gid: Option<u32>) -> Result<(), String> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     if std::fs::symlink_metadata(dir).is_err() {
         std::fs::DirBuilder::new()
@@ -284,7 +277,9 @@ pub fn prepare_socket_dir(dir: &Path) -> Result<(), String> {
         tracing::warn!("tightened {} from mode {mode:04o} to 0700", dir.display());
         return Ok(());
     }
-    if !md.is_dir() || md.uid() != me || mode & 0o077 != 0 {
+    // With a read group the directory is 0710 and of that group (set below).
+    let group_ok = read_gid.is_some_and(|g| md.gid() == g) && mode & 0o067 == 0;
+    if !md.is_dir() || md.uid() != me || (mode & 0o077 != 0 && !group_ok) {
         return Err(format!(
             "cannot use socket directory {}: it must be a directory owned by uid {me} with mode 0700 (it is {}, uid {}, mode {mode:04o}); \
              run 'chmod 700 {}' or set TARN_SOCKET to a path in a private directory",
@@ -293,6 +288,10 @@ pub fn prepare_socket_dir(dir: &Path) -> Result<(), String> {
             md.uid(),
             dir.display()
         ));
+    }
+    if let Some(g) = read_gid {
+        std::os::unix::fs::chown(dir, None, Some(g)).map_err(|e| format!("cannot chgrp {}: {e}", dir.display()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o710)).map_err(|e| format!("cannot chmod {}: {e}", dir.display()))?;
     }
     Ok(())
 }
@@ -340,8 +339,15 @@ pub fn run_foreground() -> i32 {
     // and mountpoints get their modes explicitly.
     // SAFETY: umask has no preconditions.
     unsafe { libc::umask(0o077) };
+    let read_gid = match crate::access::read_group() {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    };
     if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if let Err(e) = prepare_socket_dir(dir) {
+        if let Err(e) = prepare_socket_dir(dir, read_gid) {
             eprintln!("{e}");
             return 1;
         }
@@ -396,7 +402,17 @@ pub fn run_foreground() -> i32 {
             return 1;
         }
     };
-    let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600));
+    // Root's alone, or also the read group's (its members connect; the daemon still
+    // checks every peer).
+    match read_gid {
+        None => {
+            let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600));
+        }
+        Some(g) => {
+            let _ = std::os::unix::fs::chown(&socket, None, Some(g));
+            let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o660));
+        }
+    }
     let pid_file = state_dir.join("daemon.pid");
     let _ = std::fs::remove_file(&pid_file);
     let written = std::fs::OpenOptions::new()
@@ -424,6 +440,7 @@ pub fn run_foreground() -> i32 {
     };
     let daemon = Arc::new(Daemon {
         state: Mutex::new(state),
+        read_gid,
         socket: socket.clone(),
         pid_file,
     });

@@ -17,6 +17,7 @@
 //! after the lock is released ([`zfs_send`]); the daemon answers only local clients that may open the
 //! socket: root (see [`daemon`] for who may ask and the limits on a request).
 
+pub mod access;
 pub mod args;
 pub mod cachefile;
 pub mod daemon;
