@@ -100,6 +100,9 @@ fn export_destroy_and_the_cachefile_property() {
     );
     env.zpool(&["export", "tank"]).ok();
     assert!(listed(&cache).is_empty());
+    env.zpool(&["import", "-d", &dir, "-o", "cachefile=none", "tank"]).ok();
+    assert!(listed(&cache).is_empty());
+    env.zpool(&["export", "tank"]).ok();
     env.zpool(&["import", "-d", &dir, "tank"]).ok();
     assert_eq!(listed(&cache), ["tank"]);
     // Another file: listed there, no longer in the default one.
