@@ -1051,7 +1051,15 @@ fn import(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
                     code: 1,
                 };
             }
-            let blocks: Vec<String> = candidates.iter().map(format::import_candidate).collect();
+            // Device names as in `zpool status` (no /dev/ prefix).
+            let blocks: Vec<String> = candidates
+                .iter()
+                .map(|c| {
+                    let mut c = c.clone();
+                    c.config = format::device_names(c.config, false);
+                    format::import_candidate(&c)
+                })
+                .collect();
             return Response::ok(blocks.join("\n"));
         }
         let mut resp = Response::ok("");

@@ -215,6 +215,12 @@ fn status_names_devices_as_openzfs() {
     assert!(!st.contains(&full), "{st}");
     let st = env.zpool(&["status", "-P", "tank"]).ok().stdout;
     assert!(st.lines().any(|l| l.trim_start().starts_with(&format!("{full} "))), "{st}");
+    // The import listing names it the same way.
+    env.zpool(&["export", "tank"]).ok();
+    let listing = env.zpool(&["import"]).ok().stdout;
+    assert!(listing.lines().any(|l| l.trim_start().starts_with(&format!("{short} "))), "{listing}");
+    assert!(!listing.contains(&full), "{listing}");
+    env.zpool(&["import", "tank"]).ok();
     env.zpool(&["destroy", "tank"]).ok();
 }
 
