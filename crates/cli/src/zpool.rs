@@ -2,8 +2,8 @@
 //!
 //! Theory: each subcommand parses its arguments (OpenZFS getopt syntax), checks
 //! everything it can before touching any device, calls the pool layer once, then
-//! brings the daemon's tables (pool map, mounts, known_dirs) in line and records the
-//! command in the pool history. A failure before the pool call changes nothing; a
+//! brings the daemon's tables (pool map, mounts, known_dirs, the cachefile) in line
+//! and records the command in the pool history (not for a pool imported read-only). A failure before the pool call changes nothing; a
 //! failure of the pool call leaves the daemon's tables as they were (`zpool create`
 //! also removes the vdev files it created for `-o size`). Messages follow OpenZFS
 //! wording; exit status 1 for failures, 2 for usage errors.
