@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
 done
 find_tarn
 rm -rf "$WORK"; mkdir -p "$WORK/state"
-export TARN_STATE_DIR=$WORK/state TARN_SOCKET=$WORK/run/tarn.sock  # run/: made mode 0700 by the daemon
+export TARN_STATE_DIR=$WORK/state TARN_CACHEFILE=$WORK/state/tarn.cache TARN_SOCKET=$WORK/run/tarn.sock  # run/: made mode 0700 by the daemon
 cleanup() { "$TARN" daemon --stop >/dev/null 2>&1 || true; rm -rf "$WORK"; }
 trap cleanup EXIT
 (cd "$WORK" && "$TARN" zpool create -O canmount=noauto -o size=2G -m none dsb a.img)

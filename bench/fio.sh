@@ -81,7 +81,7 @@ setup_tarn() {
     find_tarn
     local d=$WORK/tarn
     rm -rf "$d"; mkdir -p "$d/state"  # the daemon makes $d/run itself, mode 0700
-    export TARN_STATE_DIR=$d/state TARN_SOCKET=$d/run/tarn.sock
+    export TARN_STATE_DIR=$d/state TARN_CACHEFILE=$d/state/tarn.cache TARN_SOCKET=$d/run/tarn.sock
     (cd "$d" && tarn zpool create -o size=$VDEV_SIZE -m "$d/mnt" $TARN_POOL mirror a.img b.img)
     mountpoint -q "$d/mnt" || die "tarn: $d/mnt is not mounted"
     DIR=$d/mnt

@@ -179,7 +179,7 @@ tarn_setup() {
     local part=$1 bytes=$2 leaf=$3
     T_DIR=$WORK/$part
     rm -rf "$T_DIR"; mkdir -p "$T_DIR/vdev"  # the daemon makes run/ itself, mode 0700
-    export TARN_STATE_DIR=$LOGDIR/$part-state TARN_SOCKET=$T_DIR/run/tarn.sock
+    export TARN_STATE_DIR=$LOGDIR/$part-state TARN_CACHEFILE=$LOGDIR/$part-state/tarn.cache TARN_SOCKET=$T_DIR/run/tarn.sock
     unset TARN_SCAN_ORDER
     mkdir -p "$TARN_STATE_DIR"
     DLOG=$TARN_STATE_DIR/daemon.log

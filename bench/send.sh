@@ -118,7 +118,7 @@ if wants tarn; then
         rm -rf "$T"
     }
     cleanup_tarn; mkdir -p "$T/state"
-    export TARN_STATE_DIR=$T/state TARN_SOCKET=$T/run/tarn.sock  # run/: made mode 0700 by the daemon
+    export TARN_STATE_DIR=$T/state TARN_CACHEFILE=$T/state/tarn.cache TARN_SOCKET=$T/run/tarn.sock  # run/: made mode 0700 by the daemon
     (cd "$T" && "$TARN" zpool create -o size=$VDEV_SIZE -m "$T/mnt" src mirror a.img b.img)
     (cd "$T" && "$TARN" zpool create -o size=$VDEV_SIZE -m "$T/mnt2" dst mirror c.img d.img)
     trap cleanup_tarn EXIT

@@ -146,7 +146,7 @@ setup_tarn() {  # setup_tarn MODE(txg|nolog|slog) LATENCY(1|0) NAME
     local mode=$1 lat=$2 d=$WORK/$3
     TARN_DIR=$d
     rm -rf "$d"; mkdir -p "$d/state"  # the daemon makes $d/run itself, mode 0700
-    export TARN_STATE_DIR=$d/state TARN_SOCKET=$d/run/tarn.sock
+    export TARN_STATE_DIR=$d/state TARN_CACHEFILE=$d/state/tarn.cache TARN_SOCKET=$d/run/tarn.sock
     if [ "$mode" = txg ]; then export TARN_ZIL=off; else unset TARN_ZIL; fi
     if [ -n "$TARN_CACHE" ]; then export TARN_CACHE_MAX=$TARN_CACHE; else unset TARN_CACHE_MAX; fi
     truncate -s $VDEV_SIZE "$d/a.img" "$d/b.img"

@@ -55,6 +55,7 @@ mkdir -p "$SCRATCH"
 [ -e "$SCRATCH/.gitignore" ] || printf '*\n' > "$SCRATCH/.gitignore"
 export TARN_STATE_DIR=$SCRATCH/state
 export TARN_SOCKET=$SCRATCH/run/tarn.sock
+export TARN_CACHEFILE=$SCRATCH/state/tarn.cache
 # A Unix socket path must fit in 108 bytes; fall back to a short private directory.
 if [ ${#TARN_SOCKET} -gt 100 ]; then
     TARN_SOCKET=$(mktemp -d /tmp/tarn-demo.XXXXXX)/tarn.sock

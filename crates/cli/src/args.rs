@@ -296,7 +296,17 @@ pub fn resolve_device(word: &str, cwd: &Path, create_missing: bool) -> PathBuf {
 }
 
 /// The dataset properties the CLI knows, in `zfs get all` order.
-pub const FS_PROPS: [&str; 7] = ["recordsize", "mountpoint", "compression", "atime", "readonly", "snapdir", "canmount"];
+pub const FS_PROPS: [&str; 9] = [
+    "recordsize",
+    "mountpoint",
+    "compression",
+    "atime",
+    "readonly",
+    "snapdir",
+    "canmount",
+    "sync",
+    "logbias",
+];
 
 /// Short column header of a dataset property for `zfs list -o`.
 pub fn fs_prop_header(p: &str) -> String {
@@ -376,6 +386,14 @@ pub fn check_fs_prop(prop: &str, value: &str) -> Result<(String, String), String
             "hidden" | "visible" => value.to_string(),
             _ => return Err("'snapdir' must be one of 'hidden | visible'".into()),
         },
+        "sync" => match value {
+            "standard" | "always" | "disabled" => value.to_string(),
+            _ => return Err("'sync' must be one of 'standard | always | disabled'".into()),
+        },
+        "logbias" => match value {
+            "latency" | "throughput" => value.to_string(),
+            _ => return Err("'logbias' must be one of 'latency | throughput'".into()),
+        },
         "compression" => match value {
             "on" => "lz4".to_string(),
             "off" | "lz4" => value.to_string(),
@@ -392,6 +410,8 @@ pub fn check_fs_prop(prop: &str, value: &str) -> Result<(String, String), String
         | "creation"
         | "createtxg"
         | "guid"
+        | "compressratio"
+        | "refcompressratio"
         | "written" => {
             return Err(format!("'{prop}' is readonly"));
         }

@@ -1,17 +1,18 @@
 //! # daemon — the process that hosts imported pools and their mounts
 //!
 //! Theory: the daemon is the one process in which a pool is open (the pool layer holds
-//! an exclusive lock on every leaf). It owns:
+//! an exclusive lock on every leaf). It owns the [`State`] ([`crate::state`]: pools,
+//! mounts, known directories) behind one mutex, the socket `$TARN_SOCKET` with an
+//! exclusive `flock` on `<socket>.lock`, and `$TARN_STATE_DIR/daemon.pid`. It serves
+//! requests by handing them to the command modules ([`dispatch`]); those see the
+//! state, never the daemon. At start it imports and mounts the pools listed in the
+//! default cachefile ([`crate::cachefile`]) before it answers anyone, then tells a
+//! supervisor it is ready (`sd_notify` `READY=1` when `$NOTIFY_SOCKET` is set).
 //!
-//! * `State::pools`: pool name → [`PoolEntry`] (the `Arc<Pool>`, the altroot given at
-//!   create/import time, and the live [`Mounted`] datasets keyed by dataset name);
-//! * `$TARN_STATE_DIR/known_dirs`: directories that held leaves of pools it created or
-//!   imported (one path a line), searched by default by `zpool import`;
-//! * `$TARN_STATE_DIR/daemon.pid` and the socket `$TARN_SOCKET` with an exclusive
-//!   `flock` on `<socket>.lock`.
-//!
-//! Who may ask: root only (and the daemon's own user, when a user runs a private
-//! daemon for tests). The socket is bound with umask 077 inside a directory that must
+//! Who may ask: root (and the daemon's own user, when a user runs a private daemon
+//! for tests), plus, when `$TARN_READ_GROUP` is set, that group's members for the
+//! read-only commands ([`crate::access`]; the socket directory is then 0710 and the
+//! socket 0660 of that group). The socket is bound with umask 077 inside a directory that must
 //! be the daemon user's alone (mode 0700, created so when missing; the daemon refuses
 //! to start on one that others can enter, except that it tightens its own default
 //! `/run/tarn` left by an older version), so no other user can reach it, not even for
@@ -37,10 +38,10 @@
 //! bug, or an unimplemented engine path) is caught, logged, and answered as
 //! "internal error" with exit 1, leaving the daemon up.
 //!
-//! Crash: with `kill -9` the pools are left "active" on disk (import them again, the
-//! last synced txg wins) and FUSE mounts vanish through `auto_unmount`.
+//! Crash: with `kill -9` the pools are left "active" on disk and FUSE mounts vanish
+//! through `auto_unmount`; the next daemon imports the pools of its cachefile again
+//! (the last synced txg wins, the intent log replays at mount) and remounts them.
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
@@ -49,350 +50,28 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tarn_spa::{DatasetInfo, Pool};
 
-use crate::format::parse_size;
-use crate::mounts::{self, MountOpts, Mounted};
+use crate::access::Access;
 use crate::proto::{self, Request, Response};
+use crate::state::{Ctx, State};
+use crate::zfs_mount::unmount_all;
 
-/// One imported pool and what the daemon mounted from it.
-pub struct PoolEntry {
-    /// The open pool.
-    pub pool: Arc<Pool>,
-    /// `-R altroot` given at create/import (prefixes every mountpoint).
-    pub altroot: Option<PathBuf>,
-    /// Mounted datasets by name.
-    pub mounts: BTreeMap<String, Mounted>,
-}
-
-/// Everything the daemon holds, behind one mutex.
-pub struct State {
-    /// Imported pools by name.
-    pub pools: BTreeMap<String, PoolEntry>,
-    /// `$TARN_STATE_DIR`.
-    pub state_dir: PathBuf,
-    /// Pools whose scan the current request waits for (`zpool scrub -w`) once the
-    /// state lock is released; emptied by every request.
-    pub wait_scan: Vec<Arc<Pool>>,
-    /// Work the current request runs after the state lock is released (a `zfs send`
-    /// or `zfs recv` stream, which may take hours and must not stop other commands);
-    /// its response replaces the one `dispatch` returned, whose stdout is kept in
-    /// front. Emptied by every request.
-    pub deferred: Option<Job>,
-}
-
-/// Long work of one request, run without the state lock; it takes the lock itself
-/// (through the argument) for short steps such as mounting.
-pub type Job = Box<dyn FnOnce(&Mutex<State>) -> Response + Send>;
-
-/// The per-command context: the client's cwd and the command line (for history).
-pub struct Ctx {
-    /// Client working directory.
-    pub cwd: PathBuf,
-    /// Full argv after `tarn`.
-    pub argv: Vec<String>,
-    /// The client's stdin, stdout and stderr when the request carried them
-    /// ([`proto::wants_stdio`]); a command takes them out.
-    pub stdio: Mutex<Vec<std::os::fd::OwnedFd>>,
-}
-
-impl Ctx {
-    /// The command line as `zpool history` records it.
-    pub fn command_line(&self) -> String {
-        self.argv.join(" ")
-    }
-}
-
-impl State {
-    /// Empty state for `state_dir`.
-    pub fn new(state_dir: PathBuf) -> State {
-        State {
-            pools: BTreeMap::new(),
-            state_dir,
-            wait_scan: Vec::new(),
-            deferred: None,
-        }
-    }
-
-    /// Directories remembered for `zpool import`.
-    pub fn known_dirs(&self) -> Vec<PathBuf> {
-        std::fs::read_to_string(self.state_dir.join("known_dirs"))
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(PathBuf::from)
-            .collect()
-    }
-
-    /// Remember the directories of these leaves (deduplicated).
-    pub fn remember_dirs<I: IntoIterator<Item = PathBuf>>(&self, leaves: I) {
-        let mut dirs = self.known_dirs();
-        let mut changed = false;
-        for leaf in leaves {
-            if let Some(d) = leaf.parent() {
-                if d.as_os_str().is_empty() || d == Path::new("/dev") {
-                    continue;
-                }
-                if !dirs.iter().any(|x| x == d) {
-                    dirs.push(d.to_path_buf());
-                    changed = true;
-                }
+/// Unmount every dataset of every pool and export every pool (shutdown). The pools
+/// stay in their cachefiles, so the next daemon imports them again.
+pub fn export_all(st: &mut State) {
+    let names: Vec<String> = st.pools.keys().cloned().collect();
+    for name in names {
+        if let Some(mut entry) = st.pools.remove(&name) {
+            for e in unmount_all(&mut entry, true) {
+                tracing::warn!("{e}");
             }
-        }
-        if changed {
-            let text: String = dirs.iter().map(|d| format!("{}\n", d.display())).collect();
-            let _ = std::fs::create_dir_all(&self.state_dir);
-            let _ = std::fs::write(self.state_dir.join("known_dirs"), text);
-        }
-    }
-
-    /// Unmount every dataset of every pool and export every pool (shutdown).
-    pub fn export_all(&mut self) {
-        let names: Vec<String> = self.pools.keys().cloned().collect();
-        for name in names {
-            if let Some(mut entry) = self.pools.remove(&name) {
-                for e in unmount_all(&mut entry, true) {
-                    tracing::warn!("{e}");
-                }
-                if let Err(e) = entry.pool.export() {
-                    tracing::error!("export of {name} failed: {e}");
-                } else {
-                    tracing::info!("exported {name}");
-                }
-            }
-        }
-    }
-}
-
-/// `"{what}: {e}"`. The pool layer words some errors as a whole message
-/// ("cannot use 'x': invalid character ..."): its own "cannot … 'x': " prefix is
-/// replaced by `what`, so the verb is the command's; "invalid vdev specification"
-/// messages stand alone as in OpenZFS.
-pub fn cannot(what: &str, e: impl std::fmt::Display) -> String {
-    let s = e.to_string();
-    if s.starts_with("invalid vdev specification") {
-        return s;
-    }
-    if s.starts_with("cannot ") {
-        if let Some(i) = s.find("': ") {
-            return format!("{what}: {}", &s[i + 3..]);
-        }
-        return s;
-    }
-    format!("{what}: {s}")
-}
-
-/// Leaf paths of a status tree.
-pub fn leaves(v: &tarn_spa::VdevStatus) -> Vec<PathBuf> {
-    if v.children.is_empty() {
-        return vec![PathBuf::from(&v.name)];
-    }
-    v.children.iter().flat_map(leaves).collect()
-}
-
-/// The value of a dataset property ("" when the pool layer does not report it).
-pub fn prop<'a>(info: &'a DatasetInfo, name: &str) -> &'a str {
-    info.props.get(name).map(|(v, _)| v.as_str()).unwrap_or("")
-}
-
-/// Where a dataset mounts (altroot applied), or None for `none`/`legacy`/unset.
-pub fn effective_mountpoint(info: &DatasetInfo, altroot: Option<&Path>) -> Option<PathBuf> {
-    let mp = prop(info, "mountpoint");
-    if !mp.starts_with('/') {
-        return None;
-    }
-    Some(match altroot {
-        Some(root) => root.join(mp.trim_start_matches('/')),
-        None => PathBuf::from(mp),
-    })
-}
-
-/// Check where dataset `name` would mount before anything is created there: `mp`
-/// (from [`effective_mountpoint`]) must have no `..` component, and under `-R altroot`
-/// the path its existing part resolves to (symbolic links followed, as mount(2)
-/// would) must stay inside the altroot's own resolved path. Property values and
-/// names are checked when they are set, but a pool written elsewhere may hold
-/// anything, so this is checked again on every mount. The error is the whole message.
-pub fn check_mountpoint(name: &str, mp: &Path, altroot: Option<&Path>) -> Result<(), String> {
-    use std::path::Component;
-    if mp.components().any(|c| c == Component::ParentDir) {
-        return Err(format!("cannot mount '{name}': mountpoint '{}' contains '..' components", mp.display()));
-    }
-    let Some(root) = altroot else { return Ok(()) };
-    let resolve = |p: &Path| -> std::io::Result<PathBuf> {
-        // The deepest part that exists (a dangling link counts, and fails to resolve),
-        // resolved, with the rest appended as it is (it has no `..`).
-        let mut base = p;
-        let mut rest = Vec::new();
-        while std::fs::symlink_metadata(base).is_err() {
-            match (base.parent(), base.file_name()) {
-                (Some(parent), Some(last)) => {
-                    rest.push(last.to_os_string());
-                    base = parent;
-                }
-                _ => break,
-            }
-        }
-        let mut out = std::fs::canonicalize(base)?;
-        out.extend(rest.iter().rev());
-        Ok(out)
-    };
-    let outside = || {
-        format!(
-            "cannot mount '{name}': mountpoint '{}' is outside the alternate root '{}'",
-            mp.display(),
-            root.display()
-        )
-    };
-    let real_root = resolve(root).map_err(|e| format!("cannot mount '{name}': cannot resolve alternate root '{}': {e}", root.display()))?;
-    let real_mp = resolve(mp).map_err(|e| format!("cannot mount '{name}': cannot resolve mountpoint '{}': {e}", mp.display()))?;
-    if !mp.starts_with(root) || !real_mp.starts_with(&real_root) {
-        return Err(outside());
-    }
-    Ok(())
-}
-
-/// The mountpoint as `zfs list`/`zfs get` show it (altroot applied; "none"/"legacy").
-pub fn shown_mountpoint(info: &DatasetInfo, altroot: Option<&Path>) -> String {
-    match effective_mountpoint(info, altroot) {
-        Some(p) => p.display().to_string(),
-        None => {
-            let v = prop(info, "mountpoint");
-            if v.is_empty() {
-                "-".into()
+            if let Err(e) = entry.pool.export() {
+                tracing::error!("export of {name} failed: {e}");
             } else {
-                v.to_string()
+                tracing::info!("exported {name}");
             }
         }
     }
-}
-
-/// zpl options from the effective properties.
-pub fn mount_opts(info: &DatasetInfo) -> MountOpts {
-    let rs = parse_size(prop(info, "recordsize")).filter(|n| n.is_power_of_two() && (512..=1 << 20).contains(n));
-    MountOpts {
-        readonly: prop(info, "readonly") == "on",
-        atime: prop(info, "atime") != "off",
-        recordsize_bytes: rs.unwrap_or(128 << 10) as u32,
-        sync: match prop(info, "sync") {
-            "always" => mounts::SyncProp::Always,
-            "disabled" => mounts::SyncProp::Disabled,
-            _ => mounts::SyncProp::Standard,
-        },
-        snapdir: tarn_zpl::SnapDir::parse(prop(info, "snapdir")).unwrap_or_default(),
-    }
-}
-
-/// `canmount` ("on" when unset).
-pub fn canmount(info: &DatasetInfo) -> &str {
-    match prop(info, "canmount") {
-        "" => "on",
-        v => v,
-    }
-}
-
-/// Mount one dataset; the error is the whole message for the user.
-pub fn mount_one(entry: &mut PoolEntry, info: &DatasetInfo, explicit: bool) -> Result<(), String> {
-    let name = &info.name;
-    if entry.mounts.contains_key(name) {
-        return Err(format!("cannot mount '{name}': filesystem already mounted"));
-    }
-    // A name read from a pool written elsewhere has not been through the name rules.
-    if let Err(e) = tarn_spa::validate_dataset_name(name) {
-        return Err(cannot(&format!("cannot mount '{name}'"), e));
-    }
-    // A file system a receive is writing (or left partially received for `-s`) is
-    // never mounted: its contents are not a snapshot's.
-    if entry.pool.is_inconsistent(name) {
-        if !explicit {
-            return Ok(());
-        }
-        return Err(format!(
-            "cannot mount '{name}': dataset is partially received (see 'zfs get receive_resume_token')"
-        ));
-    }
-    match canmount(info) {
-        "off" => return Err(format!("cannot mount '{name}': 'canmount' property is set to 'off'")),
-        "noauto" if !explicit => return Ok(()),
-        _ => {}
-    }
-    let mp = match effective_mountpoint(info, entry.altroot.as_deref()) {
-        Some(p) => p,
-        None if prop(info, "mountpoint") == "legacy" => {
-            return Err(format!("cannot mount '{name}': legacy mountpoint\nuse mount(8) to mount this filesystem"));
-        }
-        None => return Err(format!("cannot mount '{name}': no mountpoint set")),
-    };
-    check_mountpoint(name, &mp, entry.altroot.as_deref())?;
-    if entry.mounts.values().any(|m| m.mountpoint == mp) {
-        return Err(format!("cannot mount '{}': mountpoint is in use", mp.display()));
-    }
-    let os = entry.pool.objset(name).map_err(|e| cannot(&format!("cannot mount '{name}'"), e))?;
-    // TARN_ZIL=off (benchmarks only): mount without the intent log, so every fsync
-    // forces a txg sync as before the log existed.
-    let zil = entry.pool.zilog(name).ok().filter(|_| std::env::var("TARN_ZIL").as_deref() != Ok("off"));
-    let snaps = mounts::PoolSnapshots::new(&entry.pool, name);
-    let m = mounts::mount(os, zil, snaps, name, &mp, mount_opts(info)).map_err(|e| format!("cannot mount '{}': {e}", mp.display()))?;
-    tracing::info!("mounted {name} at {}", mp.display());
-    entry.mounts.insert(name.clone(), m);
-    Ok(())
-}
-
-/// Unmount one dataset if mounted (and its mounted descendants first).
-pub fn unmount_one(entry: &mut PoolEntry, name: &str) -> Result<(), String> {
-    unmount_one_ext(entry, name, false)
-}
-
-/// [`unmount_one`]; `force` (`-f` of `zfs unmount/destroy/rollback/rename`) unmounts
-/// busy file systems too. A file system that fails to unmount stays mounted and
-/// listed (the error says why).
-pub fn unmount_one_ext(entry: &mut PoolEntry, name: &str, force: bool) -> Result<(), String> {
-    let prefix = format!("{name}/");
-    let mut victims: Vec<String> = entry.mounts.keys().filter(|k| k.as_str() == name || k.starts_with(&prefix)).cloned().collect();
-    victims.sort();
-    for v in victims.into_iter().rev() {
-        if let Some(m) = entry.mounts.get_mut(&v) {
-            let mp = m.mountpoint.clone();
-            m.unmount(force).map_err(|e| format!("cannot unmount '{}': {e}", mp.display()))?;
-            entry.mounts.remove(&v);
-            tracing::info!("unmounted {v} from {}", mp.display());
-        }
-    }
-    Ok(())
-}
-
-/// Mount every dataset of the pool that should be (parents first). Returns the errors.
-pub fn mount_all(entry: &mut PoolEntry) -> Vec<String> {
-    let infos = match entry.pool.list_datasets() {
-        Ok(i) => i,
-        Err(e) => return vec![format!("cannot list datasets: {e}")],
-    };
-    let mut errors = Vec::new();
-    for info in &infos {
-        if entry.mounts.contains_key(&info.name) || canmount(info) != "on" || effective_mountpoint(info, entry.altroot.as_deref()).is_none() {
-            continue;
-        }
-        if let Err(e) = mount_one(entry, info, false) {
-            errors.push(e);
-        }
-    }
-    errors
-}
-
-/// Unmount every dataset of the pool, children first. `force`: unmount busy file
-/// systems too ([`unmount_one_ext`]) and keep going on errors.
-pub fn unmount_all(entry: &mut PoolEntry, force: bool) -> Vec<String> {
-    let names: Vec<String> = entry.mounts.keys().rev().cloned().collect();
-    let mut errors = Vec::new();
-    for n in names {
-        if let Err(e) = unmount_one_ext(entry, &n, force) {
-            errors.push(e);
-            if !force {
-                break;
-            }
-        }
-    }
-    errors
 }
 
 /// Run one request against the state (the state lock is held by the caller).
@@ -433,32 +112,14 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 /// The running daemon.
 pub struct Daemon {
     state: Mutex<State>,
+    /// `$TARN_READ_GROUP`: members may run read-only commands ([`crate::access`]).
+    read_gid: Option<u32>,
     socket: PathBuf,
     pid_file: PathBuf,
 }
 
 /// Most connections served at once; more are answered "daemon busy" and closed.
 pub const MAX_CONNECTIONS: usize = 64;
-
-/// The user id of the process at the other end of `stream` (`SO_PEERCRED`).
-pub fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
-    // SAFETY: ucred is plain data; getsockopt writes at most `len` bytes into it.
-    unsafe {
-        let mut cred: libc::ucred = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-        let rc = libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            &mut cred as *mut libc::ucred as *mut libc::c_void,
-            &mut len,
-        );
-        if rc != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(cred.uid)
-    }
-}
 
 /// Whether user `uid` may run commands: root, or the user the daemon runs as.
 pub fn uid_allowed(uid: u32) -> bool {
@@ -471,9 +132,16 @@ impl Daemon {
         // A client that never sends, or never reads the answer, gives its thread up.
         let _ = stream.set_read_timeout(Some(proto::IO_TIMEOUT));
         let _ = stream.set_write_timeout(Some(proto::IO_TIMEOUT));
-        match peer_uid(&stream) {
-            Ok(uid) if uid_allowed(uid) => {}
-            Ok(uid) => {
+        let access = match crate::access::peer_cred(&stream) {
+            Ok((uid, gid)) => (uid, crate::access::access_of(uid, gid, self.read_gid, uid_allowed)),
+            Err(e) => {
+                tracing::warn!("cannot read peer credentials: {e}");
+                return;
+            }
+        };
+        match access {
+            (_, Access::Full | Access::ReadOnly) => {}
+            (uid, Access::Denied) => {
                 tracing::warn!("refused a request from uid {uid}");
                 // Take the request (at most the cap, into nothing; descriptors that came
                 // with it are closed) so the answer is not lost to a reset: a Unix
@@ -483,10 +151,6 @@ impl Daemon {
                     let _ = std::io::copy(&mut (&mut stream).take(proto::MAX_REQUEST_BYTES as u64), &mut std::io::sink());
                 }
                 let _ = write_response(&mut stream, &Response::err(proto::PERMISSION_DENIED));
-                return;
-            }
-            Err(e) => {
-                tracing::warn!("cannot read peer credentials: {e}");
                 return;
             }
         }
@@ -521,6 +185,11 @@ impl Daemon {
                 return;
             }
         };
+        if access.1 == Access::ReadOnly && !crate::access::read_only_command(&req.argv) {
+            tracing::warn!("refused '{}' from uid {} (read group: read-only commands only)", req.argv.join(" "), access.0);
+            let _ = write_response(&mut stream, &Response::err(proto::PERMISSION_DENIED));
+            return;
+        }
         tracing::info!("request: {}", req.argv.join(" "));
         let stop = req.argv.first().map(String::as_str) == Some("daemon") && req.argv.iter().any(|a| a == "--stop");
         if stop {
@@ -569,7 +238,7 @@ impl Daemon {
         {
             let mut st = self.state.lock();
             let st = &mut *st;
-            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| st.export_all())) {
+            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| export_all(st))) {
                 tracing::error!("export at shutdown panicked: {}", panic_message(&*p));
             }
         }
@@ -590,7 +259,7 @@ fn write_response(stream: &mut UnixStream, resp: &Response) -> std::io::Result<(
 /// when missing; otherwise it must be a directory (not a link) owned by this user that
 /// no one else may enter. The default directory, `/run/tarn`, made mode 0755 by older
 /// versions, is tightened instead. The error is the whole message.
-pub fn prepare_socket_dir(dir: &Path) -> Result<(), String> {
+pub fn prepare_socket_dir(dir: &Path, read_gid: Option<u32>) -> Result<(), String> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     if std::fs::symlink_metadata(dir).is_err() {
         std::fs::DirBuilder::new()
@@ -608,7 +277,9 @@ pub fn prepare_socket_dir(dir: &Path) -> Result<(), String> {
         tracing::warn!("tightened {} from mode {mode:04o} to 0700", dir.display());
         return Ok(());
     }
-    if !md.is_dir() || md.uid() != me || mode & 0o077 != 0 {
+    // With a read group the directory is 0710 and of that group (set below).
+    let group_ok = read_gid.is_some_and(|g| md.gid() == g) && mode & 0o067 == 0;
+    if !md.is_dir() || md.uid() != me || (mode & 0o077 != 0 && !group_ok) {
         return Err(format!(
             "cannot use socket directory {}: it must be a directory owned by uid {me} with mode 0700 (it is {}, uid {}, mode {mode:04o}); \
              run 'chmod 700 {}' or set TARN_SOCKET to a path in a private directory",
@@ -618,7 +289,30 @@ pub fn prepare_socket_dir(dir: &Path) -> Result<(), String> {
             dir.display()
         ));
     }
+    if let Some(g) = read_gid {
+        std::os::unix::fs::chown(dir, None, Some(g)).map_err(|e| format!("cannot chgrp {}: {e}", dir.display()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o710)).map_err(|e| format!("cannot chmod {}: {e}", dir.display()))?;
+    }
     Ok(())
+}
+
+/// Tell a supervisor that started us with `Type=notify` (systemd's `sd_notify`
+/// protocol: a datagram `READY=1` to the Unix socket `$NOTIFY_SOCKET`, `@` meaning an
+/// abstract name) that the socket answers and the cachefile's pools are imported.
+/// Nothing happens when the variable is unset.
+fn notify_ready() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let Some(target) = std::env::var_os("NOTIFY_SOCKET") else { return };
+    let target = target.to_string_lossy().into_owned();
+    let addr = match target.strip_prefix('@') {
+        Some(name) => SocketAddr::from_abstract_name(name.as_bytes()),
+        None => SocketAddr::from_pathname(&target),
+    };
+    let sent = addr.and_then(|a| UnixDatagram::unbound().and_then(|s| s.send_to_addr(b"READY=1", &a)));
+    if let Err(e) = sent {
+        tracing::warn!("cannot notify {target}: {e}");
+    }
 }
 
 /// How long a starting daemon waits for the lock of one that is exiting.
@@ -645,8 +339,15 @@ pub fn run_foreground() -> i32 {
     // and mountpoints get their modes explicitly.
     // SAFETY: umask has no preconditions.
     unsafe { libc::umask(0o077) };
+    let read_gid = match crate::access::read_group() {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    };
     if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if let Err(e) = prepare_socket_dir(dir) {
+        if let Err(e) = prepare_socket_dir(dir, read_gid) {
             eprintln!("{e}");
             return 1;
         }
@@ -685,6 +386,14 @@ pub fn run_foreground() -> i32 {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     std::mem::forget(lock); // held until the process exits
+                            // Pools of the default cachefile come back (imported and mounted) before the
+                            // socket answers, so the first client, or a supervisor waiting for READY=1, sees
+                            // them.
+    let mut state = State::new(state_dir.clone());
+    let imported = crate::cachefile::import_all(&mut state);
+    if !imported.is_empty() {
+        tracing::info!("imported from the cachefile: {}", imported.join(", "));
+    }
     let _ = std::fs::remove_file(&socket);
     let listener = match UnixListener::bind(&socket) {
         Ok(l) => l,
@@ -693,7 +402,17 @@ pub fn run_foreground() -> i32 {
             return 1;
         }
     };
-    let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600));
+    // Root's alone, or also the read group's (its members connect; the daemon still
+    // checks every peer).
+    match read_gid {
+        None => {
+            let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600));
+        }
+        Some(g) => {
+            let _ = std::os::unix::fs::chown(&socket, None, Some(g));
+            let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o660));
+        }
+    }
     let pid_file = state_dir.join("daemon.pid");
     let _ = std::fs::remove_file(&pid_file);
     let written = std::fs::OpenOptions::new()
@@ -720,7 +439,8 @@ pub fn run_foreground() -> i32 {
         set
     };
     let daemon = Arc::new(Daemon {
-        state: Mutex::new(State::new(state_dir)),
+        state: Mutex::new(state),
+        read_gid,
         socket: socket.clone(),
         pid_file,
     });
@@ -740,6 +460,7 @@ pub fn run_foreground() -> i32 {
             .expect("spawn signal thread");
     }
     tracing::info!("tarn daemon serving {} (pid {})", socket.display(), std::process::id());
+    notify_ready();
     let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for conn in listener.incoming() {
         match conn {
@@ -770,66 +491,4 @@ pub fn run_foreground() -> i32 {
         }
     }
     0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cannot_rewords_prefixes() {
-        assert_eq!(
-            cannot("cannot create 'a'", "dataset already exists"),
-            "cannot create 'a': dataset already exists"
-        );
-        assert_eq!(
-            cannot("cannot create 'a/b*'", "cannot use 'a/b*': invalid character '*' in name"),
-            "cannot create 'a/b*': invalid character '*' in name"
-        );
-        assert_eq!(cannot("cannot create 'a'", "invalid vdev specification: x"), "invalid vdev specification: x");
-    }
-
-    #[test]
-    fn mountpoints_stay_inside_the_altroot() {
-        let tmp = tempfile::tempdir().unwrap();
-        let alt = tmp.path().join("alt");
-        let outside = tmp.path().join("outside");
-        std::fs::create_dir_all(alt.join("p/a")).unwrap();
-        std::fs::create_dir_all(&outside).unwrap();
-        std::os::unix::fs::symlink(&outside, alt.join("p/link")).unwrap();
-        std::os::unix::fs::symlink(tmp.path().join("nowhere"), alt.join("p/dangling")).unwrap();
-        let ok = |mp: &Path| check_mountpoint("p/x", mp, Some(&alt));
-        ok(&alt).unwrap();
-        ok(&alt.join("p/a")).unwrap();
-        ok(&alt.join("p/new/deeper")).unwrap();
-        // A dataset named p/../../etc read from disk mounts by default at /p/../../etc.
-        let dotdot = effective_mountpoint_of("/p/../../etc", Some(&alt));
-        assert!(ok(&dotdot).unwrap_err().contains("contains '..' components"));
-        let e = ok(&alt.join("p/link/sub")).unwrap_err();
-        assert_eq!(
-            e,
-            format!(
-                "cannot mount 'p/x': mountpoint '{}' is outside the alternate root '{}'",
-                alt.join("p/link/sub").display(),
-                alt.display()
-            )
-        );
-        assert!(ok(&alt.join("p/dangling/sub")).unwrap_err().contains("cannot resolve mountpoint"));
-        assert!(ok(Path::new("/etc")).unwrap_err().contains("outside the alternate root"));
-        // Without an altroot any absolute path is the administrator's choice, but `..`
-        // is still refused.
-        check_mountpoint("p/x", &alt.join("p/link/sub"), None).unwrap();
-        assert!(check_mountpoint("p/x", Path::new("/a/../etc"), None).is_err());
-    }
-
-    fn effective_mountpoint_of(mp: &str, altroot: Option<&Path>) -> PathBuf {
-        let info = DatasetInfo {
-            name: "p".into(),
-            used_bytes: 0,
-            avail_bytes: 0,
-            refer_bytes: 0,
-            props: [("mountpoint".to_string(), (mp.to_string(), "local".to_string()))].into(),
-        };
-        effective_mountpoint(&info, altroot).unwrap()
-    }
 }

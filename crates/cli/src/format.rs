@@ -32,6 +32,56 @@ pub fn nicenum(n: u64) -> String {
     nice(n, false)
 }
 
+/// `secs` since the epoch in the local time zone (`$TZ`, else `/etc/localtime`),
+/// formatted by strftime-style `fmt`.
+pub fn local_time(secs: u64, fmt: &str) -> String {
+    match jiff::Timestamp::from_second(secs.min(i64::MAX as u64) as i64) {
+        Ok(ts) => ts.to_zoned_datetime(jiff::tz::TimeZone::system()).strftime(fmt).to_string(),
+        Err(_) => secs.to_string(),
+    }
+}
+
+/// `ctime(3)`'s form in local time: "Mon Nov 23 05:15:01 2026".
+pub fn ctime(secs: u64) -> String {
+    local_time(secs, "%a %b %e %H:%M:%S %Y")
+}
+
+/// A `zpool history` record as stored (`YYYY-MM-DD.HH:MM:SS command`, UTC) with its
+/// time in local time, as OpenZFS prints it.
+pub fn history_line(record: &str) -> String {
+    let Some((when, rest)) = record.split_once(' ') else {
+        return record.to_string();
+    };
+    let utc = jiff::civil::DateTime::strptime("%Y-%m-%d.%H:%M:%S", when)
+        .ok()
+        .and_then(|dt| dt.to_zoned_datetime(jiff::tz::TimeZone::UTC).ok());
+    match utc {
+        Some(z) => format!("{} {rest}", local_time(z.timestamp().as_second().max(0) as u64, "%Y-%m-%d.%H:%M:%S")),
+        None => record.to_string(),
+    }
+}
+
+/// A status tree with its device names as `zpool status` prints them: a leaf under
+/// `/dev/` loses that prefix unless `full_paths` (`-P`), as OpenZFS's
+/// `zpool_vdev_name` does; file vdevs keep their paths.
+pub fn device_names(mut v: VdevStatus, full_paths: bool) -> VdevStatus {
+    if !full_paths {
+        if let Some(short) = v.name.strip_prefix("/dev/") {
+            v.name = short.to_string();
+        }
+    }
+    v.children = v.children.into_iter().map(|c| device_names(c, full_paths)).collect();
+    v
+}
+
+/// A compression ratio as OpenZFS prints `compressratio`: 100 × logical / physical
+/// in integer arithmetic (1.00 when nothing is stored), two decimals and an `x`
+/// ("%llu.%02llux"); `parsable` (`-p`) leaves the `x` off.
+pub fn ratio(logical_bytes: u64, physical_bytes: u64, parsable: bool) -> String {
+    let r = (u128::from(logical_bytes) * 100).checked_div(u128::from(physical_bytes)).unwrap_or(100);
+    format!("{}.{:02}{}", r / 100, r % 100, if parsable { "" } else { "x" })
+}
+
 /// `zfs_nicebytes`: "0B", "512B", "128K", "1.88G".
 pub fn nicebytes(n: u64) -> String {
     nice(n, true)

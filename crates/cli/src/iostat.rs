@@ -43,9 +43,9 @@ use std::time::Duration;
 use tarn_spa::{PoolIostat, VdevIostat};
 
 use crate::args::getopt;
-use crate::daemon::State;
 use crate::format::nicenum;
 use crate::proto::{self, Response};
+use crate::state::State;
 
 /// The internal request word that asks the daemon for a JSON snapshot.
 pub const SNAPSHOT_ARG: &str = "--snapshot";

@@ -15,17 +15,24 @@
 //! Limits: commands are serialized in the daemon (a slow `zpool export` delays a
 //! concurrent `zfs list`), except the stream of `zfs send`/`zfs recv`, which moves
 //! after the lock is released ([`zfs_send`]); the daemon answers only local clients that may open the
-//! socket: root (see [`daemon`] for who may ask and the limits on a request).
+//! socket: root, and for read-only commands a configured group (see [`daemon`] and
+//! [`access`] for who may ask and the limits on a request). The daemon's tables are
+//! [`state`], the dataset mount policy [`zfs_mount`], and the pools it brings back
+//! when it starts are listed in the [`cachefile`].
 
+pub mod access;
 pub mod args;
+pub mod cachefile;
 pub mod daemon;
 pub mod format;
 pub mod iostat;
 pub mod mounts;
 pub mod proto;
 pub mod scrub;
+pub mod state;
 pub mod zfs;
 pub mod zfs_holds;
+pub mod zfs_mount;
 pub mod zfs_rename;
 pub mod zfs_send;
 pub mod zfs_snap;

@@ -75,6 +75,10 @@ fn run_daemon(args: &[String]) -> i32 {
                 match proto::exchange(s, &req) {
                     Ok(r) => {
                         print!("{}", r.stdout);
+                        eprint!("{}", r.stderr);
+                        if r.code != 0 {
+                            return r.code;
+                        }
                         // Wait until the socket is gone (shutdown finished).
                         for _ in 0..200 {
                             if !proto::socket_path().exists() {

@@ -27,7 +27,8 @@
 //! The started daemon does not inherit the client's environment: it runs in `/` with
 //! umask 077 and only `PATH` ([`DAEMON_PATH`], or `$TARN_DAEMON_PATH` where a test
 //! harness needs another), the `TARN_*` settings (with `TARN_SOCKET` and
-//! `TARN_STATE_DIR` made absolute) and `RUST_BACKTRACE`.
+//! `TARN_STATE_DIR` made absolute), `RUST_BACKTRACE` and `TZ` (times are shown in
+//! the local time of whoever started it).
 //!
 //! Limits: a request is at most [`MAX_REQUEST_BYTES`]; the daemon gives a client
 //! [`IO_TIMEOUT`] to send it and, for each write, to take the answer, and answers only
@@ -240,7 +241,7 @@ pub fn spawn_daemon() -> std::io::Result<()> {
     let mut cmd = Command::new(exe);
     cmd.arg("daemon").arg("--foreground").stdin(Stdio::null()).stdout(log).stderr(log2);
     cmd.env_clear()
-        .envs(std::env::vars_os().filter(|(k, _)| k.to_str().is_some_and(|k| k.starts_with("TARN_") || k == "RUST_BACKTRACE")))
+        .envs(std::env::vars_os().filter(|(k, _)| k.to_str().is_some_and(|k| k.starts_with("TARN_") || k == "RUST_BACKTRACE" || k == "TZ")))
         .env("PATH", std::env::var_os("TARN_DAEMON_PATH").unwrap_or_else(|| DAEMON_PATH.into()))
         .env("TARN_SOCKET", socket)
         .env("TARN_STATE_DIR", dir)

@@ -12,9 +12,9 @@
 //!
 //! Called by: `zpool::run` (the `scrub` subcommand, `status`).
 
-use crate::daemon::{PoolEntry, State};
 use crate::format::nicebytes;
 use crate::proto::Response;
+use crate::state::{PoolEntry, State};
 use tarn_spa::scan::{ScanKind, ScanState, ScanStatus};
 use tarn_spa::Pool;
 
@@ -73,19 +73,9 @@ fn duration(secs: u64) -> String {
     }
 }
 
-/// `ctime(3)` style date, UTC: "Mon Nov 23 05:15:01 2026".
+/// `ctime(3)` style date in local time: "Mon Nov 23 05:15:01 2026".
 pub fn ctime(secs: u64) -> String {
-    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-    let (y, m, d, rem) = tarn_spa::civil_date(secs);
-    format!(
-        "{} {} {d:2} {:02}:{:02}:{:02} {y}",
-        DAYS[(secs / 86400 % 7) as usize],
-        MONTHS[(m as usize - 1) % 12],
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    crate::format::ctime(secs)
 }
 
 /// The `  scan: ...` lines of `zpool status` (empty when the pool was never scanned).
@@ -232,21 +222,25 @@ mod tests {
             pass_issued_start_bytes: 0,
             phys: p,
         };
-        assert_eq!(ctime(1_700_000_000), "Tue Nov 14 22:13:20 2023");
+        // Local time: the day and hour depend on the zone the test runs in.
+        let t0 = ctime(1_700_000_000);
+        assert!(t0.ends_with(" 2023") && t0.contains("Nov 1") && t0.split_whitespace().count() == 5, "{t0}");
         assert_eq!(
             scan_lines(&st(phys(ScanState::Finished)), 0),
-            "  scan: scrub repaired 0B in 00:01:05 with 0 errors on Tue Nov 14 22:14:25 2023\n"
+            format!("  scan: scrub repaired 0B in 00:01:05 with 0 errors on {}\n", ctime(1_700_000_065))
         );
         let running = scan_lines(&st(phys(ScanState::Scanning)), 1_700_000_010);
         assert_eq!(
             running,
-            "  scan: scrub in progress since Tue Nov 14 22:13:20 2023\n\
+            format!(
+                "  scan: scrub in progress since {t0}\n\
              \t1G / 2G scanned at 102M/s, 512M / 2G issued at 51.2M/s\n\
              \t0B repaired, 25.00% done, 00:00:30 to go\n"
+            )
         );
         let mut paused = phys(ScanState::Scanning);
         paused.paused_since_s = Some(1_700_000_020);
-        assert!(scan_lines(&st(paused), 0).starts_with("  scan: scrub paused since Tue Nov 14 22:13:40 2023\n\tscrub started on"));
+        assert!(scan_lines(&st(paused), 0).starts_with(&format!("  scan: scrub paused since {}\n\tscrub started on", ctime(1_700_000_020))));
         let mut r = phys(ScanState::Finished);
         r.func = ScanKind::Resilver;
         r.repaired_bytes = 3 << 20;

@@ -20,9 +20,10 @@ use std::path::PathBuf;
 use tarn_spa::DatasetInfo;
 
 use crate::args::{self, canonical_fs_prop, getopt, split_prop, FS_PROPS};
-use crate::daemon::{self, Ctx, PoolEntry, State};
 use crate::format::{self, nicebytes, parse_size, table, Column};
 use crate::proto::Response;
+use crate::state::{self, Ctx, PoolEntry, State};
+use crate::zfs_mount;
 use crate::zfs_snap::pool_of;
 
 const USAGE: &str = "usage: zfs command args ...\nwhere 'command' is one of the following:\n\n\
@@ -40,7 +41,7 @@ const USAGE: &str = "usage: zfs command args ...\nwhere 'command' is one of the 
 \tset <property=value> ... <filesystem> ...\n\
 \tget [-rHp] [-d max] [-o \"all\" | field[,...]]\n\t    [-t type[,...]] [-s source[,...]]\n\t    <\"all\" | property[,...]> [filesystem] ...\n\
 \tinherit [-r] <property> <filesystem> ...\n\n\
-\tmount\n\tmount [-a | <filesystem>]\n\
+\tmount\n\tmount [-v] [-a | <filesystem>]\n\
 \tunmount [-f] <-a | filesystem|mountpoint>\n\n\
 \thold [-r] <tag> <snapshot> ...\n\
 \tholds [-rHp] <snapshot> ...\n\
@@ -122,7 +123,7 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         [] => return bad_usage("create", "missing filesystem argument"),
         _ => return bad_usage("create", "too many arguments"),
     };
-    let fail = |m: String| Response::err(daemon::cannot(&format!("cannot create '{name}'"), m));
+    let fail = |m: String| Response::err(state::cannot(&format!("cannot create '{name}'"), m));
     if !name.contains('/') && tarn_spa::validate_pool_name(&name).is_ok() {
         return fail("missing dataset name".into());
     }
@@ -160,7 +161,7 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     missing.reverse();
     for a in &missing {
         if let Err(e) = entry.pool.create_dataset(a, &BTreeMap::new()) {
-            return Response::err(daemon::cannot(&format!("cannot create '{a}'"), e));
+            return Response::err(state::cannot(&format!("cannot create '{a}'"), e));
         }
     }
     if let Err(e) = entry.pool.create_dataset(&name, &props) {
@@ -177,10 +178,10 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let mut errors = Vec::new();
     for n in missing.iter().chain(std::iter::once(&name)) {
         let Some(info) = find(&infos, n) else { continue };
-        if daemon::canmount(info) != "on" || daemon::effective_mountpoint(info, entry.altroot.as_deref()).is_none() {
+        if zfs_mount::canmount(info) != "on" || zfs_mount::effective_mountpoint(info, entry.altroot.as_deref()).is_none() {
             continue;
         }
-        if let Err(e) = daemon::mount_one(entry, info, false) {
+        if let Err(e) = zfs_mount::mount_one(entry, info, false) {
             errors.push(e);
         }
     }
@@ -216,7 +217,7 @@ fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     };
     let infos = match datasets(entry) {
         Ok(i) => i,
-        Err(e) => return Response::err(daemon::cannot(&format!("cannot destroy '{name}'"), e)),
+        Err(e) => return Response::err(state::cannot(&format!("cannot destroy '{name}'"), e)),
     };
     if find(&infos, &name).is_none() {
         return no_dataset(&name);
@@ -247,7 +248,7 @@ fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     for r in &roots {
         match entry.pool.destroy_plan(r, recursive, p.has('R')) {
             Ok(v) => victims.extend(v.into_iter().filter(|x| !victims.contains(x)).collect::<Vec<_>>()),
-            Err(e) => return Response::err(daemon::cannot(&format!("cannot destroy '{name}'"), e)),
+            Err(e) => return Response::err(state::cannot(&format!("cannot destroy '{name}'"), e)),
         }
     }
     if p.has('n') {
@@ -290,7 +291,7 @@ fn value_of(entry: &PoolEntry, info: &DatasetInfo, prop: &str, parsable: bool) -
         "mountpoint" => {
             let (_, src) = info.props.get("mountpoint").cloned().unwrap_or_default();
             (
-                daemon::shown_mountpoint(info, entry.altroot.as_deref()),
+                zfs_mount::shown_mountpoint(info, entry.altroot.as_deref()),
                 if src.is_empty() { "default".into() } else { src },
             )
         }
@@ -302,6 +303,21 @@ fn value_of(entry: &PoolEntry, info: &DatasetInfo, prop: &str, parsable: bool) -
             };
             (v, src)
         }
+        "compressratio" | "refcompressratio" => {
+            // A snapshot's compressratio is its refcompressratio; a file system's
+            // covers its descendants too (their referenced blocks).
+            let mut names = vec![info.name.clone()];
+            if prop == "compressratio" && !info.name.contains('@') {
+                names.extend(entry.pool.dataset_names().into_iter().filter(|n| is_descendant(n, &info.name)));
+            }
+            let (mut lsize, mut psize) = (0u64, 0u64);
+            for n in &names {
+                let (l, p) = entry.pool.referenced_lsize_psize(n).ok()?;
+                lsize += l;
+                psize += p;
+            }
+            (format::ratio(lsize, psize, parsable), ro)
+        }
         "creation" if !parsable => {
             let (v, src) = info.props.get("creation")?.clone();
             (v.parse::<i64>().map(ctime).unwrap_or(v), src)
@@ -312,22 +328,7 @@ fn value_of(entry: &PoolEntry, info: &DatasetInfo, prop: &str, parsable: bool) -
 
 /// A time as OpenZFS prints `creation` ("Sun Nov 23  1:20 2026", local time).
 pub fn ctime(secs: i64) -> String {
-    strftime_local(secs, c"%a %b %e %H:%M %Y")
-}
-
-/// `secs` since the epoch formatted by strftime(3) `fmt` in local time.
-pub fn strftime_local(secs: i64, fmt: &std::ffi::CStr) -> String {
-    // SAFETY: localtime_r/strftime write only into the buffers given.
-    unsafe {
-        let t: libc::time_t = secs as libc::time_t;
-        let mut tm: libc::tm = std::mem::zeroed();
-        if libc::localtime_r(&t, &mut tm).is_null() {
-            return secs.to_string();
-        }
-        let mut buf = [0u8; 64];
-        let n = libc::strftime(buf.as_mut_ptr() as *mut libc::c_char, buf.len(), fmt.as_ptr(), &tm);
-        String::from_utf8_lossy(&buf[..n]).into_owned()
-    }
+    format::local_time(secs.max(0) as u64, "%a %b %e %k:%M %Y")
 }
 
 /// Read-only space properties shown in bytes (OpenZFS `zfsprops(7)`).
@@ -341,7 +342,9 @@ const SPACE_PROPS: [&str; 6] = [
 ];
 
 /// Other read-only properties the engine reports.
-const INFO_PROPS: [&str; 9] = [
+const INFO_PROPS: [&str; 11] = [
+    "compressratio",
+    "refcompressratio",
     "origin",
     "receive_resume_token",
     "clones",
@@ -703,7 +706,7 @@ fn get(st: &mut State, args: &[String]) -> Response {
     for (pool, info) in &selected {
         let entry = &st.pools[pool];
         let props: Vec<String> = if all {
-            let mut v: Vec<String> = ["type", "creation", "used", "available", "referenced", "mounted"]
+            let mut v: Vec<String> = ["type", "creation", "used", "available", "referenced", "compressratio", "mounted"]
                 .iter()
                 .map(|s| s.to_string())
                 .collect();
@@ -759,7 +762,7 @@ fn snapshot_before(entry: &PoolEntry, root: &str) -> Before {
         .unwrap_or_default()
         .into_iter()
         .filter(|i| i.name == root || is_descendant(&i.name, root))
-        .map(|i| (i.name.clone(), daemon::prop(&i, "mountpoint").to_string()))
+        .map(|i| (i.name.clone(), zfs_mount::prop(&i, "mountpoint").to_string()))
         .collect()
 }
 
@@ -775,10 +778,10 @@ pub fn reconcile(entry: &mut PoolEntry, root: &str, before: &Before) -> Vec<Stri
     // Phase 1, children first: unmount what moved or may no longer be mounted.
     for info in subtree.iter().rev() {
         let Some(m) = entry.mounts.get(&info.name) else { continue };
-        let want = daemon::effective_mountpoint(info, entry.altroot.as_deref());
-        let can = daemon::canmount(info);
+        let want = zfs_mount::effective_mountpoint(info, entry.altroot.as_deref());
+        let can = zfs_mount::canmount(info);
         if want.as_ref() != Some(&m.mountpoint) || can == "off" {
-            match daemon::unmount_one(entry, &info.name) {
+            match zfs_mount::unmount_one(entry, &info.name) {
                 Ok(()) => {
                     if want.is_some() && can != "off" {
                         remount.push(info.name.clone());
@@ -791,16 +794,17 @@ pub fn reconcile(entry: &mut PoolEntry, root: &str, before: &Before) -> Vec<Stri
     // Phase 2, parents first: remount, mount newly mountable, update live options.
     for info in &subtree {
         if let Some(m) = entry.mounts.get_mut(&info.name) {
-            if let Err(e) = m.set_options(daemon::mount_opts(info)) {
+            if let Err(e) = m.set_options(zfs_mount::mount_opts(info)) {
                 errors.push(format!("cannot set options of '{}': {e}", info.name));
             }
             continue;
         }
         let was = before.get(&info.name).map(String::as_str).unwrap_or("");
-        let newly =
-            (was == "none" || was == "legacy") && daemon::canmount(info) == "on" && daemon::effective_mountpoint(info, entry.altroot.as_deref()).is_some();
+        let newly = (was == "none" || was == "legacy")
+            && zfs_mount::canmount(info) == "on"
+            && zfs_mount::effective_mountpoint(info, entry.altroot.as_deref()).is_some();
         if remount.contains(&info.name) || newly {
-            if let Err(e) = daemon::mount_one(entry, info, true) {
+            if let Err(e) = zfs_mount::mount_one(entry, info, true) {
                 errors.push(e);
             }
         }
@@ -836,7 +840,7 @@ fn set(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
             for (k, v) in &checked {
                 if let Err(e) = entry.pool.set_dataset_prop(name, k, v) {
                     resp.stderr
-                        .push_str(&format!("{}\n", daemon::cannot(&format!("cannot set property for '{name}'"), e)));
+                        .push_str(&format!("{}\n", state::cannot(&format!("cannot set property for '{name}'"), e)));
                     resp.code = 1;
                     break;
                 }
@@ -854,7 +858,7 @@ fn set(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         for (k, v) in &checked {
             if let Err(e) = entry.pool.set_dataset_prop(name, k, v) {
                 resp.stderr
-                    .push_str(&format!("{}\n", daemon::cannot(&format!("cannot set property for '{name}'"), e)));
+                    .push_str(&format!("{}\n", state::cannot(&format!("cannot set property for '{name}'"), e)));
                 resp.code = 1;
                 ok = false;
                 break;
@@ -896,7 +900,7 @@ fn inherit(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         if name.contains('@') {
             if let Err(e) = entry.pool.inherit_dataset_prop(&name, &prop) {
                 resp.stderr
-                    .push_str(&format!("{}\n", daemon::cannot(&format!("cannot inherit {prop} for '{name}'"), e)));
+                    .push_str(&format!("{}\n", state::cannot(&format!("cannot inherit {prop} for '{name}'"), e)));
                 resp.code = 1;
             }
             history_note(entry, ctx);
@@ -912,7 +916,7 @@ fn inherit(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         for t in targets {
             if let Err(e) = entry.pool.inherit_dataset_prop(&t, &prop) {
                 resp.stderr
-                    .push_str(&format!("{}\n", daemon::cannot(&format!("cannot inherit {prop} for '{t}'"), e)));
+                    .push_str(&format!("{}\n", state::cannot(&format!("cannot inherit {prop} for '{t}'"), e)));
                 resp.code = 1;
             }
         }
@@ -926,14 +930,17 @@ fn inherit(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
 }
 
 fn mount(st: &mut State, args: &[String]) -> Response {
-    let p = match getopt(args, "aOo:v") {
+    // `-o` (temporary mount options) and `-O` (overlay: fusermount refuses a
+    // non-empty mountpoint) are not implemented: refused by getopt rather than
+    // accepted and ignored. `-v` only reports progress, which `-a` does not print.
+    let p = match getopt(args, "av") {
         Ok(p) => p,
         Err(e) => return bad_usage("mount", &e),
     };
     if p.has('a') {
         let mut resp = Response::ok("");
         for entry in st.pools.values_mut() {
-            for e in daemon::mount_all(entry) {
+            for e in zfs_mount::mount_all(entry) {
                 resp.stderr.push_str(&format!("{e}\n"));
                 resp.code = 1;
             }
@@ -965,7 +972,7 @@ fn mount(st: &mut State, args: &[String]) -> Response {
             resp.code = 1;
             continue;
         };
-        if let Err(e) = daemon::mount_one(entry, info, true) {
+        if let Err(e) = zfs_mount::mount_one(entry, info, true) {
             resp.stderr.push_str(&format!("{e}\n"));
             resp.code = 1;
         }
@@ -981,7 +988,7 @@ fn unmount(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let mut resp = Response::ok("");
     if p.has('a') {
         for entry in st.pools.values_mut() {
-            for e in daemon::unmount_all(entry, p.has('f')) {
+            for e in zfs_mount::unmount_all(entry, p.has('f')) {
                 resp.stderr.push_str(&format!("{e}\n"));
                 resp.code = 1;
             }
@@ -1026,7 +1033,7 @@ fn unmount(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
             resp.code = 1;
             continue;
         }
-        if let Err(e) = daemon::unmount_one_ext(entry, &name, p.has('f')) {
+        if let Err(e) = zfs_mount::unmount_one_ext(entry, &name, p.has('f')) {
             resp.stderr.push_str(&format!("{e}\n"));
             resp.code = 1;
         }

@@ -11,8 +11,8 @@
 //! The caller holds the daemon's state lock.
 
 use crate::args::{getopt, Parsed};
-use crate::daemon::{Ctx, PoolEntry, State};
 use crate::proto::Response;
+use crate::state::{Ctx, PoolEntry, State};
 use crate::zfs_snap::pool_of;
 
 const HOLD_USAGE: &str = "usage:\n\thold [-r] <tag> <snapshot> ...\n";
@@ -181,7 +181,7 @@ pub(crate) fn destroy_deferred(entry: &mut PoolEntry, ctx: &Ctx, targets: &[Stri
     let mut clones_first: Vec<String> = Vec::new();
     if p.has('R') {
         for s in &snaps {
-            let clones = infos.iter().find(|i| i.name == *s).map(|i| crate::daemon::prop(i, "clones").to_string());
+            let clones = infos.iter().find(|i| i.name == *s).map(|i| crate::zfs_mount::prop(i, "clones").to_string());
             for c in clones.unwrap_or_default().split(',').filter(|c| !c.is_empty()) {
                 match entry.pool.destroy_plan(c, true, true) {
                     Ok(v) => {
@@ -191,7 +191,7 @@ pub(crate) fn destroy_deferred(entry: &mut PoolEntry, ctx: &Ctx, targets: &[Stri
                             }
                         }
                     }
-                    Err(e) => return Response::err(crate::daemon::cannot(&format!("cannot destroy '{c}'"), e)),
+                    Err(e) => return Response::err(crate::state::cannot(&format!("cannot destroy '{c}'"), e)),
                 }
             }
         }

@@ -23,8 +23,9 @@
 use std::collections::BTreeMap;
 
 use crate::args::getopt;
-use crate::daemon::{self, Ctx, PoolEntry, State};
 use crate::proto::Response;
+use crate::state::{Ctx, PoolEntry, State};
+use crate::zfs_mount;
 use crate::zfs_snap::pool_of;
 
 const RENAME_USAGE: &str = "usage:\n\
@@ -116,7 +117,7 @@ fn rename_fs(entry: &mut PoolEntry, from: &str, to: &str, parents: usize, nounmo
         return Response::ok("");
     }
     let infos = entry.pool.list_datasets().unwrap_or_default();
-    let mountpoint = infos.iter().find(|i| i.name == from).map(|i| daemon::prop(i, "mountpoint").to_string());
+    let mountpoint = infos.iter().find(|i| i.name == from).map(|i| zfs_mount::prop(i, "mountpoint").to_string());
     let nounmount = nounmount || matches!(mountpoint.as_deref(), Some("none" | "legacy"));
     // 2. Unmount, children first, what moves and is mounted.
     let mut unmounted: Vec<(String, String)> = Vec::new();
@@ -125,7 +126,7 @@ fn rename_fs(entry: &mut PoolEntry, from: &str, to: &str, parents: usize, nounmo
             if !entry.mounts.contains_key(old) {
                 continue;
             }
-            if let Err(e) = daemon::unmount_one_ext(entry, old, force) {
+            if let Err(e) = zfs_mount::unmount_one_ext(entry, old, force) {
                 let mut resp = Response::err(e);
                 remount(entry, unmounted.iter().rev().map(|(o, _)| o.as_str()), &mut resp);
                 return resp;
@@ -158,8 +159,8 @@ fn rename_fs(entry: &mut PoolEntry, from: &str, to: &str, parents: usize, nounmo
     let infos = entry.pool.list_datasets().unwrap_or_default();
     for c in &plan.created {
         let Some(info) = infos.iter().find(|i| i.name == *c) else { continue };
-        if daemon::canmount(info) == "on" && daemon::effective_mountpoint(info, entry.altroot.as_deref()).is_some() {
-            if let Err(e) = daemon::mount_one(entry, info, false) {
+        if zfs_mount::canmount(info) == "on" && zfs_mount::effective_mountpoint(info, entry.altroot.as_deref()).is_some() {
+            if let Err(e) = zfs_mount::mount_one(entry, info, false) {
                 resp.stderr.push_str(&format!("{e}\n"));
                 resp.code = 1;
             }
@@ -174,7 +175,7 @@ fn remount<'a>(entry: &mut PoolEntry, names: impl Iterator<Item = &'a str>, resp
     let infos = entry.pool.list_datasets().unwrap_or_default();
     for n in names {
         let Some(info) = infos.iter().find(|i| i.name == n) else { continue };
-        if let Err(e) = daemon::mount_one(entry, info, true) {
+        if let Err(e) = zfs_mount::mount_one(entry, info, true) {
             resp.stderr.push_str(&format!("{e}\n"));
             resp.code = 1;
         }

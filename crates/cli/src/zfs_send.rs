@@ -9,7 +9,7 @@
 //! Both commands run in two halves. Under the daemon's state lock they check every
 //! argument and build a plan (the snapshots, their sources, the estimates); nothing
 //! has been written when a check fails. The stream itself is moved by a
-//! [`daemon::Job`] that runs after the lock is released, on the descriptors the
+//! [`state::Job`] that runs after the lock is released, on the descriptors the
 //! client handed over (`proto::wants_stdio`): a send into a slow pipe, or a receive
 //! from one, never stops other commands, and `zfs send … | zfs recv …` into the same
 //! daemon does not wait on itself. The job takes the lock again only to unmount and
@@ -33,9 +33,10 @@ use tarn_send::{Package, PackageDataset, PackageStream, SendOpts, SendSource, St
 use tarn_spa::{Pool, RecvSpec};
 
 use crate::args::{check_fs_props, getopt};
-use crate::daemon::{self, Ctx, State};
 use crate::format::nicebytes;
 use crate::proto::Response;
+use crate::state::{self, Ctx, State};
+use crate::zfs_mount;
 use crate::zfs_snap::pool_of;
 
 const SEND_USAGE: &str = "usage:\n\tsend [-LPcenpv] [-R] [-[i|I] snapshot|bookmark] <snapshot>\n\tsend [-LPcenv] -t <receive_resume_token>\n";
@@ -171,9 +172,9 @@ pub fn send(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let tag = format!(".send-{}-{}", std::process::id(), SEND_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     let holds = match pool.hold_temporary(&to_names, &tag) {
         Ok(h) => h,
-        Err(e) => return Response::err(daemon::cannot("cannot send", e)),
+        Err(e) => return Response::err(state::cannot("cannot send", e)),
     };
-    let job: daemon::Job = Box::new(move |_state: &Mutex<State>| {
+    let job: state::Job = Box::new(move |_state: &Mutex<State>| {
         let mut err = File::from(err);
         let _ = err.write_all(summary.as_bytes());
         let r = run_send(&pool, &items, package.as_ref(), &opts, File::from(out), show_progress.then_some(&mut err));
@@ -416,7 +417,7 @@ fn local_hms() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    crate::zfs::strftime_local(now as i64, c"%H:%M:%S")
+    crate::format::local_time(now, "%H:%M:%S")
 }
 
 /// Write the package header (if any) and every stream to `out`.
@@ -506,7 +507,7 @@ pub fn recv(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     }
     let fs_part = target.split('@').next().unwrap_or(&target);
     if let Err(e) = tarn_spa::validate_dataset_name(fs_part) {
-        return Response::err(daemon::cannot(&format!("cannot receive: invalid name '{target}'"), e));
+        return Response::err(state::cannot(&format!("cannot receive: invalid name '{target}'"), e));
     }
     let mut set_props = BTreeMap::new();
     let mut origin = None;
@@ -553,7 +554,7 @@ You must redirect standard input.",
         origin,
     };
     let line = ctx.command_line();
-    let job: daemon::Job = Box::new(move |state: &Mutex<State>| {
+    let job: state::Job = Box::new(move |state: &Mutex<State>| {
         let mut input = BufReader::with_capacity(1 << 20, File::from(input));
         let started = Instant::now();
         let mut out = String::new();
@@ -592,7 +593,7 @@ fn abort(st: &mut State, ctx: &Ctx, fs: &str) -> Response {
         return Response::err(format!("cannot open '{fs}': dataset does not exist"));
     };
     if let Err(e) = entry.pool.receive_abort(fs) {
-        return Response::err(daemon::cannot(&format!("cannot resume receive on '{fs}'"), e));
+        return Response::err(state::cannot(&format!("cannot resume receive on '{fs}'"), e));
     }
     if let Err(e) = entry.pool.log_history(&ctx.command_line()) {
         tracing::warn!("history: {e}");
@@ -607,16 +608,16 @@ fn abort(st: &mut State, ctx: &Ctx, fs: &str) -> Response {
 }
 
 /// Mount `names` (parents first) that are not mounted and may be.
-fn mount_received(entry: &mut daemon::PoolEntry, names: &[String], errs: &mut Vec<String>) {
+fn mount_received(entry: &mut state::PoolEntry, names: &[String], errs: &mut Vec<String>) {
     let Ok(infos) = entry.pool.list_datasets() else { return };
     let mut names = names.to_vec();
     names.sort();
     for n in names {
         let Some(info) = infos.iter().find(|i| i.name == n) else { continue };
-        if entry.mounts.contains_key(&n) || daemon::canmount(info) != "on" || daemon::effective_mountpoint(info, entry.altroot.as_deref()).is_none() {
+        if entry.mounts.contains_key(&n) || zfs_mount::canmount(info) != "on" || zfs_mount::effective_mountpoint(info, entry.altroot.as_deref()).is_none() {
             continue;
         }
-        if let Err(e) = daemon::mount_one(entry, info, false) {
+        if let Err(e) = zfs_mount::mount_one(entry, info, false) {
             errs.push(e);
         }
     }
@@ -714,7 +715,7 @@ fn receive_one<R: Read>(state: &Mutex<State>, plan: &RecvPlan, reader: &mut Stre
     if exists {
         let mut st = state.lock();
         if let Some(entry) = st.pools.get_mut(&pool_name) {
-            daemon::unmount_one(entry, &spec.fs)?;
+            zfs_mount::unmount_one(entry, &spec.fs)?;
         }
     }
     let mut r = plan.pool.receive(reader, spec);
@@ -757,7 +758,7 @@ fn set_received_props(pool: &Pool, fs: &str, props: &BTreeMap<String, String>) -
         let local = info.and_then(|i| i.props.get(k)).filter(|(_, src)| src == "local").map(|(val, _)| val);
         if local != Some(v) {
             pool.set_dataset_prop(fs, k, v)
-                .map_err(|e| daemon::cannot(&format!("cannot set property for '{fs}'"), e))?;
+                .map_err(|e| state::cannot(&format!("cannot set property for '{fs}'"), e))?;
         }
     }
     Ok(())

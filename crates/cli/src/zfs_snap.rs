@@ -11,9 +11,10 @@
 use std::collections::BTreeMap;
 
 use crate::args::{getopt, split_prop};
-use crate::daemon::{self, Ctx, PoolEntry, State};
 use crate::format::nicebytes;
 use crate::proto::Response;
+use crate::state::{self, Ctx, PoolEntry, State};
+use crate::zfs_mount;
 
 const SNAPSHOT_USAGE: &str = "usage:\n\tsnapshot [-r] [-o property=value] ... <filesystem|volume>@<snap> ...\n";
 const ROLLBACK_USAGE: &str = "usage:\n\trollback [-rRf] <snapshot>\n";
@@ -62,7 +63,7 @@ pub fn snapshot(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let pool = pool_of(&p.operands[0]).to_string();
     for n in &p.operands {
         if let Err(e) = tarn_spa::validate_snapshot_name(n) {
-            return Response::err(daemon::cannot(&format!("cannot create snapshot '{n}'"), e));
+            return Response::err(state::cannot(&format!("cannot create snapshot '{n}'"), e));
         }
         if pool_of(n) != pool {
             return Response::err("cannot create snapshots: all snapshots must be in the same pool".to_string());
@@ -112,7 +113,7 @@ pub fn rollback(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         for n in &newer {
             match entry.pool.destroy_plan(n, false, true) {
                 Ok(v) => victims.extend(v.into_iter().filter(|x| !x.starts_with(&format!("{fs}@")))),
-                Err(e) => return Response::err(daemon::cannot(&format!("cannot rollback to '{snap}'"), e)),
+                Err(e) => return Response::err(state::cannot(&format!("cannot rollback to '{snap}'"), e)),
             }
         }
         if let Err(e) = destroy_victims(entry, &victims, p.has('f')) {
@@ -124,7 +125,7 @@ pub fn rollback(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let prefix = format!("{fs}/");
     let was_mounted: Vec<String> = entry.mounts.keys().filter(|k| **k == fs || k.starts_with(&prefix)).cloned().collect();
     if !was_mounted.is_empty() {
-        if let Err(e) = daemon::unmount_one(entry, &fs) {
+        if let Err(e) = zfs_mount::unmount_one(entry, &fs) {
             return Response::err(format!("cannot rollback '{fs}': {}", e.split("': ").last().unwrap_or(&e)));
         }
     }
@@ -136,7 +137,7 @@ pub fn rollback(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let infos = entry.pool.list_datasets().unwrap_or_default();
     for name in &was_mounted {
         if let Some(info) = infos.iter().find(|i| &i.name == name) {
-            if let Err(e) = daemon::mount_one(entry, info, false) {
+            if let Err(e) = zfs_mount::mount_one(entry, info, false) {
                 resp.stderr.push_str(&format!("{e}\n"));
                 resp.code = 1;
             }
@@ -181,7 +182,7 @@ pub fn clone(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         return Response::err(format!("cannot open '{snap}': dataset does not exist"));
     };
     if let Err(e) = entry.pool.clone_snapshot(&snap, &target, &props, p.has('p')) {
-        return Response::err(daemon::cannot(&format!("cannot create '{target}'"), e));
+        return Response::err(state::cannot(&format!("cannot create '{target}'"), e));
     }
     history_note(st, pool_of(&snap), ctx);
     let Some(entry) = st.pools.get_mut(pool_of(&snap)) else {
@@ -189,8 +190,8 @@ pub fn clone(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     };
     let info = entry.pool.list_datasets().ok().and_then(|v| v.into_iter().find(|i| i.name == target));
     if let Some(info) = info {
-        if daemon::canmount(&info) == "on" && daemon::effective_mountpoint(&info, entry.altroot.as_deref()).is_some() {
-            if let Err(e) = daemon::mount_one(entry, &info, false) {
+        if zfs_mount::canmount(&info) == "on" && zfs_mount::effective_mountpoint(&info, entry.altroot.as_deref()).is_some() {
+            if let Err(e) = zfs_mount::mount_one(entry, &info, false) {
                 return Response::err(format!("{e}\nfilesystem successfully created, but not mounted"));
             }
         }
@@ -296,14 +297,14 @@ pub(crate) fn destroy_report(plan: &[String], verb: &str, reclaim_bytes: Option<
 /// file systems first (an unmount failure stops everything unless `force`).
 pub(crate) fn destroy_victims(entry: &mut PoolEntry, plan: &[String], force: bool) -> Result<(), String> {
     for v in plan.iter().filter(|v| !v.contains('@')) {
-        daemon::unmount_one_ext(entry, v, force)?;
+        zfs_mount::unmount_one_ext(entry, v, force)?;
     }
     for v in plan {
         match entry.pool.destroy_dataset_ext(v, false, false) {
             // A snapshot marked for deferred destroy went with its last clone.
             Err(tarn_spa::SpaError::NotFound(_)) if v.contains('@') => {}
             r => {
-                r.map_err(|e| daemon::cannot(&format!("cannot destroy '{v}'"), e))?;
+                r.map_err(|e| state::cannot(&format!("cannot destroy '{v}'"), e))?;
             }
         }
     }
@@ -334,7 +335,7 @@ pub fn bookmark(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         return Response::err(format!("cannot create bookmark '{dst}': no such pool '{pool}'"));
     };
     if let Err(e) = entry.pool.create_bookmark(&src, &dst) {
-        return Response::err(daemon::cannot(&format!("cannot create bookmark '{dst}'"), e));
+        return Response::err(state::cannot(&format!("cannot create bookmark '{dst}'"), e));
     }
     history_note(st, &pool, ctx);
     Response::ok("")
@@ -347,7 +348,7 @@ pub fn destroy_bookmark(st: &mut State, ctx: &Ctx, name: &str, p: &crate::args::
         return Response::err(format!("cannot destroy '{name}': bookmark does not exist"));
     };
     if let Err(e) = entry.pool.bookmark_info(name) {
-        return Response::err(daemon::cannot(&format!("cannot destroy '{name}'"), e));
+        return Response::err(state::cannot(&format!("cannot destroy '{name}'"), e));
     }
     let report = if p.has('v') {
         format!("{} destroy {name}\n", if p.has('n') { "would" } else { "will" })
@@ -358,7 +359,7 @@ pub fn destroy_bookmark(st: &mut State, ctx: &Ctx, name: &str, p: &crate::args::
         return Response::ok(report);
     }
     if let Err(e) = entry.pool.destroy_bookmark(name) {
-        return Response::err(daemon::cannot(&format!("cannot destroy '{name}'"), e));
+        return Response::err(state::cannot(&format!("cannot destroy '{name}'"), e));
     }
     history_note(st, &pool, ctx);
     Response::ok(report)
@@ -392,7 +393,7 @@ pub fn diff(st: &mut State, args: &[String]) -> Response {
         Err(e) => return Response::err(format!("cannot diff '{from}': {e}")),
     };
     let mp = match entry.pool.list_datasets().ok().and_then(|v| v.into_iter().find(|i| i.name == fs)) {
-        Some(info) => daemon::shown_mountpoint(&info, entry.altroot.as_deref()),
+        Some(info) => zfs_mount::shown_mountpoint(&info, entry.altroot.as_deref()),
         None => return Response::err(format!("cannot open '{fs}': dataset does not exist")),
     };
     let full = |path: &str| {
@@ -437,7 +438,7 @@ pub fn promote(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         return Response::err(format!("cannot open '{fs}': dataset does not exist"));
     };
     if let Err(e) = entry.pool.promote(&fs) {
-        return Response::err(daemon::cannot(&format!("cannot promote '{fs}'"), e));
+        return Response::err(state::cannot(&format!("cannot promote '{fs}'"), e));
     }
     history_note(st, &pool, ctx);
     Response::ok("")

@@ -40,8 +40,8 @@ use tarn_spa::inject::{self, Action, Delay, Fault, HandlerInfo, IoType, LeafDevi
 use tarn_spa::{Pool, SpaError};
 
 use crate::args::{self, getopt};
-use crate::daemon::{Ctx, State};
 use crate::proto::Response;
+use crate::state::{Ctx, State};
 
 /// `zinject -h`, printed on stdout as OpenZFS does.
 pub const USAGE: &str = "usage:\n\n\

@@ -2,8 +2,8 @@
 //!
 //! Theory: each subcommand parses its arguments (OpenZFS getopt syntax), checks
 //! everything it can before touching any device, calls the pool layer once, then
-//! brings the daemon's tables (pool map, mounts, known_dirs) in line and records the
-//! command in the pool history. A failure before the pool call changes nothing; a
+//! brings the daemon's tables (pool map, mounts, known_dirs, the cachefile) in line
+//! and records the command in the pool history (not for a pool imported read-only). A failure before the pool call changes nothing; a
 //! failure of the pool call leaves the daemon's tables as they were (`zpool create`
 //! also removes the vdev files it created for `-o size`). Messages follow OpenZFS
 //! wording; exit status 1 for failures, 2 for usage errors.
@@ -17,9 +17,10 @@ use std::path::{Path, PathBuf};
 use tarn_spa::{AddSpec, CreateSpec, ImportOptions, Pool, Rewind, SpaError, TopSpec, VdevStatus};
 
 use crate::args::{self, getopt, split_prop, VdevWords};
-use crate::daemon::{self, Ctx, PoolEntry, State};
 use crate::format::{self, nicebytes, table, Align, Column};
 use crate::proto::Response;
+use crate::state::{self, Ctx, PoolEntry, State};
+use crate::zfs_mount;
 
 /// Smallest vdev OpenZFS accepts.
 pub const MIN_DEVICE_BYTES: u64 = 64 << 20;
@@ -129,7 +130,7 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     if p.operands.len() < 2 {
         return bad_usage("create", "missing vdev specification");
     }
-    let fail = |msg: String| Response::err(daemon::cannot(&format!("cannot create '{name}'"), msg));
+    let fail = |msg: String| Response::err(state::cannot(&format!("cannot create '{name}'"), msg));
     if let Err(e) = tarn_spa::validate_pool_name(&name) {
         return fail(e.to_string());
     }
@@ -138,27 +139,36 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let mut size_bytes: Option<u64> = None;
     let mut altroot = p.last('R').map(PathBuf::from);
     let mut pool_props = BTreeMap::new();
+    let mut cachefile = None;
     for o in p.all('o') {
         let (k, v) = match split_prop(&o) {
             Ok(kv) => kv,
             Err(e) => return bad_usage("create", &e),
         };
         match k.as_str() {
-            "ashift" => match v.as_str() {
-                "9" => ashift = 9,
-                "12" => ashift = 12,
-                _ => return fail(format!("property 'ashift' number {v} is invalid (use 9 or 12)")),
+            // 0 asks for the default (OpenZFS detects the device's sector size; Tarn
+            // takes 4K).
+            "ashift" => match v.parse::<u64>() {
+                Ok(0) => ashift = 12,
+                Ok(n @ 9..=16) => ashift = n as u8,
+                Ok(n) => return fail(format!("property 'ashift' number {n} is invalid, only values between 9 and 16 are allowed.")),
+                Err(_) => return fail("'ashift' must be a number".to_string()),
             },
             "size" => match format::parse_size(&v) {
                 Some(n) => size_bytes = Some(n),
                 None => return fail(format!("bad size '{v}'")),
             },
             "altroot" => altroot = Some(PathBuf::from(v)),
-            "cachefile" => {}
-            "comment" => {
-                pool_props.insert(k, v);
-            }
-            _ => return fail(format!("property '{k}' is not a valid pool property")),
+            "cachefile" => match crate::cachefile::check_property(&v) {
+                Ok(c) => cachefile = c,
+                Err(e) => return fail(e),
+            },
+            _ => match Pool::check_pool_prop(&k, &v) {
+                Ok(()) => {
+                    pool_props.insert(k, v);
+                }
+                Err(e) => return fail(e.to_string()),
+            },
         }
     }
     if let Some(r) = &altroot {
@@ -309,15 +319,13 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
             return Response::err(create_error(&name, e));
         }
     };
-    let mut entry = PoolEntry {
-        pool,
-        altroot,
-        mounts: BTreeMap::new(),
-    };
+    let mut entry = PoolEntry::new(pool, altroot);
+    entry.cachefile = cachefile;
     st.remember_dirs(planned.iter().map(|l| l.path.clone()));
     history_note(&entry, ctx);
-    let errors = daemon::mount_all(&mut entry);
-    st.pools.insert(name, entry);
+    let errors = zfs_mount::mount_all(&mut entry);
+    st.pools.insert(name.clone(), entry);
+    crate::cachefile::record(st, &name, None);
     with_mount_errors(Response::ok(""), errors)
 }
 
@@ -450,6 +458,7 @@ fn add(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     }
     st.remember_dirs(leaves);
     history_note(entry, ctx);
+    crate::cachefile::record(st, &name, None);
     Response::ok("")
 }
 
@@ -528,7 +537,7 @@ fn repair_error(what: &str, e: SpaError) -> String {
 
 /// `zpool attach [-f] POOL DEVICE NEW_DEVICE`.
 fn attach(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
-    let p = match getopt(args, "fsw") {
+    let p = match getopt(args, "fw") {
         Ok(p) => p,
         Err(e) => return bad_usage("attach", &e),
     };
@@ -547,7 +556,20 @@ fn attach(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     }
     st.remember_dirs([new]);
     history_note(&st.pools[name], ctx);
+    crate::cachefile::record(st, name, None);
+    wait_resilver(st, name, p.has('w'));
     Response::ok("")
+}
+
+/// `-w` of attach and replace: the request is answered only when the resilver the
+/// command started has ended (the daemon waits after releasing the state lock, as
+/// for `zpool scrub -w`).
+fn wait_resilver(st: &mut State, name: &str, wait: bool) {
+    if wait {
+        if let Some(e) = st.pools.get(name) {
+            st.wait_scan.push(e.pool.clone());
+        }
+    }
 }
 
 /// `zpool detach POOL DEVICE`.
@@ -574,7 +596,7 @@ fn detach(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
 
 /// `zpool replace [-f] POOL DEVICE [NEW_DEVICE]`.
 fn replace(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
-    let p = match getopt(args, "fsw") {
+    let p = match getopt(args, "fw") {
         Ok(p) => p,
         Err(e) => return bad_usage("replace", &e),
     };
@@ -594,6 +616,8 @@ fn replace(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     }
     st.remember_dirs(new);
     history_note(&st.pools[name], ctx);
+    crate::cachefile::record(st, name, None);
+    wait_resilver(st, name, p.has('w'));
     Response::ok("")
 }
 
@@ -604,7 +628,7 @@ fn online(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         ctx,
         args,
         "online",
-        "e",
+        "",
         ("missing pool name", "missing device name"),
         |entry, _, dev, resp| {
             if !entry.pool.online(dev)?.is_usable() {
@@ -624,7 +648,7 @@ fn offline(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         ctx,
         args,
         "offline",
-        "ft",
+        "t",
         ("missing pool name", "missing device name"),
         |entry, p, dev, _| entry.pool.offline(dev, p.has('t')),
     )
@@ -632,7 +656,7 @@ fn offline(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
 
 /// `zpool clear POOL [DEVICE]`.
 fn clear(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
-    let p = match getopt(args, "nF") {
+    let p = match getopt(args, "") {
         Ok(p) => p,
         Err(e) => return bad_usage("clear", &e),
     };
@@ -678,7 +702,7 @@ fn vdev_spec_error(what: &str, e: SpaError) -> String {
             format!("invalid vdev specification\nuse '-f' to override the following errors:\n{path} is part of {state} pool '{pool}'")
         }
         SpaError::Invalid(m) if m.starts_with("invalid vdev specification") => m,
-        other => daemon::cannot(what, other),
+        other => state::cannot(what, other),
     }
 }
 
@@ -702,15 +726,17 @@ fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     if let Some(e) = crate::zinject::busy(&entry.pool, "destroy") {
         return Response::err(e);
     }
-    let errors = daemon::unmount_all(entry, p.has('f'));
+    let errors = zfs_mount::unmount_all(entry, p.has('f'));
     if !errors.is_empty() && !p.has('f') {
         return Response::err(format!("{}\ncannot destroy '{name}': could not unmount datasets", errors.join("\n")));
     }
     history_note(entry, ctx);
     if let Err(e) = entry.pool.destroy() {
-        return Response::err(daemon::cannot(&format!("cannot destroy '{name}'"), e));
+        return Response::err(state::cannot(&format!("cannot destroy '{name}'"), e));
     }
-    st.pools.remove(&name);
+    if let Some(gone) = st.pools.remove(&name) {
+        crate::cachefile::forget(&gone);
+    }
     Response::ok("")
 }
 
@@ -731,6 +757,12 @@ fn pool_column(c: &str) -> Option<(&'static str, Column)> {
             },
         ),
         "altroot" => ("altroot", Column::left("ALTROOT")),
+        "ckpoint" | "checkpoint" => ("checkpoint", Column::right("CKPOINT")),
+        "expandsz" | "expandsize" => ("expandsize", Column::right("EXPANDSZ")),
+        "dedup" | "dedupratio" => ("dedupratio", Column::right("DEDUP")),
+        "cachefile" => ("cachefile", Column::left("CACHEFILE")),
+        "autotrim" => ("autotrim", Column::left("AUTOTRIM")),
+        "autoexpand" | "expand" => ("autoexpand", Column::left("EXPAND")),
         "guid" => ("guid", Column::right("GUID")),
         "comment" => ("comment", Column::left("COMMENT")),
         "ashift" => ("ashift", Column::right("ASHIFT")),
@@ -766,6 +798,14 @@ fn pool_value(name: &str, entry: &PoolEntry, prop: &str, parsable: bool) -> (Str
             Some(r) => (r.display().to_string(), "local".into()),
             None => ("-".into(), "default".into()),
         },
+        // No checkpoints, no device growth and no dedup in Tarn: OpenZFS's values for
+        // a pool without them.
+        "checkpoint" | "expandsize" => ("-".into(), ro),
+        "dedupratio" => (format::ratio(1, 1, parsable), ro),
+        "cachefile" => match &entry.cachefile {
+            Some(c) => (c.clone(), "local".into()),
+            None => ("-".into(), "default".into()),
+        },
         other => entry.pool.get_prop(other).unwrap_or_else(|_| ("-".into(), "-".into())),
     }
 }
@@ -775,7 +815,9 @@ fn list(st: &mut State, args: &[String]) -> Response {
         Ok(p) => p,
         Err(e) => return bad_usage("list", &e),
     };
-    let cols_arg = p.last('o').unwrap_or_else(|| "name,size,alloc,free,frag,cap,health,altroot".into());
+    let cols_arg = p
+        .last('o')
+        .unwrap_or_else(|| "name,size,alloc,free,ckpoint,expandsz,frag,cap,dedup,health,altroot".into());
     let mut props = Vec::new();
     let mut cols = Vec::new();
     for c in cols_arg.split(',') {
@@ -814,7 +856,7 @@ fn list(st: &mut State, args: &[String]) -> Response {
 }
 
 fn status(st: &mut State, args: &[String]) -> Response {
-    let p = match getopt(args, "vxpP") {
+    let p = match getopt(args, "vxP") {
         Ok(p) => p,
         Err(e) => return bad_usage("status", &e),
     };
@@ -836,7 +878,7 @@ fn status(st: &mut State, args: &[String]) -> Response {
             continue;
         };
         let health = entry.pool.health();
-        let tree = entry.pool.status();
+        let tree = format::device_names(entry.pool.status(), p.has('P'));
         let errs = entry.pool.data_errors().max(entry.pool.error_log().len() as u64);
         if p.has('x') && format::pool_is_healthy(&health, &tree, errs) {
             if !p.operands.is_empty() {
@@ -887,18 +929,20 @@ fn export(st: &mut State, args: &[String]) -> Response {
             resp.code = 1;
             continue;
         }
-        let errors = daemon::unmount_all(entry, p.has('f'));
+        let errors = zfs_mount::unmount_all(entry, p.has('f'));
         if !errors.is_empty() && !p.has('f') {
             resp.stderr.push_str(&format!("{}\n", errors.join("\n")));
             resp.code = 1;
             continue;
         }
         if let Err(e) = entry.pool.export() {
-            resp.stderr.push_str(&format!("{}\n", daemon::cannot(&format!("cannot export '{name}'"), e)));
+            resp.stderr.push_str(&format!("{}\n", state::cannot(&format!("cannot export '{name}'"), e)));
             resp.code = 1;
             continue;
         }
-        st.pools.remove(&name);
+        if let Some(gone) = st.pools.remove(&name) {
+            crate::cachefile::forget(&gone);
+        }
     }
     resp
 }
@@ -934,12 +978,59 @@ fn import(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         (None, true) => Rewind::Recover,
         (None, false) => Rewind::None,
     };
-    let altroot = p.last('R').map(PathBuf::from);
+    let mut altroot = p.last('R').map(PathBuf::from);
     let show_destroyed = p.has('D');
+    // `-n` is a dry run of the `-F` rewind and means nothing alone (OpenZFS).
+    if p.has('n') && !p.has('F') {
+        return bad_usage("import", "-n or -X only meaningful with -F");
+    }
+    let mut readonly = false;
+    let mut cachefile = None;
+    let mut later_props = Vec::new();
+    for o in p.all('o') {
+        let (k, v) = match split_prop(&o) {
+            Ok(kv) => kv,
+            Err(e) => return bad_usage("import", &e),
+        };
+        let bad = |e: String| Response::err(format!("cannot import: {e}"));
+        match k.as_str() {
+            "readonly" => match v.as_str() {
+                "on" => readonly = true,
+                "off" => readonly = false,
+                _ => return bad("'readonly' must be one of 'on | off'".into()),
+            },
+            "cachefile" => match crate::cachefile::check_property(&v) {
+                Ok(c) => cachefile = c,
+                Err(e) => return bad(e),
+            },
+            "altroot" => altroot = Some(PathBuf::from(v)),
+            _ => match Pool::check_pool_prop(&k, &v) {
+                Ok(()) => later_props.push((k, v)),
+                Err(e) => return bad(e.to_string()),
+            },
+        }
+    }
+    if let Some(r) = &altroot {
+        if !r.is_absolute() {
+            return Response::err(format!("cannot import: bad alternate root '{}'", r.display()));
+        }
+    }
+    if readonly && !later_props.is_empty() {
+        return Response::err("cannot import: pool is read-only; no other property can be set".to_string());
+    }
     let opts = ImportOptions {
         rewind,
         new_name: None,
         missing_log: p.has('m'),
+        // A dry run opens read-only and gives the pool back at once.
+        readonly: readonly || p.has('n'),
+    };
+    let how = ImportHow {
+        altroot,
+        no_mount: p.has('N'),
+        dry_run: p.has('n'),
+        cachefile,
+        props: later_props,
     };
     if p.operands.is_empty() || p.has('a') {
         let candidates = match Pool::find_importable(&dirs) {
@@ -960,12 +1051,20 @@ fn import(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
                     code: 1,
                 };
             }
-            let blocks: Vec<String> = candidates.iter().map(format::import_candidate).collect();
+            // Device names as in `zpool status` (no /dev/ prefix).
+            let blocks: Vec<String> = candidates
+                .iter()
+                .map(|c| {
+                    let mut c = c.clone();
+                    c.config = format::device_names(c.config, false);
+                    format::import_candidate(&c)
+                })
+                .collect();
             return Response::ok(blocks.join("\n"));
         }
         let mut resp = Response::ok("");
         for c in candidates {
-            let r = import_one(st, ctx, &c.guid.to_string(), None, &dirs, &opts, altroot.clone(), p.has('N'));
+            let r = import_one(st, ctx, &c.guid.to_string(), None, &dirs, &opts, &how);
             resp.stdout.push_str(&r.stdout);
             resp.stderr.push_str(&r.stderr);
             resp.code = resp.code.max(r.code);
@@ -977,23 +1076,27 @@ fn import(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         [w, n] => (w.clone(), Some(n.clone())),
         _ => return bad_usage("import", "too many arguments"),
     };
-    import_one(st, ctx, &which, new_name.as_deref(), &dirs, &opts, altroot, p.has('N'))
+    import_one(st, ctx, &which, new_name.as_deref(), &dirs, &opts, &how)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn import_one(
-    st: &mut State,
-    ctx: &Ctx,
-    which: &str,
-    new_name: Option<&str>,
-    dirs: &[PathBuf],
-    opts: &ImportOptions,
+/// What `zpool import` does with a pool once the pool layer opened it.
+struct ImportHow {
+    /// `-R`/`-o altroot=`.
     altroot: Option<PathBuf>,
+    /// `-N`: do not mount.
     no_mount: bool,
-) -> Response {
+    /// `-n` (with `-F`): report what the rewind would do, then give the pool back.
+    dry_run: bool,
+    /// `-o cachefile=`.
+    cachefile: Option<String>,
+    /// Other `-o` pool properties, set once it is imported.
+    props: Vec<(String, String)>,
+}
+
+fn import_one(st: &mut State, ctx: &Ctx, which: &str, new_name: Option<&str>, dirs: &[PathBuf], opts: &ImportOptions, how: &ImportHow) -> Response {
     if let Some(n) = new_name {
         if let Err(e) = tarn_spa::validate_pool_name(n) {
-            return Response::err(daemon::cannot(&format!("cannot import '{which}'"), e));
+            return Response::err(state::cannot(&format!("cannot import '{which}'"), e));
         }
     }
     let target = new_name.unwrap_or(which);
@@ -1022,9 +1125,31 @@ fn import_one(
                 code: 1,
             };
         }
-        Err(e) => return Response::err(daemon::cannot(&format!("cannot import '{which}'"), e)),
+        Err(e) => return Response::err(state::cannot(&format!("cannot import '{which}'"), e)),
     };
     let name = pool.name();
+    if how.dry_run {
+        // OpenZFS `zpool_rewind_exclaim`: nothing is printed when the newest state
+        // opens as it is.
+        let mut out = String::new();
+        if let Some(r) = pool.rewound() {
+            let (newest_s, to_s) = (r.newest_time_s, r.time_s);
+            out.push_str(&format!(
+                "Would be able to return {name} to its state as of {}.\n",
+                crate::format::local_time(to_s, "%c")
+            ));
+            let loss_s = newest_s.saturating_sub(to_s);
+            if loss_s > 120 {
+                out.push_str(&format!("Would discard approximately {} minutes of transactions.\n", (loss_s + 30) / 60));
+            } else if loss_s > 0 {
+                out.push_str(&format!("Would discard approximately {loss_s} seconds of transactions.\n"));
+            }
+        }
+        if let Err(e) = pool.export() {
+            return Response::err(state::cannot(&format!("cannot import '{which}'"), e));
+        }
+        return Response::ok(out);
+    }
     if st.pools.contains_key(&name) {
         // Imported by GUID into a name we already have: give it back.
         let _ = pool.export();
@@ -1033,20 +1158,29 @@ fn import_one(
              use the form 'zpool import <pool | id> <newpool>' to give it a new name"
         ));
     }
-    let mut entry = PoolEntry {
-        pool,
-        altroot,
-        mounts: BTreeMap::new(),
-    };
-    st.remember_dirs(daemon::leaves(&entry.pool.status()));
-    history_note(&entry, ctx);
-    let errors = if no_mount { Vec::new() } else { daemon::mount_all(&mut entry) };
+    let mut entry = PoolEntry::new(pool, how.altroot.clone());
+    entry.readonly = opts.readonly;
+    entry.cachefile = how.cachefile.clone();
+    st.remember_dirs(state::leaves(&entry.pool.status()));
+    if !entry.readonly {
+        history_note(&entry, ctx);
+    }
+    let mut errors = Vec::new();
+    for (k, v) in &how.props {
+        if let Err(e) = entry.pool.set_prop(k, v) {
+            errors.push(state::cannot(&format!("cannot set property for '{name}'"), e));
+        }
+    }
+    if !how.no_mount {
+        errors.extend(zfs_mount::mount_all(&mut entry));
+    }
     // Warnings that do not fail the import (an unreadable intent log): on stderr.
     let mut resp = Response::ok("");
     for note in entry.pool.import_notes() {
         resp.stderr.push_str(&format!("warning: {note}\n"));
     }
-    st.pools.insert(name, entry);
+    st.pools.insert(name.clone(), entry);
+    crate::cachefile::record(st, &name, None);
     with_mount_errors(resp, errors)
 }
 
@@ -1069,7 +1203,11 @@ fn get(st: &mut State, args: &[String]) -> Response {
         }
     }
     let props: Vec<String> = if props_arg == "all" {
-        tarn_spa::Pool::prop_names().iter().map(|s| s.to_string()).collect()
+        tarn_spa::Pool::prop_names()
+            .iter()
+            .chain(&["cachefile", "dedupratio", "expandsize", "checkpoint"])
+            .map(|s| s.to_string())
+            .collect()
     } else {
         let mut v = Vec::new();
         for pr in props_arg.split(',') {
@@ -1123,11 +1261,26 @@ fn set(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         Ok(x) => x,
         Err(e) => return bad_usage("set", &e),
     };
-    let Some(entry) = st.pools.get(name) else {
+    let Some(entry) = st.pools.get_mut(name) else {
         return no_such_pool(name);
     };
+    let what = format!("cannot set property for '{name}'");
+    if k == "cachefile" {
+        let value = match crate::cachefile::check_property(&v) {
+            Ok(c) => c,
+            Err(e) => return Response::err(format!("{what}: {e}")),
+        };
+        if entry.readonly {
+            return Response::err(format!("{what}: pool is read-only"));
+        }
+        let old = crate::cachefile::path_of(entry);
+        entry.cachefile = value;
+        history_note(entry, ctx);
+        crate::cachefile::record(st, name, old);
+        return Response::ok("");
+    }
     if let Err(e) = entry.pool.set_prop(&k, &v) {
-        return Response::err(daemon::cannot(&format!("cannot set property for '{name}'"), e));
+        return Response::err(state::cannot(&what, e));
     }
     history_note(entry, ctx);
     Response::ok("")
@@ -1159,7 +1312,7 @@ fn sync(st: &mut State, args: &[String]) -> Response {
 }
 
 fn history(st: &mut State, args: &[String]) -> Response {
-    let p = match getopt(args, "il") {
+    let p = match getopt(args, "") {
         Ok(p) => p,
         Err(e) => return bad_usage("history", &e),
     };
@@ -1182,7 +1335,7 @@ fn history(st: &mut State, args: &[String]) -> Response {
             Ok(lines) => {
                 resp.stdout.push_str(&format!("History for '{n}':\n"));
                 for l in lines {
-                    resp.stdout.push_str(&l);
+                    resp.stdout.push_str(&format::history_line(&l));
                     resp.stdout.push('\n');
                 }
                 resp.stdout.push('\n');

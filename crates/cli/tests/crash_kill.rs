@@ -9,8 +9,9 @@
 //! 3. unlink `f{i-8}` (when it exists) and `fsync` the directory: that removal is
 //!    acknowledged too.
 //!
-//! After each kill the mount must vanish by itself (auto_unmount) and `zpool import`
-//! (which replays the log) must succeed. Then:
+//! After each kill the mount must vanish by itself (auto_unmount) and a new daemon
+//! must import the pool from its cachefile and mount it (replaying the log) with no
+//! command typed. Then:
 //! - every acknowledged `f{i}` that the client never tried to remove exists, intact;
 //! - no acknowledged removal is undone;
 //! - every `f{i}` present holds its full content (rename after fsync is all or
@@ -190,11 +191,20 @@ fn run(test: &str, with_slog: bool, default_iterations: u64) {
             std::thread::sleep(Duration::from_millis(50));
         }
         assert!(!mounted(&mnt), "{test} iteration {iter}: mount still present 10 s after kill -9 (auto_unmount)");
-        let out = env.zpool(&["import", "-d", env.vdir().to_str().unwrap(), "crashpool"]);
+        // A new daemon imports the pool from its cachefile (replaying the log at
+        // mount) before it answers: no import is typed.
+        let out = env.tarn(&["daemon"]);
         assert_eq!(
             out.code,
             0,
-            "{test} iteration {iter}: import after kill -9 failed: {out:?}\n{}",
+            "{test} iteration {iter}: daemon start after kill -9 failed: {out:?}\n{}",
+            env.daemon_log()
+        );
+        let out = env.zpool(&["list", "-H", "-o", "name"]);
+        assert_eq!(
+            out.stdout,
+            "crashpool\n",
+            "{test} iteration {iter}: pool not back after kill -9: {out:?}\n{}",
             env.daemon_log()
         );
         let ack = acked.lock().unwrap();

@@ -130,7 +130,12 @@ struct TestUser {
 
 impl TestUser {
     fn new() -> TestUser {
-        let name = format!("tarnt{}", std::process::id());
+        Self::named(&format!("tarnt{}", std::process::id()))
+    }
+
+    /// A user called `name` (unique per test: tests run in parallel).
+    fn named(name: &str) -> TestUser {
+        let name = name.to_string();
         let made = std::process::Command::new("useradd")
             .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", &name])
             .status()
@@ -201,6 +206,69 @@ fn daemon_answers_root_only() {
         env.daemon_log()
     );
     std::fs::set_permissions(env.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+}
+
+/// `TARN_READ_GROUP`: members may run the read-only commands (list, status, get,
+/// iostat), nothing else; others are still refused.
+#[test]
+fn a_read_group_may_run_read_only_commands() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP a_read_group_may_run_read_only_commands: not root");
+        return;
+    }
+    let group = format!("tarng{}", std::process::id());
+    if !std::process::Command::new("groupadd").arg(&group).status().is_ok_and(|s| s.success()) {
+        eprintln!("SKIP a_read_group_may_run_read_only_commands: groupadd failed");
+        return;
+    }
+    struct Group(String);
+    impl Drop for Group {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("groupdel").arg(&self.0).status();
+        }
+    }
+    let _g = Group(group.clone());
+    let out = std::process::Command::new("getent").args(["group", &group]).output().unwrap();
+    let gid: u32 = String::from_utf8_lossy(&out.stdout).split(':').nth(2).unwrap().trim().parse().unwrap();
+    let member = TestUser::named(&format!("tarnm{}", std::process::id()));
+    let Some(name) = member.name.clone() else {
+        eprintln!("SKIP a_read_group_may_run_read_only_commands: useradd failed");
+        return;
+    };
+    assert!(std::process::Command::new("usermod").args(["-aG", &group, &name]).status().unwrap().success());
+    let env = Env::new();
+    // The first command starts the daemon with the read group.
+    let mut c = env.command(&["zpool", "create", "-O", "canmount=off", "-o", "size=128M", "p", "v/a"]);
+    c.env("TARN_READ_GROUP", &group);
+    run(c).ok();
+    let mode = std::fs::metadata(env.path()).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o710);
+    // As the member (its login groups include the read group).
+    let as_member = |args: &[&str]| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_tarn"));
+        c.args(args)
+            .current_dir("/")
+            .env("TARN_SOCKET", env.socket())
+            .env("TARN_STATE_DIR", env.state())
+            .uid(member.uid)
+            .gid(gid);
+        run(c)
+    };
+    assert_eq!(as_member(&["zpool", "list", "-H", "-o", "name"]).ok().stdout, "p\n");
+    assert!(as_member(&["zpool", "status", "p"]).ok().stdout.contains("state: ONLINE"));
+    assert_eq!(as_member(&["zpool", "get", "-H", "-o", "value", "health", "p"]).ok().stdout, "ONLINE\n");
+    as_member(&["zpool", "iostat", "p"]).ok();
+    assert_eq!(as_member(&["zfs", "list", "-H", "-o", "name"]).ok().stdout, "p\n");
+    as_member(&["zfs", "get", "used", "p"]).ok();
+    as_member(&["zpool", "destroy", "p"]).fails_with(DENIED);
+    as_member(&["zfs", "create", "p/x"]).fails_with(DENIED);
+    as_member(&["zpool", "history", "p"]).fails_with(DENIED);
+    as_member(&["daemon", "--stop"]).fails_with(DENIED);
+    assert_eq!(env.zfs(&["list", "-H", "-o", "name"]).ok().stdout, "p\n");
+    // Someone outside the group is refused everything.
+    let other = TestUser::named(&format!("tarno{}", std::process::id()));
+    other.tarn(&env, &["zpool", "list"]).fails_with(DENIED);
 }
 
 #[test]

@@ -44,7 +44,7 @@ fn create_refuses_bad_input_and_changes_nothing() {
         (vec!["create", "1tank", &a], "cannot create '1tank'"),
         (vec!["create", "mirror", &a], "cannot create 'mirror'"),
         (vec!["create", "tank", &a, "mirror", &b, &c], "mismatched replication level"),
-        (vec!["create", "-o", "ashift=13", "tank", &a], "cannot create 'tank'"),
+        (vec!["create", "-o", "ashift=17", "tank", &a], "cannot create 'tank'"),
         (vec!["create", "-O", "atime=maybe", "tank", &a], "'atime' must be one of 'on | off'"),
         (vec!["create", "tank"], "missing vdev specification"),
     ];
@@ -116,20 +116,22 @@ fn list_fields_scripted_and_parsable() {
     env.zpool(&["create", "-m", "none", "-o", "size=256M", "tank", "v/a", "v/b"]).ok();
     let out = env.zpool(&["list", "-H", "-p"]).ok().stdout;
     let fields: Vec<&str> = out.trim_end_matches('\n').split('\t').collect();
-    assert_eq!(fields.len(), 8, "{out:?}");
+    // NAME SIZE ALLOC FREE CKPOINT EXPANDSZ FRAG CAP DEDUP HEALTH ALTROOT
+    assert_eq!(fields.len(), 11, "{out:?}");
     assert_eq!(fields[0], "tank");
     let size: u64 = fields[1].parse().unwrap();
     let alloc: u64 = fields[2].parse().unwrap();
     let free: u64 = fields[3].parse().unwrap();
-    let frag: u64 = fields[4].parse().unwrap();
-    let cap: u64 = fields[5].parse().unwrap();
+    assert_eq!((fields[4], fields[5], fields[8]), ("-", "-", "1.00"));
+    let frag: u64 = fields[6].parse().unwrap();
+    let cap: u64 = fields[7].parse().unwrap();
     assert!(size > 256 * MB && size <= 512 * MB, "size {size}");
     assert!(alloc > 0 && alloc < size);
     assert_eq!(free, size - alloc);
     assert_eq!(cap, alloc * 100 / size);
     assert!(frag <= 100, "frag {frag}");
-    assert_eq!(fields[6], "ONLINE");
-    assert_eq!(fields[7], "-");
+    assert_eq!(fields[9], "ONLINE");
+    assert_eq!(fields[10], "-");
     let human = env.zpool(&["list"]).ok().stdout;
     let lines: Vec<&str> = human.lines().collect();
     assert_eq!(lines.len(), 2);

@@ -943,7 +943,6 @@ impl Pool {
             props.insert("creation".into(), ro(phys.creation_time_s.to_string()));
             props.insert("createtxg".into(), ro(phys.creation_txg.to_string()));
             props.insert("guid".into(), ro(phys.guid.to_string()));
-            props.insert("compressratio".into(), ro("1.00x".into()));
             out.push(DatasetInfo {
                 name: name.clone(),
                 used_bytes: defl(u),
@@ -998,6 +997,35 @@ impl Pool {
         )
         .map_err(dmu_err)?;
         Ok(self.zio.deflated_bytes(total))
+    }
+
+    /// Logical and physical bytes of every block that file system or snapshot `name`
+    /// references as of the last synced txg (`lsize` and `psize` summed over its block
+    /// tree, metadata included), from which `refcompressratio` and `compressratio`
+    /// are computed. Walks the whole tree: its cost follows the dataset's size, so it
+    /// is asked for only when one of those properties is. `NotFound` when `name` does
+    /// not exist.
+    pub fn referenced_lsize_psize(&self, name: &str) -> Result<(u64, u64)> {
+        let obj = {
+            let d = self.dir.lock();
+            match d.datasets.get(name).or_else(|| d.snaps.get(name)) {
+                Some(r) => r.obj,
+                None => return Err(SpaError::NotFound(format!("cannot open '{name}': dataset does not exist"))),
+            }
+        };
+        let phys = self.ds_phys(obj)?;
+        let root = if phys.is_snapshot() {
+            phys.rootbp
+        } else {
+            self.objsets.lock().get(&obj).map(|o| o.root_bp()).unwrap_or(phys.rootbp)
+        };
+        let (mut lsize, mut psize) = (0u64, 0u64);
+        tarn_dmu::traverse::traverse(&self.zio, &root, &mut |bp| {
+            lsize += u64::from(bp.lsize_bytes);
+            psize += u64::from(bp.psize_bytes);
+        })
+        .map_err(dmu_err)?;
+        Ok((lsize, psize))
     }
 
     /// `zfs set name prop=value`: a native property ([`DATASET_PROPS`]) on a file

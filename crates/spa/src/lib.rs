@@ -99,7 +99,7 @@ pub use iostat::{PoolIostat, VdevIostat};
 pub use leak::LeakReport;
 pub use names::{validate_dataset_name, validate_pool_name, validate_snapshot_name};
 pub use pool::{
-    cache_limit, civil_date, default_cache_limit, format_time, set_cache_limit, LogEvacuateHook, Pool, CACHE_LIMIT_DEFAULT_BYTES, CACHE_LIMIT_DEFAULT_MAX_BYTES,
+    cache_limit, default_cache_limit, format_time, set_cache_limit, LogEvacuateHook, Pool, CACHE_LIMIT_DEFAULT_BYTES, CACHE_LIMIT_DEFAULT_MAX_BYTES,
 };
 pub use rename::RenamePlan;
 pub use repair::FAULT_IO_ERRORS;
@@ -145,6 +145,10 @@ pub enum SpaError {
     /// Out of space.
     #[error("out of space")]
     NoSpace,
+    /// A change asked of a pool that takes none: imported `readonly=on` (or
+    /// suspended).
+    #[error("pool is read-only")]
+    ReadOnly,
     /// Busy (device locked, dataset mounted, ...).
     #[error("{0}")]
     Busy(String),
@@ -252,6 +256,10 @@ pub struct ImportOptions {
     /// `-m`: import even if every leaf of a log vdev is missing (its unsynced log
     /// records are lost; the log vdev stays in the config, UNAVAIL).
     pub missing_log: bool,
+    /// `-o readonly=on`: open without writing anything (no labels, no uberblocks, no
+    /// sync thread, no intent-log replay by the caller); every change is refused with
+    /// "pool is read-only" and export writes nothing.
+    pub readonly: bool,
 }
 
 impl Default for ImportOptions {
@@ -261,6 +269,7 @@ impl Default for ImportOptions {
             rewind: Rewind::None,
             new_name: None,
             missing_log: false,
+            readonly: false,
         }
     }
 }
@@ -274,6 +283,20 @@ pub enum Rewind {
     Recover,
     /// `-T txg`: exactly this txg.
     Txg(u64),
+}
+
+/// What a rewinding import skipped ([`Pool::rewound`]); times in seconds since the
+/// epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RewindReport {
+    /// The newest uberblock's txg (which could not be opened).
+    pub newest_txg: u64,
+    /// When that txg was written.
+    pub newest_time_s: u64,
+    /// The txg the pool opened at.
+    pub txg: u64,
+    /// When that txg was written.
+    pub time_s: u64,
 }
 
 /// A pool found by reading labels.

@@ -108,6 +108,7 @@ fn unregister_name(name: &str) {
 pub(crate) fn dmu_err(e: tarn_dmu::DmuError) -> SpaError {
     match e {
         tarn_dmu::DmuError::NoSpace => SpaError::NoSpace,
+        tarn_dmu::DmuError::ReadOnly => SpaError::ReadOnly,
         tarn_dmu::DmuError::Corrupt(c) => SpaError::Corrupt(c.to_string()),
         other => SpaError::Io(other.to_string()),
     }
@@ -200,6 +201,11 @@ pub struct Pool {
     pub(crate) sync_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     pub(crate) sync_lock: Mutex<()>,
     pub(crate) closed: AtomicBool,
+    /// Imported with `readonly=on`: no sync thread, no label or uberblock writes, the
+    /// txg gate refuses every hold; export only releases the leaves.
+    pub(crate) readonly: AtomicBool,
+    /// Set by a read-only import that had to go back, for `zpool import -Fn`.
+    pub(crate) rewound: Mutex<Option<crate::RewindReport>>,
     pub(crate) altroot: Mutex<Option<String>>,
     /// The config changed (vdevs added or removed): the next txg sync writes an
     /// uberblock even with nothing else dirty, then rewrites every label.
@@ -236,9 +242,9 @@ impl Pool {
     /// `zpool create`. Validates everything before touching any device.
     pub fn create(spec: &CreateSpec) -> Result<Arc<Pool>> {
         crate::validate_pool_name(&spec.name)?;
-        if spec.ashift != 9 && spec.ashift != 12 {
+        if !(9..=16).contains(&spec.ashift) {
             return Err(SpaError::Invalid(format!(
-                "invalid vdev specification: ashift must be 9 or 12 (got {})",
+                "property 'ashift' number {} is invalid, only values between 9 and 16 are allowed.",
                 spec.ashift
             )));
         }
@@ -463,6 +469,8 @@ impl Pool {
             sync_lock: Mutex::new(()),
             closed: AtomicBool::new(false),
             altroot: Mutex::new(spec.pool_props.get("altroot").cloned()),
+            readonly: AtomicBool::new(false),
+            rewound: Mutex::new(None),
             config_dirty: AtomicBool::new(false),
             log_evacuate_hook: Mutex::new(None),
             scanner: Default::default(),
@@ -715,7 +723,7 @@ impl Pool {
         let opts = ImportOptions {
             rewind,
             new_name: new_name.map(String::from),
-            missing_log: false,
+            ..ImportOptions::default()
         };
         Self::import_with(name_or_guid, search_dirs, &opts)
     }
@@ -779,14 +787,14 @@ impl Pool {
             }
         }
         register_name(&name)?;
-        let r = Self::open_pool(name.clone(), pool_guid, best.vdev_tree.clone(), leaves, opts.rewind);
+        let r = Self::open_pool(name.clone(), pool_guid, best.vdev_tree.clone(), leaves, opts.rewind, opts.readonly);
         if r.is_err() {
             unregister_name(&name);
         }
         r
     }
 
-    fn open_pool(name: String, pool_guid: u64, cfg: VdevConfig, leaves: Vec<FoundLeaf>, rewind: Rewind) -> Result<Arc<Pool>> {
+    fn open_pool(name: String, pool_guid: u64, cfg: VdevConfig, leaves: Vec<FoundLeaf>, rewind: Rewind, readonly: bool) -> Result<Arc<Pool>> {
         let mut ubs: Vec<UberblockPhys> = Vec::new();
         // The newest uberblock on each leaf: a leaf behind the pool missed txgs.
         let mut leaf_ub_txg: HashMap<u64, u64> = HashMap::new();
@@ -838,6 +846,22 @@ impl Pool {
         for ub in candidates {
             match Self::open_at(&name, pool_guid, &cfg, &top, &ub) {
                 Ok(p) => {
+                    if readonly {
+                        // Nothing may reach the disks: no label, no uberblock, no
+                        // sync thread, no scan, no receive cleanup.
+                        p.readonly.store(true, Ordering::SeqCst);
+                        p.gate.set_readonly(true);
+                        if ub.txg != ubs[0].txg {
+                            *p.rewound.lock() = Some(crate::RewindReport {
+                                newest_txg: ubs[0].txg,
+                                newest_time_s: ubs[0].timestamp_s,
+                                txg: ub.txg,
+                                time_s: ub.timestamp_s,
+                            });
+                        }
+                        *p.repair.spares.lock() = spares;
+                        return Ok(p);
+                    }
                     if ub.txg != ubs[0].txg {
                         p.discard_newer_uberblocks(ub.txg);
                     }
@@ -914,6 +938,8 @@ impl Pool {
             sync_lock: Mutex::new(()),
             closed: AtomicBool::new(false),
             altroot: Mutex::new(None),
+            readonly: AtomicBool::new(false),
+            rewound: Mutex::new(None),
             config_dirty: AtomicBool::new(false),
             log_evacuate_hook: Mutex::new(None),
             scanner: Default::default(),
@@ -1095,6 +1121,9 @@ impl Pool {
 
     /// Force a txg sync and wait for it.
     pub fn sync(&self) -> Result<()> {
+        if self.is_readonly() {
+            return Ok(()); // nothing is dirty, and no sync thread runs
+        }
         let txg = self.gate.open_txg();
         self.gate.wait_synced(txg).map_err(dmu_err)
     }
@@ -1105,13 +1134,16 @@ impl Pool {
         }
         self.stop_scan_thread();
         self.stop_sync_thread();
+        let readonly = self.readonly.load(Ordering::SeqCst);
         for z in self.zilogs.lock().values() {
             z.close();
         }
-        let r = self.sync_once();
+        let r = if readonly { Ok(()) } else { self.sync_once() };
         self.gate.set_readonly(true);
         let txg = self.gate.synced_txg();
-        self.write_labels(state, txg)?;
+        if !readonly {
+            self.write_labels(state, txg)?;
+        }
         let spares = self.idle_spares();
         for t in self.zio.vdevs() {
             for leaf in t.leaves().into_iter().chain(spares.iter().map(|s| s.as_ref())) {
@@ -1125,6 +1157,17 @@ impl Pool {
         self.zilogs.lock().clear();
         unregister_name(&self.name);
         r
+    }
+
+    /// True when imported with `readonly=on` (see [`crate::ImportOptions::readonly`]).
+    pub fn is_readonly(&self) -> bool {
+        self.readonly.load(Ordering::SeqCst)
+    }
+
+    /// After a read-only import with [`Rewind::Recover`] that could not use the newest
+    /// uberblock: where it went back from and to. What `zpool import -Fn` reports.
+    pub fn rewound(&self) -> Option<crate::RewindReport> {
+        *self.rewound.lock()
     }
 
     /// `zpool export`: sync, mark labels exported, release every leaf.
@@ -1155,13 +1198,14 @@ impl Pool {
             "version" => "-".into(),
             "ashift" => self.tops().iter().find(|(_, l)| !l).map(|(t, _)| t.ashift).unwrap_or(12).to_string(),
             "altroot" => self.altroot().unwrap_or_else(|| "-".into()),
-            "readonly" => if self.gate.is_readonly() { "on" } else { "off" }.into(),
+            "readonly" => if self.is_readonly() { "on" } else { "off" }.into(),
             "txg" => self.synced_txg().to_string(),
-            "comment" => {
+            "comment" | "autotrim" | "autoexpand" => {
                 let d = self.dir.lock();
-                return Ok(match d.pool_props.get("comment") {
+                let default = if prop == "comment" { "-" } else { "off" };
+                return Ok(match d.pool_props.get(prop) {
                     Some(c) => (c.clone(), "local".into()),
-                    None => ("-".into(), "default".into()),
+                    None => (default.into(), "default".into()),
                 });
             }
             _ => return Err(SpaError::Invalid(format!("bad property list: invalid property '{prop}'"))),
@@ -1185,28 +1229,50 @@ impl Pool {
             "readonly",
             "ashift",
             "comment",
+            "autoexpand",
             "fragmentation",
+            "autotrim",
         ]
     }
 
-    /// `zpool set` (settable: comment).
-    pub fn set_prop(&self, prop: &str, value: &str) -> Result<()> {
+    /// Check a pool property given to `zpool create -o` or `zpool set`, with OpenZFS's
+    /// wording after "cannot …: ". `autotrim` and `autoexpand` take only `off`: Tarn
+    /// neither trims nor grows into a larger device yet, and a property that says it
+    /// does would lie.
+    pub fn check_pool_prop(prop: &str, value: &str) -> Result<()> {
         match prop {
             "comment" => {
-                if value.len() > 32 || value.chars().any(|c| c.is_control()) {
-                    return Err(SpaError::Invalid("comment must be at most 32 printable characters".into()));
+                if value.chars().any(|c| c.is_control()) {
+                    return Err(SpaError::Invalid("comment may only have printable characters".into()));
                 }
-                let tx = self.gate.hold().map_err(dmu_err)?;
-                let _a = self.admin.lock();
-                self.dir.lock().pool_props.insert("comment".into(), value.into());
-                self.save_pool_props(&tx)
+                if value.len() > 32 {
+                    return Err(SpaError::Invalid("comment must not exceed 32 characters".into()));
+                }
+                Ok(())
             }
-            p if Self::prop_names().contains(&p) => Err(SpaError::Invalid(format!(
-                "cannot set property for '{}': property '{p}' is readonly",
-                self.name
-            ))),
-            p => Err(SpaError::Invalid(format!("cannot set property for '{}': invalid property '{p}'", self.name))),
+            "autotrim" | "autoexpand" => match value {
+                "off" => Ok(()),
+                "on" => Err(SpaError::Invalid(format!(
+                    "property '{prop}' cannot be 'on': Tarn does not {} yet",
+                    if prop == "autotrim" { "trim" } else { "expand vdevs" }
+                ))),
+                _ => Err(SpaError::Invalid(format!("'{prop}' must be one of 'on | off'"))),
+            },
+            "readonly" => Err(SpaError::Invalid("property 'readonly' can only be set at import time".into())),
+            p if Self::prop_names().contains(&p) => Err(SpaError::Invalid(format!("'{p}' is readonly"))),
+            p => Err(SpaError::Invalid(format!("invalid property '{p}'"))),
         }
+    }
+
+    /// `zpool set` (settable: comment, autotrim, autoexpand; see
+    /// [`Pool::check_pool_prop`]). Errors are worded after "cannot set property for
+    /// 'pool': ".
+    pub fn set_prop(&self, prop: &str, value: &str) -> Result<()> {
+        Self::check_pool_prop(prop, value)?;
+        let tx = self.gate.hold().map_err(dmu_err)?;
+        let _a = self.admin.lock();
+        self.dir.lock().pool_props.insert(prop.into(), value.into());
+        self.save_pool_props(&tx)
     }
 
     /// Append a `zpool history` record.
@@ -1233,27 +1299,13 @@ impl Pool {
     }
 }
 
-/// Seconds since the epoch as a UTC calendar date: (year, month 1..=12, day 1..=31,
-/// seconds into the day). Civil-from-days (proleptic Gregorian), Howard Hinnant's
-/// algorithm.
-pub fn civil_date(secs: u64) -> (i64, u32, u32, u64) {
-    let days = (secs / 86400) as i64;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
-    (y, m as u32, d as u32, secs % 86400)
-}
-
-/// Format seconds since the epoch as `YYYY-MM-DD.HH:MM:SS` (UTC), as `zpool history`.
+/// Format seconds since the epoch as `YYYY-MM-DD.HH:MM:SS` in UTC, the form a
+/// `zpool history` record is stored in (the CLI shows it in local time).
 pub fn format_time(secs: u64) -> String {
-    let (y, m, d, rem) = civil_date(secs);
-    format!("{y:04}-{m:02}-{d:02}.{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+    match jiff::Timestamp::from_second(secs.min(i64::MAX as u64) as i64) {
+        Ok(ts) => ts.strftime("%Y-%m-%d.%H:%M:%S").to_string(),
+        Err(_) => secs.to_string(),
+    }
 }
 
 impl Drop for Pool {

@@ -511,6 +511,7 @@ fn missing_slog_at_import_needs_m_and_reports_what_may_be_lost() {
         rewind: Rewind::None,
         new_name: None,
         missing_log: true,
+        readonly: false,
     };
     let pool = Pool::import_with("zilgone", &[PathBuf::from(&dir)], &opts).unwrap();
     let notes = pool.import_notes();

@@ -58,6 +58,11 @@ impl Env {
         self.path().join("state")
     }
 
+    /// The daemon's default cachefile (`TARN_CACHEFILE`): never `/etc/tarn`.
+    pub fn cachefile(&self) -> PathBuf {
+        self.path().join("tarn.cache")
+    }
+
     /// Directory of the vdev files.
     pub fn vdir(&self) -> PathBuf {
         self.path().join("v")
@@ -81,7 +86,8 @@ impl Env {
         c.args(args)
             .current_dir(self.path())
             .env("TARN_SOCKET", self.socket())
-            .env("TARN_STATE_DIR", self.state());
+            .env("TARN_STATE_DIR", self.state())
+            .env("TARN_CACHEFILE", self.cachefile());
         c
     }
 
