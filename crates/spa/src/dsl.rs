@@ -579,7 +579,7 @@ impl Pool {
         for (k, v) in props {
             check_prop(k, v)?;
         }
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         if self.dir.lock().datasets.contains_key(name) {
             return Err(SpaError::Exists(format!("cannot create '{name}': dataset")));
@@ -613,7 +613,7 @@ impl Pool {
         }
         let victims = self.destroy_plan(name, recursive, with_clones)?;
         let _s = self.sync_lock.lock();
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         let mut done: Vec<String> = Vec::new();
         for t in &victims {
@@ -936,7 +936,7 @@ impl Pool {
     /// `zfs set name prop=value` (mountpoint, recordsize, atime, readonly, canmount, compression).
     pub fn set_dataset_prop(&self, name: &str, prop: &str, value: &str) -> Result<()> {
         let v = check_prop(prop, value)?;
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         {
             let mut d = self.dir.lock();
@@ -963,7 +963,7 @@ impl Pool {
         if !DATASET_PROPS.iter().any(|(k, _)| *k == prop) {
             return Err(SpaError::Invalid(format!("invalid property '{prop}'")));
         }
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         {
             let mut d = self.dir.lock();

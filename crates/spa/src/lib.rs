@@ -89,6 +89,7 @@ mod repair;
 pub mod scan;
 mod sendrecv;
 mod snapshot;
+mod suspend;
 mod sync;
 mod vdevs;
 
@@ -104,6 +105,7 @@ pub use pool::{
 pub use rename::RenamePlan;
 pub use repair::FAULT_IO_ERRORS;
 pub use sendrecv::{RecvOutcome, RecvSpec, RESUME_TOKEN_PROP};
+pub use suspend::{panic_message, FailMode, Resume, SuspendCause, Suspension};
 pub use tarn_dmu::ObjectStore;
 pub use tarn_zil::Zilog;
 

@@ -6,7 +6,7 @@ use crate::{CreateSpec, ImportCandidate, ImportOptions, Result, Rewind, SpaError
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use tarn_dmu::objset::{Objset, OS_TYPE_MOS};
 use tarn_dmu::txg::TxgGate;
@@ -217,6 +217,13 @@ pub struct Pool {
     pub(crate) dead: Mutex<BTreeMap<u64, Arc<crate::snapshot::DeadState>>>,
     /// Open read-only object sets of snapshots, by snapshot object.
     pub(crate) snap_objsets: Mutex<BTreeMap<u64, Arc<Objset>>>,
+    /// The suspension in force (`suspend.rs`); `None` while the pool runs.
+    pub(crate) suspension: Mutex<Option<crate::suspend::Suspension>>,
+    /// The pool property `failmode` (`FailMode::to_u8`).
+    pub(crate) failmode: AtomicU8,
+    /// The running (or last failed) sync has begun changing in-memory structures: a
+    /// failure from here on cannot be retried in place (`suspend.rs`).
+    pub(crate) sync_untrusted: AtomicBool,
 }
 
 struct FoundLeaf {
@@ -245,6 +252,13 @@ impl Pool {
                 spec.force,
                 "at least one general top-level vdev must be specified",
             )));
+        }
+        if let Some(v) = spec.pool_props.get("failmode") {
+            if crate::suspend::FailMode::parse(v).is_none() {
+                return Err(SpaError::Invalid(format!(
+                    "property 'failmode'(failmode) must be one of 'wait', 'continue', 'panic': '{v}' is invalid"
+                )));
+            }
         }
         let spares: Vec<TopSpec> = spec.spares.iter().cloned().map(TopSpec::Leaf).collect();
         let tops = tops_in_order(&spec.vdevs, &spec.logs, &spares);
@@ -465,6 +479,9 @@ impl Pool {
             repair: Default::default(),
             dead: Mutex::new(BTreeMap::new()),
             snap_objsets: Mutex::new(BTreeMap::new()),
+            suspension: Mutex::new(None),
+            failmode: AtomicU8::new(0),
+            sync_untrusted: AtomicBool::new(false),
         });
         pool.add_spares(spares, ashift);
         // Labels first (state active), so a crash mid-create leaves a recognisable pool.
@@ -477,6 +494,8 @@ impl Pool {
                 .filter(|(k, _)| *k != "altroot")
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
+            let mode = pool_props.get("failmode").and_then(|v| crate::suspend::FailMode::parse(v)).unwrap_or_default();
+            pool.failmode.store(mode.to_u8(), Ordering::SeqCst);
             pool.init_dir(&tx, pool_props)?;
             pool.create_dataset_record(&tx, &spec.name, &spec.fs_props)?;
         }
@@ -914,7 +933,18 @@ impl Pool {
             repair: Default::default(),
             dead: Mutex::new(BTreeMap::new()),
             snap_objsets: Mutex::new(BTreeMap::new()),
+            suspension: Mutex::new(None),
+            failmode: AtomicU8::new(0),
+            sync_untrusted: AtomicBool::new(false),
         });
+        let mode = pool
+            .dir
+            .lock()
+            .pool_props
+            .get("failmode")
+            .and_then(|v| crate::suspend::FailMode::parse(v))
+            .unwrap_or_default();
+        pool.failmode.store(mode.to_u8(), Ordering::SeqCst);
         // Every dataset record must be readable.
         let ids: Vec<u64> = pool.dir.lock().datasets.values().map(|d| d.obj).collect();
         for id in ids {
@@ -965,8 +995,12 @@ impl Pool {
     pub fn set_altroot(&self, altroot: Option<String>) {
         *self.altroot.lock() = altroot;
     }
-    /// "ONLINE", "DEGRADED", "UNAVAIL".
+    /// "ONLINE", "DEGRADED", "UNAVAIL", or "SUSPENDED" while suspended (OpenZFS
+    /// `zpool_get_state_str`).
     pub fn health(&self) -> String {
+        if self.suspension.lock().is_some() {
+            return "SUSPENDED".into();
+        }
         self.root_state().as_str().into()
     }
     fn root_state(&self) -> VdevState {
@@ -1084,15 +1118,27 @@ impl Pool {
 
     // ---- lifecycle ----------------------------------------------------------------
 
-    /// Force a txg sync and wait for it.
+    /// Force a txg sync and wait for it. Errors: `Io` ("pool I/O is currently
+    /// suspended") at once if the pool is or becomes suspended, whatever `failmode`.
     pub fn sync(&self) -> Result<()> {
         let txg = self.gate.open_txg();
-        self.gate.wait_synced(txg).map_err(dmu_err)
+        self.gate.wait_synced_nowait(txg).map_err(dmu_err)
     }
 
     fn close(&self, state: PoolState) -> Result<()> {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Err(SpaError::NotFound(format!("cannot export '{}': no such pool", self.name)));
+        }
+        if let Some(s) = self.suspension() {
+            // Nothing of a suspended pool's memory is written (suspend.rs): release
+            // the leaves as a crash would; import finds the last synced txg.
+            tracing::warn!("pool {}: closed while suspended ({s}); nothing written", self.name);
+            self.gate.set_readonly(true);
+            self.stop_scan_thread();
+            self.stop_sync_thread();
+            self.release_leaves();
+            self.unregister();
+            return Ok(());
         }
         self.stop_scan_thread();
         self.stop_sync_thread();
@@ -1103,6 +1149,13 @@ impl Pool {
         self.gate.set_readonly(true);
         let txg = self.gate.synced_txg();
         self.write_labels(state, txg)?;
+        self.release_leaves();
+        self.unregister();
+        r
+    }
+
+    /// Flush and unlock every leaf, idle spares included (export, destroy, reopen).
+    pub(crate) fn release_leaves(&self) {
         let spares = self.idle_spares();
         for t in self.zio.vdevs() {
             for leaf in t.leaves().into_iter().chain(spares.iter().map(|s| s.as_ref())) {
@@ -1112,10 +1165,14 @@ impl Pool {
                 }
             }
         }
+    }
+
+    /// Forget the open object sets and logs, and free the pool's name.
+    pub(crate) fn unregister(&self) {
         self.objsets.lock().clear();
         self.zilogs.lock().clear();
+        self.unregister_live();
         unregister_name(&self.name);
-        r
     }
 
     /// `zpool export`: sync, mark labels exported, release every leaf.
@@ -1147,6 +1204,14 @@ impl Pool {
             "ashift" => self.tops().iter().find(|(_, l)| !l).map(|(t, _)| t.ashift).unwrap_or(12).to_string(),
             "altroot" => self.altroot().unwrap_or_else(|| "-".into()),
             "readonly" => if self.gate.is_readonly() { "on" } else { "off" }.into(),
+            "failmode" => {
+                let src = if self.dir.lock().pool_props.contains_key("failmode") {
+                    "local"
+                } else {
+                    "default"
+                };
+                return Ok((self.failmode().as_str().into(), src.into()));
+            }
             "txg" => self.synced_txg().to_string(),
             "comment" => {
                 let d = self.dir.lock();
@@ -1171,6 +1236,7 @@ impl Pool {
             "health",
             "guid",
             "version",
+            "failmode",
             "free",
             "allocated",
             "readonly",
@@ -1180,14 +1246,28 @@ impl Pool {
         ]
     }
 
-    /// `zpool set` (settable: comment).
+    /// `zpool set` (settable: comment, failmode). Errors: `Invalid` for a bad value or
+    /// a read-only or unknown property; `Io` while the pool is suspended.
     pub fn set_prop(&self, prop: &str, value: &str) -> Result<()> {
         match prop {
+            "failmode" => {
+                let Some(mode) = crate::suspend::FailMode::parse(value) else {
+                    return Err(SpaError::Invalid(format!(
+                        "cannot set property for '{}': property 'failmode'(failmode) must be one of 'wait', 'continue', 'panic'",
+                        self.name
+                    )));
+                };
+                let tx = self.gate.hold_nowait().map_err(dmu_err)?;
+                let _a = self.admin.lock();
+                self.dir.lock().pool_props.insert("failmode".into(), value.into());
+                self.failmode.store(mode.to_u8(), Ordering::SeqCst);
+                self.save_pool_props(&tx)
+            }
             "comment" => {
                 if value.len() > 32 || value.chars().any(|c| c.is_control()) {
                     return Err(SpaError::Invalid("comment must be at most 32 printable characters".into()));
                 }
-                let tx = self.gate.hold().map_err(dmu_err)?;
+                let tx = self.gate.hold_nowait().map_err(dmu_err)?;
                 let _a = self.admin.lock();
                 self.dir.lock().pool_props.insert("comment".into(), value.into());
                 self.save_pool_props(&tx)
@@ -1202,7 +1282,7 @@ impl Pool {
 
     /// Append a `zpool history` record.
     pub fn log_history(&self, command_line: &str) -> Result<()> {
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         let obj = self.dir.lock().history_obj;
         let b = self.mos.bonus(obj).map_err(dmu_err)?;
@@ -1250,6 +1330,7 @@ pub fn format_time(secs: u64) -> String {
 impl Drop for Pool {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.unregister_live();
         unregister_name(&self.name);
     }
 }

@@ -238,7 +238,7 @@ impl Pool {
         // snapshots freeze the roots of the newest synced txg.
         self.sync()?;
         let _s = self.sync_lock.lock();
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         let txg = self.gate.synced_txg();
         let mut made = Vec::new();
@@ -320,7 +320,7 @@ impl Pool {
     /// "snapshot has dependent clones" wording) or user holds ("dataset is busy").
     pub fn destroy_snapshot(&self, name: &str) -> Result<()> {
         let _s = self.sync_lock.lock();
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         self.destroy_snapshot_locked(&tx, name)
     }
@@ -415,7 +415,7 @@ impl Pool {
         for (k, v) in props {
             crate::dsl::check_prop(k, v)?;
         }
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         let sobj = self.snap_obj(snap)?;
         if target.split('/').next() != Some(self.name.as_str()) {
@@ -471,7 +471,7 @@ impl Pool {
         // Whatever the head has dirty must reach disk before its tree is replaced.
         self.sync()?;
         let _s = self.sync_lock.lock();
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         let head = self.head_obj(&fs)?;
         if let Some(os) = self.objsets.lock().get(&head) {

@@ -2,6 +2,7 @@
 
 use crate::dsl::DslDatasetPhys;
 use crate::pool::{dmu_err, now_s, Pool};
+use crate::suspend::SuspendCause;
 use crate::{Result, SpaError};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -16,6 +17,7 @@ pub const TXG_TIMEOUT_S: u64 = 5;
 impl Pool {
     pub(crate) fn start_sync_thread(self: &Arc<Self>) {
         self.set_scan_self();
+        self.register_live();
         let weak: Weak<Pool> = Arc::downgrade(self);
         let h = std::thread::Builder::new()
             .name(format!("txg_sync:{}", self.name))
@@ -31,11 +33,11 @@ impl Pool {
                         break;
                     }
                     let due = last.elapsed() >= Duration::from_secs(TXG_TIMEOUT_S);
+                    if p.gate.suspended().is_some() {
+                        continue;
+                    }
                     if asked || (due && p.has_dirty()) {
-                        if let Err(e) = p.sync_once() {
-                            tracing::error!("pool {}: txg sync failed, suspending: {e}", p.name);
-                            p.gate.suspend();
-                        }
+                        p.sync_contained();
                         last = Instant::now();
                     } else if due {
                         last = Instant::now();
@@ -44,6 +46,22 @@ impl Pool {
             })
             .expect("spawn sync thread");
         *self.sync_thread.lock() = Some(h);
+    }
+
+    /// One txg sync with its failures contained (`suspend.rs`): an error or a panic
+    /// suspends the pool; `reopen` unless the sync failed before it changed anything.
+    fn sync_contained(&self) {
+        let txg = self.gate.open_txg();
+        self.sync_untrusted.store(false, Ordering::SeqCst);
+        let cause = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.sync_once())) {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => SuspendCause::Io(e.to_string()),
+            Err(payload) => SuspendCause::Panic {
+                thread: "txg_sync".into(),
+                message: crate::suspend::panic_message(payload.as_ref()),
+            },
+        };
+        self.suspend(txg, cause, self.sync_untrusted.load(Ordering::SeqCst));
     }
 
     pub(crate) fn stop_sync_thread(&self) {
@@ -63,6 +81,9 @@ impl Pool {
     /// Sync one txg: everything changed under holds of the open txg becomes durable.
     pub(crate) fn sync_once(&self) -> Result<()> {
         let _s = self.sync_lock.lock();
+        crate::inject::sync_fault_point(&self.name, crate::inject::SyncFault::PanicAtStart);
+        // From the quiesce on, a failure leaves in-memory state half-synced.
+        self.sync_untrusted.store(true, Ordering::SeqCst);
         let objsets: Vec<(u64, Arc<tarn_dmu::objset::Objset>)> = self.objsets.lock().iter().map(|(k, v)| (*k, v.clone())).collect();
         let mut batches = Vec::new();
         let txg = self.gate.quiesce(|t| {
@@ -113,6 +134,7 @@ impl Pool {
                 }
             }
         }
+        crate::inject::sync_fault_point(&self.name, crate::inject::SyncFault::PanicAfterData);
         let mos_root = {
             let _a = self.admin.lock();
             let mut mb = self.mos.sync_collect(txg);
