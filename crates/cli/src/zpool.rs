@@ -155,7 +155,7 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
             },
             "altroot" => altroot = Some(PathBuf::from(v)),
             "cachefile" => {}
-            "comment" => {
+            "comment" | "failmode" => {
                 pool_props.insert(k, v);
             }
             _ => return fail(format!("property '{k}' is not a valid pool property")),
@@ -642,11 +642,24 @@ fn clear(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         [n, d] => (n, Some(device_word(ctx, d))),
         _ => return bad_usage("clear", "too many arguments"),
     };
-    let Some(entry) = st.pools.get(name) else {
+    let Some(entry) = st.pools.get_mut(name) else {
         return no_such_pool(name);
     };
     if let Err(e) = entry.pool.clear(dev.as_deref()) {
         return Response::err(e.to_string());
+    }
+    // A suspended pool resumes: in place, or re-imported from disk and remounted.
+    match entry.pool.resume() {
+        Ok(tarn_spa::Resume::NotSuspended | tarn_spa::Resume::InPlace) => {}
+        Ok(tarn_spa::Resume::Reopened(pool)) => {
+            let mut errors = daemon::unmount_all(entry, true);
+            entry.pool = pool;
+            errors.extend(daemon::mount_all(entry));
+            if !errors.is_empty() {
+                return Response::err(errors.join("\n"));
+            }
+        }
+        Err(e) => return Response::err(e.to_string()),
     }
     history_note(entry, ctx);
     Response::ok("")
@@ -736,6 +749,7 @@ fn pool_column(c: &str) -> Option<(&'static str, Column)> {
         "ashift" => ("ashift", Column::right("ASHIFT")),
         "version" => ("version", Column::right("VERSION")),
         "readonly" => ("readonly", Column::left("RDONLY")),
+        "failmode" => ("failmode", Column::left("FAILMODE")),
         _ => return None,
     })
 }
@@ -845,6 +859,10 @@ fn status(st: &mut State, args: &[String]) -> Response {
             continue;
         }
         let mut block = format::pool_status(n, &health, &tree, errs);
+        if let Some(s) = entry.pool.suspension() {
+            // Ours beside OpenZFS's wording: why the pool suspended.
+            block = block.replacen("action: Make sure", &format!("\t{s}\naction: Make sure"), 1);
+        }
         if let Some(scan) = entry.pool.scan_status() {
             let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
             if scan.phys.func == tarn_spa::scan::ScanKind::Resilver && scan.phys.state == tarn_spa::scan::ScanState::Scanning {

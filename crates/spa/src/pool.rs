@@ -256,7 +256,8 @@ impl Pool {
         if let Some(v) = spec.pool_props.get("failmode") {
             if crate::suspend::FailMode::parse(v).is_none() {
                 return Err(SpaError::Invalid(format!(
-                    "property 'failmode'(failmode) must be one of 'wait', 'continue', 'panic': '{v}' is invalid"
+                    "cannot create '{}': 'failmode' must be one of 'wait | continue | panic'",
+                    spec.name
                 )));
             }
         }
@@ -1253,7 +1254,7 @@ impl Pool {
             "failmode" => {
                 let Some(mode) = crate::suspend::FailMode::parse(value) else {
                     return Err(SpaError::Invalid(format!(
-                        "cannot set property for '{}': property 'failmode'(failmode) must be one of 'wait', 'continue', 'panic'",
+                        "cannot set property for '{}': 'failmode' must be one of 'wait | continue | panic'",
                         self.name
                     )));
                 };
