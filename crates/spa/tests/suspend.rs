@@ -192,3 +192,50 @@ fn writes_failing_on_every_leaf_suspend_instead_of_looping() {
     assert_eq!(get(&*os, c), pattern(12, 100_000));
     pool.export().unwrap();
 }
+
+/// A raidz1 txg is durable only when all but one leaf flushed (the write rule read as
+/// a durability rule); one leaf that lost its flush is tolerated, two suspend the pool
+/// instead of committing a txg that could not be reconstructed.
+#[test]
+fn raidz_txg_needs_all_but_nparity_leaves_flushed() {
+    let dir = tempfile::tempdir().unwrap();
+    let leaves: Vec<_> = ["a", "b", "c"].iter().map(|n| mkfile(dir.path(), &format!("{n}.img"), LEAF_BYTES)).collect();
+    let pool = Pool::create(&tarn_spa::CreateSpec {
+        name: "susp5".into(),
+        vdevs: vec![tarn_spa::TopSpec::Raidz { nparity: 1, leaves }],
+        ..Default::default()
+    })
+    .unwrap();
+    pool.set_prop("failmode", "continue").unwrap();
+    let os = pool.objset("susp5").unwrap();
+    let a = put(&*os, &pattern(13, 300_000));
+    pool.sync().unwrap();
+    let devs = pool.leaf_devices();
+    let flush_fault = |guid| pool.inject(guid, IoType::Flush, Action::Fault(Fault::Io), FREQ_ALWAYS_PPM).unwrap();
+
+    // One leaf's flush lost: within parity, the txg commits.
+    let one = flush_fault(devs[0].guid);
+    let b = put(&*os, &pattern(14, 300_000));
+    pool.sync().unwrap();
+    assert!(pool.suspension().is_none());
+    let synced = pool.synced_txg();
+
+    // Two leaves' flushes lost: beyond parity, the pool suspends.
+    let two = flush_fault(devs[1].guid);
+    let _c = put(&*os, &pattern(15, 300_000));
+    assert!(pool.sync().is_err(), "a raidz1 txg committed with only one of three leaves flushed");
+    let s = pool.suspension().expect("suspended");
+    assert!(s.to_string().contains("too few leaves"), "{s}");
+    assert_eq!(pool.synced_txg(), synced);
+
+    for id in [one, two] {
+        assert!(tarn_vdev::inject::remove_handler(id));
+    }
+    pool.clear(None).unwrap();
+    let pool = reopened(pool.resume());
+    let os = pool.objset("susp5").unwrap();
+    assert_eq!(get(&*os, a), pattern(13, 300_000));
+    assert_eq!(get(&*os, b), pattern(14, 300_000));
+    pool.leak_check().unwrap();
+    pool.export().unwrap();
+}

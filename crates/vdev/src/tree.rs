@@ -626,14 +626,32 @@ impl Vdev {
         Ok(data)
     }
 
-    /// fsync/fdatasync every leaf below. Ok if at least one usable leaf flushed (or
-    /// this is a hole: nothing to flush); otherwise the first `Io` error, or
-    /// `Unavailable` when no leaf is usable.
+    /// Whether the leaves for which `leaf_ok` is true hold enough of this node for
+    /// what was written to it to be readable: the write rule read as a durability
+    /// rule. A leaf counts by itself; a mirror (and a replacing or spare node) needs
+    /// one such child; a raidz needs `children − nparity`; a hole needs nothing.
+    /// `zio` requires it of every top-level vdev after a txg's flush (OpenZFS
+    /// `vdev_config_sync` likewise fails a txg whose data did not reach enough
+    /// devices), so a txg never commits with fewer leaves durable than reconstruction
+    /// needs.
+    pub fn durable_with(&self, leaf_ok: &dyn Fn(&Vdev) -> bool) -> bool {
+        match &self.kind {
+            VdevKind::Hole => true,
+            VdevKind::Leaf(_) => leaf_ok(self),
+            VdevKind::Mirror(children) => children.iter().any(|c| c.durable_with(leaf_ok)),
+            VdevKind::Raidz { nparity, children } => children.iter().filter(|c| c.durable_with(leaf_ok)).count() + *nparity as usize >= children.len(),
+        }
+    }
+
+    /// fsync/fdatasync every usable leaf below, in parallel. Ok if the leaves that
+    /// flushed satisfy [`Vdev::durable_with`] (or this is a hole: nothing to flush);
+    /// otherwise the first `Io` error, or `Unavailable` when no leaf failed but too
+    /// few are usable. Failures are counted as WRITE errors on their leaves.
     pub fn flush(&self) -> Result<(), VdevError> {
         if self.is_hole() {
             return Ok(());
         }
-        let mut ok = 0;
+        let mut flushed: Vec<*const Vdev> = Vec::new();
         let mut first_err = None;
         let usable: Vec<(&Vdev, &Leaf)> = self
             .leaves()
@@ -645,14 +663,14 @@ impl Vdev {
             .collect();
         for ((l, _), r) in usable.iter().zip(each_parallel(&usable, |(_, leaf)| leaf.flush())) {
             match r {
-                Ok(()) => ok += 1,
+                Ok(()) => flushed.push(*l as *const Vdev),
                 Err(e) => {
                     bump(&l.stats.write_errors, 1);
                     first_err.get_or_insert(e);
                 }
             }
         }
-        if ok > 0 {
+        if self.durable_with(&|l| flushed.contains(&(l as *const Vdev))) {
             Ok(())
         } else {
             Err(first_err.unwrap_or(VdevError::Unavailable { vdev: self.id }))

@@ -575,9 +575,11 @@ impl Zio {
         }
     }
 
-    /// Flush every top-level vdev (fdatasync on every leaf). Errors if any normal-class
-    /// vdev failed to flush entirely; log vdevs hold no txg data, so their failures
-    /// (and missing log devices) are only counted on their leaves.
+    /// Flush every top-level vdev (fdatasync on every leaf). Errors if the leaves of
+    /// some normal-class vdev that flushed do not hold it whole
+    /// ([`tarn_vdev::Vdev::durable_with`]: one side of a mirror, all but `nparity`
+    /// children of a raidz); log vdevs hold no txg data, so their failures (and
+    /// missing log devices) are only counted on their leaves.
     pub fn flush(&self) -> Result<()> {
         self.flush_tops(None)
     }
@@ -591,21 +593,32 @@ impl Zio {
         let normal: Vec<bool> = self.space.lock().vdevs.iter().map(|s| s.class() == AllocClass::Normal).collect();
         let tops: Vec<&Arc<Vdev>> = vdevs.iter().filter(|t| ids.is_none_or(|i| i.contains(&t.id))).collect();
         let leaves: Vec<(u32, &Vdev)> = tops.iter().flat_map(|top| top.leaves().into_iter().map(move |leaf| (top.id, leaf))).collect();
-        let results: Vec<(u32, bool)> = if leaves.len() == 1 {
-            vec![(leaves[0].0, leaves[0].1.flush().is_ok())]
+        // An unusable leaf (offline, faulted, missing) got none of the writes: it
+        // counts as not flushed.
+        let flush = |leaf: &Vdev| leaf.state().is_usable() && leaf.flush().is_ok();
+        let results: Vec<bool> = if leaves.len() == 1 {
+            vec![flush(leaves[0].1)]
         } else {
             std::thread::scope(|s| {
-                let handles: Vec<_> = leaves.iter().map(|&(id, leaf)| s.spawn(move || (id, leaf.flush().is_ok()))).collect();
+                let handles: Vec<_> = leaves.iter().map(|&(_, leaf)| s.spawn(move || flush(leaf))).collect();
                 handles.into_iter().map(|h| h.join().expect("flush thread")).collect()
             })
         };
+        let flushed: Vec<*const Vdev> = leaves
+            .iter()
+            .zip(&results)
+            .filter(|(_, ok)| **ok)
+            .map(|((_, l), _)| *l as *const Vdev)
+            .collect();
         for top in tops
             .into_iter()
             .filter(|t| ids.is_some() || normal.get(t.id as usize).copied().unwrap_or(false))
         {
-            let mine: Vec<bool> = results.iter().filter(|(id, _)| *id == top.id).map(|(_, ok)| *ok).collect();
-            if !mine.is_empty() && !mine.iter().any(|&ok| ok) {
-                return Err(ZioError::Io(format!("no leaf of top-level vdev {} could be flushed", top.id)));
+            if !top.leaves().is_empty() && !top.durable_with(&|l| flushed.contains(&(l as *const Vdev))) {
+                return Err(ZioError::Io(format!(
+                    "too few leaves of top-level vdev {} could be flushed to hold its data",
+                    top.id
+                )));
             }
         }
         Ok(())
