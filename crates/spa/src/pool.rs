@@ -507,64 +507,49 @@ impl Pool {
         Ok(pool)
     }
 
-    /// Write every leaf's label config with `state`, hot spares not in use included.
+    /// Write every leaf's label config with `state`, hot spares not in use included,
+    /// in one two-phase update (`tarn_vdev::label::sync_configs`).
     pub(crate) fn write_labels(&self, state: PoolState, txg: u64) -> Result<()> {
-        self.write_labels_where(state, txg, &|_| true)?;
-        let cfg = self.config.lock().clone();
-        for s in self.idle_spares() {
-            let tarn_vdev::VdevKind::Leaf(Some(l)) = &s.kind else { continue };
-            let lc = LabelConfig {
-                version: TARN_FORMAT_VERSION,
-                name: self.name.clone(),
-                pool_guid: self.guid,
-                guid: s.guid,
-                top_guid: 0,
-                txg,
-                state,
-                hostname: hostname(),
-                features_for_read: vec![],
-                vdev_tree: cfg.clone(),
-            };
-            if let Err(e) = label::write_config(l, &lc).and_then(|_| l.flush()) {
-                s.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!("label write failed on spare {:?}: {e}", s.path);
-            }
-        }
-        Ok(())
+        self.write_label_set(state, txg, &|_| true, true)
     }
 
     /// Write the label config, with `state` and `txg`, on the leaves of the top-level
     /// vdevs for which `pick` (given the top-level config) is true.
-    /// Leaves' DTLs and flags are copied into the config first; faulted leaves are
-    /// left alone.
     pub(crate) fn write_labels_where(&self, state: PoolState, txg: u64, pick: &dyn Fn(&VdevConfig) -> bool) -> Result<()> {
+        self.write_label_set(state, txg, pick, false)
+    }
+
+    /// The label configs of the leaves of the picked top-level vdevs (and of the idle
+    /// spares with `spares`), written by one two-phase fan-out. Leaves' DTLs and flags
+    /// are copied into the config first; faulted leaves are left alone. Failures are
+    /// counted on the leaves; the import picks among the copies that survive.
+    fn write_label_set(&self, state: PoolState, txg: u64, pick: &dyn Fn(&VdevConfig) -> bool, spares: bool) -> Result<()> {
         self.refresh_leaf_config();
         let cfg = self.config.lock().clone();
-        for (t, tcfg) in self.zio.vdevs().iter().zip(cfg.children.iter()).filter(|(_, c)| pick(c)) {
+        let label = |guid: u64, top_guid: u64| LabelConfig {
+            version: TARN_FORMAT_VERSION,
+            name: self.name.clone(),
+            pool_guid: self.guid,
+            guid,
+            top_guid,
+            txg,
+            state,
+            hostname: hostname(),
+            features_for_read: vec![],
+            vdev_tree: cfg.clone(),
+        };
+        let tops = self.zio.vdevs();
+        let idle = if spares { self.idle_spares() } else { Vec::new() };
+        let mut items: Vec<(&Vdev, LabelConfig)> = Vec::new();
+        for (t, tcfg) in tops.iter().zip(cfg.children.iter()).filter(|(_, c)| pick(c)) {
             for (leaf, lcfg) in t.leaves().into_iter().zip(tcfg.leaves()) {
-                let tarn_vdev::VdevKind::Leaf(Some(l)) = &leaf.kind else { continue };
-                if leaf.state() == VdevState::Faulted {
-                    continue;
-                }
-                let lc = LabelConfig {
-                    version: TARN_FORMAT_VERSION,
-                    name: self.name.clone(),
-                    pool_guid: self.guid,
-                    guid: lcfg.guid,
-                    top_guid: tcfg.guid,
-                    txg,
-                    state,
-                    hostname: hostname(),
-                    features_for_read: vec![],
-                    vdev_tree: cfg.clone(),
-                };
-                let r = label::write_config(l, &lc).and_then(|_| l.flush());
-                if let Err(e) = r {
-                    leaf.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!("label write failed on {:?}: {e}", leaf.path);
+                if leaf.state() != VdevState::Faulted {
+                    items.push((leaf, label(lcfg.guid, tcfg.guid)));
                 }
             }
         }
+        items.extend(idle.iter().map(|s| (s.as_ref(), label(s.guid, 0))));
+        label::sync_configs(&items);
         Ok(())
     }
 
@@ -964,14 +949,9 @@ impl Pool {
     /// After a rewind import, remove uberblocks newer than `txg` so a later import
     /// cannot pick a tree whose blocks may since have been reused.
     fn discard_newer_uberblocks(&self, txg: u64) {
-        for t in self.zio.vdevs() {
-            for leaf in t.leaves() {
-                let tarn_vdev::VdevKind::Leaf(Some(l)) = &leaf.kind else { continue };
-                if label::clear_uberblocks_after(l, txg).and_then(|_| l.flush()).is_err() {
-                    leaf.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
+        let tops = self.zio.vdevs();
+        let leaves: Vec<&Vdev> = tops.iter().flat_map(|t| t.leaves()).collect();
+        label::clear_uberblocks_after_all(&leaves, txg);
     }
 
     // ---- accessors ----------------------------------------------------------------

@@ -354,7 +354,6 @@ impl Pool {
     /// Write the label config of `cfg` (the pool's tree) to one leaf, not yet in every
     /// label: the new leaf of an attach or replace, before the uberblock that commits it.
     fn write_label_on(&self, leaf: &Vdev, cfg: &VdevConfig, top_guid: u64, txg: u64) {
-        let VdevKind::Leaf(Some(l)) = &leaf.kind else { return };
         let lc = LabelConfig {
             version: tarn_phys::TARN_FORMAT_VERSION,
             name: self.name.clone(),
@@ -367,10 +366,7 @@ impl Pool {
             features_for_read: vec![],
             vdev_tree: cfg.clone(),
         };
-        if let Err(e) = label::write_config(l, &lc).and_then(|_| l.flush()) {
-            leaf.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!("label write failed on {:?}: {e}", leaf.path);
-        }
+        label::sync_configs(&[(leaf, lc)]);
     }
 
     /// Open a device that is to join the tree (attach, replace), with the checks of
@@ -1014,13 +1010,7 @@ impl Pool {
     /// left it and release their devices.
     pub(crate) fn repair_sync_done(&self) {
         let released: Vec<Arc<Vdev>> = std::mem::take(&mut *self.repair.released.lock());
-        for leaf in released {
-            let VdevKind::Leaf(Some(l)) = &leaf.kind else { continue };
-            if let Err(e) = label::clear(l).and_then(|_| l.flush()) {
-                tracing::warn!("clearing the labels of detached {:?}: {e}", leaf.path);
-            }
-            l.unlock();
-        }
+        label::clear_and_release(&released.iter().map(|l| l.as_ref()).collect::<Vec<_>>());
     }
 
     /// At import, before the pool opens: give every leaf of `cfg` (runtime nodes in

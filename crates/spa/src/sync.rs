@@ -171,27 +171,7 @@ impl Pool {
         // Every leaf's label ring, in parallel (one device round trip per txg).
         let top = self.zio.vdevs();
         let leaves: Vec<&tarn_vdev::Vdev> = top.iter().flat_map(|t| t.leaves()).collect();
-        let written = std::thread::scope(|s| {
-            let handles: Vec<_> = leaves
-                .iter()
-                .map(|leaf| {
-                    let ub = &ub;
-                    s.spawn(move || {
-                        let tarn_vdev::VdevKind::Leaf(Some(l)) = &leaf.kind else { return false };
-                        // An offline or faulted leaf did not get this txg's blocks.
-                        if !leaf.state().is_usable() {
-                            return false;
-                        }
-                        let ok = label::write_uberblock(l, ub).and_then(|_| l.flush()).is_ok();
-                        if !ok {
-                            leaf.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                        }
-                        ok
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().expect("uberblock thread")).filter(|&ok| ok).count()
-        });
+        let written = label::sync_uberblock(&leaves, &ub).written;
         if written == 0 {
             return Err(SpaError::Io(format!("txg {txg}: no leaf accepted the uberblock")));
         }
