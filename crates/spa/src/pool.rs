@@ -1055,7 +1055,7 @@ impl Pool {
         let resilvering = self.resilver_running();
         let node = |v: &Vdev, top: bool, alloc: u64| -> VdevStatus {
             fn node(v: &Vdev, top: bool, alloc: u64, resilvering: bool) -> VdevStatus {
-                let leaf = matches!(v.kind, tarn_vdev::VdevKind::Leaf(_));
+                let leaf = v.is_leaf();
                 VdevStatus {
                     name: v.display_name(),
                     state: v.state().as_str().into(),
@@ -1137,14 +1137,8 @@ impl Pool {
 
     /// Flush and unlock every leaf, idle spares included (export, destroy, reopen).
     pub(crate) fn release_leaves(&self) {
-        let spares = self.idle_spares();
-        for t in self.zio.vdevs() {
-            for leaf in t.leaves().into_iter().chain(spares.iter().map(|s| s.as_ref())) {
-                if let tarn_vdev::VdevKind::Leaf(Some(l)) = &leaf.kind {
-                    let _ = l.flush();
-                    l.unlock();
-                }
-            }
+        for v in self.zio.vdevs().iter().chain(self.idle_spares().iter()) {
+            v.release();
         }
     }
 

@@ -69,7 +69,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tarn_phys::label::{data_end_bytes, LabelConfig, PoolState, VdevConfig, DATA_START_BYTES};
-use tarn_vdev::{label, Leaf, MirrorRole, Vdev, VdevKind, VdevState};
+use tarn_vdev::{label, Leaf, MirrorRole, Vdev, VdevState};
 
 /// Read + write errors since the last `zpool clear` at which a leaf is faulted.
 pub const FAULT_IO_ERRORS: u64 = 10;
@@ -131,7 +131,7 @@ fn collect_nodes(v: &Arc<Vdev>, out: &mut HashMap<u64, Arc<Vdev>>) {
 
 /// Copy the error counters of interior nodes that kept their GUID across a rebuild.
 fn copy_counters(v: &Vdev, old: &HashMap<u64, Arc<Vdev>>) {
-    if let (false, Some(o)) = (matches!(v.kind, VdevKind::Leaf(_)), old.get(&v.guid)) {
+    if let (false, Some(o)) = (v.is_leaf(), old.get(&v.guid)) {
         if !std::ptr::eq(o.as_ref(), v) {
             for (a, b) in [
                 (&v.stats.read_errors, &o.stats.read_errors),
@@ -144,16 +144,6 @@ fn copy_counters(v: &Vdev, old: &HashMap<u64, Arc<Vdev>>) {
     }
     for c in v.children() {
         copy_counters(c, old);
-    }
-}
-
-/// [`Vdev::missing`] with the leaf `excluded` counted as missing too.
-fn missing_without(v: &Vdev, excluded: u64, txg: u64) -> bool {
-    match &v.kind {
-        VdevKind::Hole => true,
-        VdevKind::Leaf(_) => v.guid == excluded || v.missing(txg),
-        VdevKind::Mirror(ch) => ch.iter().all(|c| missing_without(c, excluded, txg)),
-        VdevKind::Raidz { nparity, children } => children.iter().filter(|c| missing_without(c, excluded, txg)).count() > *nparity as usize,
     }
 }
 
@@ -171,7 +161,7 @@ fn required(top: &Vdev, guid: u64) -> bool {
             }
         }
     }
-    txgs.iter().any(|&t| missing_without(top, guid, t))
+    txgs.iter().any(|&t| top.missing_without(guid, t))
 }
 
 /// The config node at index path `at` below the root (`at[0]` is the top-level id).
@@ -463,7 +453,7 @@ impl Pool {
             };
             let lcfg = node(&cfg, &at).clone();
             let mut leaf = self.top_nodes(at[0]).remove(&lcfg.guid).expect("leaf of the tree");
-            if matches!(leaf.kind, VdevKind::Leaf(None)) {
+            if leaf.is_missing_device() {
                 // Reopen the device; it must carry this leaf's label.
                 let path = lcfg.path.clone().unwrap_or_default();
                 let reopened = Leaf::open(Path::new(&path)).ok().filter(|l| {
@@ -768,7 +758,7 @@ impl Pool {
             let in_place = new_device.is_none();
             if in_place {
                 let leaf = self.top_nodes(at[0]).remove(&ocfg.guid).expect("leaf of the tree");
-                if !matches!(leaf.kind, VdevKind::Leaf(None)) {
+                if !leaf.is_missing_device() {
                     return Err(SpaError::InUse {
                         path: old.to_string(),
                         pool: self.name.clone(),
@@ -1026,7 +1016,7 @@ impl Pool {
         for lc in cfg.children.iter().flat_map(|t| t.leaves()) {
             let Some(v) = nodes.get(&lc.guid) else { continue };
             v.dtl.set(&lc.dtl);
-            if matches!(v.kind, VdevKind::Leaf(None)) {
+            if v.is_missing_device() {
                 if !v.dtl.is_open() {
                     v.dtl.add(txg + 1, u64::MAX);
                 }
@@ -1073,7 +1063,7 @@ fn find_complete_replacing(cfg: &VdevConfig, id: usize, nodes: &HashMap<u64, Arc
             && n.children
                 .last()
                 .and_then(|c| nodes.get(&c.guid))
-                .is_some_and(|v| matches!(v.kind, VdevKind::Leaf(_)) && v.state().is_usable() && v.dtl.is_empty())
+                .is_some_and(|v| v.is_leaf() && v.state().is_usable() && v.dtl.is_empty())
     };
     let mut at = vec![id];
     walk_path(&cfg.children[id], &complete, &mut at).then_some(at)

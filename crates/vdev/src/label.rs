@@ -32,7 +32,7 @@
 //! labelclear).
 
 use crate::tree::{bump, each_parallel};
-use crate::{Leaf, Vdev, VdevError, VdevKind};
+use crate::{Leaf, Vdev, VdevError};
 use tarn_phys::label::{
     decode_config, encode_config, label_offsets, LabelConfig, CONFIG_MAX_BYTES, CONFIG_OFFSET_BYTES, LABEL_SIZE_BYTES, UBERBLOCK_RING_OFFSET_BYTES,
     UBERBLOCK_RING_SLOTS,
@@ -89,12 +89,8 @@ pub struct FanOut {
     pub skipped: usize,
 }
 
-/// The open device of a leaf node, if it has one.
 fn device(v: &Vdev) -> Option<&Leaf> {
-    match &v.kind {
-        VdevKind::Leaf(Some(l)) => Some(l),
-        _ => None,
-    }
+    v.device()
 }
 
 /// Run `op` on the device of every leaf in `leaves` (in parallel), each followed by a

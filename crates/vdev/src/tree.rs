@@ -261,11 +261,47 @@ impl Vdev {
     /// raidz with more than `p` children missing it. `birth_txg = 0` means "unknown"
     /// and only usability counts.
     pub fn missing(&self, birth_txg: u64) -> bool {
+        self.missing_without(0, birth_txg)
+    }
+
+    /// [`Vdev::missing`] with the leaf whose GUID is `excluded` counted as missing too
+    /// (would a detach or an offline of that leaf lose blocks of `birth_txg`?). GUID 0
+    /// excludes nothing.
+    pub fn missing_without(&self, excluded: u64, birth_txg: u64) -> bool {
         match &self.kind {
             VdevKind::Hole => true,
-            VdevKind::Leaf(_) => !self.state().is_usable() || (birth_txg != 0 && self.dtl.contains(birth_txg)),
-            VdevKind::Mirror(ch) => ch.iter().all(|c| c.missing(birth_txg)),
-            VdevKind::Raidz { nparity, children } => children.iter().filter(|c| c.missing(birth_txg)).count() > *nparity as usize,
+            VdevKind::Leaf(_) => (excluded != 0 && self.guid == excluded) || !self.state().is_usable() || (birth_txg != 0 && self.dtl.contains(birth_txg)),
+            VdevKind::Mirror(ch) => ch.iter().all(|c| c.missing_without(excluded, birth_txg)),
+            VdevKind::Raidz { nparity, children } => children.iter().filter(|c| c.missing_without(excluded, birth_txg)).count() > *nparity as usize,
+        }
+    }
+
+    /// Whether this node is a leaf (with or without an open device).
+    pub fn is_leaf(&self) -> bool {
+        matches!(self.kind, VdevKind::Leaf(_))
+    }
+
+    /// The open device of a leaf; `None` for interior nodes, holes and leaves whose
+    /// device could not be opened (UNAVAIL).
+    pub fn device(&self) -> Option<&Leaf> {
+        match &self.kind {
+            VdevKind::Leaf(Some(l)) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a leaf whose device is missing (could not be opened).
+    pub fn is_missing_device(&self) -> bool {
+        matches!(self.kind, VdevKind::Leaf(None))
+    }
+
+    /// Flush and unlock the devices of every leaf below (export, destroy, reopen: the
+    /// pool stops using them even while an in-memory handle remains). Flush errors
+    /// are ignored: nothing the pool still needs is in flight.
+    pub fn release(&self) {
+        for l in self.leaves().into_iter().filter_map(Vdev::device) {
+            let _ = l.flush();
+            l.unlock();
         }
     }
 
