@@ -173,7 +173,7 @@ pub(crate) fn vdev_error(force: bool, msg: &str) -> String {
 
 /// `zpool status` name of a top-level vdev config: "mirror-1", "raidz2-0", the path.
 pub(crate) fn config_display_name(t: &VdevConfig) -> String {
-    crate::repair::display_name(t)
+    crate::config::display_name(t)
 }
 
 /// An imported pool.
@@ -607,7 +607,7 @@ impl Pool {
         };
         cfg.children
             .iter()
-            .map(|t| crate::repair::build_vdev(t, t.id as u32, t.ashift, &mut mk_leaf))
+            .map(|t| crate::config::build_vdev(t, t.id as u32, t.ashift, &mut mk_leaf))
             .collect()
     }
 
@@ -823,7 +823,7 @@ impl Pool {
             .spares
             .iter()
             .map(|s| {
-                crate::repair::tree_leaf(&top, s.guid).unwrap_or_else(|| {
+                crate::config::tree_leaf(&top, s.guid).unwrap_or_else(|| {
                     let f = found.remove(&s.guid);
                     let path = f.as_ref().map(|f| f.path.display().to_string()).or(s.path.clone()).unwrap_or_default();
                     Arc::new(Vdev::new_leaf(s.id as u32, s.guid, s.ashift.max(9), path, f.map(|f| f.leaf)))
