@@ -101,7 +101,7 @@
 //!
 //! Threads: the txg sync thread (`sync.rs`), the scan thread (`scan.rs`); both catch
 //! panics at their loop boundary and suspend the pool. Joining either (export,
-//! `zpool clear`'s re-import) happens with no pool lock held.
+//! `zpool clear`'s re-import) happens holding no lock that either thread takes.
 //!
 //! Called by: cli (daemon), tests. Calls: dmu, zio, metaslab, vdev, phys.
 
