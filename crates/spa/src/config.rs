@@ -61,7 +61,7 @@ pub(crate) fn build_vdev(c: &VdevConfig, id: u32, ashift: u8, leaf: &mut dyn FnM
 
 /// Every node below (and including) `v` by GUID.
 pub(crate) fn collect_nodes(v: &Arc<Vdev>, out: &mut HashMap<u64, Arc<Vdev>>) {
-    out.insert(v.guid, v.clone());
+    out.insert(v.guid(), v.clone());
     for c in v.children() {
         collect_nodes(c, out);
     }
@@ -69,12 +69,12 @@ pub(crate) fn collect_nodes(v: &Arc<Vdev>, out: &mut HashMap<u64, Arc<Vdev>>) {
 
 /// Copy the error counters of interior nodes that kept their GUID across a rebuild.
 pub(crate) fn copy_counters(v: &Vdev, old: &HashMap<u64, Arc<Vdev>>) {
-    if let (false, Some(o)) = (v.is_leaf(), old.get(&v.guid)) {
+    if let (false, Some(o)) = (v.is_leaf(), old.get(&v.guid())) {
         if !std::ptr::eq(o.as_ref(), v) {
             for (a, b) in [
-                (&v.stats.read_errors, &o.stats.read_errors),
-                (&v.stats.write_errors, &o.stats.write_errors),
-                (&v.stats.checksum_errors, &o.stats.checksum_errors),
+                (&v.stats().read_errors, &o.stats().read_errors),
+                (&v.stats().write_errors, &o.stats().write_errors),
+                (&v.stats().checksum_errors, &o.stats().checksum_errors),
             ] {
                 a.store(b.load(Ordering::Relaxed), Ordering::Relaxed);
             }
@@ -226,7 +226,7 @@ pub(crate) fn find_complete_replacing(cfg: &VdevConfig, id: usize, nodes: &HashM
             && n.children
                 .last()
                 .and_then(|c| nodes.get(&c.guid))
-                .is_some_and(|v| v.is_leaf() && v.state().is_usable() && v.dtl.is_empty())
+                .is_some_and(|v| v.is_leaf() && v.state().is_usable() && v.dtl().is_empty())
     };
     let mut at = vec![id];
     walk_path(&cfg.children[id], &complete, &mut at).then_some(at)

@@ -42,8 +42,8 @@ impl Pool {
                 t.leaves()
                     .into_iter()
                     .map(|l| LeafDevice {
-                        path: l.path.clone().unwrap_or_default(),
-                        guid: l.guid,
+                        path: l.path().clone().unwrap_or_default(),
+                        guid: l.guid(),
                     })
                     .collect::<Vec<_>>()
             })

@@ -548,7 +548,7 @@ impl Pool {
                 }
             }
         }
-        items.extend(idle.iter().map(|s| (s.as_ref(), label(s.guid, 0))));
+        items.extend(idle.iter().map(|s| (s.as_ref(), label(s.guid(), 0))));
         label::sync_configs(&items);
         Ok(())
     }
@@ -1059,14 +1059,14 @@ impl Pool {
                 VdevStatus {
                     name: v.display_name(),
                     state: v.state().as_str().into(),
-                    read_errors: v.stats.read_errors.load(Ordering::Relaxed),
-                    write_errors: v.stats.write_errors.load(Ordering::Relaxed),
-                    checksum_errors: v.stats.checksum_errors.load(Ordering::Relaxed),
+                    read_errors: v.stats().read_errors.load(Ordering::Relaxed),
+                    write_errors: v.stats().write_errors.load(Ordering::Relaxed),
+                    checksum_errors: v.stats().checksum_errors.load(Ordering::Relaxed),
                     alloc_bytes: if top { alloc } else { 0 },
                     size_bytes: v.asize_bytes(),
                     is_log: false,
                     children: v.children().iter().map(|c| node(c, false, 0, resilvering)).collect(),
-                    resilvering: resilvering && leaf && v.state().is_usable() && !v.dtl.is_empty(),
+                    resilvering: resilvering && leaf && v.state().is_usable() && !v.dtl().is_empty(),
                     spares: Vec::new(),
                 }
             }
@@ -1176,7 +1176,7 @@ impl Pool {
             "health" => self.health(),
             "guid" => self.guid.to_string(),
             "version" => "-".into(),
-            "ashift" => self.tops().iter().find(|(_, l)| !l).map(|(t, _)| t.ashift).unwrap_or(12).to_string(),
+            "ashift" => self.tops().iter().find(|(_, l)| !l).map(|(t, _)| t.ashift()).unwrap_or(12).to_string(),
             "altroot" => self.altroot().unwrap_or_else(|| "-".into()),
             "readonly" => if self.gate.is_readonly() { "on" } else { "off" }.into(),
             "failmode" => {

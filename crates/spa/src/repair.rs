@@ -97,7 +97,7 @@ pub(crate) struct RepairState {
 fn required(top: &Vdev, guid: u64) -> bool {
     let mut txgs = vec![0u64];
     for l in top.leaves() {
-        for (a, b) in l.dtl.ranges() {
+        for (a, b) in l.dtl().ranges() {
             txgs.push(a);
             if b != u64::MAX {
                 txgs.push(b + 1);
@@ -131,7 +131,7 @@ impl Pool {
                 return Some(v);
             }
         }
-        self.repair.spares.lock().iter().find(|s| s.guid == guid).cloned()
+        self.repair.spares.lock().iter().find(|s| s.guid() == guid).cloned()
     }
 
     /// Rebuild top-level vdev `id` from `cfg.children[id]`, reusing the current nodes and
@@ -139,7 +139,7 @@ impl Pool {
     fn rebuild_top(&self, cfg: &VdevConfig, id: usize, new_leaves: &[Arc<Vdev>]) {
         let mut nodes = self.top_nodes(id);
         for l in new_leaves {
-            nodes.insert(l.guid, l.clone());
+            nodes.insert(l.guid(), l.clone());
         }
         let t = &cfg.children[id];
         let top = build_vdev(t, id as u32, t.ashift, &mut |c, _, _| nodes.get(&c.guid).cloned().expect("rebuilt leaf exists"));
@@ -159,7 +159,7 @@ impl Pool {
         for t in cfg.children.iter_mut() {
             for_leaves_mut(t, &mut |l| {
                 if let Some(v) = nodes.get(&l.guid) {
-                    l.dtl = v.dtl.ranges();
+                    l.dtl = v.dtl().ranges();
                     l.offline = v.is_offline() && !temp.contains(&l.guid);
                     l.faulted = v.state() == VdevState::Faulted;
                 }
@@ -174,7 +174,7 @@ impl Pool {
             version: tarn_phys::TARN_FORMAT_VERSION,
             name: self.name.clone(),
             pool_guid: self.guid,
-            guid: leaf.guid,
+            guid: leaf.guid(),
             top_guid,
             txg,
             state: PoolState::Active,
@@ -232,8 +232,8 @@ impl Pool {
                     return Err(SpaError::Busy(format!("{what}: no valid replicas")));
                 }
                 leaf.set_offline(true);
-                if !leaf.dtl.is_open() {
-                    leaf.dtl.add(self.gate.synced_txg() + 1, u64::MAX);
+                if !leaf.dtl().is_open() {
+                    leaf.dtl().add(self.gate.synced_txg() + 1, u64::MAX);
                 }
             }
             let mut temp = self.repair.temp_offline.lock();
@@ -289,10 +289,10 @@ impl Pool {
                         .any(|c| c.pool_guid == self.guid && c.guid == lcfg.guid)
                 });
                 if let Some(l) = reopened {
-                    let v = Arc::new(Vdev::new_leaf(leaf.id, leaf.guid, leaf.ashift, path, Some(l)));
-                    v.dtl.set(&leaf.dtl.ranges());
-                    if !v.dtl.is_open() {
-                        v.dtl.add(1, u64::MAX);
+                    let v = Arc::new(Vdev::new_leaf(leaf.id(), leaf.guid(), leaf.ashift(), path, Some(l)));
+                    v.dtl().set(&leaf.dtl().ranges());
+                    if !v.dtl().is_open() {
+                        v.dtl().add(1, u64::MAX);
                     }
                     self.rebuild_top(&cfg, at[0], std::slice::from_ref(&v));
                     leaf = v;
@@ -303,7 +303,7 @@ impl Pool {
             self.repair.temp_offline.lock().remove(&lcfg.guid);
             let state = leaf.state();
             if state.is_usable() {
-                leaf.dtl.close(self.gate.synced_txg());
+                leaf.dtl().close(self.gate.synced_txg());
             }
             self.config_dirty.store(true, Ordering::SeqCst);
             state
@@ -335,20 +335,26 @@ impl Pool {
                         let guid = node(&cfg, &at).guid;
                         vec![self.top_nodes(at[0]).remove(&guid).expect("node of the tree")]
                     }
-                    None => match self.repair.spares.lock().iter().find(|s| s.path.as_deref().is_some_and(|p| same_device(p, d))) {
+                    None => match self
+                        .repair
+                        .spares
+                        .lock()
+                        .iter()
+                        .find(|s| s.path().as_deref().is_some_and(|p| same_device(p, d)))
+                    {
                         Some(s) => vec![s.clone()],
                         None => return Err(SpaError::NotFound(format!("cannot clear errors for {d}: no such device in pool"))),
                     },
                 },
             };
             fn walk(v: &Vdev, synced: u64, changed: &mut bool) {
-                for c in [&v.stats.read_errors, &v.stats.write_errors, &v.stats.checksum_errors] {
+                for c in [&v.stats().read_errors, &v.stats().write_errors, &v.stats().checksum_errors] {
                     c.store(0, Ordering::Relaxed);
                 }
                 if v.state() == VdevState::Faulted {
                     v.set_faulted(false);
                     if v.state().is_usable() {
-                        v.dtl.close(synced);
+                        v.dtl().close(synced);
                     }
                     *changed = true;
                 }
@@ -434,7 +440,7 @@ impl Pool {
             Some(r) => (1, r),
         };
         let (vdev, mut ncfg) = make(new_id, ashift);
-        vdev.dtl.set(&full_dtl);
+        vdev.dtl().set(&full_dtl);
         ncfg.dtl = full_dtl;
         ncfg.id = new_id as u64;
         if role.is_none() && !top_level {
@@ -504,7 +510,7 @@ impl Pool {
                 // Back in the spares list, usable again.
                 leaf.set_offline(false);
                 leaf.set_faulted(false);
-                leaf.dtl.set(&[]);
+                leaf.dtl().set(&[]);
             }
             self.config_dirty.store(true, Ordering::SeqCst);
         }
@@ -528,7 +534,7 @@ impl Pool {
         if spare_parent && !was_spare {
             cfg.spares.retain(|s| !remaining.contains(&s.guid));
             renumber_spares(cfg);
-            self.repair.spares.lock().retain(|s| !remaining.contains(&s.guid));
+            self.repair.spares.lock().retain(|s| !remaining.contains(&s.guid()));
         }
     }
 
@@ -567,7 +573,7 @@ impl Pool {
             if cfg.children.iter().flat_map(|t| t.leaves()).any(|l| l.guid == scfg.guid) {
                 return Err(SpaError::Busy(format!("{what}: {new_word} is busy")));
             }
-            let sv = self.repair.spares.lock().iter().find(|s| s.guid == scfg.guid).cloned().expect("spare node");
+            let sv = self.repair.spares.lock().iter().find(|s| s.guid() == scfg.guid).cloned().expect("spare node");
             if !sv.state().is_usable() {
                 return Err(SpaError::Invalid(format!("{what}: {new_word} is not available")));
             }
@@ -645,7 +651,7 @@ impl Pool {
             cfg.spares.remove(i);
             renumber_spares(&mut cfg);
             let mut spares = self.repair.spares.lock();
-            if let Some(j) = spares.iter().position(|s| s.guid == guid) {
+            if let Some(j) = spares.iter().position(|s| s.guid() == guid) {
                 self.repair.released.lock().push(spares.remove(j));
             }
             self.config_dirty.store(true, Ordering::SeqCst);
@@ -658,7 +664,7 @@ impl Pool {
     pub(crate) fn idle_spares(&self) -> Vec<Arc<Vdev>> {
         let cfg = self.config.lock();
         let used: HashSet<u64> = cfg.children.iter().flat_map(|t| t.leaves()).map(|l| l.guid).collect();
-        self.repair.spares.lock().iter().filter(|s| !used.contains(&s.guid)).cloned().collect()
+        self.repair.spares.lock().iter().filter(|s| !used.contains(&s.guid())).cloned().collect()
     }
 
     /// Rows of the `spares` section of `zpool status`.
@@ -670,7 +676,7 @@ impl Pool {
             .lock()
             .iter()
             .map(|s| {
-                let state = if used.contains(&s.guid) {
+                let state = if used.contains(&s.guid()) {
                     "INUSE"
                 } else if s.state().is_usable() {
                     "AVAIL"
@@ -693,7 +699,7 @@ impl Pool {
             Some(at) => node(&cfg, &at).guid,
             None => cfg.spares.iter().find(|s| s.path.as_deref().is_some_and(|p| same_device(p, device)))?.guid,
         };
-        self.leaf_by_guid(guid).map(|v| v.dtl.ranges())
+        self.leaf_by_guid(guid).map(|v| v.dtl().ranges())
     }
 
     /// Whether some usable leaf's DTL is not empty (there is something to resilver).
@@ -701,7 +707,7 @@ impl Pool {
         self.zio
             .vdevs()
             .iter()
-            .flat_map(|t| t.leaves().into_iter().map(|l| l.state().is_usable() && !l.dtl.is_empty()).collect::<Vec<_>>())
+            .flat_map(|t| t.leaves().into_iter().map(|l| l.state().is_usable() && !l.dtl().is_empty()).collect::<Vec<_>>())
             .any(|x| x)
     }
 
@@ -722,7 +728,7 @@ impl Pool {
         for top in self.zio.vdevs() {
             for leaf in top.leaves() {
                 if leaf.state().is_usable() {
-                    leaf.dtl.clear_through(scanned_through_txg);
+                    leaf.dtl().clear_through(scanned_through_txg);
                 }
             }
         }
@@ -775,12 +781,12 @@ impl Pool {
         let mut changed = false;
         for top in self.zio.vdevs() {
             for leaf in top.leaves() {
-                let errors = leaf.stats.read_errors.load(Ordering::Relaxed) + leaf.stats.write_errors.load(Ordering::Relaxed);
-                if leaf.state().is_usable() && errors >= FAULT_IO_ERRORS && !required(&top, leaf.guid) {
-                    tracing::warn!("pool {}: faulting {:?} after {errors} I/O errors", self.name, leaf.path);
+                let errors = leaf.stats().read_errors.load(Ordering::Relaxed) + leaf.stats().write_errors.load(Ordering::Relaxed);
+                if leaf.state().is_usable() && errors >= FAULT_IO_ERRORS && !required(&top, leaf.guid()) {
+                    tracing::warn!("pool {}: faulting {:?} after {errors} I/O errors", self.name, leaf.path());
                     leaf.set_faulted(true);
-                    if !leaf.dtl.is_open() {
-                        leaf.dtl.add(txg, u64::MAX);
+                    if !leaf.dtl().is_open() {
+                        leaf.dtl().add(txg, u64::MAX);
                     }
                     changed = true;
                 }
@@ -799,7 +805,7 @@ impl Pool {
         let mut m = HashMap::new();
         for top in self.zio.vdevs() {
             for leaf in top.leaves() {
-                m.insert(leaf.guid, leaf.stats.write_errors.load(Ordering::Relaxed));
+                m.insert(leaf.guid(), leaf.stats().write_errors.load(Ordering::Relaxed));
             }
         }
         m
@@ -812,9 +818,9 @@ impl Pool {
         let mut changed = false;
         for top in self.zio.vdevs() {
             for leaf in top.leaves() {
-                let now = leaf.stats.write_errors.load(Ordering::Relaxed);
-                if now > before.get(&leaf.guid).copied().unwrap_or(now) && !leaf.dtl.contains(txg) {
-                    leaf.dtl.add(txg, txg);
+                let now = leaf.stats().write_errors.load(Ordering::Relaxed);
+                if now > before.get(&leaf.guid()).copied().unwrap_or(now) && !leaf.dtl().contains(txg) {
+                    leaf.dtl().add(txg, txg);
                     changed = true;
                 }
             }
@@ -841,25 +847,25 @@ impl Pool {
         }
         for lc in cfg.children.iter().flat_map(|t| t.leaves()) {
             let Some(v) = nodes.get(&lc.guid) else { continue };
-            v.dtl.set(&lc.dtl);
+            v.dtl().set(&lc.dtl);
             if v.is_missing_device() {
-                if !v.dtl.is_open() {
-                    v.dtl.add(txg + 1, u64::MAX);
+                if !v.dtl().is_open() {
+                    v.dtl().add(txg + 1, u64::MAX);
                 }
                 continue;
             }
             let newest = leaf_ub_txg.get(&lc.guid).copied().unwrap_or(0);
             if newest < txg {
-                v.dtl.add(newest + 1, txg);
+                v.dtl().add(newest + 1, txg);
             }
             if lc.offline || lc.faulted {
                 v.set_offline(lc.offline);
                 v.set_faulted(lc.faulted);
-                if !v.dtl.is_open() {
-                    v.dtl.add(txg + 1, u64::MAX);
+                if !v.dtl().is_open() {
+                    v.dtl().add(txg + 1, u64::MAX);
                 }
             } else {
-                v.dtl.close(txg);
+                v.dtl().close(txg);
             }
         }
     }

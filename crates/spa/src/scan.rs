@@ -254,7 +254,7 @@ impl Pool {
                 t.leaves()
                     .into_iter()
                     .filter(|l| l.state().is_usable())
-                    .filter_map(|l| l.dtl.bounds())
+                    .filter_map(|l| l.dtl().bounds())
                     .collect::<Vec<_>>()
             })
             .map(|(lo, _)| lo)
@@ -359,7 +359,7 @@ impl Pool {
         let mut leaves = Vec::new();
         for top in self.zio.vdevs() {
             for l in top.leaves() {
-                if let Some(t) = snap.get(&l.guid) {
+                if let Some(t) = snap.get(&l.guid()) {
                     leaves.push((l.display_name(), *t));
                 }
             }

@@ -436,7 +436,7 @@ fn a_txg_writes_its_metadata_in_a_few_batches_not_block_by_block() {
     let wide = put(&*os, b"x");
     pool.sync().unwrap();
     let leaf = pool.zio().vdevs()[0].clone();
-    let ops = |l: &tarn_vdev::Vdev| l.stats.write_ops.load(std::sync::atomic::Ordering::Relaxed);
+    let ops = |l: &tarn_vdev::Vdev| l.stats().write_ops.load(std::sync::atomic::Ordering::Relaxed);
     let (ops_before, blocks_before) = (ops(&leaf), pool.zio().blocks_written.load(std::sync::atomic::Ordering::Relaxed));
     {
         let tx = os.hold_tx().unwrap();

@@ -150,25 +150,25 @@ pub enum MirrorRole {
 /// One node of the vdev tree. Top-level vdevs have `id` = their index in DVAs.
 pub struct Vdev {
     /// Index among siblings; for top-level vdevs, the DVA vdev id.
-    pub id: u32,
+    pub(crate) id: u32,
     /// Stable identity (also stored in labels).
-    pub guid: u64,
+    pub(crate) guid: u64,
     /// log2 sector size (9 or 12), same for the whole top-level vdev.
-    pub ashift: u8,
+    pub(crate) ashift: u8,
     /// Leaf path for leaves (also kept when UNAVAIL), None otherwise.
-    pub path: Option<String>,
+    pub(crate) path: Option<String>,
     /// Node kind and children.
-    pub kind: VdevKind,
+    pub(crate) kind: VdevKind,
     /// Error and I/O counters.
-    pub stats: VdevStats,
+    pub(crate) stats: VdevStats,
     /// Administratively offline (leaves only; `zpool offline`).
     offline: AtomicBool,
     /// Faulted: too many errors, or faulted by the administrator (leaves only).
     faulted: AtomicBool,
     /// Txgs this leaf missed (leaves only; see [`crate::dtl`]).
-    pub dtl: Dtl,
+    pub(crate) dtl: Dtl,
     /// For `VdevKind::Mirror` nodes: which of mirror/replacing/spare this is.
-    pub role: MirrorRole,
+    pub(crate) role: MirrorRole,
 }
 
 /// What one raidz column read produced.
@@ -183,6 +183,46 @@ pub(crate) enum Column {
 }
 
 impl Vdev {
+    /// Index among siblings; for a top-level vdev, the DVA vdev id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Stable identity (also stored in labels).
+    pub fn guid(&self) -> u64 {
+        self.guid
+    }
+
+    /// log2 sector size (9..=16), the same for the whole top-level vdev.
+    pub fn ashift(&self) -> u8 {
+        self.ashift
+    }
+
+    /// The leaf's device path (kept when UNAVAIL); `None` for interior nodes and holes.
+    pub fn path(&self) -> &Option<String> {
+        &self.path
+    }
+
+    /// Node kind and children.
+    pub fn kind(&self) -> &VdevKind {
+        &self.kind
+    }
+
+    /// Error and I/O counters.
+    pub fn stats(&self) -> &VdevStats {
+        &self.stats
+    }
+
+    /// Txgs this leaf missed (leaves only; see [`crate::dtl`]).
+    pub fn dtl(&self) -> &Dtl {
+        &self.dtl
+    }
+
+    /// For mirror-shaped nodes: which of mirror, replacing, spare this is.
+    pub fn role(&self) -> MirrorRole {
+        self.role
+    }
+
     fn new(id: u32, guid: u64, ashift: u8, path: Option<String>, kind: VdevKind) -> Vdev {
         assert!((9..=16).contains(&ashift), "ashift {ashift}");
         Vdev {

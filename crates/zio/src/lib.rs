@@ -216,7 +216,7 @@ impl Zio {
         assert_ne!(space.class(), AllocClass::Hole, "attach a hole");
         let mut vdevs = self.vdevs.write();
         let mut sm = self.space.lock();
-        let id = vdev.id as usize;
+        let id = vdev.id() as usize;
         if id == vdevs.len() {
             vdevs.push(vdev);
             sm.vdevs.push(space);
@@ -591,8 +591,8 @@ impl Zio {
         // For a txg flush (all vdevs) only normal-class failures count: log vdevs hold
         // no txg data. A log commit names its vdevs and needs every one of them.
         let normal: Vec<bool> = self.space.lock().vdevs.iter().map(|s| s.class() == AllocClass::Normal).collect();
-        let tops: Vec<&Arc<Vdev>> = vdevs.iter().filter(|t| ids.is_none_or(|i| i.contains(&t.id))).collect();
-        let leaves: Vec<(u32, &Vdev)> = tops.iter().flat_map(|top| top.leaves().into_iter().map(move |leaf| (top.id, leaf))).collect();
+        let tops: Vec<&Arc<Vdev>> = vdevs.iter().filter(|t| ids.is_none_or(|i| i.contains(&t.id()))).collect();
+        let leaves: Vec<(u32, &Vdev)> = tops.iter().flat_map(|top| top.leaves().into_iter().map(move |leaf| (top.id(), leaf))).collect();
         // An unusable leaf (offline, faulted, missing) got none of the writes: it
         // counts as not flushed.
         let flush = |leaf: &Vdev| leaf.state().is_usable() && leaf.flush().is_ok();
@@ -612,12 +612,12 @@ impl Zio {
             .collect();
         for top in tops
             .into_iter()
-            .filter(|t| ids.is_some() || normal.get(t.id as usize).copied().unwrap_or(false))
+            .filter(|t| ids.is_some() || normal.get(t.id() as usize).copied().unwrap_or(false))
         {
             if !top.leaves().is_empty() && !top.durable_with(&|l| flushed.contains(&(l as *const Vdev))) {
                 return Err(ZioError::Io(format!(
                     "too few leaves of top-level vdev {} could be flushed to hold its data",
-                    top.id
+                    top.id()
                 )));
             }
         }
@@ -733,7 +733,7 @@ mod tests {
         assert_eq!(zio.detach_vdev(1).err(), Some(4096));
         zio.with_space(|s| s.vdevs[1].free_now(off, 4096));
         let old = zio.detach_vdev(1).unwrap();
-        assert_eq!(old.id, 1);
+        assert_eq!(old.id(), 1);
         assert!(zio.vdevs()[1].is_hole());
         assert_eq!(zio.vdev_count(), 2);
         zio.flush().unwrap();
@@ -767,9 +767,9 @@ mod tests {
             .enumerate()
             .map(|(i, d)| (Arc::new(d.clone()), props(if i == 5 { 2 } else { 1 })))
             .collect();
-        let before = a.stats.write_ops.load(Ordering::Relaxed);
+        let before = a.stats().write_ops.load(Ordering::Relaxed);
         let bps: Vec<BlkPtr> = zio.write_blocks(&items, 2).into_iter().map(|r| r.unwrap()).collect();
-        let ios = a.stats.write_ops.load(Ordering::Relaxed) - before;
+        let ios = a.stats().write_ops.load(Ordering::Relaxed) - before;
         assert!(ios < 10, "{ios} device writes for 41 block copies: not aggregated");
         // Written blocks are cached: reading them back costs no device read.
         let reads = zio.blocks_read.load(Ordering::Relaxed);
