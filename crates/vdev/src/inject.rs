@@ -76,8 +76,11 @@ pub struct PowerCut {
     landed: AtomicU64,
     /// A volatile write cache ([`power_cut_volatile`]): per leaf path, the writes not
     /// yet flushed, as (device offset, the bytes they replaced), oldest first.
-    unflushed: Option<Mutex<std::collections::BTreeMap<String, Vec<(u64, Vec<u8>)>>>>,
+    unflushed: Option<Mutex<Unflushed>>,
 }
+
+/// Per leaf path, the writes not yet flushed: (device offset, the bytes replaced).
+type Unflushed = std::collections::BTreeMap<String, Vec<(u64, Vec<u8>)>>;
 
 /// Bytes of the sector that a torn write keeps whole ([`PowerCut::tear_unflushed`]).
 const TEAR_SECTOR_BYTES: usize = 512;
