@@ -659,7 +659,15 @@ fn clear(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
                 return Response::err(errors.join("\n"));
             }
         }
-        Err(e) => return Response::err(e.to_string()),
+        Err(e) => {
+            // A re-import that failed leaves the old pool closed: forget it (its
+            // devices are free; `zpool import` may be tried again).
+            if entry.pool.is_closed() {
+                daemon::unmount_all(entry, true);
+                st.pools.remove(name);
+            }
+            return Response::err(e.to_string());
+        }
     }
     history_note(entry, ctx);
     Response::ok("")
@@ -905,10 +913,20 @@ fn export(st: &mut State, args: &[String]) -> Response {
             resp.code = 1;
             continue;
         }
-        let errors = daemon::unmount_all(entry, p.has('f'));
-        if !errors.is_empty() && !p.has('f') {
+        // A suspended pool is released first, writing nothing (tarn_spa `suspend.rs`):
+        // its file systems then answer errors instead of holding up the unmount.
+        let suspended = entry.pool.suspension().is_some();
+        if suspended {
+            let _ = entry.pool.export();
+        }
+        let errors = daemon::unmount_all(entry, p.has('f') || suspended);
+        if !errors.is_empty() && !p.has('f') && !suspended {
             resp.stderr.push_str(&format!("{}\n", errors.join("\n")));
             resp.code = 1;
+            continue;
+        }
+        if suspended {
+            st.pools.remove(&name);
             continue;
         }
         if let Err(e) = entry.pool.export() {

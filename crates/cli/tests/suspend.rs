@@ -8,7 +8,7 @@
 //! lines and our line saying why; other changes fail with "pool I/O is currently
 //! suspended"; after `zinject -c all` and `zpool clear` the pool is ONLINE, takes
 //! changes again, and the change made before the failure is on disk after export and
-//! import.
+//! import; a suspended pool can be exported (writing nothing) and imported again.
 
 mod common;
 use common::*;
@@ -61,4 +61,15 @@ fn failmode_property_suspension_status_and_clear() {
     env.zpool(&["import", "-d", "v", "tank"]).ok();
     assert_eq!(env.zpool(&["get", "-H", "-o", "value", "comment", "tank"]).ok().stdout, "after\n");
     assert_eq!(env.zpool(&["get", "-H", "-o", "value", "failmode", "tank"]).ok().stdout, "continue\n");
+
+    // A suspended pool can be exported (nothing is written) and imported again.
+    for leaf in ["v/a.img", "v/b.img"] {
+        env.tarn(&["zinject", "-d", leaf, "-e", "io", "-T", "write", "tank"]).ok();
+    }
+    env.zpool(&["set", "comment=lost-again", "tank"]).ok();
+    env.zpool(&["sync", "tank"]).fails_with("pool I/O is currently suspended");
+    env.tarn(&["zinject", "-c", "all"]).ok();
+    env.zpool(&["export", "tank"]).ok();
+    env.zpool(&["import", "-d", "v", "tank"]).ok();
+    assert_eq!(env.zpool(&["get", "-H", "-o", "value", "comment", "tank"]).ok().stdout, "after\n");
 }

@@ -206,6 +206,12 @@ impl Pool {
         FailMode::from_u8(self.failmode.load(Ordering::SeqCst))
     }
 
+    /// Whether this `Pool` was exported, destroyed, or abandoned by a re-import
+    /// ([`Resume::Reopened`], or a failed one): it serves nothing any more.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
     /// The suspension in force, if any.
     pub fn suspension(&self) -> Option<Suspension> {
         self.suspension.lock().clone()
