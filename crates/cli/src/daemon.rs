@@ -62,10 +62,18 @@ pub fn export_all(st: &mut State) {
     let names: Vec<String> = st.pools.keys().cloned().collect();
     for name in names {
         if let Some(mut entry) = st.pools.remove(&name) {
+            // A suspended pool is released first (writing nothing), so unmounting
+            // does not wait on it (tarn_spa `suspend.rs`).
+            let suspended = entry.pool.suspension().is_some();
+            if suspended {
+                let _ = entry.pool.export();
+            }
             for e in unmount_all(&mut entry, true) {
                 tracing::warn!("{e}");
             }
-            if let Err(e) = entry.pool.export() {
+            if suspended {
+                tracing::info!("released suspended pool {name}");
+            } else if let Err(e) = entry.pool.export() {
                 tracing::error!("export of {name} failed: {e}");
             } else {
                 tracing::info!("exported {name}");

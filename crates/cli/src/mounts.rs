@@ -211,6 +211,13 @@ mod imp {
             threads: 8,
         };
         let vfs = tarn_zpl::Vfs::new(fs, snapshots, opts.snapdir);
+        // A panic in a FUSE worker suspends the dataset's pool (tarn_spa `suspend.rs`).
+        static HOOK: std::sync::Once = std::sync::Once::new();
+        HOOK.call_once(|| {
+            tarn_fuse::set_panic_hook(Arc::new(|dataset: &str, message: &str| {
+                tarn_spa::Pool::suspend_open(dataset, "fuse", message);
+            }))
+        });
         let mount = tarn_fuse::mount(vfs.clone(), mountpoint, &mo).map_err(|e| format!("{e}"))?;
         Ok(Handle { vfs, mount })
     }

@@ -666,11 +666,32 @@ fn clear(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         [n, d] => (n, Some(device_word(ctx, d))),
         _ => return bad_usage("clear", "too many arguments"),
     };
-    let Some(entry) = st.pools.get(name) else {
+    let Some(entry) = st.pools.get_mut(name) else {
         return no_such_pool(name);
     };
     if let Err(e) = entry.pool.clear(dev.as_deref()) {
         return Response::err(e.to_string());
+    }
+    // A suspended pool resumes: in place, or re-imported from disk and remounted.
+    match entry.pool.resume() {
+        Ok(tarn_spa::Resume::NotSuspended | tarn_spa::Resume::InPlace) => {}
+        Ok(tarn_spa::Resume::Reopened(pool)) => {
+            let mut errors = zfs_mount::unmount_all(entry, true);
+            entry.pool = pool;
+            errors.extend(zfs_mount::mount_all(entry));
+            if !errors.is_empty() {
+                return Response::err(errors.join("\n"));
+            }
+        }
+        Err(e) => {
+            // A re-import that failed leaves the old pool closed: forget it (its
+            // devices are free; `zpool import` may be tried again).
+            if entry.pool.is_closed() {
+                zfs_mount::unmount_all(entry, true);
+                st.pools.remove(name);
+            }
+            return Response::err(e.to_string());
+        }
     }
     history_note(entry, ctx);
     Response::ok("")
@@ -768,6 +789,7 @@ fn pool_column(c: &str) -> Option<(&'static str, Column)> {
         "ashift" => ("ashift", Column::right("ASHIFT")),
         "version" => ("version", Column::right("VERSION")),
         "readonly" => ("readonly", Column::left("RDONLY")),
+        "failmode" => ("failmode", Column::left("FAILMODE")),
         _ => return None,
     })
 }
@@ -887,6 +909,10 @@ fn status(st: &mut State, args: &[String]) -> Response {
             continue;
         }
         let mut block = format::pool_status(n, &health, &tree, errs);
+        if let Some(s) = entry.pool.suspension() {
+            // Ours beside OpenZFS's wording: why the pool suspended.
+            block = block.replacen("action: Make sure", &format!("\t{s}\naction: Make sure"), 1);
+        }
         if let Some(scan) = entry.pool.scan_status() {
             let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
             if scan.phys.func == tarn_spa::scan::ScanKind::Resilver && scan.phys.state == tarn_spa::scan::ScanState::Scanning {
@@ -929,10 +955,20 @@ fn export(st: &mut State, args: &[String]) -> Response {
             resp.code = 1;
             continue;
         }
-        let errors = zfs_mount::unmount_all(entry, p.has('f'));
-        if !errors.is_empty() && !p.has('f') {
+        // A suspended pool is released first, writing nothing (tarn_spa `suspend.rs`):
+        // its file systems then answer errors instead of holding up the unmount.
+        let suspended = entry.pool.suspension().is_some();
+        if suspended {
+            let _ = entry.pool.export();
+        }
+        let errors = zfs_mount::unmount_all(entry, p.has('f') || suspended);
+        if !errors.is_empty() && !p.has('f') && !suspended {
             resp.stderr.push_str(&format!("{}\n", errors.join("\n")));
             resp.code = 1;
+            continue;
+        }
+        if suspended {
+            st.pools.remove(&name);
             continue;
         }
         if let Err(e) = entry.pool.export() {

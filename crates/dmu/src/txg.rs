@@ -15,6 +15,15 @@
 //! that grows without bound as dirty data nears the limit, so writers slow to the rate
 //! the pool absorbs instead of stopping dead; at the limit they wait for a sync.
 //!
+//! Suspension (OpenZFS `spa_suspend`/`zio_suspend` and the `failmode` property): when
+//! the pool above cannot sync a txg it calls [`TxgGate::suspend`] with a
+//! [`SuspendMode`]. In [`SuspendMode::Wait`] a hold or a wait for a sync blocks until
+//! [`TxgGate::resume`] (or until the gate turns read-only at export, which fails it);
+//! in [`SuspendMode::Fail`] both fail at once with [`DmuError::Io`]
+//! ([`SUSPENDED_MESSAGE`]). [`TxgGate::hold_nowait`] and
+//! [`TxgGate::wait_synced_nowait`] fail in both modes: administrative callers that
+//! must never wedge (a daemon request holding its state lock) use them.
+//!
 //! Locks: `open` (RwLock) is taken before any object-set lock. Never take a second hold
 //! while holding one (a waiting quiescer would deadlock the pair).
 //!
@@ -49,14 +58,26 @@ pub fn throttle_delay_ns(dirty_bytes: u64, max_bytes: u64) -> Option<u64> {
     Some(ns.min(DELAY_MAX_NS as u128) as u64)
 }
 
+/// Text of the error a suspended pool returns (OpenZFS's `EZFS_SUSPENDED` wording).
+pub const SUSPENDED_MESSAGE: &str = "pool I/O is currently suspended";
+
+/// What holds and sync waits do while the pool is suspended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SuspendMode {
+    /// Block until the pool resumes (`failmode=wait`, and `panic` until the abort).
+    Wait,
+    /// Fail at once with EIO (`failmode=continue`).
+    Fail,
+}
+
 #[derive(Default)]
 struct SyncState {
     /// Highest txg whose uberblock is on disk.
     synced_txg: u64,
     /// Highest txg someone asked to be synced now.
     wanted_txg: u64,
-    /// Set when a sync failed: the pool is suspended.
-    suspended: bool,
+    /// Set when a sync failed: the pool is suspended, and how writers are treated.
+    suspended: Option<SuspendMode>,
 }
 
 /// The txg gate shared by the pool and all its object sets.
@@ -82,7 +103,7 @@ impl TxgGate {
             sync: Mutex::new(SyncState {
                 synced_txg: open_txg.saturating_sub(1),
                 wanted_txg: 0,
-                suspended: false,
+                suspended: None,
             }),
             sync_cv: Condvar::new(),
             dirty_max_bytes,
@@ -90,21 +111,60 @@ impl TxgGate {
         }
     }
 
-    /// Refuse all further holds (read-only import, export in progress).
+    /// Refuse all further holds (read-only import, export in progress). Holds and
+    /// sync waits blocked on a suspended gate fail.
     pub fn set_readonly(&self, ro: bool) {
         self.readonly.store(ro, Ordering::SeqCst);
+        let _s = self.sync.lock();
+        self.sync_cv.notify_all();
+        self.dirty_cv.notify_all();
     }
 
-    /// True when holds are refused.
+    /// True when holds are refused for good (read-only); a suspended gate is not
+    /// read-only (see [`TxgGate::suspended`]).
     pub fn is_readonly(&self) -> bool {
-        self.readonly.load(Ordering::SeqCst) || self.sync.lock().suspended
+        self.readonly.load(Ordering::SeqCst)
     }
 
-    /// Hold the open txg, delayed by the write throttle (see the module theory).
+    /// How the gate treats writers now: `None` unless suspended.
+    pub fn suspended(&self) -> Option<SuspendMode> {
+        self.sync.lock().suspended
+    }
+
+    /// While suspended: wait for a resume (`Wait` and `block`) or fail. Ok when the
+    /// gate is (or became) not suspended.
+    fn wait_resumed(&self, block: bool) -> Result<()> {
+        let mut s = self.sync.lock();
+        loop {
+            if self.is_readonly() {
+                return Err(DmuError::ReadOnly);
+            }
+            match s.suspended {
+                None => return Ok(()),
+                Some(SuspendMode::Wait) if block => self.sync_cv.wait(&mut s),
+                Some(_) => return Err(DmuError::Io(SUSPENDED_MESSAGE.into())),
+            }
+        }
+    }
+
+    /// Hold the open txg, delayed by the write throttle (see the module theory). On a
+    /// suspended gate: blocks until resumed (`Wait`) or fails with `Io` (`Fail`).
+    /// Errors: `ReadOnly` on a read-only gate.
     pub fn hold(&self) -> Result<TxHold> {
+        self.hold_inner(true)
+    }
+
+    /// [`TxgGate::hold`] that never waits for a suspended gate: fails with `Io`
+    /// ([`SUSPENDED_MESSAGE`]) in either mode. For administrative changes.
+    pub fn hold_nowait(&self) -> Result<TxHold> {
+        self.hold_inner(false)
+    }
+
+    fn hold_inner(&self, block: bool) -> Result<TxHold> {
         if self.is_readonly() {
             return Err(DmuError::ReadOnly);
         }
+        self.wait_resumed(block)?;
         let delay_ns = {
             let mut d = self.dirty.lock();
             loop {
@@ -114,8 +174,13 @@ impl TxgGate {
                         let open = *self.open.read();
                         self.request_sync(open);
                         self.dirty_cv.wait_for(&mut d, Duration::from_millis(100));
-                        if self.sync.lock().suspended {
+                        if self.is_readonly() {
                             return Err(DmuError::ReadOnly);
+                        }
+                        if self.sync.lock().suspended.is_some() {
+                            drop(d);
+                            self.wait_resumed(block)?;
+                            d = self.dirty.lock();
                         }
                     }
                 }
@@ -178,13 +243,30 @@ impl TxgGate {
         self.sync_cv.notify_all();
     }
 
-    /// Block until `txg` is synced (requesting it). Fails if the pool suspends.
+    /// Block until `txg` is synced (requesting it). While the gate is suspended:
+    /// waits for the resume and the sync after it (`Wait`) or fails with `Io`
+    /// (`Fail`). Errors: `ReadOnly` if the gate turns read-only while waiting.
     pub fn wait_synced(&self, txg: u64) -> Result<()> {
+        self.wait_synced_inner(txg, true)
+    }
+
+    /// [`TxgGate::wait_synced`] that fails with `Io` ([`SUSPENDED_MESSAGE`]) as soon as
+    /// the gate is suspended, in either mode. For administrative callers.
+    pub fn wait_synced_nowait(&self, txg: u64) -> Result<()> {
+        self.wait_synced_inner(txg, false)
+    }
+
+    fn wait_synced_inner(&self, txg: u64, block: bool) -> Result<()> {
         self.request_sync(txg);
         let mut s = self.sync.lock();
         while s.synced_txg < txg {
-            if s.suspended {
-                return Err(DmuError::Io("pool I/O is suspended".into()));
+            match s.suspended {
+                Some(SuspendMode::Wait) if block => {}
+                Some(_) => return Err(DmuError::Io(SUSPENDED_MESSAGE.into())),
+                None => {}
+            }
+            if s.suspended.is_some() && self.is_readonly() {
+                return Err(DmuError::ReadOnly);
             }
             self.sync_cv.wait_for(&mut s, Duration::from_millis(200));
         }
@@ -192,10 +274,15 @@ impl TxgGate {
     }
 
     /// Sync thread: wait up to `timeout` for a sync request. Returns true if one is
-    /// pending (or dirty data is waiting and the timeout passed).
+    /// pending (or dirty data is waiting and the timeout passed); false while the gate
+    /// is suspended (after waiting up to `timeout` for a resume).
     pub fn wait_for_work(&self, timeout: Duration) -> bool {
         let open = *self.open.read();
         let mut s = self.sync.lock();
+        if s.suspended.is_some() {
+            self.sync_cv.wait_for(&mut s, timeout);
+            return false;
+        }
         if s.wanted_txg >= open && s.synced_txg < open {
             return true;
         }
@@ -210,16 +297,20 @@ impl TxgGate {
         self.sync_cv.notify_all();
     }
 
-    /// Sync thread: a sync failed; refuse further changes and fail waiters.
-    pub fn suspend(&self) {
-        self.sync.lock().suspended = true;
+    /// A sync failed: suspend. Holds and sync waits then block or fail as `mode`
+    /// says (module theory); waiters already blocked re-check at once.
+    pub fn suspend(&self, mode: SuspendMode) {
+        self.sync.lock().suspended = Some(mode);
         self.sync_cv.notify_all();
         self.dirty_cv.notify_all();
     }
 
-    /// Whether a failed sync suspended the pool ([`TxgGate::suspend`]).
-    pub fn is_suspended(&self) -> bool {
-        self.sync.lock().suspended
+    /// Lift a suspension (`zpool clear`): blocked holds go on, and the sync thread may
+    /// sync again.
+    pub fn resume(&self) {
+        self.sync.lock().suspended = None;
+        self.sync_cv.notify_all();
+        self.dirty_cv.notify_all();
     }
 
     /// Last synced txg.

@@ -30,6 +30,12 @@
 //! second; its files then answer ESTALE); NFS-like tools that need more should mount
 //! with a shorter TTL (future work). Directory listings are never cached.
 //!
+//! Panics: every callback runs under `catch_unwind` (`TarnFuse::guard`): a bug in
+//! one request answers it EIO, keeps the worker thread and the mount alive, and is
+//! reported to the hook installed with [`set_panic_hook`], with which the daemon
+//! suspends the pool (the panic may have left the file system half-changed; `zpool
+//! clear` re-imports it from disk).
+//!
 //! Locks: none here; the zpl serialises. Threads: `MountOptions::threads` fuser workers
 //! (with `clone_fd` when more than one), each calling into the zpl concurrently.
 //!
@@ -324,7 +330,15 @@ pub fn mount(vfs: Arc<Vfs>, mountpoint: &Path, opts: &MountOptions) -> io::Resul
     cfg.n_threads = Some(threads);
     cfg.clone_fd = threads > 1;
     let root = vfs.root();
-    let session = fuser::spawn_mount(TarnFuse { vfs, root }, mountpoint, &cfg)?;
+    let session = fuser::spawn_mount(
+        TarnFuse {
+            vfs,
+            root,
+            dataset: opts.fsname.clone(),
+        },
+        mountpoint,
+        &cfg,
+    )?;
     set_readahead(mountpoint, READAHEAD_KIB);
     Ok(Mount {
         session: Some(session),
@@ -378,9 +392,41 @@ fn file_type(k: FileKind) -> FileType {
 struct TarnFuse {
     vfs: Arc<Vfs>,
     root: u64,
+    /// The dataset name (unsanitized), for the panic hook.
+    dataset: String,
+}
+
+/// What a caught panic in a FUSE callback is reported to: `(dataset, message)`.
+pub type PanicHook = dyn Fn(&str, &str) + Send + Sync;
+
+static PANIC_HOOK: std::sync::RwLock<Option<Arc<PanicHook>>> = std::sync::RwLock::new(None);
+
+/// Install the process-wide hook told about every panic caught in a FUSE callback,
+/// with the mounted dataset's name and the panic message (the daemon suspends the
+/// pool: `tarn_spa::Pool::suspend_open`). Replaces any earlier hook.
+pub fn set_panic_hook(hook: Arc<PanicHook>) {
+    *PANIC_HOOK.write().unwrap_or_else(|e| e.into_inner()) = Some(hook);
 }
 
 impl TarnFuse {
+    /// Run one callback with its panics contained: the worker thread survives, the
+    /// unanswered request gets EIO (fuser answers a dropped reply so), and the panic
+    /// hook hears of it.
+    fn guard(&self, op: &str, f: impl FnOnce()) {
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic payload".into());
+            tracing::error!("{}: FUSE {op} panicked: {message}", self.dataset);
+            let hook = PANIC_HOOK.read().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(h) = hook {
+                h(&self.dataset, &format!("{op}: {message}"));
+            }
+        }
+    }
+
     fn zino(&self, ino: INodeNo) -> u64 {
         if ino == INodeNo::ROOT {
             self.root
@@ -448,18 +494,22 @@ impl Filesystem for TarnFuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(self.vfs.lookup(self.zino(parent), name.as_bytes()), reply);
+        self.guard("lookup", || {
+            self.entry(self.vfs.lookup(self.zino(parent), name.as_bytes()), reply);
+        });
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.vfs.forget(self.zino(ino), nlookup);
+        self.guard("forget", || {
+            self.vfs.forget(self.zino(ino), nlookup);
+        });
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.vfs.getattr(self.zino(ino)) {
+        self.guard("getattr", || match self.vfs.getattr(self.zino(ino)) {
             Ok(a) => reply.attr(&TTL, &self.fattr(&a)),
             Err(e) => reply.error(err(e)),
-        }
+        });
     }
 
     fn setattr(
@@ -480,93 +530,111 @@ impl Filesystem for TarnFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let s = SetAttr {
-            mode,
-            uid,
-            gid,
-            size,
-            atime: atime.map(set_time),
-            mtime: mtime.map(set_time),
-            ctime: ctime.map(Timespec::from_system_time),
-        };
-        match self.vfs.setattr(self.zino(ino), s) {
-            Ok(a) => reply.attr(&TTL, &self.fattr(&a)),
-            Err(e) => reply.error(err(e)),
-        }
+        self.guard("setattr", || {
+            let s = SetAttr {
+                mode,
+                uid,
+                gid,
+                size,
+                atime: atime.map(set_time),
+                mtime: mtime.map(set_time),
+                ctime: ctime.map(Timespec::from_system_time),
+            };
+            match self.vfs.setattr(self.zino(ino), s) {
+                Ok(a) => reply.attr(&TTL, &self.fattr(&a)),
+                Err(e) => reply.error(err(e)),
+            }
+        });
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.vfs.readlink(self.zino(ino)) {
+        self.guard("readlink", || match self.vfs.readlink(self.zino(ino)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(err(e)),
-        }
+        });
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, rdev: u32, reply: ReplyEntry) {
-        // The kernel has already applied the umask to `mode` (no FUSE_DONT_MASK).
-        self.entry(
-            self.vfs.mknod(self.zino(parent), name.as_bytes(), mode, req.uid(), req.gid(), u64::from(rdev)),
-            reply,
-        );
+        self.guard("mknod", || {
+            // The kernel has already applied the umask to `mode` (no FUSE_DONT_MASK).
+            self.entry(
+                self.vfs.mknod(self.zino(parent), name.as_bytes(), mode, req.uid(), req.gid(), u64::from(rdev)),
+                reply,
+            );
+        });
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
-        self.entry(self.vfs.mkdir(self.zino(parent), name.as_bytes(), mode, req.uid(), req.gid()), reply);
+        self.guard("mkdir", || {
+            self.entry(self.vfs.mkdir(self.zino(parent), name.as_bytes(), mode, req.uid(), req.gid()), reply);
+        });
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(self.vfs.unlink(self.zino(parent), name.as_bytes()), reply);
+        self.guard("unlink", || {
+            Self::empty(self.vfs.unlink(self.zino(parent), name.as_bytes()), reply);
+        });
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(self.vfs.rmdir(self.zino(parent), name.as_bytes()), reply);
+        self.guard("rmdir", || {
+            Self::empty(self.vfs.rmdir(self.zino(parent), name.as_bytes()), reply);
+        });
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        self.entry(
-            self.vfs
-                .symlink(self.zino(parent), link_name.as_bytes(), target.as_os_str().as_bytes(), req.uid(), req.gid()),
-            reply,
-        );
+        self.guard("symlink", || {
+            self.entry(
+                self.vfs
+                    .symlink(self.zino(parent), link_name.as_bytes(), target.as_os_str().as_bytes(), req.uid(), req.gid()),
+                reply,
+            );
+        });
     }
 
     fn rename(&self, _req: &Request, parent: INodeNo, name: &OsStr, newparent: INodeNo, newname: &OsStr, flags: RenameFlags, reply: ReplyEmpty) {
-        let mut zflags = 0;
-        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
-            zflags |= tarn_zpl::RENAME_NOREPLACE;
-        }
-        if flags.contains(RenameFlags::RENAME_EXCHANGE) {
-            zflags |= tarn_zpl::RENAME_EXCHANGE;
-        }
-        if flags.contains(RenameFlags::RENAME_WHITEOUT) {
-            reply.error(Errno::from_i32(libc::EINVAL));
-            return;
-        }
-        Self::empty(
-            self.vfs
-                .rename(self.zino(parent), name.as_bytes(), self.zino(newparent), newname.as_bytes(), zflags),
-            reply,
-        );
+        self.guard("rename", || {
+            let mut zflags = 0;
+            if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+                zflags |= tarn_zpl::RENAME_NOREPLACE;
+            }
+            if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+                zflags |= tarn_zpl::RENAME_EXCHANGE;
+            }
+            if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+                reply.error(Errno::from_i32(libc::EINVAL));
+                return;
+            }
+            Self::empty(
+                self.vfs
+                    .rename(self.zino(parent), name.as_bytes(), self.zino(newparent), newname.as_bytes(), zflags),
+                reply,
+            );
+        });
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        self.entry(self.vfs.link(self.zino(ino), self.zino(newparent), newname.as_bytes()), reply);
+        self.guard("link", || {
+            self.entry(self.vfs.link(self.zino(ino), self.zino(newparent), newname.as_bytes()), reply);
+        });
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        // O_TRUNC arrives as a separate setattr(size = 0) from the kernel.
-        let write = flags.0 & libc::O_ACCMODE != libc::O_RDONLY;
-        match self.vfs.open_file(self.zino(ino), write) {
-            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
-            Err(e) => reply.error(err(e)),
-        }
+        self.guard("open", || {
+            // O_TRUNC arrives as a separate setattr(size = 0) from the kernel.
+            let write = flags.0 & libc::O_ACCMODE != libc::O_RDONLY;
+            match self.vfs.open_file(self.zino(ino), write) {
+                Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+                Err(e) => reply.error(err(e)),
+            }
+        });
     }
 
     fn read(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock_owner: Option<LockOwner>, reply: ReplyData) {
-        match self.vfs.read(self.zino(ino), offset, size) {
+        self.guard("read", || match self.vfs.read(self.zino(ino), offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(err(e)),
-        }
+        });
     }
 
     fn write(
@@ -581,94 +649,133 @@ impl Filesystem for TarnFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let zino = self.zino(ino);
-        // O_SYNC / O_DSYNC: durable before the write returns (through the intent log).
-        let sync = flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0;
-        match self
-            .vfs
-            .write(zino, offset, data)
-            .and_then(|n| if sync { self.vfs.fsync(zino).map(|()| n) } else { Ok(n) })
-        {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(err(e)),
-        }
+        self.guard("write", || {
+            let zino = self.zino(ino);
+            // O_SYNC / O_DSYNC: durable before the write returns (through the intent log).
+            let sync = flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0;
+            match self
+                .vfs
+                .write(zino, offset, data)
+                .and_then(|n| if sync { self.vfs.fsync(zino).map(|()| n) } else { Ok(n) })
+            {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(err(e)),
+            }
+        });
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        reply.ok();
+        self.guard("flush", || {
+            reply.ok();
+        });
     }
 
     fn release(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, _lock_owner: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
-        Self::empty(self.vfs.release_file(self.zino(ino)), reply);
+        self.guard("release", || {
+            Self::empty(self.vfs.release_file(self.zino(ino)), reply);
+        });
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        Self::empty(self.vfs.fsync(self.zino(ino)), reply);
+        self.guard("fsync", || {
+            Self::empty(self.vfs.fsync(self.zino(ino)), reply);
+        });
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.vfs.getattr(self.zino(ino)) {
+        self.guard("opendir", || match self.vfs.getattr(self.zino(ino)) {
             Ok(a) if a.kind == FileKind::Dir => reply.opened(FileHandle(0), FopenFlags::empty()),
             Ok(_) => reply.error(Errno::from_i32(libc::ENOTDIR)),
             Err(e) => reply.error(err(e)),
-        }
+        });
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let dir = self.zino(ino);
-        let mut cursor = offset;
-        loop {
-            let batch = match self.vfs.readdir(dir, cursor, READDIR_BATCH) {
-                Ok(b) => b,
-                Err(e) => return reply.error(err(e)),
-            };
-            if batch.is_empty() {
-                break;
-            }
-            for e in batch {
-                if reply.add(self.kino(e.ino), e.next_cursor, file_type(e.kind), OsStr::from_bytes(&e.name)) {
-                    return reply.ok();
+        self.guard("readdir", || {
+            let dir = self.zino(ino);
+            let mut cursor = offset;
+            loop {
+                let batch = match self.vfs.readdir(dir, cursor, READDIR_BATCH) {
+                    Ok(b) => b,
+                    Err(e) => return reply.error(err(e)),
+                };
+                if batch.is_empty() {
+                    break;
                 }
-                cursor = e.next_cursor;
+                for e in batch {
+                    if reply.add(self.kino(e.ino), e.next_cursor, file_type(e.kind), OsStr::from_bytes(&e.name)) {
+                        return reply.ok();
+                    }
+                    cursor = e.next_cursor;
+                }
             }
-        }
-        reply.ok();
+            reply.ok();
+        });
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        reply.ok();
+        self.guard("releasedir", || {
+            reply.ok();
+        });
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        Self::empty(self.vfs.fsync(self.zino(ino)), reply);
+        self.guard("fsyncdir", || {
+            Self::empty(self.vfs.fsync(self.zino(ino)), reply);
+        });
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.vfs.statfs() {
+        self.guard("statfs", || match self.vfs.statfs() {
             Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize),
             Err(e) => reply.error(err(e)),
-        }
+        });
     }
 
     fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, _flags: i32, reply: ReplyCreate) {
-        let a = match self.vfs.create(self.zino(parent), name.as_bytes(), mode, req.uid(), req.gid()) {
-            Ok(a) => a,
-            Err(e) => return reply.error(err(e)),
-        };
-        match self.vfs.open_file(a.ino, true) {
-            Ok(()) => reply.created(&TTL, &self.fattr(&a), Generation(a.gen), FileHandle(0), FopenFlags::empty()),
-            Err(e) => reply.error(err(e)),
-        }
+        self.guard("create", || {
+            let a = match self.vfs.create(self.zino(parent), name.as_bytes(), mode, req.uid(), req.gid()) {
+                Ok(a) => a,
+                Err(e) => return reply.error(err(e)),
+            };
+            match self.vfs.open_file(a.ino, true) {
+                Ok(()) => reply.created(&TTL, &self.fattr(&a), Generation(a.gen), FileHandle(0), FopenFlags::empty()),
+                Err(e) => reply.error(err(e)),
+            }
+        });
     }
 
     fn fallocate(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _offset: u64, _length: u64, _mode: i32, reply: ReplyEmpty) {
-        reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        self.guard("fallocate", || {
+            reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        });
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_panicking_callback_is_contained_and_reported() {
+        let store = Arc::new(tarn_dmu::mem::MemStore::new());
+        let fs = tarn_zpl::Fs::open(store, tarn_zpl::ZplOptions::default()).unwrap();
+        let vfs = Vfs::new(fs, Arc::new(tarn_zpl::NoSnapshots), tarn_zpl::SnapDir::Hidden);
+        let root = vfs.root();
+        let fuse = TarnFuse {
+            vfs,
+            root,
+            dataset: "tank/home".into(),
+        };
+        let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let h = heard.clone();
+        set_panic_hook(Arc::new(move |ds: &str, msg: &str| h.lock().unwrap().push((ds.to_string(), msg.to_string()))));
+        let mut after = false;
+        fuse.guard("mkdir", || panic!("boom"));
+        fuse.guard("getattr", || after = true);
+        assert!(after, "the worker goes on after a panic");
+        assert_eq!(*heard.lock().unwrap(), vec![("tank/home".to_string(), "mkdir: boom".to_string())]);
+    }
 
     #[test]
     fn errno_mapping() {

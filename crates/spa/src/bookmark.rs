@@ -166,7 +166,7 @@ impl Pool {
         };
         {
             let _s = self.sync_lock.lock();
-            let tx = self.gate.hold().map_err(dmu_err)?;
+            let tx = self.gate.hold_nowait().map_err(dmu_err)?;
             let _a = self.admin.lock();
             let mut list = self.bookmarks()?;
             if list.iter().any(|b| b.name == name) {
@@ -187,7 +187,7 @@ impl Pool {
     pub fn destroy_bookmark(&self, name: &str) -> Result<()> {
         {
             let _s = self.sync_lock.lock();
-            let tx = self.gate.hold().map_err(dmu_err)?;
+            let tx = self.gate.hold_nowait().map_err(dmu_err)?;
             let _a = self.admin.lock();
             let mut list = self.bookmarks()?;
             let before = list.len();

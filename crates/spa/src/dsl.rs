@@ -622,7 +622,7 @@ impl Pool {
         for (k, v) in props {
             check_prop(k, v)?;
         }
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         if self.dir.lock().datasets.contains_key(name) {
             return Err(SpaError::Exists(format!("cannot create '{name}': dataset")));
@@ -656,7 +656,7 @@ impl Pool {
         }
         let victims = self.destroy_plan(name, recursive, with_clones)?;
         let _s = self.sync_lock.lock();
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         let mut done: Vec<String> = Vec::new();
         for t in &victims {
@@ -1064,7 +1064,7 @@ impl Pool {
     /// Set (`Some`) or remove (`None`) a local property of a file system or snapshot,
     /// store its property record and apply the result to open object sets.
     fn change_local_prop(&self, name: &str, prop: &str, value: Option<String>) -> Result<()> {
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         let (obj, props) = {
             let mut d = self.dir.lock();

@@ -154,7 +154,7 @@ impl Pool {
         self.hold_fs_exists(snap)?;
         self.sync()?;
         let _s = self.sync_lock.lock();
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         let targets = self.same_named_snapshots(snap, recursive);
         let Some(first) = targets.first() else {
@@ -207,7 +207,7 @@ impl Pool {
         self.hold_fs_exists(snap)?;
         self.sync()?;
         let _s = self.sync_lock.lock();
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         let mut fss = vec![fs.to_string()];
         if recursive {
@@ -307,7 +307,7 @@ impl Pool {
         }
         self.sync()?;
         let _s = self.sync_lock.lock();
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         let mut found = Vec::new();
         for n in names {
@@ -409,7 +409,7 @@ impl Pool {
         }
         self.sync()?;
         let _s = self.sync_lock.lock();
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         let mut out = Vec::new();
         for o in deferred {

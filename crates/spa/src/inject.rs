@@ -42,8 +42,8 @@ impl Pool {
                 t.leaves()
                     .into_iter()
                     .map(|l| LeafDevice {
-                        path: l.path.clone().unwrap_or_default(),
-                        guid: l.guid,
+                        path: l.path().clone().unwrap_or_default(),
+                        guid: l.guid(),
                     })
                     .collect::<Vec<_>>()
             })
@@ -110,4 +110,47 @@ pub fn clear(id: u64) -> bool {
 /// Remove every handler; returns the ids removed.
 pub fn clear_all() -> Vec<u64> {
     tarn_vdev::inject::remove_all_handlers()
+}
+
+/// Where [`inject_sync_fault`] makes the txg sync thread panic (test hook for pool
+/// suspension, `suspend.rs`; OpenZFS tests suspend pools with `zinject` I/O errors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncFault {
+    /// At the start of a sync, before the txg is quiesced: in-memory state is intact,
+    /// so `zpool clear` re-runs the sync in place.
+    PanicAtStart,
+    /// After the datasets' blocks are written, before the MOS: in-memory state is
+    /// half-synced, so `zpool clear` re-imports the pool from disk.
+    PanicAfterData,
+}
+
+/// Armed sync faults: (pool name, where). Each fires once.
+static SYNC_FAULTS: parking_lot::Mutex<Vec<(String, SyncFault)>> = parking_lot::Mutex::new(Vec::new());
+
+/// Make the next txg sync of pool `pool` panic at `at` (once). A test hook: a panic
+/// in the sync thread must suspend the pool, not kill the process or wedge it.
+pub fn inject_sync_fault(pool: &str, at: SyncFault) {
+    SYNC_FAULTS.lock().push((pool.to_string(), at));
+}
+
+/// Disarm every sync fault of pool `pool` that has not fired.
+pub fn clear_sync_faults(pool: &str) {
+    SYNC_FAULTS.lock().retain(|(p, _)| p != pool);
+}
+
+/// The sync thread passes `at`: panic if a fault is armed there for `pool`.
+pub(crate) fn sync_fault_point(pool: &str, at: SyncFault) {
+    let fire = {
+        let mut f = SYNC_FAULTS.lock();
+        match f.iter().position(|(p, a)| p == pool && *a == at) {
+            Some(i) => {
+                f.remove(i);
+                true
+            }
+            None => false,
+        }
+    };
+    if fire {
+        panic!("injected sync fault {at:?} in pool {pool}");
+    }
 }

@@ -66,7 +66,7 @@ pub struct PoolIostat {
 
 impl VdevIostat {
     fn of(v: &Vdev) -> VdevIostat {
-        let s = &v.stats;
+        let s = &v.stats();
         VdevIostat {
             name: v.display_name(),
             is_log: false,

@@ -67,8 +67,41 @@
 //! Fault injection (`inject.rs`) registers `zinject -d` handlers on the pool's leaves
 //! after checking the request against the pool; the handlers live in `tarn_vdev::inject`.
 //!
-//! Locks (in order): txg hold → `admin` (MOS changes) → object-set locks. The sync
-//! thread never takes a txg hold.
+//! **Suspension** (`suspend.rs`): a sync that cannot reach the disks, or a panic in the
+//! sync thread, the scan thread or a FUSE worker, suspends the pool; the pool property
+//! `failmode` decides whether writers wait, get EIO or the process aborts; `zpool
+//! clear` ([`Pool::resume`]) re-runs the failed sync in place when it had changed
+//! nothing in memory, and otherwise re-imports the pool from disk. Its theory
+//! statement is at the top of that module.
+//!
+//! **Config tree** (`config.rs`): the `VdevConfig` helpers (index paths, find, walk,
+//! collapse, renumber) and the building of runtime `Vdev` nodes from a config. Label
+//! I/O itself — the two-phase config update, the uberblock fan-out and their error
+//! counts — belongs to `tarn_vdev::label`; spa only says which config each leaf gets.
+//!
+//! Locks of a [`Pool`], in the order they are taken (a thread holding one takes only
+//! those after it):
+//! 1. `sync_lock` — one txg sync (the sync thread takes it first), vdev-tree surgery
+//!    (`repair.rs`, `vdevs.rs`), the leak check, and the administrative changes that
+//!    must not interleave with a sync (snapshots, holds, renames, bookmarks, promote,
+//!    receive);
+//! 2. a txg hold (`TxgGate::hold*`, a read lock on the gate's open txg; the sync
+//!    thread's quiesce takes it for writing under `sync_lock`, and never takes a
+//!    hold). Administrative changes use `hold_nowait`, so a suspended pool fails them
+//!    instead of parking a thread that holds `sync_lock`;
+//! 3. `admin` — MOS changes, against the MOS part of the sync;
+//! 4. `dir` (the pool directory), then the MOS's and datasets' object-set locks
+//!    (`tarn_dmu` theory);
+//! 5. `config`, then the `RepairState` mutexes (spares, temporary offlines, released
+//!    leaves); `config` is never held together with `dir`;
+//! 6. leaf locks, held briefly and never while taking another pool lock: `objsets`,
+//!    `zilogs`, `snap_objsets`, `dead`, `spacemap_bp`, `import_notes`, `altroot`,
+//!    `log_evacuate_hook`, `sync_thread`, the scanner's mutexes, `suspension`; and
+//!    inside `tarn_zio`, its `vdevs` and `space` locks.
+//!
+//! Threads: the txg sync thread (`sync.rs`), the scan thread (`scan.rs`); both catch
+//! panics at their loop boundary and suspend the pool. Joining either (export,
+//! `zpool clear`'s re-import) happens holding no lock that either thread takes.
 //!
 //! Called by: cli (daemon), tests. Calls: dmu, zio, metaslab, vdev, phys.
 
@@ -76,6 +109,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 mod bookmark;
+mod config;
 mod dsl;
 mod holds;
 pub mod inject;
@@ -89,6 +123,7 @@ mod repair;
 pub mod scan;
 mod sendrecv;
 mod snapshot;
+mod suspend;
 mod sync;
 mod vdevs;
 
@@ -104,6 +139,7 @@ pub use pool::{
 pub use rename::RenamePlan;
 pub use repair::FAULT_IO_ERRORS;
 pub use sendrecv::{RecvOutcome, RecvSpec, RESUME_TOKEN_PROP};
+pub use suspend::{panic_message, FailMode, Resume, SuspendCause, Suspension};
 pub use tarn_dmu::ObjectStore;
 pub use tarn_zil::Zilog;
 

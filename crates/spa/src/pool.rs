@@ -6,7 +6,7 @@ use crate::{CreateSpec, ImportCandidate, ImportOptions, Result, Rewind, SpaError
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use tarn_dmu::objset::{Objset, OS_TYPE_MOS};
 use tarn_dmu::txg::TxgGate;
@@ -174,7 +174,7 @@ pub(crate) fn vdev_error(force: bool, msg: &str) -> String {
 
 /// `zpool status` name of a top-level vdev config: "mirror-1", "raidz2-0", the path.
 pub(crate) fn config_display_name(t: &VdevConfig) -> String {
-    crate::repair::display_name(t)
+    crate::config::display_name(t)
 }
 
 /// An imported pool.
@@ -228,6 +228,13 @@ pub struct Pool {
     /// Temporary holds (`holds.rs`): snapshot record → tag → creation time (s). In
     /// memory only, so they end with the daemon.
     pub(crate) temp_holds: Mutex<BTreeMap<u64, BTreeMap<String, u64>>>,
+    /// The suspension in force (`suspend.rs`); `None` while the pool runs.
+    pub(crate) suspension: Mutex<Option<crate::suspend::Suspension>>,
+    /// The pool property `failmode` (`FailMode::to_u8`).
+    pub(crate) failmode: AtomicU8,
+    /// The running (or last failed) sync has begun changing in-memory structures: a
+    /// failure from here on cannot be retried in place (`suspend.rs`).
+    pub(crate) sync_untrusted: AtomicBool,
 }
 
 struct FoundLeaf {
@@ -256,6 +263,14 @@ impl Pool {
                 spec.force,
                 "at least one general top-level vdev must be specified",
             )));
+        }
+        if let Some(v) = spec.pool_props.get("failmode") {
+            if crate::suspend::FailMode::parse(v).is_none() {
+                return Err(SpaError::Invalid(format!(
+                    "cannot create '{}': 'failmode' must be one of 'wait | continue | panic'",
+                    spec.name
+                )));
+            }
         }
         let spares: Vec<TopSpec> = spec.spares.iter().cloned().map(TopSpec::Leaf).collect();
         let tops = tops_in_order(&spec.vdevs, &spec.logs, &spares);
@@ -480,6 +495,9 @@ impl Pool {
             snap_objsets: Mutex::new(BTreeMap::new()),
             sync_tasks: Mutex::new(Vec::new()),
             temp_holds: Mutex::new(BTreeMap::new()),
+            suspension: Mutex::new(None),
+            failmode: AtomicU8::new(0),
+            sync_untrusted: AtomicBool::new(false),
         });
         pool.add_spares(spares, ashift);
         // Labels first (state active), so a crash mid-create leaves a recognisable pool.
@@ -492,6 +510,8 @@ impl Pool {
                 .filter(|(k, _)| *k != "altroot")
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
+            let mode = pool_props.get("failmode").and_then(|v| crate::suspend::FailMode::parse(v)).unwrap_or_default();
+            pool.failmode.store(mode.to_u8(), Ordering::SeqCst);
             pool.init_dir(&tx, pool_props)?;
             pool.create_dataset_record(&tx, &spec.name, &spec.fs_props)?;
         }
@@ -502,64 +522,49 @@ impl Pool {
         Ok(pool)
     }
 
-    /// Write every leaf's label config with `state`, hot spares not in use included.
+    /// Write every leaf's label config with `state`, hot spares not in use included,
+    /// in one two-phase update (`tarn_vdev::label::sync_configs`).
     pub(crate) fn write_labels(&self, state: PoolState, txg: u64) -> Result<()> {
-        self.write_labels_where(state, txg, &|_| true)?;
-        let cfg = self.config.lock().clone();
-        for s in self.idle_spares() {
-            let tarn_vdev::VdevKind::Leaf(Some(l)) = &s.kind else { continue };
-            let lc = LabelConfig {
-                version: TARN_FORMAT_VERSION,
-                name: self.name.clone(),
-                pool_guid: self.guid,
-                guid: s.guid,
-                top_guid: 0,
-                txg,
-                state,
-                hostname: hostname(),
-                features_for_read: vec![],
-                vdev_tree: cfg.clone(),
-            };
-            if let Err(e) = label::write_config(l, &lc).and_then(|_| l.flush()) {
-                s.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!("label write failed on spare {:?}: {e}", s.path);
-            }
-        }
-        Ok(())
+        self.write_label_set(state, txg, &|_| true, true)
     }
 
     /// Write the label config, with `state` and `txg`, on the leaves of the top-level
     /// vdevs for which `pick` (given the top-level config) is true.
-    /// Leaves' DTLs and flags are copied into the config first; faulted leaves are
-    /// left alone.
     pub(crate) fn write_labels_where(&self, state: PoolState, txg: u64, pick: &dyn Fn(&VdevConfig) -> bool) -> Result<()> {
+        self.write_label_set(state, txg, pick, false)
+    }
+
+    /// The label configs of the leaves of the picked top-level vdevs (and of the idle
+    /// spares with `spares`), written by one two-phase fan-out. Leaves' DTLs and flags
+    /// are copied into the config first; faulted leaves are left alone. Failures are
+    /// counted on the leaves; the import picks among the copies that survive.
+    fn write_label_set(&self, state: PoolState, txg: u64, pick: &dyn Fn(&VdevConfig) -> bool, spares: bool) -> Result<()> {
         self.refresh_leaf_config();
         let cfg = self.config.lock().clone();
-        for (t, tcfg) in self.zio.vdevs().iter().zip(cfg.children.iter()).filter(|(_, c)| pick(c)) {
+        let label = |guid: u64, top_guid: u64| LabelConfig {
+            version: TARN_FORMAT_VERSION,
+            name: self.name.clone(),
+            pool_guid: self.guid,
+            guid,
+            top_guid,
+            txg,
+            state,
+            hostname: hostname(),
+            features_for_read: vec![],
+            vdev_tree: cfg.clone(),
+        };
+        let tops = self.zio.vdevs();
+        let idle = if spares { self.idle_spares() } else { Vec::new() };
+        let mut items: Vec<(&Vdev, LabelConfig)> = Vec::new();
+        for (t, tcfg) in tops.iter().zip(cfg.children.iter()).filter(|(_, c)| pick(c)) {
             for (leaf, lcfg) in t.leaves().into_iter().zip(tcfg.leaves()) {
-                let tarn_vdev::VdevKind::Leaf(Some(l)) = &leaf.kind else { continue };
-                if leaf.state() == VdevState::Faulted {
-                    continue;
-                }
-                let lc = LabelConfig {
-                    version: TARN_FORMAT_VERSION,
-                    name: self.name.clone(),
-                    pool_guid: self.guid,
-                    guid: lcfg.guid,
-                    top_guid: tcfg.guid,
-                    txg,
-                    state,
-                    hostname: hostname(),
-                    features_for_read: vec![],
-                    vdev_tree: cfg.clone(),
-                };
-                let r = label::write_config(l, &lc).and_then(|_| l.flush());
-                if let Err(e) = r {
-                    leaf.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!("label write failed on {:?}: {e}", leaf.path);
+                if leaf.state() != VdevState::Faulted {
+                    items.push((leaf, label(lcfg.guid, tcfg.guid)));
                 }
             }
         }
+        items.extend(idle.iter().map(|s| (s.as_ref(), label(s.guid(), 0))));
+        label::sync_configs(&items);
         Ok(())
     }
 
@@ -617,7 +622,7 @@ impl Pool {
         };
         cfg.children
             .iter()
-            .map(|t| crate::repair::build_vdev(t, t.id as u32, t.ashift, &mut mk_leaf))
+            .map(|t| crate::config::build_vdev(t, t.id as u32, t.ashift, &mut mk_leaf))
             .collect()
     }
 
@@ -833,7 +838,7 @@ impl Pool {
             .spares
             .iter()
             .map(|s| {
-                crate::repair::tree_leaf(&top, s.guid).unwrap_or_else(|| {
+                crate::config::tree_leaf(&top, s.guid).unwrap_or_else(|| {
                     let f = found.remove(&s.guid);
                     let path = f.as_ref().map(|f| f.path.display().to_string()).or(s.path.clone()).unwrap_or_default();
                     Arc::new(Vdev::new_leaf(s.id as u32, s.guid, s.ashift.max(9), path, f.map(|f| f.leaf)))
@@ -949,7 +954,18 @@ impl Pool {
             snap_objsets: Mutex::new(BTreeMap::new()),
             sync_tasks: Mutex::new(Vec::new()),
             temp_holds: Mutex::new(BTreeMap::new()),
+            suspension: Mutex::new(None),
+            failmode: AtomicU8::new(0),
+            sync_untrusted: AtomicBool::new(false),
         });
+        let mode = pool
+            .dir
+            .lock()
+            .pool_props
+            .get("failmode")
+            .and_then(|v| crate::suspend::FailMode::parse(v))
+            .unwrap_or_default();
+        pool.failmode.store(mode.to_u8(), Ordering::SeqCst);
         // Every dataset record must be readable.
         let ids: Vec<u64> = pool.dir.lock().datasets.values().map(|d| d.obj).collect();
         for id in ids {
@@ -968,14 +984,9 @@ impl Pool {
     /// After a rewind import, remove uberblocks newer than `txg` so a later import
     /// cannot pick a tree whose blocks may since have been reused.
     fn discard_newer_uberblocks(&self, txg: u64) {
-        for t in self.zio.vdevs() {
-            for leaf in t.leaves() {
-                let tarn_vdev::VdevKind::Leaf(Some(l)) = &leaf.kind else { continue };
-                if label::clear_uberblocks_after(l, txg).and_then(|_| l.flush()).is_err() {
-                    leaf.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
+        let tops = self.zio.vdevs();
+        let leaves: Vec<&Vdev> = tops.iter().flat_map(|t| t.leaves()).collect();
+        label::clear_uberblocks_after_all(&leaves, txg);
     }
 
     // ---- accessors ----------------------------------------------------------------
@@ -1000,8 +1011,12 @@ impl Pool {
     pub fn set_altroot(&self, altroot: Option<String>) {
         *self.altroot.lock() = altroot;
     }
-    /// "ONLINE", "DEGRADED", "UNAVAIL".
+    /// "ONLINE", "DEGRADED", "UNAVAIL", or "SUSPENDED" while suspended (OpenZFS
+    /// `zpool_get_state_str`).
     pub fn health(&self) -> String {
+        if self.suspension.lock().is_some() {
+            return "SUSPENDED".into();
+        }
         self.root_state().as_str().into()
     }
     fn root_state(&self) -> VdevState {
@@ -1075,18 +1090,18 @@ impl Pool {
         let resilvering = self.resilver_running();
         let node = |v: &Vdev, top: bool, alloc: u64| -> VdevStatus {
             fn node(v: &Vdev, top: bool, alloc: u64, resilvering: bool) -> VdevStatus {
-                let leaf = matches!(v.kind, tarn_vdev::VdevKind::Leaf(_));
+                let leaf = v.is_leaf();
                 VdevStatus {
                     name: v.display_name(),
                     state: v.state().as_str().into(),
-                    read_errors: v.stats.read_errors.load(Ordering::Relaxed),
-                    write_errors: v.stats.write_errors.load(Ordering::Relaxed),
-                    checksum_errors: v.stats.checksum_errors.load(Ordering::Relaxed),
+                    read_errors: v.stats().read_errors.load(Ordering::Relaxed),
+                    write_errors: v.stats().write_errors.load(Ordering::Relaxed),
+                    checksum_errors: v.stats().checksum_errors.load(Ordering::Relaxed),
                     alloc_bytes: if top { alloc } else { 0 },
                     size_bytes: v.asize_bytes(),
                     is_log: false,
                     children: v.children().iter().map(|c| node(c, false, 0, resilvering)).collect(),
-                    resilvering: resilvering && leaf && v.state().is_usable() && !v.dtl.is_empty(),
+                    resilvering: resilvering && leaf && v.state().is_usable() && !v.dtl().is_empty(),
                     spares: Vec::new(),
                 }
             }
@@ -1119,18 +1134,30 @@ impl Pool {
 
     // ---- lifecycle ----------------------------------------------------------------
 
-    /// Force a txg sync and wait for it.
+    /// Force a txg sync and wait for it. Errors: `Io` ("pool I/O is currently
+    /// suspended") at once if the pool is or becomes suspended, whatever `failmode`.
     pub fn sync(&self) -> Result<()> {
         if self.is_readonly() {
             return Ok(()); // nothing is dirty, and no sync thread runs
         }
         let txg = self.gate.open_txg();
-        self.gate.wait_synced(txg).map_err(dmu_err)
+        self.gate.wait_synced_nowait(txg).map_err(dmu_err)
     }
 
     fn close(&self, state: PoolState) -> Result<()> {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Err(SpaError::NotFound(format!("cannot export '{}': no such pool", self.name)));
+        }
+        if let Some(s) = self.suspension() {
+            // Nothing of a suspended pool's memory is written (suspend.rs): release
+            // the leaves as a crash would; import finds the last synced txg.
+            tracing::warn!("pool {}: closed while suspended ({s}); nothing written", self.name);
+            self.gate.set_readonly(true);
+            self.stop_scan_thread();
+            self.stop_sync_thread();
+            self.release_leaves();
+            self.unregister();
+            return Ok(());
         }
         self.stop_scan_thread();
         self.stop_sync_thread();
@@ -1144,19 +1171,24 @@ impl Pool {
         if !readonly {
             self.write_labels(state, txg)?;
         }
-        let spares = self.idle_spares();
-        for t in self.zio.vdevs() {
-            for leaf in t.leaves().into_iter().chain(spares.iter().map(|s| s.as_ref())) {
-                if let tarn_vdev::VdevKind::Leaf(Some(l)) = &leaf.kind {
-                    let _ = l.flush();
-                    l.unlock();
-                }
-            }
+        self.release_leaves();
+        self.unregister();
+        r
+    }
+
+    /// Flush and unlock every leaf, idle spares included (export, destroy, reopen).
+    pub(crate) fn release_leaves(&self) {
+        for v in self.zio.vdevs().iter().chain(self.idle_spares().iter()) {
+            v.release();
         }
+    }
+
+    /// Forget the open object sets and logs, and free the pool's name.
+    pub(crate) fn unregister(&self) {
         self.objsets.lock().clear();
         self.zilogs.lock().clear();
+        self.unregister_live();
         unregister_name(&self.name);
-        r
     }
 
     /// True when imported with `readonly=on` (see [`crate::ImportOptions::readonly`]).
@@ -1196,9 +1228,17 @@ impl Pool {
             "health" => self.health(),
             "guid" => self.guid.to_string(),
             "version" => "-".into(),
-            "ashift" => self.tops().iter().find(|(_, l)| !l).map(|(t, _)| t.ashift).unwrap_or(12).to_string(),
+            "ashift" => self.tops().iter().find(|(_, l)| !l).map(|(t, _)| t.ashift()).unwrap_or(12).to_string(),
             "altroot" => self.altroot().unwrap_or_else(|| "-".into()),
             "readonly" => if self.is_readonly() { "on" } else { "off" }.into(),
+            "failmode" => {
+                let src = if self.dir.lock().pool_props.contains_key("failmode") {
+                    "local"
+                } else {
+                    "default"
+                };
+                return Ok((self.failmode().as_str().into(), src.into()));
+            }
             "txg" => self.synced_txg().to_string(),
             "comment" | "autotrim" | "autoexpand" => {
                 let d = self.dir.lock();
@@ -1224,6 +1264,7 @@ impl Pool {
             "health",
             "guid",
             "version",
+            "failmode",
             "free",
             "allocated",
             "readonly",
@@ -1238,9 +1279,13 @@ impl Pool {
     /// Check a pool property given to `zpool create -o` or `zpool set`, with OpenZFS's
     /// wording after "cannot …: ". `autotrim` and `autoexpand` take only `off`: Tarn
     /// neither trims nor grows into a larger device yet, and a property that says it
-    /// does would lie.
+    /// does would lie. `failmode` takes `wait | continue | panic` (`suspend.rs`).
     pub fn check_pool_prop(prop: &str, value: &str) -> Result<()> {
         match prop {
+            "failmode" => match crate::suspend::FailMode::parse(value) {
+                Some(_) => Ok(()),
+                None => Err(SpaError::Invalid("'failmode' must be one of 'wait | continue | panic'".into())),
+            },
             "comment" => {
                 if value.chars().any(|c| c.is_control()) {
                     return Err(SpaError::Invalid("comment may only have printable characters".into()));
@@ -1264,20 +1309,23 @@ impl Pool {
         }
     }
 
-    /// `zpool set` (settable: comment, autotrim, autoexpand; see
+    /// `zpool set` (settable: comment, failmode, autotrim, autoexpand; see
     /// [`Pool::check_pool_prop`]). Errors are worded after "cannot set property for
-    /// 'pool': ".
+    /// 'pool': "; `Io` while the pool is suspended.
     pub fn set_prop(&self, prop: &str, value: &str) -> Result<()> {
         Self::check_pool_prop(prop, value)?;
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         self.dir.lock().pool_props.insert(prop.into(), value.into());
+        if let (true, Some(mode)) = (prop == "failmode", crate::suspend::FailMode::parse(value)) {
+            self.failmode.store(mode.to_u8(), Ordering::SeqCst);
+        }
         self.save_pool_props(&tx)
     }
 
     /// Append a `zpool history` record.
     pub fn log_history(&self, command_line: &str) -> Result<()> {
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         let obj = self.dir.lock().history_obj;
         let b = self.mos.bonus(obj).map_err(dmu_err)?;
@@ -1311,6 +1359,7 @@ pub fn format_time(secs: u64) -> String {
 impl Drop for Pool {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.unregister_live();
         unregister_name(&self.name);
     }
 }

@@ -44,7 +44,7 @@ impl Pool {
         self.sync()?;
         let moved = {
             let _s = self.sync_lock.lock();
-            let tx = self.gate.hold().map_err(dmu_err)?;
+            let tx = self.gate.hold_nowait().map_err(dmu_err)?;
             let _a = self.admin.lock();
             let c_obj = self.head_obj(clone)?;
             let mut c = self.ds_phys(c_obj)?;

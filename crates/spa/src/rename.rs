@@ -168,7 +168,7 @@ impl Pool {
         }
         self.sync()?;
         let _s = self.sync_lock.lock();
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         let d = self.dir.lock().clone();
         let plan = self.plan_dataset_rename(&d, from, to, parent_props.is_some())?;
@@ -205,7 +205,7 @@ impl Pool {
     pub fn rename_snapshot(&self, from: &str, to: &str, recursive: bool) -> Result<Vec<(String, String)>> {
         self.sync()?;
         let _s = self.sync_lock.lock();
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         let d = self.dir.lock().clone();
         let pairs = self.plan_snapshot_rename(&d, from, to, recursive)?;

@@ -60,6 +60,7 @@
 //! Called by: cli (daemon), scan (`resilver_done`), `sync.rs` (hooks), `pool.rs`
 //! (import, labels, status). Calls: vdev, zio.
 
+use crate::config::*;
 use crate::pool::{kind_of_leaf, new_guid, Pool};
 use crate::vdevs::same_device;
 use crate::{Result, SpaError, TopSpec};
@@ -68,8 +69,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tarn_phys::label::{data_end_bytes, LabelConfig, PoolState, VdevConfig, DATA_START_BYTES};
-use tarn_vdev::{label, Leaf, MirrorRole, Vdev, VdevKind, VdevState};
+use tarn_phys::label::{LabelConfig, PoolState, VdevConfig};
+use tarn_vdev::{label, Leaf, Vdev, VdevState};
 
 /// Read + write errors since the last `zpool clear` at which a leaf is faulted.
 pub const FAULT_IO_ERRORS: u64 = 10;
@@ -89,74 +90,6 @@ pub(crate) struct RepairState {
     pub(crate) released: Mutex<Vec<Arc<Vdev>>>,
 }
 
-/// Role of a mirror-shaped config node kind ("mirror", "replacing", "spare").
-fn role_of(kind: &str) -> Option<MirrorRole> {
-    match kind {
-        "mirror" => Some(MirrorRole::Mirror),
-        "replacing" => Some(MirrorRole::Replacing),
-        "spare" => Some(MirrorRole::Spare),
-        _ => None,
-    }
-}
-
-/// Whether a config node is a leaf (a device).
-fn is_leaf_cfg(c: &VdevConfig) -> bool {
-    c.children.is_empty() && !c.is_hole() && c.kind != "root"
-}
-
-/// Build the runtime node for config `c` (id `id`, sector size `ashift`), taking leaves
-/// from `leaf`. Interior nodes are new, with the config's GUID.
-pub(crate) fn build_vdev(c: &VdevConfig, id: u32, ashift: u8, leaf: &mut dyn FnMut(&VdevConfig, u32, u8) -> Arc<Vdev>) -> Arc<Vdev> {
-    if c.is_hole() {
-        return Arc::new(Vdev::new_hole(id));
-    }
-    if is_leaf_cfg(c) {
-        return leaf(c, id, ashift);
-    }
-    let children: Vec<Arc<Vdev>> = c.children.iter().enumerate().map(|(i, ch)| build_vdev(ch, i as u32, ashift, leaf)).collect();
-    let v = match role_of(&c.kind) {
-        Some(role) => Vdev::new_mirror_role(id, c.guid, ashift, role, children),
-        None => Vdev::new_raidz(id, c.guid, ashift, c.nparity, children),
-    };
-    Arc::new(v)
-}
-
-/// Every node below (and including) `v` by GUID.
-fn collect_nodes(v: &Arc<Vdev>, out: &mut HashMap<u64, Arc<Vdev>>) {
-    out.insert(v.guid, v.clone());
-    for c in v.children() {
-        collect_nodes(c, out);
-    }
-}
-
-/// Copy the error counters of interior nodes that kept their GUID across a rebuild.
-fn copy_counters(v: &Vdev, old: &HashMap<u64, Arc<Vdev>>) {
-    if let (false, Some(o)) = (matches!(v.kind, VdevKind::Leaf(_)), old.get(&v.guid)) {
-        if !std::ptr::eq(o.as_ref(), v) {
-            for (a, b) in [
-                (&v.stats.read_errors, &o.stats.read_errors),
-                (&v.stats.write_errors, &o.stats.write_errors),
-                (&v.stats.checksum_errors, &o.stats.checksum_errors),
-            ] {
-                a.store(b.load(Ordering::Relaxed), Ordering::Relaxed);
-            }
-        }
-    }
-    for c in v.children() {
-        copy_counters(c, old);
-    }
-}
-
-/// [`Vdev::missing`] with the leaf `excluded` counted as missing too.
-fn missing_without(v: &Vdev, excluded: u64, txg: u64) -> bool {
-    match &v.kind {
-        VdevKind::Hole => true,
-        VdevKind::Leaf(_) => v.guid == excluded || v.missing(txg),
-        VdevKind::Mirror(ch) => ch.iter().all(|c| missing_without(c, excluded, txg)),
-        VdevKind::Raidz { nparity, children } => children.iter().filter(|c| missing_without(c, excluded, txg)).count() > *nparity as usize,
-    }
-}
-
 /// Whether top-level vdev `top` would lose some block without leaf `guid` (OpenZFS
 /// `vdev_dtl_required`): it is unusable without it, or some txg in another leaf's DTL
 /// would have no copy left. Every leaf's "missing" is constant between the starts and
@@ -164,131 +97,14 @@ fn missing_without(v: &Vdev, excluded: u64, txg: u64) -> bool {
 fn required(top: &Vdev, guid: u64) -> bool {
     let mut txgs = vec![0u64];
     for l in top.leaves() {
-        for (a, b) in l.dtl.ranges() {
+        for (a, b) in l.dtl().ranges() {
             txgs.push(a);
             if b != u64::MAX {
                 txgs.push(b + 1);
             }
         }
     }
-    txgs.iter().any(|&t| missing_without(top, guid, t))
-}
-
-/// The config node at index path `at` below the root (`at[0]` is the top-level id).
-fn node<'a>(root: &'a VdevConfig, at: &[usize]) -> &'a VdevConfig {
-    at.iter().fold(root, |n, &i| &n.children[i])
-}
-
-fn node_mut<'a>(root: &'a mut VdevConfig, at: &[usize]) -> &'a mut VdevConfig {
-    at.iter().fold(root, |n, &i| &mut n.children[i])
-}
-
-/// Index path (top-level index, then child indices) of the first node, depth first,
-/// for which `hit` is true; holes are skipped.
-fn find_path(root: &VdevConfig, hit: &dyn Fn(&VdevConfig) -> bool) -> Option<Vec<usize>> {
-    let mut at = Vec::new();
-    for (i, t) in root.children.iter().enumerate().filter(|(_, t)| !t.is_hole()) {
-        at.push(i);
-        if walk_path(t, hit, &mut at) {
-            return Some(at);
-        }
-        at.pop();
-    }
-    None
-}
-
-/// Depth-first search below `n` (included) for a node where `hit` is true; on success
-/// `at` ends with the child indices leading to it from `n`.
-fn walk_path(n: &VdevConfig, hit: &dyn Fn(&VdevConfig) -> bool, at: &mut Vec<usize>) -> bool {
-    if hit(n) {
-        return true;
-    }
-    for (i, c) in n.children.iter().enumerate() {
-        at.push(i);
-        if walk_path(c, hit, at) {
-            return true;
-        }
-        at.pop();
-    }
-    false
-}
-
-/// Index path of the leaf named `device` (path or GUID) in the tree, if any.
-fn find_leaf_path(root: &VdevConfig, device: &str) -> Option<Vec<usize>> {
-    find_path(root, &|n| {
-        is_leaf_cfg(n) && (n.path.as_deref().is_some_and(|p| same_device(p, device)) || n.guid.to_string() == device)
-    })
-}
-
-/// Index path of any node (leaf, or interior by its `zpool status` name or GUID).
-fn find_node_path(root: &VdevConfig, device: &str) -> Option<Vec<usize>> {
-    find_path(root, &|n| {
-        let named = if is_leaf_cfg(n) {
-            n.path.as_deref().is_some_and(|p| same_device(p, device))
-        } else {
-            display_name(n) == device
-        };
-        named || n.guid.to_string() == device
-    })
-}
-
-/// `zpool status` name of any config node.
-pub(crate) fn display_name(c: &VdevConfig) -> String {
-    match c.kind.as_str() {
-        "mirror" | "replacing" | "spare" => format!("{}-{}", c.kind, c.id),
-        "raidz" => format!("raidz{}-{}", c.nparity, c.id),
-        _ => c.path.clone().unwrap_or_default(),
-    }
-}
-
-/// Visit every leaf config below `c` mutably.
-fn for_leaves_mut(c: &mut VdevConfig, f: &mut dyn FnMut(&mut VdevConfig)) {
-    if is_leaf_cfg(c) {
-        f(c);
-        return;
-    }
-    for ch in c.children.iter_mut() {
-        for_leaves_mut(ch, f);
-    }
-}
-
-/// Put `child` in place of its one-child parent `parent` (the parent's id, and for a
-/// top-level vdev its top-level fields).
-fn collapse_into(parent: &mut VdevConfig, top_level: bool) {
-    let mut child = parent.children.pop().expect("one child");
-    child.id = parent.id;
-    if top_level {
-        child.asize_bytes = parent.asize_bytes;
-        child.is_log = parent.is_log;
-        child.ashift = parent.ashift;
-    }
-    *parent = child;
-}
-
-/// Give the children of `c` their index as id.
-fn renumber(c: &mut VdevConfig) {
-    for (i, ch) in c.children.iter_mut().enumerate() {
-        ch.id = i as u64;
-    }
-}
-
-/// Allocatable bytes of a leaf device of `size_bytes` with sector `ashift`.
-fn leaf_asize(size_bytes: u64, ashift: u8) -> u64 {
-    let s = 1u64 << ashift;
-    data_end_bytes(size_bytes).saturating_sub(DATA_START_BYTES) / s * s
-}
-
-/// Bytes a leaf at index path `at` must offer (mirror side or top-level leaf: the top
-/// vdev's size; raidz column: its share).
-fn needed_asize(root: &VdevConfig, at: &[usize]) -> u64 {
-    let top = &root.children[at[0]];
-    let s = 1u64 << top.ashift.max(9);
-    if top.kind == "raidz" && at.len() > 1 {
-        let n = top.children.len().max(1) as u64;
-        top.asize_bytes.div_ceil(n).div_ceil(s) * s
-    } else {
-        top.asize_bytes
-    }
+    txgs.iter().any(|&t| top.missing_without(guid, t))
 }
 
 impl Pool {
@@ -315,7 +131,7 @@ impl Pool {
                 return Some(v);
             }
         }
-        self.repair.spares.lock().iter().find(|s| s.guid == guid).cloned()
+        self.repair.spares.lock().iter().find(|s| s.guid() == guid).cloned()
     }
 
     /// Rebuild top-level vdev `id` from `cfg.children[id]`, reusing the current nodes and
@@ -323,7 +139,7 @@ impl Pool {
     fn rebuild_top(&self, cfg: &VdevConfig, id: usize, new_leaves: &[Arc<Vdev>]) {
         let mut nodes = self.top_nodes(id);
         for l in new_leaves {
-            nodes.insert(l.guid, l.clone());
+            nodes.insert(l.guid(), l.clone());
         }
         let t = &cfg.children[id];
         let top = build_vdev(t, id as u32, t.ashift, &mut |c, _, _| nodes.get(&c.guid).cloned().expect("rebuilt leaf exists"));
@@ -343,7 +159,7 @@ impl Pool {
         for t in cfg.children.iter_mut() {
             for_leaves_mut(t, &mut |l| {
                 if let Some(v) = nodes.get(&l.guid) {
-                    l.dtl = v.dtl.ranges();
+                    l.dtl = v.dtl().ranges();
                     l.offline = v.is_offline() && !temp.contains(&l.guid);
                     l.faulted = v.state() == VdevState::Faulted;
                 }
@@ -354,12 +170,11 @@ impl Pool {
     /// Write the label config of `cfg` (the pool's tree) to one leaf, not yet in every
     /// label: the new leaf of an attach or replace, before the uberblock that commits it.
     fn write_label_on(&self, leaf: &Vdev, cfg: &VdevConfig, top_guid: u64, txg: u64) {
-        let VdevKind::Leaf(Some(l)) = &leaf.kind else { return };
         let lc = LabelConfig {
             version: tarn_phys::TARN_FORMAT_VERSION,
             name: self.name.clone(),
             pool_guid: self.guid,
-            guid: leaf.guid,
+            guid: leaf.guid(),
             top_guid,
             txg,
             state: PoolState::Active,
@@ -367,10 +182,7 @@ impl Pool {
             features_for_read: vec![],
             vdev_tree: cfg.clone(),
         };
-        if let Err(e) = label::write_config(l, &lc).and_then(|_| l.flush()) {
-            leaf.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!("label write failed on {:?}: {e}", leaf.path);
-        }
+        label::sync_configs(&[(leaf, lc)]);
     }
 
     /// Open a device that is to join the tree (attach, replace), with the checks of
@@ -420,8 +232,8 @@ impl Pool {
                     return Err(SpaError::Busy(format!("{what}: no valid replicas")));
                 }
                 leaf.set_offline(true);
-                if !leaf.dtl.is_open() {
-                    leaf.dtl.add(self.gate.synced_txg() + 1, u64::MAX);
+                if !leaf.dtl().is_open() {
+                    leaf.dtl().add(self.gate.synced_txg() + 1, u64::MAX);
                 }
             }
             let mut temp = self.repair.temp_offline.lock();
@@ -467,7 +279,7 @@ impl Pool {
             };
             let lcfg = node(&cfg, &at).clone();
             let mut leaf = self.top_nodes(at[0]).remove(&lcfg.guid).expect("leaf of the tree");
-            if matches!(leaf.kind, VdevKind::Leaf(None)) {
+            if leaf.is_missing_device() {
                 // Reopen the device; it must carry this leaf's label.
                 let path = lcfg.path.clone().unwrap_or_default();
                 let reopened = Leaf::open(Path::new(&path)).ok().filter(|l| {
@@ -477,10 +289,10 @@ impl Pool {
                         .any(|c| c.pool_guid == self.guid && c.guid == lcfg.guid)
                 });
                 if let Some(l) = reopened {
-                    let v = Arc::new(Vdev::new_leaf(leaf.id, leaf.guid, leaf.ashift, path, Some(l)));
-                    v.dtl.set(&leaf.dtl.ranges());
-                    if !v.dtl.is_open() {
-                        v.dtl.add(1, u64::MAX);
+                    let v = Arc::new(Vdev::new_leaf(leaf.id(), leaf.guid(), leaf.ashift(), path, Some(l)));
+                    v.dtl().set(&leaf.dtl().ranges());
+                    if !v.dtl().is_open() {
+                        v.dtl().add(1, u64::MAX);
                     }
                     self.rebuild_top(&cfg, at[0], std::slice::from_ref(&v));
                     leaf = v;
@@ -491,7 +303,7 @@ impl Pool {
             self.repair.temp_offline.lock().remove(&lcfg.guid);
             let state = leaf.state();
             if state.is_usable() {
-                leaf.dtl.close(self.gate.synced_txg());
+                leaf.dtl().close(self.gate.synced_txg());
             }
             self.config_dirty.store(true, Ordering::SeqCst);
             state
@@ -523,20 +335,26 @@ impl Pool {
                         let guid = node(&cfg, &at).guid;
                         vec![self.top_nodes(at[0]).remove(&guid).expect("node of the tree")]
                     }
-                    None => match self.repair.spares.lock().iter().find(|s| s.path.as_deref().is_some_and(|p| same_device(p, d))) {
+                    None => match self
+                        .repair
+                        .spares
+                        .lock()
+                        .iter()
+                        .find(|s| s.path().as_deref().is_some_and(|p| same_device(p, d)))
+                    {
                         Some(s) => vec![s.clone()],
                         None => return Err(SpaError::NotFound(format!("cannot clear errors for {d}: no such device in pool"))),
                     },
                 },
             };
             fn walk(v: &Vdev, synced: u64, changed: &mut bool) {
-                for c in [&v.stats.read_errors, &v.stats.write_errors, &v.stats.checksum_errors] {
+                for c in [&v.stats().read_errors, &v.stats().write_errors, &v.stats().checksum_errors] {
                     c.store(0, Ordering::Relaxed);
                 }
                 if v.state() == VdevState::Faulted {
                     v.set_faulted(false);
                     if v.state().is_usable() {
-                        v.dtl.close(synced);
+                        v.dtl().close(synced);
                     }
                     *changed = true;
                 }
@@ -622,7 +440,7 @@ impl Pool {
             Some(r) => (1, r),
         };
         let (vdev, mut ncfg) = make(new_id, ashift);
-        vdev.dtl.set(&full_dtl);
+        vdev.dtl().set(&full_dtl);
         ncfg.dtl = full_dtl;
         ncfg.id = new_id as u64;
         if role.is_none() && !top_level {
@@ -692,7 +510,7 @@ impl Pool {
                 // Back in the spares list, usable again.
                 leaf.set_offline(false);
                 leaf.set_faulted(false);
-                leaf.dtl.set(&[]);
+                leaf.dtl().set(&[]);
             }
             self.config_dirty.store(true, Ordering::SeqCst);
         }
@@ -716,7 +534,7 @@ impl Pool {
         if spare_parent && !was_spare {
             cfg.spares.retain(|s| !remaining.contains(&s.guid));
             renumber_spares(cfg);
-            self.repair.spares.lock().retain(|s| !remaining.contains(&s.guid));
+            self.repair.spares.lock().retain(|s| !remaining.contains(&s.guid()));
         }
     }
 
@@ -755,7 +573,7 @@ impl Pool {
             if cfg.children.iter().flat_map(|t| t.leaves()).any(|l| l.guid == scfg.guid) {
                 return Err(SpaError::Busy(format!("{what}: {new_word} is busy")));
             }
-            let sv = self.repair.spares.lock().iter().find(|s| s.guid == scfg.guid).cloned().expect("spare node");
+            let sv = self.repair.spares.lock().iter().find(|s| s.guid() == scfg.guid).cloned().expect("spare node");
             if !sv.state().is_usable() {
                 return Err(SpaError::Invalid(format!("{what}: {new_word} is not available")));
             }
@@ -772,7 +590,7 @@ impl Pool {
             let in_place = new_device.is_none();
             if in_place {
                 let leaf = self.top_nodes(at[0]).remove(&ocfg.guid).expect("leaf of the tree");
-                if !matches!(leaf.kind, VdevKind::Leaf(None)) {
+                if !leaf.is_missing_device() {
                     return Err(SpaError::InUse {
                         path: old.to_string(),
                         pool: self.name.clone(),
@@ -833,7 +651,7 @@ impl Pool {
             cfg.spares.remove(i);
             renumber_spares(&mut cfg);
             let mut spares = self.repair.spares.lock();
-            if let Some(j) = spares.iter().position(|s| s.guid == guid) {
+            if let Some(j) = spares.iter().position(|s| s.guid() == guid) {
                 self.repair.released.lock().push(spares.remove(j));
             }
             self.config_dirty.store(true, Ordering::SeqCst);
@@ -846,7 +664,7 @@ impl Pool {
     pub(crate) fn idle_spares(&self) -> Vec<Arc<Vdev>> {
         let cfg = self.config.lock();
         let used: HashSet<u64> = cfg.children.iter().flat_map(|t| t.leaves()).map(|l| l.guid).collect();
-        self.repair.spares.lock().iter().filter(|s| !used.contains(&s.guid)).cloned().collect()
+        self.repair.spares.lock().iter().filter(|s| !used.contains(&s.guid())).cloned().collect()
     }
 
     /// Rows of the `spares` section of `zpool status`.
@@ -858,7 +676,7 @@ impl Pool {
             .lock()
             .iter()
             .map(|s| {
-                let state = if used.contains(&s.guid) {
+                let state = if used.contains(&s.guid()) {
                     "INUSE"
                 } else if s.state().is_usable() {
                     "AVAIL"
@@ -881,7 +699,7 @@ impl Pool {
             Some(at) => node(&cfg, &at).guid,
             None => cfg.spares.iter().find(|s| s.path.as_deref().is_some_and(|p| same_device(p, device)))?.guid,
         };
-        self.leaf_by_guid(guid).map(|v| v.dtl.ranges())
+        self.leaf_by_guid(guid).map(|v| v.dtl().ranges())
     }
 
     /// Whether some usable leaf's DTL is not empty (there is something to resilver).
@@ -889,7 +707,7 @@ impl Pool {
         self.zio
             .vdevs()
             .iter()
-            .flat_map(|t| t.leaves().into_iter().map(|l| l.state().is_usable() && !l.dtl.is_empty()).collect::<Vec<_>>())
+            .flat_map(|t| t.leaves().into_iter().map(|l| l.state().is_usable() && !l.dtl().is_empty()).collect::<Vec<_>>())
             .any(|x| x)
     }
 
@@ -910,7 +728,7 @@ impl Pool {
         for top in self.zio.vdevs() {
             for leaf in top.leaves() {
                 if leaf.state().is_usable() {
-                    leaf.dtl.clear_through(scanned_through_txg);
+                    leaf.dtl().clear_through(scanned_through_txg);
                 }
             }
         }
@@ -963,12 +781,12 @@ impl Pool {
         let mut changed = false;
         for top in self.zio.vdevs() {
             for leaf in top.leaves() {
-                let errors = leaf.stats.read_errors.load(Ordering::Relaxed) + leaf.stats.write_errors.load(Ordering::Relaxed);
-                if leaf.state().is_usable() && errors >= FAULT_IO_ERRORS && !required(&top, leaf.guid) {
-                    tracing::warn!("pool {}: faulting {:?} after {errors} I/O errors", self.name, leaf.path);
+                let errors = leaf.stats().read_errors.load(Ordering::Relaxed) + leaf.stats().write_errors.load(Ordering::Relaxed);
+                if leaf.state().is_usable() && errors >= FAULT_IO_ERRORS && !required(&top, leaf.guid()) {
+                    tracing::warn!("pool {}: faulting {:?} after {errors} I/O errors", self.name, leaf.path());
                     leaf.set_faulted(true);
-                    if !leaf.dtl.is_open() {
-                        leaf.dtl.add(txg, u64::MAX);
+                    if !leaf.dtl().is_open() {
+                        leaf.dtl().add(txg, u64::MAX);
                     }
                     changed = true;
                 }
@@ -987,7 +805,7 @@ impl Pool {
         let mut m = HashMap::new();
         for top in self.zio.vdevs() {
             for leaf in top.leaves() {
-                m.insert(leaf.guid, leaf.stats.write_errors.load(Ordering::Relaxed));
+                m.insert(leaf.guid(), leaf.stats().write_errors.load(Ordering::Relaxed));
             }
         }
         m
@@ -1000,9 +818,9 @@ impl Pool {
         let mut changed = false;
         for top in self.zio.vdevs() {
             for leaf in top.leaves() {
-                let now = leaf.stats.write_errors.load(Ordering::Relaxed);
-                if now > before.get(&leaf.guid).copied().unwrap_or(now) && !leaf.dtl.contains(txg) {
-                    leaf.dtl.add(txg, txg);
+                let now = leaf.stats().write_errors.load(Ordering::Relaxed);
+                if now > before.get(&leaf.guid()).copied().unwrap_or(now) && !leaf.dtl().contains(txg) {
+                    leaf.dtl().add(txg, txg);
                     changed = true;
                 }
             }
@@ -1014,13 +832,7 @@ impl Pool {
     /// left it and release their devices.
     pub(crate) fn repair_sync_done(&self) {
         let released: Vec<Arc<Vdev>> = std::mem::take(&mut *self.repair.released.lock());
-        for leaf in released {
-            let VdevKind::Leaf(Some(l)) = &leaf.kind else { continue };
-            if let Err(e) = label::clear(l).and_then(|_| l.flush()) {
-                tracing::warn!("clearing the labels of detached {:?}: {e}", leaf.path);
-            }
-            l.unlock();
-        }
+        label::clear_and_release(&released.iter().map(|l| l.as_ref()).collect::<Vec<_>>());
     }
 
     /// At import, before the pool opens: give every leaf of `cfg` (runtime nodes in
@@ -1035,98 +847,26 @@ impl Pool {
         }
         for lc in cfg.children.iter().flat_map(|t| t.leaves()) {
             let Some(v) = nodes.get(&lc.guid) else { continue };
-            v.dtl.set(&lc.dtl);
-            if matches!(v.kind, VdevKind::Leaf(None)) {
-                if !v.dtl.is_open() {
-                    v.dtl.add(txg + 1, u64::MAX);
+            v.dtl().set(&lc.dtl);
+            if v.is_missing_device() {
+                if !v.dtl().is_open() {
+                    v.dtl().add(txg + 1, u64::MAX);
                 }
                 continue;
             }
             let newest = leaf_ub_txg.get(&lc.guid).copied().unwrap_or(0);
             if newest < txg {
-                v.dtl.add(newest + 1, txg);
+                v.dtl().add(newest + 1, txg);
             }
             if lc.offline || lc.faulted {
                 v.set_offline(lc.offline);
                 v.set_faulted(lc.faulted);
-                if !v.dtl.is_open() {
-                    v.dtl.add(txg + 1, u64::MAX);
+                if !v.dtl().is_open() {
+                    v.dtl().add(txg + 1, u64::MAX);
                 }
             } else {
-                v.dtl.close(txg);
+                v.dtl().close(txg);
             }
         }
-    }
-}
-
-/// The runtime leaf with `guid` among the top-level vdevs `top`.
-pub(crate) fn tree_leaf(top: &[Arc<Vdev>], guid: u64) -> Option<Arc<Vdev>> {
-    let mut m = HashMap::new();
-    for t in top {
-        collect_nodes(t, &mut m);
-    }
-    m.remove(&guid)
-}
-
-/// Renumber the spares list (ids are indexes).
-fn renumber_spares(cfg: &mut VdevConfig) {
-    for (i, s) in cfg.spares.iter_mut().enumerate() {
-        s.id = i as u64;
-    }
-}
-
-/// Index path of a replacing node in top-level vdev `id` whose last child is a usable
-/// leaf with an empty DTL.
-fn find_complete_replacing(cfg: &VdevConfig, id: usize, nodes: &HashMap<u64, Arc<Vdev>>) -> Option<Vec<usize>> {
-    let complete = |n: &VdevConfig| {
-        n.kind == "replacing"
-            && n.children
-                .last()
-                .and_then(|c| nodes.get(&c.guid))
-                .is_some_and(|v| matches!(v.kind, VdevKind::Leaf(_)) && v.state().is_usable() && v.dtl.is_empty())
-    };
-    let mut at = vec![id];
-    walk_path(&cfg.children[id], &complete, &mut at).then_some(at)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn leaf(guid: u64) -> VdevConfig {
-        VdevConfig {
-            kind: "file".into(),
-            guid,
-            path: Some(format!("/nonexistent/{guid}")),
-            ..VdevConfig::default()
-        }
-    }
-
-    #[test]
-    fn paths_and_collapse() {
-        let mut root = VdevConfig {
-            kind: "root".into(),
-            children: vec![
-                leaf(1),
-                VdevConfig {
-                    kind: "mirror".into(),
-                    id: 1,
-                    guid: 10,
-                    asize_bytes: 99,
-                    children: vec![leaf(2), leaf(3)],
-                    ..VdevConfig::default()
-                },
-            ],
-            ..VdevConfig::default()
-        };
-        assert_eq!(find_leaf_path(&root, "/nonexistent/3"), Some(vec![1, 1]));
-        assert_eq!(find_leaf_path(&root, "1"), Some(vec![0]));
-        assert_eq!(find_node_path(&root, "mirror-1"), Some(vec![1]));
-        assert_eq!(find_leaf_path(&root, "/nonexistent/9"), None);
-        let m = node_mut(&mut root, &[1]);
-        m.children.remove(0);
-        collapse_into(m, true);
-        assert_eq!((root.children[1].guid, root.children[1].id, root.children[1].asize_bytes), (3, 1, 99));
-        assert_eq!(display_name(&root.children[1]), "/nonexistent/3");
     }
 }

@@ -178,7 +178,7 @@ impl Pool {
 
     /// Store `phys` (and error-log additions) in the directory; a txg makes it durable.
     fn save_scan(&self, phys: &ScanPhys, damaged: &[(u64, u64)], clear_errlog: bool) -> Result<()> {
-        let tx = self.gate.hold().map_err(crate::pool::dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(crate::pool::dmu_err)?;
         let _a = self.admin.lock();
         {
             let mut d = self.dir.lock();
@@ -254,7 +254,7 @@ impl Pool {
                 t.leaves()
                     .into_iter()
                     .filter(|l| l.state().is_usable())
-                    .filter_map(|l| l.dtl.bounds())
+                    .filter_map(|l| l.dtl().bounds())
                     .collect::<Vec<_>>()
             })
             .map(|(lo, _)| lo)
@@ -359,7 +359,7 @@ impl Pool {
         let mut leaves = Vec::new();
         for top in self.zio.vdevs() {
             for l in top.leaves() {
-                if let Some(t) = snap.get(&l.guid) {
+                if let Some(t) = snap.get(&l.guid()) {
                     leaves.push((l.display_name(), *t));
                 }
             }
@@ -581,10 +581,24 @@ fn scan_thread(weak: Weak<Pool>) {
         if pool.scanner.stop.load(Ordering::Relaxed) || pool.closed.load(Ordering::SeqCst) {
             return;
         }
-        if !scan_batch(&pool) {
-            // Make the record durable promptly.
-            pool.gate.request_sync(0);
-            return;
+        // A panic in a batch suspends the pool rather than silently ending the scan
+        // with half-changed state serving (`suspend.rs`).
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scan_batch(&pool))) {
+            Ok(true) => {}
+            Ok(false) => {
+                // Make the record durable promptly.
+                pool.gate.request_sync(0);
+                return;
+            }
+            Err(payload) => {
+                let message = crate::suspend::panic_message(payload.as_ref());
+                let cause = crate::suspend::SuspendCause::Panic {
+                    thread: "scan".into(),
+                    message,
+                };
+                pool.suspend(pool.gate.open_txg(), cause, true);
+                return;
+            }
         }
     }
 }

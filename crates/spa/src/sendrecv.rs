@@ -262,7 +262,7 @@ impl Pool {
 
     /// [`Pool::set_inconsistent`] without the sync, for a caller holding `sync_lock`.
     fn set_inconsistent_locked(&self, fs: &str, on: bool, token: Option<&str>) -> Result<()> {
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         let obj = self.head_obj(fs)?;
         let mut p = self.ds_phys(obj)?;

@@ -362,7 +362,7 @@ impl Pool {
     /// "snapshot has dependent clones" wording) or user holds ("dataset is busy").
     pub fn destroy_snapshot(&self, name: &str) -> Result<()> {
         let _s = self.sync_lock.lock();
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         self.destroy_snapshot_locked(&tx, name)
     }
@@ -457,7 +457,7 @@ impl Pool {
         for (k, v) in props {
             crate::dsl::check_prop(k, v)?;
         }
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         let sobj = self.snap_obj(snap)?;
         if target.split('/').next() != Some(self.name.as_str()) {
@@ -513,7 +513,7 @@ impl Pool {
         // Whatever the head has dirty must reach disk before its tree is replaced.
         self.sync()?;
         let _s = self.sync_lock.lock();
-        let tx = self.gate.hold().map_err(dmu_err)?;
+        let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         let head = self.head_obj(&fs)?;
         if let Some(os) = self.objsets.lock().get(&head) {

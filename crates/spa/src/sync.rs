@@ -12,6 +12,7 @@
 
 use crate::dsl::DslDatasetPhys;
 use crate::pool::{dmu_err, now_s, Pool};
+use crate::suspend::SuspendCause;
 use crate::{Result, SpaError};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -59,7 +60,7 @@ impl Pool {
                     return Ok(v);
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    if self.closed.load(Ordering::SeqCst) || self.gate.is_suspended() {
+                    if self.closed.load(Ordering::SeqCst) || self.gate.suspended().is_some() {
                         return Err(SpaError::Io("pool I/O is suspended".into()));
                     }
                 }
@@ -89,6 +90,7 @@ impl Pool {
 
     pub(crate) fn start_sync_thread(self: &Arc<Self>) {
         self.set_scan_self();
+        self.register_live();
         let weak: Weak<Pool> = Arc::downgrade(self);
         let h = std::thread::Builder::new()
             .name(format!("txg_sync:{}", self.name))
@@ -104,11 +106,11 @@ impl Pool {
                         break;
                     }
                     let due = last.elapsed() >= Duration::from_secs(TXG_TIMEOUT_S);
+                    if p.gate.suspended().is_some() {
+                        continue;
+                    }
                     if asked || (due && p.has_dirty()) {
-                        if let Err(e) = p.sync_once() {
-                            tracing::error!("pool {}: txg sync failed, suspending: {e}", p.name);
-                            p.gate.suspend();
-                        }
+                        p.sync_contained();
                         last = Instant::now();
                     } else if due {
                         last = Instant::now();
@@ -117,6 +119,22 @@ impl Pool {
             })
             .expect("spawn sync thread");
         *self.sync_thread.lock() = Some(h);
+    }
+
+    /// One txg sync with its failures contained (`suspend.rs`): an error or a panic
+    /// suspends the pool; `reopen` unless the sync failed before it changed anything.
+    fn sync_contained(&self) {
+        let txg = self.gate.open_txg();
+        self.sync_untrusted.store(false, Ordering::SeqCst);
+        let cause = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.sync_once())) {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => SuspendCause::Io(e.to_string()),
+            Err(payload) => SuspendCause::Panic {
+                thread: "txg_sync".into(),
+                message: crate::suspend::panic_message(payload.as_ref()),
+            },
+        };
+        self.suspend(txg, cause, self.sync_untrusted.load(Ordering::SeqCst));
     }
 
     pub(crate) fn stop_sync_thread(&self) {
@@ -136,6 +154,9 @@ impl Pool {
     /// Sync one txg: everything changed under holds of the open txg becomes durable.
     pub(crate) fn sync_once(&self) -> Result<()> {
         let _s = self.sync_lock.lock();
+        crate::inject::sync_fault_point(&self.name, crate::inject::SyncFault::PanicAtStart);
+        // From the quiesce on, a failure leaves in-memory state half-synced.
+        self.sync_untrusted.store(true, Ordering::SeqCst);
         let objsets: Vec<(u64, Arc<tarn_dmu::objset::Objset>)> = self.objsets.lock().iter().map(|(k, v)| (*k, v.clone())).collect();
         let mut batches = Vec::new();
         let txg = self.gate.quiesce(|t| {
@@ -187,6 +208,7 @@ impl Pool {
                 }
             }
         }
+        crate::inject::sync_fault_point(&self.name, crate::inject::SyncFault::PanicAfterData);
         // Sync tasks see every dataset record as this txg leaves it.
         self.run_due_sync_tasks(&tx);
         let mos_root = {
@@ -225,27 +247,7 @@ impl Pool {
         // Every leaf's label ring, in parallel (one device round trip per txg).
         let top = self.zio.vdevs();
         let leaves: Vec<&tarn_vdev::Vdev> = top.iter().flat_map(|t| t.leaves()).collect();
-        let written = std::thread::scope(|s| {
-            let handles: Vec<_> = leaves
-                .iter()
-                .map(|leaf| {
-                    let ub = &ub;
-                    s.spawn(move || {
-                        let tarn_vdev::VdevKind::Leaf(Some(l)) = &leaf.kind else { return false };
-                        // An offline or faulted leaf did not get this txg's blocks.
-                        if !leaf.state().is_usable() {
-                            return false;
-                        }
-                        let ok = label::write_uberblock(l, ub).and_then(|_| l.flush()).is_ok();
-                        if !ok {
-                            leaf.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                        }
-                        ok
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().expect("uberblock thread")).filter(|&ok| ok).count()
-        });
+        let written = label::sync_uberblock(&leaves, &ub).written;
         if written == 0 {
             return Err(SpaError::Io(format!("txg {txg}: no leaf accepted the uberblock")));
         }

@@ -330,13 +330,7 @@ impl Pool {
         };
         self.sync()?;
         // The committed tree no longer has these leaves: free them for reuse.
-        for leaf in removed.leaves() {
-            let tarn_vdev::VdevKind::Leaf(Some(l)) = &leaf.kind else { continue };
-            if let Err(e) = label::clear(l).and_then(|_| l.flush()) {
-                tracing::warn!("clearing the labels of removed {:?}: {e}", leaf.path);
-            }
-            l.unlock();
-        }
+        label::clear_and_release(&removed.leaves());
         Ok(())
     }
 }

@@ -367,7 +367,7 @@ fn corrupt_labels_and_newer_version_refuse_import() {
         let leaf = tarn_vdev::Leaf::open(&a).unwrap();
         let mut cfg = tarn_vdev::label::read_configs(&leaf).into_iter().flatten().next().unwrap();
         cfg.version = tarn_phys::TARN_FORMAT_VERSION + 1;
-        tarn_vdev::label::write_config(&leaf, &cfg).unwrap();
+        tarn_vdev::label::write_config(&leaf, &cfg, tarn_vdev::label::LabelHalf::Both).unwrap();
     }
     let e = Pool::import("lb1", &[d.path().to_path_buf()], Rewind::None, None)
         .err()
@@ -379,7 +379,7 @@ fn corrupt_labels_and_newer_version_refuse_import() {
         let leaf = tarn_vdev::Leaf::open(&a).unwrap();
         let mut cfg = tarn_vdev::label::read_configs(&leaf).into_iter().flatten().next().unwrap();
         cfg.version = 2;
-        tarn_vdev::label::write_config(&leaf, &cfg).unwrap();
+        tarn_vdev::label::write_config(&leaf, &cfg, tarn_vdev::label::LabelHalf::Both).unwrap();
     }
     let e = Pool::import("lb1", &[d.path().to_path_buf()], Rewind::None, None)
         .err()
@@ -391,7 +391,7 @@ fn corrupt_labels_and_newer_version_refuse_import() {
         let leaf = tarn_vdev::Leaf::open(&a).unwrap();
         let mut cfg = tarn_vdev::label::read_configs(&leaf).into_iter().flatten().next().unwrap();
         cfg.version = tarn_phys::TARN_FORMAT_VERSION;
-        tarn_vdev::label::write_config(&leaf, &cfg).unwrap();
+        tarn_vdev::label::write_config(&leaf, &cfg, tarn_vdev::label::LabelHalf::Both).unwrap();
     }
     assert!(Pool::import("lb1", &[d.path().to_path_buf()], Rewind::None, None).map(|p| p.export()).is_ok());
     let size = std::fs::metadata(&a).unwrap().len();
@@ -436,7 +436,7 @@ fn a_txg_writes_its_metadata_in_a_few_batches_not_block_by_block() {
     let wide = put(&*os, b"x");
     pool.sync().unwrap();
     let leaf = pool.zio().vdevs()[0].clone();
-    let ops = |l: &tarn_vdev::Vdev| l.stats.write_ops.load(std::sync::atomic::Ordering::Relaxed);
+    let ops = |l: &tarn_vdev::Vdev| l.stats().write_ops.load(std::sync::atomic::Ordering::Relaxed);
     let (ops_before, blocks_before) = (ops(&leaf), pool.zio().blocks_written.load(std::sync::atomic::Ordering::Relaxed));
     {
         let tx = os.hold_tx().unwrap();

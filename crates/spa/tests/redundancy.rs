@@ -530,7 +530,7 @@ fn raidz3_19_wide() {
         .filter(|b| b.otype == ObjectType::FileData && b.lsize_bytes == 4096)
         .collect();
     assert!(!small.is_empty());
-    let sector = 1u64 << pool.zio().vdevs()[0].ashift;
+    let sector = 1u64 << pool.zio().vdevs()[0].ashift();
     for b in &small {
         assert_eq!(b.dva[0].asize_bytes, 4 * sector, "{b:?}");
     }

@@ -494,7 +494,7 @@ fn write_errors_fill_dtl_and_fault_the_leaf() {
     let [a, b] = ["a", "b"].map(|n| mkfile(dir, n, 96 * MB));
     let pool = create("flt", vec![TopSpec::Mirror(vec![a.clone(), b.clone()])], vec![]);
     let leaf = pool.zio().vdevs()[0].children()[0].clone();
-    leaf.stats.write_errors.store(tarn_spa::FAULT_IO_ERRORS, std::sync::atomic::Ordering::Relaxed);
+    leaf.stats().write_errors.store(tarn_spa::FAULT_IO_ERRORS, std::sync::atomic::Ordering::Relaxed);
     let o = write(&pool, &pattern(14, 100_000));
     assert_eq!(tree(&pool), "mirror-0:DEGRADED[a:FAULTED b:ONLINE]");
     assert!(pool.dtl_of(&s(&a)).unwrap()[0].1 == u64::MAX);

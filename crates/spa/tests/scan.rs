@@ -100,7 +100,7 @@ fn leaf_cksum(pool: &Pool) -> Vec<u64> {
     pool.zio().vdevs()[0]
         .leaves()
         .iter()
-        .map(|l| l.stats.checksum_errors.load(std::sync::atomic::Ordering::Relaxed))
+        .map(|l| l.stats().checksum_errors.load(std::sync::atomic::Ordering::Relaxed))
         .collect()
 }
 
@@ -254,13 +254,13 @@ fn resilver_fills_a_leaf_that_missed_txgs() {
         .write_all_at(&vec![0u8; 64 << 20], DATA_START_BYTES)
         .unwrap();
     let top = pool.zio().vdevs()[0].clone();
-    top.children()[1].dtl.add(1, synced);
+    top.children()[1].dtl().add(1, synced);
     pool.request_resilver();
     pool.scan_wait();
     let s = pool.scan_status().unwrap().phys;
     assert_eq!((s.func, s.state, s.errors), (ScanKind::Resilver, ScanState::Finished, 0));
     assert!(s.repaired_bytes > 0);
-    assert!(top.children()[1].dtl.is_empty(), "resilver completion clears the DTL");
+    assert!(top.children()[1].dtl().is_empty(), "resilver completion clears the DTL");
     // DTL-known misses are not damage.
     assert_eq!(leaf_cksum(&pool), vec![0, 0]);
     // Leaf 1 alone now holds everything: destroy leaf 0's data and read.

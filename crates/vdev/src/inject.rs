@@ -11,6 +11,9 @@
 //!   one process do not disturb each other: after `n` more writes to matching leaves,
 //!   every further write and flush is silently dropped — the device keeps what reached
 //!   it before the cut, like a machine that lost power ([`power_cut_after`], [`clear`]).
+//!   A *volatile* cut ([`power_cut_volatile`]) also models a disk write cache: the
+//!   writes since a leaf's last flush are torn afterwards ([`PowerCut::tear_unflushed`]),
+//!   so tests can check that nothing relies on the order of writes within one flush.
 //! - **handlers** (`zinject -d`), matched by the *exact* leaf path and numbered from 1
 //!   in registration order ([`add_handler`], [`remove_handler`], [`remove_all_handlers`],
 //!   [`handlers`]). A handler applies to the I/O types of its [`IoType`] and, when its
@@ -69,12 +72,53 @@ pub struct PowerCut {
     prefix: String,
     remaining: AtomicU64,
     dropped: AtomicU64,
+    /// Writes that landed (before the cut).
+    landed: AtomicU64,
+    /// A volatile write cache ([`power_cut_volatile`]): per leaf path, the writes not
+    /// yet flushed, as (device offset, the bytes they replaced), oldest first.
+    unflushed: Option<Mutex<Unflushed>>,
 }
+
+/// Per leaf path, the writes not yet flushed: (device offset, the bytes replaced).
+type Unflushed = std::collections::BTreeMap<String, Vec<(u64, Vec<u8>)>>;
+
+/// Bytes of the sector that a torn write keeps whole ([`PowerCut::tear_unflushed`]).
+const TEAR_SECTOR_BYTES: usize = 512;
 
 impl PowerCut {
     /// Writes dropped so far (0 means the cut has not happened yet).
     pub fn dropped_writes(&self) -> u64 {
         self.dropped.load(Ordering::SeqCst)
+    }
+
+    /// Writes that reached the device before the cut.
+    pub fn landed_writes(&self) -> u64 {
+        self.landed.load(Ordering::SeqCst)
+    }
+
+    /// For a cut made with [`power_cut_volatile`], once the pool is gone: undo what
+    /// the device's volatile cache lost. Every write not followed by a flush of its
+    /// leaf before the cut is *torn*: the first half of its 512-byte sectors (rounded
+    /// down, at least one) stays, the rest gets back the bytes it replaced; a write of
+    /// one sector or less is lost whole. The later of two overlapping writes is undone
+    /// first. Returns how many writes were torn or lost. Errors: opening or writing
+    /// a leaf file.
+    pub fn tear_unflushed(&self) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let Some(u) = &self.unflushed else { return Ok(0) };
+        let mut u = u.lock();
+        let mut n = 0;
+        for (path, writes) in u.iter() {
+            let f = std::fs::OpenOptions::new().write(true).open(path)?;
+            for (off, old) in writes.iter().rev() {
+                let sectors = old.len().div_ceil(TEAR_SECTOR_BYTES);
+                let keep = if sectors > 1 { (sectors / 2) * TEAR_SECTOR_BYTES } else { 0 };
+                f.write_all_at(&old[keep..], off + keep as u64)?;
+                n += 1;
+            }
+        }
+        u.clear();
+        Ok(n)
     }
 }
 
@@ -94,14 +138,56 @@ fn refresh_any() {
 /// `writes_before_cut` writes land, later ones are dropped. Returns a handle to
 /// observe it; remove it with [`clear`].
 pub fn power_cut_after(prefix: &str, writes_before_cut: u64) -> Arc<PowerCut> {
+    register_cut(prefix, writes_before_cut, false)
+}
+
+/// [`power_cut_after`] on devices with a volatile write cache: until the cut, every
+/// write to a matching leaf first saves the bytes it replaces, and a flush of that
+/// leaf makes them durable (forgets them). After the pool is gone,
+/// [`PowerCut::tear_unflushed`] tears every write that no flush covered — the
+/// strongest adversary for in-place updates such as label configs, where a cut
+/// between two writes of the same flush window can damage both.
+pub fn power_cut_volatile(prefix: &str, writes_before_cut: u64) -> Arc<PowerCut> {
+    register_cut(prefix, writes_before_cut, true)
+}
+
+fn register_cut(prefix: &str, writes_before_cut: u64, volatile: bool) -> Arc<PowerCut> {
     let cut = Arc::new(PowerCut {
         prefix: prefix.to_string(),
         remaining: AtomicU64::new(writes_before_cut),
         dropped: AtomicU64::new(0),
+        landed: AtomicU64::new(0),
+        unflushed: volatile.then(|| Mutex::new(std::collections::BTreeMap::new())),
     });
     CUTS.lock().push(cut.clone());
     refresh_any();
     cut
+}
+
+/// Whether a volatile power cut that has not happened yet covers `path`: the leaf
+/// must then pass the bytes a write replaces to [`record_unflushed`].
+pub(crate) fn wants_old_bytes(path: &str) -> bool {
+    CUTS.lock()
+        .iter()
+        .any(|c| c.unflushed.is_some() && path.starts_with(&c.prefix) && c.remaining.load(Ordering::SeqCst) > 0)
+}
+
+/// A write to `path` at `offset_bytes` replaced `old` and is in the volatile cache.
+pub(crate) fn record_unflushed(path: &str, offset_bytes: u64, old: Vec<u8>) {
+    for c in CUTS.lock().iter().filter(|c| path.starts_with(&c.prefix)) {
+        if let Some(u) = &c.unflushed {
+            u.lock().entry(path.to_string()).or_default().push((offset_bytes, old.clone()));
+        }
+    }
+}
+
+/// A flush of `path` reached the device: its cached writes are durable.
+pub(crate) fn flushed(path: &str) {
+    for c in CUTS.lock().iter().filter(|c| path.starts_with(&c.prefix)) {
+        if let Some(u) = &c.unflushed {
+            u.lock().remove(path);
+        }
+    }
 }
 
 /// Remove every power cut registered with exactly this `prefix` (handlers are removed
@@ -121,6 +207,7 @@ fn drop_write(path: &str) -> bool {
             return true;
         }
         cut.remaining.store(left - 1, Ordering::SeqCst);
+        cut.landed.fetch_add(1, Ordering::SeqCst);
     }
     false
 }

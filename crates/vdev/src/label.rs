@@ -1,4 +1,5 @@
-//! Label I/O on a leaf: the four label copies and their uberblock rings.
+//! Label I/O on a leaf: the four label copies and their uberblock rings; and the
+//! fan-out of label writes over the leaves of a pool.
 //!
 //! Theory: every leaf carries four 256 KiB labels (two at the front, two at the end;
 //! offsets from `tarn_phys::label::label_offsets`). Each holds a config area (header +
@@ -6,14 +7,32 @@
 //! `UBERBLOCK_RING_OFFSET_BYTES`, slot `txg % 32`. The byte layout is owned by
 //! `tarn_phys::label` and `tarn_phys::uberblock`; this module only moves bytes.
 //!
-//! Writes go to all four copies and are not flushed: spa orders them (ZFS's two-phase
-//! label update: even labels, flush, uberblocks, flush, odd labels) and flushes.
-//! Reads return every copy separately so the importer can survive damage to any
-//! three of them; decoding rejects torn or foreign copies by magic and BLAKE3.
+//! **Config updates are two-phase** (OpenZFS `vdev_label_sync_list` called from
+//! `vdev_config_sync` once for the even and once for the odd labels): a config is
+//! rewritten in place, so [`sync_configs`] writes the even labels (L0, L2) of every
+//! leaf, flushes every leaf, then writes the odd labels (L1, L3) and flushes again.
+//! A power cut — even one that tears every write still in a disk's volatile cache —
+//! can therefore damage at most one half of the copies on each leaf: before the first
+//! flush the odd labels still hold the old config whole, after it the even labels
+//! hold the new one. Import reads every copy and rejects torn ones by magic and
+//! BLAKE3, so it always finds the old or the new config.
 //!
-//! Called by: spa (create, import, txg sync, export, labelclear).
+//! **Uberblocks** go to ring slot `txg % 32` of all four labels at once
+//! ([`sync_uberblock`]): the slot written never holds the newest uberblock, so a torn
+//! write there loses nothing the import needs.
+//!
+//! The fan-out functions ([`sync_configs`], [`sync_uberblock`],
+//! [`clear_uberblocks_after_all`], [`clear_and_release`]) are the one place the
+//! write-flush-count idiom lives: they skip leaves that have no device, work on every
+//! leaf in parallel, count a failed write or flush as a WRITE error on that leaf
+//! (logged), and return a [`FanOut`] the caller judges (spa requires one uberblock
+//! copy per txg, as OpenZFS's `vdev_uberblock_sync_list` does).
+//!
+//! Called by: spa (create, import, txg sync, export, attach/replace/remove,
+//! labelclear).
 
-use crate::{Leaf, VdevError};
+use crate::tree::{bump, each_parallel};
+use crate::{Leaf, Vdev, VdevError};
 use tarn_phys::label::{
     decode_config, encode_config, label_offsets, LabelConfig, CONFIG_MAX_BYTES, CONFIG_OFFSET_BYTES, LABEL_SIZE_BYTES, UBERBLOCK_RING_OFFSET_BYTES,
     UBERBLOCK_RING_SLOTS,
@@ -23,19 +42,119 @@ use tarn_phys::{Corrupt, UberblockPhys, UBERBLOCK_SLOT_SIZE_BYTES};
 /// Bytes of the config area read back: header (64) + the largest JSON.
 const CONFIG_AREA_BYTES: usize = CONFIG_MAX_BYTES + 64;
 
-/// Write `cfg` into the config area of all four labels of `leaf` (not flushed).
+/// Which copies of a leaf's four labels a config write touches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LabelHalf {
+    /// L0 and L2 (first at the front, first at the end).
+    Even,
+    /// L1 and L3.
+    Odd,
+    /// All four (a new or cleared leaf that holds no config to protect; tests).
+    Both,
+}
+
+/// Write `cfg` into the config area of the labels of `leaf` that `half` names (not
+/// flushed). Pools update configs through [`sync_configs`], which orders the halves.
 ///
 /// Errors: `Io` (kind `InvalidData`) if the config does not encode (too large); `Io`
 /// from the first label write that fails (later labels are not attempted).
-pub fn write_config(leaf: &Leaf, cfg: &LabelConfig) -> Result<(), VdevError> {
+pub fn write_config(leaf: &Leaf, cfg: &LabelConfig, half: LabelHalf) -> Result<(), VdevError> {
     let bytes = encode_config(cfg).map_err(|c| VdevError::Io {
         path: leaf.path.clone(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, format!("label config: {}", c.detail)),
     })?;
-    for off in label_offsets(leaf.size_bytes) {
-        leaf.pwrite(off + CONFIG_OFFSET_BYTES, &bytes)?;
+    for (i, off) in label_offsets(leaf.size_bytes).into_iter().enumerate() {
+        let mine = match half {
+            LabelHalf::Even => i % 2 == 0,
+            LabelHalf::Odd => i % 2 == 1,
+            LabelHalf::Both => true,
+        };
+        if mine {
+            leaf.pwrite(off + CONFIG_OFFSET_BYTES, &bytes)?;
+        }
     }
     Ok(())
+}
+
+/// What a fan-out did: leaves whose labels were written and flushed, leaves where a
+/// write or flush failed (counted as WRITE errors on them), leaves passed over (no
+/// device, or not usable where usability matters).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FanOut {
+    /// Written and flushed.
+    pub written: usize,
+    /// A write or flush failed.
+    pub failed: usize,
+    /// Not attempted.
+    pub skipped: usize,
+}
+
+fn device(v: &Vdev) -> Option<&Leaf> {
+    v.device()
+}
+
+/// Run `op` on the device of every leaf in `leaves` (in parallel), each followed by a
+/// flush; count failures on the leaf. `None` from `op`'s leaf filter means skipped.
+fn fan_out(leaves: &[&Vdev], what: &str, op: impl Fn(&Vdev, &Leaf) -> Option<Result<(), VdevError>> + Sync) -> (FanOut, Vec<bool>) {
+    let results = each_parallel(leaves, |v| device(v).and_then(|l| op(v, l).map(|r| r.and_then(|_| l.flush()))));
+    let mut out = FanOut::default();
+    let mut ok = Vec::with_capacity(leaves.len());
+    for (v, r) in leaves.iter().zip(results) {
+        ok.push(matches!(r, Some(Ok(()))));
+        match r {
+            None => out.skipped += 1,
+            Some(Ok(())) => out.written += 1,
+            Some(Err(e)) => {
+                bump(&v.stats.write_errors, 1);
+                tracing::warn!("{what} failed on {:?}: {e}", v.path);
+                out.failed += 1;
+            }
+        }
+    }
+    (out, ok)
+}
+
+/// Write each leaf's config (pairs of leaf node and the config its labels get) in
+/// two phases — even labels of every leaf, flush, odd labels, flush (module theory).
+/// A leaf whose even half failed is not given the odd half, so its old config
+/// survives there. Leaves without a device are skipped.
+pub fn sync_configs(items: &[(&Vdev, LabelConfig)]) -> FanOut {
+    let leaves: Vec<&Vdev> = items.iter().map(|(v, _)| *v).collect();
+    let cfg_of = |v: &Vdev| items.iter().find(|(x, _)| std::ptr::eq(*x, v)).map(|(_, c)| c);
+    let (_, even_ok) = fan_out(&leaves, "label config write (even labels)", |v, l| {
+        cfg_of(v).map(|c| write_config(l, c, LabelHalf::Even))
+    });
+    let odd: Vec<&Vdev> = leaves.iter().zip(&even_ok).filter(|(_, ok)| **ok).map(|(v, _)| *v).collect();
+    let (mut out, _) = fan_out(&odd, "label config write (odd labels)", |v, l| {
+        cfg_of(v).map(|c| write_config(l, c, LabelHalf::Odd))
+    });
+    let devices = leaves.iter().filter(|v| device(v).is_some()).count();
+    out.failed = devices - out.written;
+    out.skipped = leaves.len() - devices;
+    out
+}
+
+/// Write `ub` into the ring of every usable leaf in `leaves` and flush each, in
+/// parallel (one device round trip per txg). Offline, faulted and missing leaves are
+/// skipped: they did not get the txg's blocks.
+pub fn sync_uberblock(leaves: &[&Vdev], ub: &UberblockPhys) -> FanOut {
+    fan_out(leaves, "uberblock write", |v, l| v.state().is_usable().then(|| write_uberblock(l, ub))).0
+}
+
+/// Zero, on every leaf in `leaves`, the ring slots holding uberblocks newer than
+/// `txg` (after a rewind import), and flush.
+pub fn clear_uberblocks_after_all(leaves: &[&Vdev], txg: u64) -> FanOut {
+    fan_out(leaves, "uberblock clear", |_, l| Some(clear_uberblocks_after(l, txg).map(|_| ()))).0
+}
+
+/// Zero all four labels of every leaf in `leaves`, flush, and release the device
+/// lock (leaves that left the pool: detach, replace, remove).
+pub fn clear_and_release(leaves: &[&Vdev]) -> FanOut {
+    let out = fan_out(leaves, "label clear", |_, l| Some(clear(l))).0;
+    for l in leaves.iter().filter_map(|v| device(v)) {
+        l.unlock();
+    }
+    out
 }
 
 /// Read the config from each of the four labels (index = label number). A copy that
@@ -161,7 +280,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let l = leaf(&dir);
         assert!(read_configs(&l).iter().all(|c| c.is_err()));
-        write_config(&l, &cfg(7)).unwrap();
+        write_config(&l, &cfg(7), LabelHalf::Both).unwrap();
         let got = read_configs(&l);
         assert_eq!(got.len(), 4);
         for c in got {
@@ -173,7 +292,7 @@ mod tests {
     fn labels_survive_front_damage() {
         let dir = tempfile::tempdir().unwrap();
         let l = leaf(&dir);
-        write_config(&l, &cfg(3)).unwrap();
+        write_config(&l, &cfg(3), LabelHalf::Both).unwrap();
         write_uberblock(&l, &ub(3)).unwrap();
         // Zero L0 and L1 (the first 512 KiB).
         l.pwrite(0, &vec![0u8; 2 * LABEL_SIZE_BYTES as usize]).unwrap();
@@ -188,7 +307,7 @@ mod tests {
     fn uberblock_ring_slots_and_clear() {
         let dir = tempfile::tempdir().unwrap();
         let l = leaf(&dir);
-        write_config(&l, &cfg(1)).unwrap();
+        write_config(&l, &cfg(1), LabelHalf::Both).unwrap();
         for txg in [1, 2, 33] {
             write_uberblock(&l, &ub(txg)).unwrap();
         }

@@ -218,6 +218,13 @@ impl Leaf {
     /// [`Leaf::flush`]. Errors: `Io`.
     pub fn pwrite(&self, device_offset_bytes: u64, data: &[u8]) -> Result<(), VdevError> {
         if inject::active() {
+            // Before the cut counts this write (it may be the last to land). Saving the
+            // bytes of a write then dropped or failed is harmless: they are unchanged.
+            if inject::wants_old_bytes(&self.path) {
+                let mut old = vec![0u8; data.len()];
+                self.file.read_exact_at(&mut old, device_offset_bytes).map_err(|source| self.io(source))?;
+                inject::record_unflushed(&self.path, device_offset_bytes, old);
+            }
             match inject::check(&self.path, Op::Write, device_offset_bytes, data.len() as u64, self.size_bytes) {
                 Verdict::Proceed { .. } => {}
                 Verdict::Fail => return Err(self.io(injected_eio())),
@@ -252,6 +259,9 @@ impl Leaf {
                 Verdict::Fail => return Err(self.io(injected_eio())),
                 Verdict::Drop => return Ok(()),
             }
+            self.file.sync_data().map_err(|source| self.io(source))?;
+            inject::flushed(&self.path);
+            return Ok(());
         }
         self.file.sync_data().map_err(|source| self.io(source))
     }

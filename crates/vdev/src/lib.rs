@@ -21,14 +21,21 @@
 //!
 //! Invariants: a write returns Ok when at least one usable child accepted it (mirror,
 //! as ZFS does; failures on the others are counted as WRITE errors) / when at most p
-//! columns failed or were skipped (raidz); leaves are opened with an exclusive `flock`
-//! so a second opener — another process, or another open in this one — gets `Busy`.
+//! columns failed or were skipped (raidz); a flush is Ok only when the leaves that
+//! flushed hold the node whole by the same rule (`Vdev::durable_with`: one mirror
+//! side, all but p raidz children), so a txg never commits on fewer leaves than it
+//! was written to need; leaves are opened with an exclusive `flock` so a second opener
+//! — another process, or another open in this one — gets `Busy`. `Vdev`'s fields are
+//! private to this crate: callers read them through accessors and change state only
+//! through its methods (offline, fault, DTL).
 //!
 //! Modules: [`leaf`] (the OS device), [`tree`] (node ops, states, counters), [`raidz`]
 //! (pure GF(2^8) parity math and column mapping), [`label`] (label and uberblock-ring
-//! I/O; the byte layouts belong to `tarn_phys::label`), [`inject`] (fault injection —
-//! errors, corruption, latency, power cuts — that every leaf I/O consults, so the
-//! layers above see injected faults exactly like real ones).
+//! I/O, and the one fan-out of label writes over a pool's leaves: two-phase config
+//! updates, uberblocks, clears, with their error counts; the byte layouts belong to
+//! `tarn_phys::label`), [`inject`] (fault injection — errors, corruption, latency,
+//! power cuts with or without a volatile write cache — that every leaf I/O consults,
+//! so the layers above see injected faults exactly like real ones).
 //!
 //! Called by: zio (read/write/flush), spa (open/label I/O). Calls: the OS (pread/pwrite).
 

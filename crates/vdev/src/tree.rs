@@ -150,25 +150,25 @@ pub enum MirrorRole {
 /// One node of the vdev tree. Top-level vdevs have `id` = their index in DVAs.
 pub struct Vdev {
     /// Index among siblings; for top-level vdevs, the DVA vdev id.
-    pub id: u32,
+    pub(crate) id: u32,
     /// Stable identity (also stored in labels).
-    pub guid: u64,
+    pub(crate) guid: u64,
     /// log2 sector size (9 or 12), same for the whole top-level vdev.
-    pub ashift: u8,
+    pub(crate) ashift: u8,
     /// Leaf path for leaves (also kept when UNAVAIL), None otherwise.
-    pub path: Option<String>,
+    pub(crate) path: Option<String>,
     /// Node kind and children.
-    pub kind: VdevKind,
+    pub(crate) kind: VdevKind,
     /// Error and I/O counters.
-    pub stats: VdevStats,
+    pub(crate) stats: VdevStats,
     /// Administratively offline (leaves only; `zpool offline`).
     offline: AtomicBool,
     /// Faulted: too many errors, or faulted by the administrator (leaves only).
     faulted: AtomicBool,
     /// Txgs this leaf missed (leaves only; see [`crate::dtl`]).
-    pub dtl: Dtl,
+    pub(crate) dtl: Dtl,
     /// For `VdevKind::Mirror` nodes: which of mirror/replacing/spare this is.
-    pub role: MirrorRole,
+    pub(crate) role: MirrorRole,
 }
 
 /// What one raidz column read produced.
@@ -183,6 +183,46 @@ pub(crate) enum Column {
 }
 
 impl Vdev {
+    /// Index among siblings; for a top-level vdev, the DVA vdev id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Stable identity (also stored in labels).
+    pub fn guid(&self) -> u64 {
+        self.guid
+    }
+
+    /// log2 sector size (9..=16), the same for the whole top-level vdev.
+    pub fn ashift(&self) -> u8 {
+        self.ashift
+    }
+
+    /// The leaf's device path (kept when UNAVAIL); `None` for interior nodes and holes.
+    pub fn path(&self) -> &Option<String> {
+        &self.path
+    }
+
+    /// Node kind and children.
+    pub fn kind(&self) -> &VdevKind {
+        &self.kind
+    }
+
+    /// Error and I/O counters.
+    pub fn stats(&self) -> &VdevStats {
+        &self.stats
+    }
+
+    /// Txgs this leaf missed (leaves only; see [`crate::dtl`]).
+    pub fn dtl(&self) -> &Dtl {
+        &self.dtl
+    }
+
+    /// For mirror-shaped nodes: which of mirror, replacing, spare this is.
+    pub fn role(&self) -> MirrorRole {
+        self.role
+    }
+
     fn new(id: u32, guid: u64, ashift: u8, path: Option<String>, kind: VdevKind) -> Vdev {
         assert!((9..=16).contains(&ashift), "ashift {ashift}");
         Vdev {
@@ -261,11 +301,47 @@ impl Vdev {
     /// raidz with more than `p` children missing it. `birth_txg = 0` means "unknown"
     /// and only usability counts.
     pub fn missing(&self, birth_txg: u64) -> bool {
+        self.missing_without(0, birth_txg)
+    }
+
+    /// [`Vdev::missing`] with the leaf whose GUID is `excluded` counted as missing too
+    /// (would a detach or an offline of that leaf lose blocks of `birth_txg`?). GUID 0
+    /// excludes nothing.
+    pub fn missing_without(&self, excluded: u64, birth_txg: u64) -> bool {
         match &self.kind {
             VdevKind::Hole => true,
-            VdevKind::Leaf(_) => !self.state().is_usable() || (birth_txg != 0 && self.dtl.contains(birth_txg)),
-            VdevKind::Mirror(ch) => ch.iter().all(|c| c.missing(birth_txg)),
-            VdevKind::Raidz { nparity, children } => children.iter().filter(|c| c.missing(birth_txg)).count() > *nparity as usize,
+            VdevKind::Leaf(_) => (excluded != 0 && self.guid == excluded) || !self.state().is_usable() || (birth_txg != 0 && self.dtl.contains(birth_txg)),
+            VdevKind::Mirror(ch) => ch.iter().all(|c| c.missing_without(excluded, birth_txg)),
+            VdevKind::Raidz { nparity, children } => children.iter().filter(|c| c.missing_without(excluded, birth_txg)).count() > *nparity as usize,
+        }
+    }
+
+    /// Whether this node is a leaf (with or without an open device).
+    pub fn is_leaf(&self) -> bool {
+        matches!(self.kind, VdevKind::Leaf(_))
+    }
+
+    /// The open device of a leaf; `None` for interior nodes, holes and leaves whose
+    /// device could not be opened (UNAVAIL).
+    pub fn device(&self) -> Option<&Leaf> {
+        match &self.kind {
+            VdevKind::Leaf(Some(l)) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a leaf whose device is missing (could not be opened).
+    pub fn is_missing_device(&self) -> bool {
+        matches!(self.kind, VdevKind::Leaf(None))
+    }
+
+    /// Flush and unlock the devices of every leaf below (export, destroy, reopen: the
+    /// pool stops using them even while an in-memory handle remains). Flush errors
+    /// are ignored: nothing the pool still needs is in flight.
+    pub fn release(&self) {
+        for l in self.leaves().into_iter().filter_map(Vdev::device) {
+            let _ = l.flush();
+            l.unlock();
         }
     }
 
@@ -626,14 +702,32 @@ impl Vdev {
         Ok(data)
     }
 
-    /// fsync/fdatasync every leaf below. Ok if at least one usable leaf flushed (or
-    /// this is a hole: nothing to flush); otherwise the first `Io` error, or
-    /// `Unavailable` when no leaf is usable.
+    /// Whether the leaves for which `leaf_ok` is true hold enough of this node for
+    /// what was written to it to be readable: the write rule read as a durability
+    /// rule. A leaf counts by itself; a mirror (and a replacing or spare node) needs
+    /// one such child; a raidz needs `children − nparity`; a hole needs nothing.
+    /// `zio` requires it of every top-level vdev after a txg's flush (OpenZFS
+    /// `vdev_config_sync` likewise fails a txg whose data did not reach enough
+    /// devices), so a txg never commits with fewer leaves durable than reconstruction
+    /// needs.
+    pub fn durable_with(&self, leaf_ok: &dyn Fn(&Vdev) -> bool) -> bool {
+        match &self.kind {
+            VdevKind::Hole => true,
+            VdevKind::Leaf(_) => leaf_ok(self),
+            VdevKind::Mirror(children) => children.iter().any(|c| c.durable_with(leaf_ok)),
+            VdevKind::Raidz { nparity, children } => children.iter().filter(|c| c.durable_with(leaf_ok)).count() + *nparity as usize >= children.len(),
+        }
+    }
+
+    /// fsync/fdatasync every usable leaf below, in parallel. Ok if the leaves that
+    /// flushed satisfy [`Vdev::durable_with`] (or this is a hole: nothing to flush);
+    /// otherwise the first `Io` error, or `Unavailable` when no leaf failed but too
+    /// few are usable. Failures are counted as WRITE errors on their leaves.
     pub fn flush(&self) -> Result<(), VdevError> {
         if self.is_hole() {
             return Ok(());
         }
-        let mut ok = 0;
+        let mut flushed: Vec<*const Vdev> = Vec::new();
         let mut first_err = None;
         let usable: Vec<(&Vdev, &Leaf)> = self
             .leaves()
@@ -645,14 +739,14 @@ impl Vdev {
             .collect();
         for ((l, _), r) in usable.iter().zip(each_parallel(&usable, |(_, leaf)| leaf.flush())) {
             match r {
-                Ok(()) => ok += 1,
+                Ok(()) => flushed.push(*l as *const Vdev),
                 Err(e) => {
                     bump(&l.stats.write_errors, 1);
                     first_err.get_or_insert(e);
                 }
             }
         }
-        if ok > 0 {
+        if self.durable_with(&|l| flushed.contains(&(l as *const Vdev))) {
             Ok(())
         } else {
             Err(first_err.unwrap_or(VdevError::Unavailable { vdev: self.id }))

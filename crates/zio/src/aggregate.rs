@@ -112,7 +112,7 @@ impl Zio {
         }
         copies.sort_unstable_by_key(|&(v, off, _, _)| (v, off));
         let vdevs = self.vdevs.read();
-        let aggregatable = |v: u32| matches!(vdevs[v as usize].kind, VdevKind::Leaf(_) | VdevKind::Mirror(_));
+        let aggregatable = |v: u32| matches!(vdevs[v as usize].kind(), VdevKind::Leaf(_) | VdevKind::Mirror(_));
         let mut runs: Vec<(u32, u64, Vec<usize>)> = Vec::new(); // (vdev, offset, copies)
         let mut end = 0u64;
         for (k, &(v, off, asize, _)) in copies.iter().enumerate() {

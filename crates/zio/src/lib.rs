@@ -216,7 +216,7 @@ impl Zio {
         assert_ne!(space.class(), AllocClass::Hole, "attach a hole");
         let mut vdevs = self.vdevs.write();
         let mut sm = self.space.lock();
-        let id = vdev.id as usize;
+        let id = vdev.id() as usize;
         if id == vdevs.len() {
             vdevs.push(vdev);
             sm.vdevs.push(space);
@@ -575,9 +575,11 @@ impl Zio {
         }
     }
 
-    /// Flush every top-level vdev (fdatasync on every leaf). Errors if any normal-class
-    /// vdev failed to flush entirely; log vdevs hold no txg data, so their failures
-    /// (and missing log devices) are only counted on their leaves.
+    /// Flush every top-level vdev (fdatasync on every leaf). Errors if the leaves of
+    /// some normal-class vdev that flushed do not hold it whole
+    /// ([`tarn_vdev::Vdev::durable_with`]: one side of a mirror, all but `nparity`
+    /// children of a raidz); log vdevs hold no txg data, so their failures (and
+    /// missing log devices) are only counted on their leaves.
     pub fn flush(&self) -> Result<()> {
         self.flush_tops(None)
     }
@@ -589,23 +591,34 @@ impl Zio {
         // For a txg flush (all vdevs) only normal-class failures count: log vdevs hold
         // no txg data. A log commit names its vdevs and needs every one of them.
         let normal: Vec<bool> = self.space.lock().vdevs.iter().map(|s| s.class() == AllocClass::Normal).collect();
-        let tops: Vec<&Arc<Vdev>> = vdevs.iter().filter(|t| ids.is_none_or(|i| i.contains(&t.id))).collect();
-        let leaves: Vec<(u32, &Vdev)> = tops.iter().flat_map(|top| top.leaves().into_iter().map(move |leaf| (top.id, leaf))).collect();
-        let results: Vec<(u32, bool)> = if leaves.len() == 1 {
-            vec![(leaves[0].0, leaves[0].1.flush().is_ok())]
+        let tops: Vec<&Arc<Vdev>> = vdevs.iter().filter(|t| ids.is_none_or(|i| i.contains(&t.id()))).collect();
+        let leaves: Vec<(u32, &Vdev)> = tops.iter().flat_map(|top| top.leaves().into_iter().map(move |leaf| (top.id(), leaf))).collect();
+        // An unusable leaf (offline, faulted, missing) got none of the writes: it
+        // counts as not flushed.
+        let flush = |leaf: &Vdev| leaf.state().is_usable() && leaf.flush().is_ok();
+        let results: Vec<bool> = if leaves.len() == 1 {
+            vec![flush(leaves[0].1)]
         } else {
             std::thread::scope(|s| {
-                let handles: Vec<_> = leaves.iter().map(|&(id, leaf)| s.spawn(move || (id, leaf.flush().is_ok()))).collect();
+                let handles: Vec<_> = leaves.iter().map(|&(_, leaf)| s.spawn(move || flush(leaf))).collect();
                 handles.into_iter().map(|h| h.join().expect("flush thread")).collect()
             })
         };
+        let flushed: Vec<*const Vdev> = leaves
+            .iter()
+            .zip(&results)
+            .filter(|(_, ok)| **ok)
+            .map(|((_, l), _)| *l as *const Vdev)
+            .collect();
         for top in tops
             .into_iter()
-            .filter(|t| ids.is_some() || normal.get(t.id as usize).copied().unwrap_or(false))
+            .filter(|t| ids.is_some() || normal.get(t.id() as usize).copied().unwrap_or(false))
         {
-            let mine: Vec<bool> = results.iter().filter(|(id, _)| *id == top.id).map(|(_, ok)| *ok).collect();
-            if !mine.is_empty() && !mine.iter().any(|&ok| ok) {
-                return Err(ZioError::Io(format!("no leaf of top-level vdev {} could be flushed", top.id)));
+            if !top.leaves().is_empty() && !top.durable_with(&|l| flushed.contains(&(l as *const Vdev))) {
+                return Err(ZioError::Io(format!(
+                    "too few leaves of top-level vdev {} could be flushed to hold its data",
+                    top.id()
+                )));
             }
         }
         Ok(())
@@ -720,7 +733,7 @@ mod tests {
         assert_eq!(zio.detach_vdev(1).err(), Some(4096));
         zio.with_space(|s| s.vdevs[1].free_now(off, 4096));
         let old = zio.detach_vdev(1).unwrap();
-        assert_eq!(old.id, 1);
+        assert_eq!(old.id(), 1);
         assert!(zio.vdevs()[1].is_hole());
         assert_eq!(zio.vdev_count(), 2);
         zio.flush().unwrap();
@@ -754,9 +767,9 @@ mod tests {
             .enumerate()
             .map(|(i, d)| (Arc::new(d.clone()), props(if i == 5 { 2 } else { 1 })))
             .collect();
-        let before = a.stats.write_ops.load(Ordering::Relaxed);
+        let before = a.stats().write_ops.load(Ordering::Relaxed);
         let bps: Vec<BlkPtr> = zio.write_blocks(&items, 2).into_iter().map(|r| r.unwrap()).collect();
-        let ios = a.stats.write_ops.load(Ordering::Relaxed) - before;
+        let ios = a.stats().write_ops.load(Ordering::Relaxed) - before;
         assert!(ios < 10, "{ios} device writes for 41 block copies: not aggregated");
         // Written blocks are cached: reading them back costs no device read.
         let reads = zio.blocks_read.load(Ordering::Relaxed);

@@ -26,7 +26,7 @@ pub fn abandon(pool: std::sync::Arc<tarn_spa::Pool>, prefix: &str) {
         .zio()
         .vdevs()
         .iter()
-        .flat_map(|t| t.leaves().into_iter().filter_map(|l| l.path.clone()))
+        .flat_map(|t| t.leaves().into_iter().filter_map(|l| l.path().clone()))
         .collect();
     let weak = std::sync::Arc::downgrade(&pool);
     drop(pool);

@@ -1,0 +1,75 @@
+//! End-to-end: a pool that cannot write suspends, says so in `zpool status`, and
+//! `zpool clear` brings it back (OpenZFS suite area cli_root/zpool_clear and the
+//! `failmode` property of cli_root/zpool_get / zpool_set).
+//!
+//! How: a mirror pool with `-m none` (no FUSE needed); `zpool set/get failmode`; then
+//! `tarn zinject -e io -T write` on both leaves, a pool change and `zpool sync`, which
+//! must fail; `zpool status` must show `state: SUSPENDED`, OpenZFS's status and action
+//! lines and our line saying why; other changes fail with "pool I/O is currently
+//! suspended"; after `zinject -c all` and `zpool clear` the pool is ONLINE, takes
+//! changes again, and the change made before the failure is on disk after export and
+//! import; a suspended pool can be exported (writing nothing) and imported again.
+
+mod common;
+use common::*;
+
+#[test]
+fn failmode_property_suspension_status_and_clear() {
+    let env = Env::new();
+    env.zpool(&["create", "-m", "none", "-o", "size=128M", "tank", "mirror", "v/a.img", "v/b.img"])
+        .ok();
+    assert_eq!(
+        env.zpool(&["get", "-H", "-o", "value,source", "failmode", "tank"]).ok().stdout,
+        "wait\tdefault\n"
+    );
+    env.zpool(&["set", "failmode=sometimes", "tank"])
+        .fails_with("cannot set property for 'tank': 'failmode' must be one of 'wait | continue | panic'");
+    env.zpool(&["set", "failmode=continue", "tank"]).ok();
+    assert_eq!(
+        env.zpool(&["get", "-H", "-o", "value,source", "failmode", "tank"]).ok().stdout,
+        "continue\tlocal\n"
+    );
+    env.zpool(&["set", "comment=before", "tank"]).ok();
+    env.zpool(&["sync", "tank"]).ok();
+
+    for leaf in ["v/a.img", "v/b.img"] {
+        env.tarn(&["zinject", "-d", leaf, "-e", "io", "-T", "write", "tank"]).ok();
+    }
+    env.zpool(&["set", "comment=lost", "tank"]).ok();
+    env.zpool(&["sync", "tank"]).fails_with("pool I/O is currently suspended");
+    let st = env.zpool(&["status", "tank"]).ok().stdout;
+    assert!(st.starts_with("  pool: tank\n state: SUSPENDED\n"), "{st}");
+    assert!(
+        st.contains("status: One or more devices are faulted in response to IO failures.\n\ttxg "),
+        "{st}"
+    );
+    assert!(st.contains("could not be written"), "{st}");
+    assert!(
+        st.contains("action: Make sure the affected devices are connected, then run 'zpool clear'.\n"),
+        "{st}"
+    );
+    assert_eq!(env.zpool(&["list", "-H", "-o", "health", "tank"]).ok().stdout, "SUSPENDED\n");
+    env.zpool(&["set", "comment=refused", "tank"]).fails_with("pool I/O is currently suspended");
+
+    env.tarn(&["zinject", "-c", "all"]).ok();
+    env.zpool(&["clear", "tank"]).ok();
+    assert_eq!(env.zpool(&["list", "-H", "-o", "health", "tank"]).ok().stdout, "ONLINE\n");
+    // Re-imported from disk: the change of the failed txg is gone, the one before is not.
+    assert_eq!(env.zpool(&["get", "-H", "-o", "value", "comment", "tank"]).ok().stdout, "before\n");
+    env.zpool(&["set", "comment=after", "tank"]).ok();
+    env.zpool(&["export", "tank"]).ok();
+    env.zpool(&["import", "-d", "v", "tank"]).ok();
+    assert_eq!(env.zpool(&["get", "-H", "-o", "value", "comment", "tank"]).ok().stdout, "after\n");
+    assert_eq!(env.zpool(&["get", "-H", "-o", "value", "failmode", "tank"]).ok().stdout, "continue\n");
+
+    // A suspended pool can be exported (nothing is written) and imported again.
+    for leaf in ["v/a.img", "v/b.img"] {
+        env.tarn(&["zinject", "-d", leaf, "-e", "io", "-T", "write", "tank"]).ok();
+    }
+    env.zpool(&["set", "comment=lost-again", "tank"]).ok();
+    env.zpool(&["sync", "tank"]).fails_with("pool I/O is currently suspended");
+    env.tarn(&["zinject", "-c", "all"]).ok();
+    env.zpool(&["export", "tank"]).ok();
+    env.zpool(&["import", "-d", "v", "tank"]).ok();
+    assert_eq!(env.zpool(&["get", "-H", "-o", "value", "comment", "tank"]).ok().stdout, "after\n");
+}
