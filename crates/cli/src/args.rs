@@ -412,6 +412,8 @@ pub fn check_fs_prop(prop: &str, value: &str) -> Result<(String, String), String
         | "guid"
         | "compressratio"
         | "refcompressratio"
+        | "logicalused"
+        | "logicalreferenced"
         | "written" => {
             return Err(format!("'{prop}' is readonly"));
         }

@@ -318,6 +318,10 @@ fn value_of(entry: &PoolEntry, info: &DatasetInfo, prop: &str, parsable: bool) -
             }
             (format::ratio(lsize, psize, parsable), ro)
         }
+        // Logical sizes (zfsprops(7)): computed from block pointers when asked.
+        "logicalreferenced" => (num(entry.pool.referenced_lsize_psize(&info.name).ok()?.0), ro),
+        "logicalused" if info.name.contains('@') => ("-".into(), ro),
+        "logicalused" => (num(entry.pool.logical_used(&info.name).ok()?), ro),
         "creation" if !parsable => {
             let (v, src) = info.props.get("creation")?.clone();
             (v.parse::<i64>().map(ctime).unwrap_or(v), src)
@@ -342,9 +346,11 @@ const SPACE_PROPS: [&str; 6] = [
 ];
 
 /// Other read-only properties the engine reports.
-const INFO_PROPS: [&str; 11] = [
+const INFO_PROPS: [&str; 13] = [
     "compressratio",
     "refcompressratio",
+    "logicalused",
+    "logicalreferenced",
     "origin",
     "receive_resume_token",
     "clones",
@@ -357,7 +363,11 @@ const INFO_PROPS: [&str; 11] = [
 ];
 
 fn is_numeric(prop: &str) -> bool {
-    matches!(prop, "used" | "available" | "referenced" | "recordsize" | "createtxg" | "userrefs") || SPACE_PROPS.contains(&prop) || prop.starts_with("written@")
+    matches!(
+        prop,
+        "used" | "available" | "referenced" | "recordsize" | "createtxg" | "userrefs" | "logicalused" | "logicalreferenced"
+    ) || SPACE_PROPS.contains(&prop)
+        || prop.starts_with("written@")
 }
 
 fn known_prop(prop: &str) -> bool {
@@ -706,12 +716,24 @@ fn get(st: &mut State, args: &[String]) -> Response {
     for (pool, info) in &selected {
         let entry = &st.pools[pool];
         let props: Vec<String> = if all {
-            let mut v: Vec<String> = ["type", "creation", "used", "available", "referenced", "compressratio", "mounted"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
+            let mut v: Vec<String> = [
+                "type",
+                "creation",
+                "used",
+                "available",
+                "referenced",
+                "compressratio",
+                "mounted",
+                "logicalused",
+                "logicalreferenced",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
             if !info.name.contains('@') {
                 v.extend(FS_PROPS.iter().map(|s| s.to_string()));
+            } else {
+                v.retain(|p| p != "logicalused"); // a file system's figure only
             }
             // Native properties first, user properties last (as OpenZFS lists them).
             let (user, native): (Vec<String>, Vec<String>) = info.props.keys().filter(|k| !v.contains(k)).cloned().partition(|k| tarn_spa::is_user_prop(k));

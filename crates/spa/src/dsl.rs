@@ -1028,6 +1028,78 @@ impl Pool {
         Ok((lsize, psize))
     }
 
+    /// `logicalused` of file system `name` (zfsprops(7)): the logical size (`lsize`,
+    /// metadata included) of every distinct block held by `name`, its snapshots and
+    /// its descendants with theirs, as of the last synced txg. A clone's blocks born
+    /// at or before its origin belong to the origin and are left out, as they are of
+    /// `used`. Each block is counted once (by its first DVA) however many of those
+    /// trees share it. Walks every tree, shared parts once per tree: asked for only
+    /// when the property is. Errors: `NotFound` for a missing file system or a
+    /// snapshot name (snapshots have no `logicalused`), `Dmu` for unreadable blocks.
+    pub fn logical_used(&self, name: &str) -> Result<u64> {
+        let roots: Vec<(BlkPtr, u64)> = {
+            let d = self.dir.lock();
+            if !d.datasets.contains_key(name) {
+                return Err(SpaError::NotFound(format!("cannot open '{name}': dataset does not exist")));
+            }
+            let prefix = format!("{name}/");
+            let mut objs: Vec<u64> = Vec::new();
+            for (n, r) in d.datasets.iter() {
+                if n == name || n.starts_with(&prefix) {
+                    objs.push(r.obj);
+                }
+            }
+            for (n, r) in d.snaps.iter() {
+                let fs = n.split('@').next().unwrap_or("");
+                if fs == name || fs.starts_with(&prefix) {
+                    objs.push(r.obj);
+                }
+            }
+            drop(d);
+            let mut roots = Vec::new();
+            for obj in objs {
+                let phys = self.ds_phys(obj)?;
+                let root = if phys.is_snapshot() {
+                    phys.rootbp
+                } else {
+                    self.objsets.lock().get(&obj).map(|o| o.root_bp()).unwrap_or(phys.rootbp)
+                };
+                // A clone (or a snapshot of one): blocks up to the origin's txg are the origin's.
+                let mut head = phys.clone();
+                let mut steps = 0u64;
+                while head.is_snapshot() && head.next_snap_obj != 0 && steps < DATASETS_MAX {
+                    head = self.ds_phys(head.next_snap_obj)?;
+                    steps += 1;
+                }
+                let min_birth_txg = if head.origin_obj != 0 {
+                    self.ds_phys(head.origin_obj)?.creation_txg + 1
+                } else {
+                    0
+                };
+                roots.push((root, min_birth_txg));
+            }
+            roots
+        };
+        let mut seen = std::collections::HashSet::new();
+        let mut total = 0u64;
+        for (root, min_birth_txg) in roots {
+            tarn_dmu::traverse::traverse_resumable(
+                &self.zio,
+                &root,
+                min_birth_txg,
+                0,
+                &mut |bp, _| {
+                    if bp.birth_txg >= min_birth_txg && seen.insert((bp.dva[0].vdev, bp.dva[0].offset_bytes)) {
+                        total += u64::from(bp.lsize_bytes);
+                    }
+                },
+                &mut |_| false,
+            )
+            .map_err(dmu_err)?;
+        }
+        Ok(total)
+    }
+
     /// `zfs set name prop=value`: a native property ([`DATASET_PROPS`]) on a file
     /// system, or a user property ([`is_user_prop`]) on a file system or a snapshot.
     ///
