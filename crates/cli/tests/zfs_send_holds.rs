@@ -62,3 +62,51 @@ fn send_holds_its_snapshot_until_the_stream_ends() {
     env.zfs(&["destroy", "tank/fs@a"]).ok();
     env.zpool(&["export", "tank"]).ok();
 }
+
+/// `zfs send -v`: the estimate lines first, then OpenZFS's progress table on standard
+/// error (`TIME SENT SNAPSHOT name`, then `HH:MM:SS  bytes  name` about once a second
+/// while the stream moves), the stream itself unchanged on standard output.
+#[test]
+fn send_verbose_prints_estimate_and_progress() {
+    if !fuse_usable("send_verbose_prints_estimate_and_progress") {
+        return;
+    }
+    let env = Env::new();
+    let m = env.path().join("mnt");
+    let ms = m.display().to_string();
+    env.zpool(&["create", "-m", &ms, "-o", "size=256M", "tank", "v/a"]).ok();
+    env.zfs(&["create", "tank/fs"]).ok();
+    let data: Vec<u8> = (0..6_000_000u32).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect();
+    std::fs::write(m.join("fs/big"), &data).unwrap();
+    env.zfs(&["snapshot", "tank/fs@a"]).ok();
+    let mut c = env.command(&["zfs", "send", "-v", "tank/fs@a"]);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    // Hold the pipe full for a while, so the sender is still sending a second later.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let mut stream = Vec::new();
+    child.stdout.take().unwrap().read_to_end(&mut stream).unwrap();
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(child.wait().unwrap().success(), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(lines[0].starts_with("full send of tank/fs@a estimated size is "), "{err}");
+    assert!(lines[1].starts_with("total estimated size is "), "{err}");
+    assert_eq!(lines[2], "TIME        SENT   SNAPSHOT tank/fs@a", "{err}");
+    let progress: Vec<&&str> = lines[3..].iter().filter(|l| l.ends_with("tank/fs@a")).collect();
+    assert!(!progress.is_empty(), "no progress line: {err}");
+    for l in progress {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!(f.len(), 3, "{l}");
+        assert_eq!(f[0].len(), 8, "time as HH:MM:SS: {l}");
+        assert_eq!(f[0].matches(':').count(), 2, "{l}");
+    }
+    // The stream is whole: it is received into an identical file.
+    let file = env.path().join("a.stream");
+    std::fs::write(&file, &stream).unwrap();
+    let mut r = env.command(&["zfs", "recv", "tank/copy"]);
+    r.stdin(std::fs::File::open(&file).unwrap());
+    run(r).ok();
+    assert_eq!(std::fs::read(m.join("copy/big")).unwrap(), data);
+    env.zpool(&["export", "tank"]).ok();
+}
