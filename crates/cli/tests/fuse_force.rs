@@ -19,9 +19,8 @@ fn busy_mounts_and_force() {
         return;
     }
     let env = Env::new();
-    let m = env.path().join("mnt");
+    let m = env.mounted_pool(&[]);
     let ms = m.display().to_string();
-    env.zpool(&["create", "-m", &ms, "-o", "size=256M", "tank", "v/a"]).ok();
     env.zfs(&["create", "tank/fs"]).ok();
     std::fs::write(m.join("fs/file"), b"held open\n").unwrap();
 

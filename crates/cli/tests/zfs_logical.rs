@@ -21,10 +21,7 @@ fn logical_space_properties() {
         return;
     }
     let env = Env::new();
-    let m = env.path().join("mnt");
-    let ms = m.display().to_string();
-    env.zpool(&["create", "-m", &ms, "-O", "compression=lz4", "-o", "size=256M", "tank", "v/a"])
-        .ok();
+    let m = env.mounted_pool(&["-O", "compression=lz4"]);
     env.zfs(&["create", "tank/fs"]).ok();
     env.zfs(&["create", "-o", "compression=off", "tank/fs/kid"]).ok();
     let text: Vec<u8> = b"the quick brown fox jumps over the lazy dog\n".iter().copied().cycle().take(8 << 20).collect();

@@ -15,9 +15,7 @@ fn send_holds_its_snapshot_until_the_stream_ends() {
         return;
     }
     let env = Env::new();
-    let m = env.path().join("mnt");
-    let ms = m.display().to_string();
-    env.zpool(&["create", "-m", &ms, "-o", "size=256M", "tank", "v/a"]).ok();
+    let m = env.mounted_pool(&[]);
     env.zfs(&["create", "tank/fs"]).ok();
     // Several MiB of data that does not compress: far more than a pipe holds.
     let data: Vec<u8> = (0..6_000_000u32).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect();
@@ -55,9 +53,7 @@ fn send_holds_its_snapshot_until_the_stream_ends() {
     assert_eq!(tags, "", "the temporary hold outlived the send");
     let file = env.path().join("a.stream");
     std::fs::write(&file, &stream).unwrap();
-    let mut r = env.command(&["zfs", "recv", "tank/copy"]);
-    r.stdin(std::fs::File::open(&file).unwrap());
-    run(r).ok();
+    env.with_stdin(&["zfs", "recv", "tank/copy"], &file).ok();
     assert_eq!(std::fs::read(m.join("copy/big")).unwrap(), data);
     env.zfs(&["destroy", "tank/fs@a"]).ok();
     env.zpool(&["export", "tank"]).ok();
@@ -72,9 +68,7 @@ fn send_verbose_prints_estimate_and_progress() {
         return;
     }
     let env = Env::new();
-    let m = env.path().join("mnt");
-    let ms = m.display().to_string();
-    env.zpool(&["create", "-m", &ms, "-o", "size=256M", "tank", "v/a"]).ok();
+    let m = env.mounted_pool(&[]);
     env.zfs(&["create", "tank/fs"]).ok();
     let data: Vec<u8> = (0..6_000_000u32).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect();
     std::fs::write(m.join("fs/big"), &data).unwrap();
@@ -104,9 +98,7 @@ fn send_verbose_prints_estimate_and_progress() {
     // The stream is whole: it is received into an identical file.
     let file = env.path().join("a.stream");
     std::fs::write(&file, &stream).unwrap();
-    let mut r = env.command(&["zfs", "recv", "tank/copy"]);
-    r.stdin(std::fs::File::open(&file).unwrap());
-    run(r).ok();
+    env.with_stdin(&["zfs", "recv", "tank/copy"], &file).ok();
     assert_eq!(std::fs::read(m.join("copy/big")).unwrap(), data);
     env.zpool(&["export", "tank"]).ok();
 }

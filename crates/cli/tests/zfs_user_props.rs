@@ -6,7 +6,6 @@
 
 mod common;
 use common::*;
-use std::path::Path;
 
 fn get(env: &Env, prop: &str, ds: &str) -> (String, String) {
     let out = env.zfs(&["get", "-H", "-o", "value,source", prop, ds]).ok().stdout;
@@ -87,14 +86,8 @@ fn user_properties() {
     let mut c = env.command(&["zfs", "send", "-p", "tank/fs@s3"]);
     c.stdout(std::fs::File::create(&stream).unwrap());
     run(c).ok();
-    recv(&env, &["zfs", "recv", "-u", "tank/copy"], &stream).ok();
+    env.with_stdin(&["zfs", "recv", "-u", "tank/copy"], &stream).ok();
     assert_eq!(get(&env, "com.example:owner", "tank/copy"), pair("bob", "local"));
-    recv(&env, &["zfs", "recv", "-u", "-x", "com.example:owner", "tank/copy2"], &stream).ok();
+    env.with_stdin(&["zfs", "recv", "-u", "-x", "com.example:owner", "tank/copy2"], &stream).ok();
     assert_eq!(get(&env, "com.example:owner", "tank/copy2"), pair("-", "-"));
-}
-
-fn recv(env: &Env, args: &[&str], file: &Path) -> Out {
-    let mut c = env.command(args);
-    c.stdin(std::fs::File::open(file).unwrap());
-    run(c)
 }

@@ -108,6 +108,24 @@ impl Env {
         self.tarn(&v)
     }
 
+    /// `zpool create -m DIR/mnt -o size=256M OPTS… tank v/a`; returns the mountpoint.
+    pub fn mounted_pool(&self, opts: &[&str]) -> PathBuf {
+        let m = self.path().join("mnt");
+        let ms = m.display().to_string();
+        let mut args = vec!["create", "-m", &ms, "-o", "size=256M"];
+        args.extend_from_slice(opts);
+        args.extend_from_slice(&["tank", "v/a"]);
+        self.zpool(&args).ok();
+        m
+    }
+
+    /// `tarn ARGS < file`.
+    pub fn with_stdin(&self, args: &[&str], file: &Path) -> Out {
+        let mut c = self.command(args);
+        c.stdin(std::fs::File::open(file).unwrap());
+        run(c)
+    }
+
     pub fn daemon_log(&self) -> String {
         std::fs::read_to_string(self.state().join("daemon.log")).unwrap_or_default()
     }
