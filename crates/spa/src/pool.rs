@@ -225,6 +225,16 @@ struct FoundLeaf {
     config: LabelConfig,
 }
 
+/// A leaf whose labels pass their checksum but describe an impossible pool (a crafted
+/// or corrupted config, refused by `LabelConfig::validate`): kept only so that an
+/// import by name can say why the pool is not there.
+struct RefusedLeaf {
+    path: PathBuf,
+    name: String,
+    pool_guid: u64,
+    why: tarn_phys::Corrupt,
+}
+
 impl Pool {
     // ---- create -----------------------------------------------------------------
 
@@ -556,8 +566,15 @@ impl Pool {
     // ---- import -----------------------------------------------------------------
 
     fn scan_dirs(dirs: &[PathBuf]) -> Vec<FoundLeaf> {
+        Self::scan_dirs_refused(dirs).0
+    }
+
+    /// [`Pool::scan_dirs`], also returning the leaves whose every label was refused
+    /// as semantically invalid.
+    fn scan_dirs_refused(dirs: &[PathBuf]) -> (Vec<FoundLeaf>, Vec<RefusedLeaf>) {
         use std::os::unix::fs::FileTypeExt;
         let mut out = Vec::new();
+        let mut refused = Vec::new();
         let mut seen = HashSet::new();
         for d in dirs {
             let Ok(rd) = std::fs::read_dir(d) else { continue };
@@ -574,12 +591,23 @@ impl Pool {
                     continue;
                 }
                 let Ok(leaf) = Leaf::open(&canon) else { continue };
-                if let Some(config) = label::read_configs(&leaf).into_iter().flatten().max_by_key(|c| c.txg) {
+                let configs = label::read_configs(&leaf);
+                if let Some(config) = configs.iter().flatten().max_by_key(|c| c.txg) {
+                    let config = config.clone();
                     out.push(FoundLeaf { path: canon, leaf, config });
+                } else if let Some(cfg) = label::read_configs_unchecked(&leaf).into_iter().flatten().max_by_key(|c| c.txg) {
+                    if let Err(why) = cfg.validate() {
+                        refused.push(RefusedLeaf {
+                            path: canon,
+                            name: cfg.name,
+                            pool_guid: cfg.pool_guid,
+                            why,
+                        });
+                    }
                 }
             }
         }
-        out
+        (out, refused)
     }
 
     fn group(found: Vec<FoundLeaf>) -> BTreeMap<u64, Vec<FoundLeaf>> {
@@ -717,11 +745,20 @@ impl Pool {
     /// `search_dirs`. Without `opts.missing_log`, a pool with a log vdev whose every
     /// leaf is missing is refused with [`SpaError::MissingLogs`].
     pub fn import_with(name_or_guid: &str, search_dirs: &[PathBuf], opts: &ImportOptions) -> Result<Arc<Pool>> {
-        let groups = Self::group(Self::scan_dirs(search_dirs));
+        let (found, refused) = Self::scan_dirs_refused(search_dirs);
+        let groups = Self::group(found);
         let mut matches: Vec<(u64, Vec<FoundLeaf>)> = groups
             .into_iter()
             .filter(|(g, leaves)| leaves.iter().any(|f| f.config.name == name_or_guid) || g.to_string() == name_or_guid)
             .collect();
+        let bad_label = refused.iter().find(|r| r.name == name_or_guid || r.pool_guid.to_string() == name_or_guid);
+        if let (true, Some(r)) = (matches.is_empty(), bad_label) {
+            return Err(SpaError::Corrupt(format!(
+                "cannot import '{name_or_guid}': invalid label config on {}: {}",
+                r.path.display(),
+                r.why.detail
+            )));
+        }
         if matches.is_empty() {
             return Err(SpaError::NotFound(format!("cannot import '{name_or_guid}': no such pool available")));
         }
@@ -849,6 +886,18 @@ impl Pool {
     }
 
     fn open_at(name: &str, pool_guid: u64, cfg: &VdevConfig, top: &[Arc<Vdev>], ub: &UberblockPhys) -> Result<Arc<Pool>> {
+        // The config's sizes come from disk: a top-level vdev may not claim more space
+        // than the devices found under it hold (a crafted size would otherwise let
+        // allocations run past the end of the leaves, or size the metaslab array).
+        for (i, (v, c)) in top.iter().zip(&cfg.children).enumerate() {
+            let have = v.asize_bytes();
+            if !c.is_hole() && have > 0 && c.asize_bytes > have {
+                return Err(SpaError::Corrupt(format!(
+                    "cannot import '{name}': the config gives top-level vdev {i} {} bytes, its devices hold {have}",
+                    c.asize_bytes
+                )));
+            }
+        }
         let dims: Vec<(u64, u64)> = top.iter().zip(&cfg.children).map(|(v, c)| (c.asize_bytes, v.alloc_align_bytes())).collect();
         let classes: Vec<AllocClass> = cfg.children.iter().map(class_of).collect();
         let zio = Arc::new(Zio::new(
