@@ -1253,25 +1253,50 @@ impl Pool {
     pub fn log_history(&self, command_line: &str) -> Result<()> {
         let tx = self.gate.hold().map_err(dmu_err)?;
         let _a = self.admin.lock();
-        let obj = self.dir.lock().history_obj;
-        let b = self.mos.bonus(obj).map_err(dmu_err)?;
-        let len = u64::from_le_bytes(b.get(0..8).unwrap_or(&[0; 8]).try_into().unwrap());
+        let (obj, len) = self.history_len()?;
         let line = format!("{} {}\n", format_time(now_s()), command_line);
         self.mos.write(&tx, obj, len, line.as_bytes()).map_err(dmu_err)?;
         self.mos.set_bonus(&tx, obj, &(len + line.len() as u64).to_le_bytes()).map_err(dmu_err)?;
         Ok(())
     }
 
-    /// `zpool history` lines: "YYYY-MM-DD.HH:MM:SS command".
-    pub fn history(&self) -> Result<Vec<String>> {
+    /// The history object and its length in bytes (kept in its bonus buffer). The
+    /// length comes from disk: it must lie within the object's blocks, or the history
+    /// is reported corrupt rather than read or written at a crafted offset.
+    fn history_len(&self) -> Result<(u64, u64)> {
         let obj = self.dir.lock().history_obj;
         let b = self.mos.bonus(obj).map_err(dmu_err)?;
-        let len = u64::from_le_bytes(b.get(0..8).unwrap_or(&[0; 8]).try_into().unwrap());
-        let mut buf = vec![0u8; len as usize];
-        self.mos.read(obj, 0, &mut buf).map_err(dmu_err)?;
-        Ok(String::from_utf8_lossy(&buf).lines().map(|s| s.to_string()).collect())
+        let len = b.get(0..8).map_or(0, |s| u64::from_le_bytes(s.try_into().expect("8 bytes")));
+        let info = self.mos.object_info(obj).map_err(dmu_err)?;
+        let size = info.maxblkid.saturating_add(1).saturating_mul(info.datablksz_bytes as u64);
+        if len > size {
+            return Err(SpaError::Corrupt(format!(
+                "pool history object {obj} claims {len} bytes but holds at most {size}"
+            )));
+        }
+        Ok((obj, len))
+    }
+
+    /// `zpool history` lines: "YYYY-MM-DD.HH:MM:SS command". At most the last
+    /// [`HISTORY_READ_MAX_BYTES`] are read (older lines are left out, as OpenZFS's
+    /// history is a ring that drops its oldest records), so a history of any length
+    /// costs a bounded allocation. Errors: `Corrupt` when the recorded length does not
+    /// fit the object (a crafted pool).
+    pub fn history(&self) -> Result<Vec<String>> {
+        let (obj, len) = self.history_len()?;
+        let start = len.saturating_sub(HISTORY_READ_MAX_BYTES);
+        let mut buf = vec![0u8; (len - start) as usize];
+        self.mos.read(obj, start, &mut buf).map_err(dmu_err)?;
+        let text = String::from_utf8_lossy(&buf);
+        // A read that starts mid-history starts mid-line: drop the partial line.
+        let skip = if start > 0 { 1 } else { 0 };
+        Ok(text.lines().skip(skip).map(|s| s.to_string()).collect())
     }
 }
+
+/// Most bytes of pool history [`Pool::history`] reads (the newest ones): 16 MiB,
+/// some 200,000 commands.
+pub const HISTORY_READ_MAX_BYTES: u64 = 16 << 20;
 
 /// Seconds since the epoch as a UTC calendar date: (year, month 1..=12, day 1..=31,
 /// seconds into the day). Civil-from-days (proleptic Gregorian), Howard Hinnant's

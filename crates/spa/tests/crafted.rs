@@ -25,8 +25,8 @@ fn images(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// A raidz1 pool of three 64 MiB files in `dir`, with one small file system
-/// dataset's worth of data, exported.
+/// A raidz1 pool of three 64 MiB files in `dir`, with a few synced txgs (history
+/// lines), exported.
 fn raidz_pool(dir: &Path, name: &str) {
     let leaves: Vec<PathBuf> = (0..3).map(|i| mkfile(dir, &format!("{i}.img"), 64 << 20)).collect();
     let pool = Pool::create(&CreateSpec {
@@ -36,7 +36,10 @@ fn raidz_pool(dir: &Path, name: &str) {
         ..Default::default()
     })
     .unwrap();
-    pool.sync().unwrap();
+    for i in 0..3 {
+        pool.log_history(&format!("crafted {i}")).unwrap();
+        pool.sync().unwrap();
+    }
     pool.export().unwrap();
 }
 
@@ -134,5 +137,208 @@ fn untouched_pool_imports() {
     raidz_pool(dir.path(), "fine");
     craft_labels(dir.path(), &|_| {});
     let p = Pool::import("fine", &[dir.path().to_path_buf()], Rewind::None, None).unwrap();
+    p.export().unwrap();
+}
+
+// ---- a crafted block DAG ------------------------------------------------------------
+
+use std::sync::atomic::Ordering;
+use tarn_dmu::objset::{Objset, DNODE_BLOCK_BYTES};
+use tarn_dmu::txg::TxgGate;
+use tarn_dmu::ObjectStore;
+use tarn_phys::{BlkPtr, Compression, DnodePhys, ObjectType, ObjsetPhys, ZilHeader, BLKPTR_SIZE_BYTES, DNODE_SIZE_BYTES};
+use tarn_zio::{WriteProps, Zio};
+
+fn put_block(zio: &Zio, data: &[u8], otype: ObjectType, level: u8, txg: u64) -> BlkPtr {
+    zio.write_block(
+        data,
+        WriteProps {
+            otype,
+            level,
+            compression: Compression::Lz4,
+            copies: 1,
+            txg,
+            fill: 1,
+        },
+    )
+    .unwrap()
+}
+
+/// Write, with the pool's real pipeline (so every checksum is right), an object set
+/// whose object 1 is an 8-level tree in which every indirect block's 1024 pointers
+/// all name the same child: 8 distinct blocks, 1024^7 paths from root to data.
+/// Returns the object-set root.
+fn dag_objset(zio: &Zio, txg: u64) -> BlkPtr {
+    let mut bp = put_block(zio, &[0x5a; 4096], ObjectType::FileData, 0, txg);
+    for level in 1..=7u8 {
+        let mut ind = vec![0u8; 1 << 17];
+        for c in ind.chunks_exact_mut(BLKPTR_SIZE_BYTES) {
+            bp.encode_into(c);
+        }
+        bp = put_block(zio, &ind, ObjectType::Indirect, level, txg);
+    }
+    let mut dn = DnodePhys::free();
+    dn.otype = ObjectType::FileData;
+    dn.indblkshift = 17;
+    dn.nlevels = 8;
+    dn.datablksz_bytes = 4096;
+    dn.max_blksz_bytes = 4096;
+    dn.maxblkid = 1 << 40;
+    dn.blkptr = bp;
+    let mut dnodes = vec![0u8; DNODE_BLOCK_BYTES as usize];
+    dn.encode_into(&mut dnodes[DNODE_SIZE_BYTES..2 * DNODE_SIZE_BYTES]);
+    let dnode_bp = put_block(zio, &dnodes, ObjectType::Dnode, 0, txg);
+    let mut meta = DnodePhys::free();
+    meta.otype = ObjectType::Dnode;
+    meta.indblkshift = 17;
+    meta.nlevels = 1;
+    meta.datablksz_bytes = DNODE_BLOCK_BYTES;
+    meta.max_blksz_bytes = DNODE_BLOCK_BYTES;
+    meta.blkptr = dnode_bp;
+    let os = ObjsetPhys {
+        meta_dnode: meta,
+        os_type: 2,
+        zil_header: ZilHeader::default(),
+    };
+    put_block(zio, &os.encode(), ObjectType::Objset, 0, txg)
+}
+
+/// Fail (instead of running for ages) once a walk visits more than this many pointers.
+const VISITS_MAX: u64 = 100_000;
+
+/// Traversal and scan walks of a block DAG stay linear in its distinct blocks: each
+/// indirect block is expanded once per walk (a naive walk visits 1024^7 paths).
+#[test]
+fn block_dag_walks_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = mirror_pool(dir.path(), "dag", 128 << 20);
+    let zio = pool.zio().clone();
+    let root = dag_objset(&zio, pool.synced_txg());
+    let mut visits = 0u64;
+    tarn_dmu::traverse::traverse(&zio, &root, &mut |_| {
+        visits += 1;
+        assert!(visits <= VISITS_MAX, "traverse visited more than {VISITS_MAX} pointers");
+    })
+    .unwrap();
+    // 7 indirect blocks + up to 1024 repetitions of the data pointer, the dnode
+    // block and the root.
+    assert!((10..=1024 + 9).contains(&visits), "{visits} visits");
+    let mut visits = 0u64;
+    let walked = tarn_dmu::traverse::traverse_resumable(
+        &zio,
+        &root,
+        0,
+        0,
+        &mut |_, _| {
+            visits += 1;
+            assert!(visits <= VISITS_MAX, "scan walk visited more than {VISITS_MAX} pointers");
+        },
+        &mut |_| false,
+    )
+    .unwrap();
+    assert_eq!(walked, tarn_dmu::traverse::Walked::Done);
+    assert!((10..=1024 + 9).contains(&visits), "{visits} visits");
+    pool.export().unwrap();
+}
+
+/// Deleting the object whose tree is such a DAG frees each block once: no double
+/// free (which panicked in syncing context) and no exponential walk.
+#[test]
+fn block_dag_free_frees_each_block_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = mirror_pool(dir.path(), "dagfree", 128 << 20);
+    let zio = pool.zio().clone();
+    let txg = pool.synced_txg();
+    let root = dag_objset(&zio, txg);
+    let gate = std::sync::Arc::new(TxgGate::new(txg + 1, 64 << 20));
+    let os = Objset::open(zio.clone(), gate, &root, 0).unwrap();
+    let tx = os.hold_tx().unwrap();
+    os.free_object(&tx, 1).unwrap();
+    let open = tx.txg;
+    drop(tx);
+    let deferred = zio.deferred_bytes();
+    let mut batch = os.sync_collect(open);
+    os.sync_write_data(&mut batch, 1).unwrap();
+    os.sync_finish(batch).unwrap();
+    assert_eq!(zio.refused_frees.load(Ordering::Relaxed), 0, "a block was freed twice");
+    // The tree was freed: its 8 blocks (4 KiB of data among them) are on their way back.
+    assert!(zio.deferred_bytes() >= deferred + 4096, "the DAG's blocks were not freed");
+    pool.export().unwrap();
+}
+
+// ---- crafted uberblocks -------------------------------------------------------------
+
+use tarn_phys::{ChecksumAlg, UberblockPhys};
+
+/// Rewrite every uberblock in every label of every image in `dir` through `f`,
+/// re-sealed (an uberblock carries its own checksum). `f` must keep `txg % 32`.
+fn craft_uberblocks(dir: &Path, f: &dyn Fn(&mut UberblockPhys)) -> usize {
+    let mut n = 0;
+    for p in images(dir) {
+        let leaf = Leaf::open(&p).unwrap();
+        for mut ub in label::read_uberblocks(&leaf) {
+            f(&mut ub);
+            label::write_uberblock(&leaf, &ub).unwrap();
+            n += 1;
+        }
+    }
+    assert!(n > 0, "no uberblock found to craft");
+    n
+}
+
+fn uberblock_case(name: &str, f: &dyn Fn(&mut UberblockPhys)) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    raidz_pool(dir.path(), name);
+    craft_uberblocks(dir.path(), f);
+    import_err(dir.path(), name)
+}
+
+/// A txg at the top of the range (`txg + 1` overflowed at import) is refused.
+#[test]
+fn uberblock_txg_overflow_is_refused() {
+    let e = uberblock_case("ubtxg", &|u| u.txg = u64::MAX - 31 + u.txg % 32);
+    assert!(e.contains("no valid uberblock"), "{e}");
+}
+
+/// A root pointer that claims no checksum would switch verification off; refused.
+#[test]
+fn root_pointer_without_checksum_is_refused() {
+    let e = uberblock_case("ubsum", &|u| {
+        u.rootbp.checksum_alg = ChecksumAlg::Off;
+        u.rootbp.checksum = [0; 32];
+    });
+    assert!(e.contains("no valid uberblock"), "{e}");
+}
+
+/// A root pointer that claims a 4 GiB block (one read would allocate 4 GiB) is
+/// refused before anything is read.
+#[test]
+fn root_pointer_of_4_gib_is_refused() {
+    let e = uberblock_case("ub4g", &|u| {
+        u.spacemap_bp.lsize_bytes = u32::MAX;
+        u.spacemap_bp.psize_bytes = u32::MAX;
+    });
+    assert!(e.contains("no valid uberblock"), "{e}");
+}
+
+/// Only the newest uberblock crafted: import falls back to the one before, as OpenZFS
+/// skips an uberblock whose root does not verify.
+#[test]
+fn newest_uberblock_crafted_falls_back() {
+    let dir = tempfile::tempdir().unwrap();
+    raidz_pool(dir.path(), "ubnew");
+    let newest = images(dir.path())
+        .iter()
+        .flat_map(|p| label::read_uberblocks(&Leaf::open(p).unwrap()))
+        .map(|u| u.txg)
+        .max()
+        .unwrap();
+    craft_uberblocks(dir.path(), &|u| {
+        if u.txg == newest {
+            u.rootbp.level = 9;
+        }
+    });
+    let p = Pool::import("ubnew", &[dir.path().to_path_buf()], Rewind::None, None).unwrap();
+    assert!(p.synced_txg() < newest + 1, "imported at {} (crafted {newest})", p.synced_txg());
     p.export().unwrap();
 }
