@@ -638,6 +638,7 @@ mod tests {
             lsize_bytes: 4096,
             psize_bytes: 4096,
             otype: ObjectType::FileData,
+            checksum_alg: tarn_phys::ChecksumAlg::Fletcher4,
             birth_txg,
             fill: 1,
             ..BlkPtr::HOLE
