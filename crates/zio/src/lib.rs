@@ -289,9 +289,11 @@ impl Zio {
         f(&mut self.space.lock())
     }
 
-    /// Allocated bytes on top-level vdev `vdev` for a block of `psize_bytes`.
+    /// Allocated bytes on top-level vdev `vdev` for a block of `psize_bytes`. A vdev
+    /// id that names no vdev (a DVA read from a damaged or crafted pointer) gives
+    /// `psize_bytes` itself; the read that follows reports the missing vdev.
     pub fn asize_of(&self, vdev: u32, psize_bytes: u64) -> u64 {
-        self.vdevs.read()[vdev as usize].psize_to_asize(psize_bytes)
+        self.vdevs.read().get(vdev as usize).map_or(psize_bytes, |v| v.psize_to_asize(psize_bytes))
     }
 
     /// Worst-case allocated/physical ratio over the normal-class top-level vdevs for a
