@@ -21,6 +21,10 @@
 //! | 64  | 128  | top block pointer |
 //! | 192 | 320  | bonus buffer |
 //!
+//! Decode checks, beyond the layout: `nlevels` 1..=8, a block size of 1..=2048
+//! sectors, `(maxblkid + 1) × block size` fits in a u64 (so byte offsets derived from
+//! it cannot overflow), and a non-hole top pointer sits at level `nlevels − 1`.
+//!
 //! [`ObjsetPhys`] layout (2048 bytes): meta-dnode @0 (512), objset type u64 @512,
 //! reserved to 1024, ZIL header ([`crate::ZilHeader`]) @1024..1216, reserved zero to
 //! 2048.

@@ -16,6 +16,13 @@
 //!
 //! The config is JSON (our stand-in for ZFS's packed nvlist): small, read once at
 //! import, versioned by `version` and `features_for_read`.
+//!
+//! A label may come from anywhere (a disk image from a stranger), so a config that
+//! passes its checksum is not trusted yet: [`decode_config`] also runs
+//! [`LabelConfig::validate`], which refuses any vdev tree the pool layer could not
+//! build — raidz parity outside 1..=3 or too few children, ashift outside 9..=16,
+//! absurd child counts, sizes or depth, duplicate GUIDs — so the code that builds
+//! vdevs from a config may assert those invariants.
 
 use crate::le::*;
 use crate::Corrupt;

@@ -272,7 +272,7 @@ impl Walk<'_, '_> {
         if level > 0 {
             for (i, c) in blk.chunks_exact(BLKPTR_SIZE_BYTES).enumerate() {
                 let child = BlkPtr::decode(c)?;
-                self.meta(&child, blkid.saturating_mul(BPS_PER_INDIRECT) + i as u64, level - 1)?;
+                self.meta(&child, blkid.saturating_mul(BPS_PER_INDIRECT).saturating_add(i as u64), level - 1)?;
             }
             return Ok(());
         }
@@ -280,7 +280,7 @@ impl Walk<'_, '_> {
             return Err(corrupt("dnode block", "wrong type"));
         }
         for (j, d) in blk.chunks_exact(DNODE_SIZE_BYTES).enumerate() {
-            let object = first + j as u64;
+            let object = first.saturating_add(j as u64);
             if object == 0 || object < self.resume_object || object >= self.object_end {
                 continue;
             }
@@ -428,7 +428,7 @@ impl Walk<'_, '_> {
             let blk = self.read(bp)?;
             for (i, c) in blk.chunks_exact(BLKPTR_SIZE_BYTES).enumerate() {
                 let child = BlkPtr::decode(c)?;
-                self.tree(object, blksz, end_bytes, &child, blkid.saturating_mul(BPS_PER_INDIRECT) + i as u64, level - 1)?;
+                self.tree(object, blksz, end_bytes, &child, blkid.saturating_mul(BPS_PER_INDIRECT).saturating_add(i as u64), level - 1)?;
             }
             return Ok(());
         }

@@ -929,7 +929,7 @@ impl Pool {
         tarn_dmu::traverse::traverse_resumable(
             &self.zio,
             &root,
-            s.creation_txg + 1,
+            s.creation_txg.saturating_add(1),
             0,
             &mut |bp, _| total += bp.asize_total_bytes(),
             &mut |_| false,

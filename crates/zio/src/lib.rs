@@ -21,7 +21,10 @@
 //! birth txg keeps a reallocated DVA from ever matching an older entry.
 //!
 //! Frees are deferred ([`tarn_metaslab::TXG_DEFER_SIZE`]) so that the last few
-//! uberblocks stay importable for rewind.
+//! uberblocks stay importable for rewind. A free names DVAs read from disk, so it is
+//! checked first (`VdevSpace::is_freeable`): a range that is not allocated or names
+//! no vdev is refused and counted in `refused_frees` (leaked space) instead of
+//! panicking the syncing thread or handing the range out twice.
 //!
 //! Allocation classes: ordinary blocks (and their dittos) only ever go to `Normal`
 //! vdevs ([`tarn_metaslab::SpaceMap::pick_vdev`]). Separate intent-log vdevs (`Log`
