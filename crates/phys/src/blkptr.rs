@@ -21,10 +21,10 @@
 //! decode the way OpenZFS's `zfs_blkptr_verify` checks one before trusting it: a
 //! known type, checksum and compression (never `Off` checksum: Tarn writes none, so
 //! a pointer claiming it is crafted and would switch verification off); lsize and
-//! psize within [`BlkPtr::lsize_max_bytes`] (the largest record, 1 MiB, or 2 MiB for
-//! the metaslab directory's blocks); level at most [`BLKPTR_LEVEL_MAX`], with level
-//! > 0 exactly for indirect blocks; and each DVA's allocated size covers psize
-//! without absurd inflation, inside [`crate::label::VDEV_ASIZE_MAX_BYTES`].
+//! psize within [`ObjectType::lsize_max_bytes`] (the largest record, 1 MiB, or 2 MiB
+//! for the metaslab directory's blocks); level at most [`BLKPTR_LEVEL_MAX`], non-zero
+//! exactly for indirect blocks; and each DVA's allocated size covers psize without
+//! absurd inflation, inside [`crate::label::VDEV_ASIZE_MAX_BYTES`].
 //!
 //! Layout of a [`Dva`] (16 bytes):
 //! vdev u32 @0 (top-level vdev id), asize_sectors u32 @4 (allocated size in 512-byte
@@ -459,11 +459,12 @@ mod tests {
     fn semantic_checks_refuse_crafted_pointers() {
         let good = data_bp();
         assert_eq!(BlkPtr::decode(&good.encode()).unwrap(), good);
-        let cases: Vec<(&str, fn(&mut BlkPtr))> = vec![
+        type Craft = fn(&mut BlkPtr);
+        let cases: Vec<(&str, Craft)> = vec![
             ("lsize 4 GiB", |b| {
                 b.lsize_bytes = u32::MAX;
                 b.psize_bytes = u32::MAX;
-                b.dva[0].asize_bytes = (u32::MAX as u64 + 511) / 512 * 512;
+                b.dva[0].asize_bytes = (u32::MAX as u64).div_ceil(512) * 512;
             }),
             ("lsize 2 MiB of file data", |b| {
                 b.lsize_bytes = 2 << 20;

@@ -428,7 +428,14 @@ impl Walk<'_, '_> {
             let blk = self.read(bp)?;
             for (i, c) in blk.chunks_exact(BLKPTR_SIZE_BYTES).enumerate() {
                 let child = BlkPtr::decode(c)?;
-                self.tree(object, blksz, end_bytes, &child, blkid.saturating_mul(BPS_PER_INDIRECT).saturating_add(i as u64), level - 1)?;
+                self.tree(
+                    object,
+                    blksz,
+                    end_bytes,
+                    &child,
+                    blkid.saturating_mul(BPS_PER_INDIRECT).saturating_add(i as u64),
+                    level - 1,
+                )?;
             }
             return Ok(());
         }
