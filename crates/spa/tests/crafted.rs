@@ -344,3 +344,67 @@ fn newest_uberblock_crafted_falls_back() {
     assert!(p.synced_txg() < newest, "imported at {} (crafted {newest})", p.synced_txg());
     p.export().unwrap();
 }
+
+// ---- a crafted space map ------------------------------------------------------------
+
+use tarn_metaslab::ondisk::RootPhys;
+use tarn_phys::label::DATA_START_BYTES;
+
+/// The metaslab directory root of the newest txg of the mirror pool in `dir` is
+/// rewritten through `f` on both sides at every copy, and the newest uberblock's
+/// pointer to it re-sealed with the new checksum: what a crafted image carries.
+fn craft_space_map_root(dir: &Path, f: &dyn Fn(&mut RootPhys)) {
+    let leaves: Vec<Leaf> = images(dir).iter().map(|p| Leaf::open(p).unwrap()).collect();
+    let newest = label::read_uberblocks(&leaves[0]).into_iter().max_by_key(|u| u.txg).unwrap();
+    let bp = newest.spacemap_bp;
+    let mut payload = vec![0u8; bp.psize_bytes as usize];
+    leaves[0].pread(DATA_START_BYTES + bp.dva[0].offset_bytes, &mut payload).unwrap();
+    let mut root = RootPhys::decode(&payload).unwrap();
+    f(&mut root);
+    let mut bytes = root.encode();
+    assert!(bytes.len() <= payload.len());
+    bytes.resize(payload.len(), 0);
+    for leaf in &leaves {
+        for d in bp.dvas() {
+            leaf.pwrite(DATA_START_BYTES + d.offset_bytes, &bytes).unwrap();
+        }
+    }
+    let mut ub = newest;
+    ub.spacemap_bp.checksum = ChecksumAlg::Blake3.compute(&bytes);
+    for leaf in &leaves {
+        label::write_uberblock(leaf, &ub).unwrap();
+        leaf.flush().unwrap();
+    }
+}
+
+/// A directory page pointer in the space map root that claims a 4 GiB block: import
+/// refuses the pointer itself (it used to read — and allocate — 4 GiB).
+#[test]
+fn space_map_page_pointer_of_4_gib_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = mirror_pool(dir.path(), "smbig", 128 << 20);
+    pool.sync().unwrap();
+    pool.export().unwrap();
+    drop(pool);
+    craft_space_map_root(dir.path(), &|r| {
+        let page = r.vdevs[0].pages.iter_mut().find(|p| !p.is_hole()).expect("a directory page");
+        page.lsize_bytes = u32::MAX;
+        page.psize_bytes = u32::MAX;
+    });
+    let e = import_err(dir.path(), "smbig");
+    assert!(e.contains("space map") && e.contains("lsize"), "{e}");
+}
+
+/// The same image with the root left as it was imports: the helper re-seals
+/// correctly, so the refusal above is about the crafted pointer.
+#[test]
+fn space_map_resealed_unchanged_imports() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = mirror_pool(dir.path(), "smsame", 128 << 20);
+    pool.sync().unwrap();
+    pool.export().unwrap();
+    drop(pool);
+    craft_space_map_root(dir.path(), &|_| {});
+    let p = Pool::import("smsame", &[dir.path().to_path_buf()], Rewind::None, None).unwrap();
+    p.export().unwrap();
+}
