@@ -1335,4 +1335,37 @@ mod tests {
         assert_eq!(super::format_time(0), "1970-01-01.00:00:00");
         assert_eq!(super::format_time(1_700_000_000), "2023-11-14.22:13:20");
     }
+
+    /// A history length (kept in the history object's bonus, so read from disk) that
+    /// the object cannot hold is `Corrupt` for `zpool history` and for the next
+    /// logged command, instead of an allocation of that many bytes; after the pool is
+    /// re-imported the damage is still reported, not trusted.
+    #[test]
+    fn crafted_history_length_is_refused() {
+        use tarn_dmu::ObjectStore;
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.img");
+        std::fs::File::create(&a).unwrap().set_len(64 << 20).unwrap();
+        let pool = super::Pool::create(&crate::CreateSpec {
+            name: "hist".into(),
+            vdevs: vec![crate::TopSpec::Leaf(a)],
+            ashift: 12,
+            ..Default::default()
+        })
+        .unwrap();
+        pool.log_history("zpool create hist").unwrap();
+        assert_eq!(pool.history().unwrap().len(), 1);
+        let obj = pool.dir.lock().history_obj;
+        let tx = pool.gate.hold().unwrap();
+        pool.mos.set_bonus(&tx, obj, &(1u64 << 40).to_le_bytes()).unwrap();
+        drop(tx);
+        pool.sync().unwrap();
+        assert!(matches!(pool.history(), Err(crate::SpaError::Corrupt(_))));
+        assert!(matches!(pool.log_history("zpool status"), Err(crate::SpaError::Corrupt(_))));
+        pool.export().unwrap();
+        drop(pool);
+        let pool = super::Pool::import("hist", &[dir.path().to_path_buf()], crate::Rewind::None, None).unwrap();
+        assert!(matches!(pool.history(), Err(crate::SpaError::Corrupt(_))));
+        pool.export().unwrap();
+    }
 }
