@@ -302,6 +302,10 @@ impl Header {
         if h.next_blkid < 2 || h.leaf_count == 0 || h.leaf_count >= h.next_blkid {
             return bad("bad block or leaf count");
         }
+        // Every block id below next_blkid becomes a byte offset (blkid × B).
+        if h.next_blkid.checked_mul(u64::from(h.block_bytes)).is_none() {
+            return bad("next_blkid past the end of any object");
+        }
         let table_bytes = 8u64 << h.depth;
         let b_bytes = u64::from(h.block_bytes);
         if table_bytes <= b_bytes / 2 {
@@ -592,15 +596,24 @@ impl<'a> Zap<'a> {
         Ok(leaf)
     }
 
+    /// One more entry in the header's count (read from disk: a crafted count at the
+    /// top of the range is `Corrupt`, not an overflow).
+    fn count_added(&mut self) -> Result<()> {
+        self.hdr.count = self.hdr.count.checked_add(1).ok_or_else(|| corrupt(self.obj, 0, "entry count overflow"))?;
+        Ok(())
+    }
+
     /// The overflow chain starting at `head` (head first): every member has the
-    /// head's prefix and depth, and the chain is no longer than the ZAP has leaves.
+    /// head's prefix and depth, no block appears twice (a crafted cycle), and the
+    /// chain is no longer than the ZAP has leaves.
     fn chain(&self, head: Leaf) -> Result<Vec<Leaf>> {
         let mut next = head.next();
         let (prefix, depth) = (head.prefix(), head.depth());
+        let mut seen = std::collections::HashSet::from([head.blkid]);
         let mut out = vec![head];
         while next != 0 {
-            if out.len() as u64 >= self.hdr.leaf_count {
-                return Err(corrupt(self.obj, next, "overflow chain longer than the leaf count (a cycle?)"));
+            if out.len() as u64 >= self.hdr.leaf_count || !seen.insert(next) {
+                return Err(corrupt(self.obj, next, "overflow chain loops or is longer than the leaf count"));
             }
             let leaf = self.read_leaf(next)?;
             if leaf.prefix() != prefix || leaf.depth() != depth {
@@ -634,7 +647,7 @@ impl<'a> Zap<'a> {
         for leaf in chain.iter_mut() {
             if leaf.insert_cd(hash, cd, name, value)? {
                 self.write_leaf(tx, leaf)?;
-                self.hdr.count += 1;
+                self.count_added()?;
                 return self.write_header(tx);
             }
         }
@@ -649,7 +662,7 @@ impl<'a> Zap<'a> {
         self.write_leaf(tx, last)?;
         self.hdr.next_blkid += 1;
         self.hdr.leaf_count += 1;
-        self.hdr.count += 1;
+        self.count_added()?;
         self.write_header(tx)
     }
 
@@ -679,7 +692,12 @@ impl<'a> Zap<'a> {
             } else {
                 self.os.free_range(tx, self.obj, self.hdr.table_blkid * b, self.hdr.table_nblks * b)?;
             }
-            self.hdr.next_blkid += nblks;
+            self.hdr.next_blkid = self
+                .hdr
+                .next_blkid
+                .checked_add(nblks)
+                .filter(|n| n.checked_mul(b).is_some())
+                .ok_or(DmuError::NoSpace)?;
             self.hdr.table_blkid = blkid;
             self.hdr.table_nblks = nblks;
         }
@@ -699,7 +717,10 @@ impl<'a> Zap<'a> {
         let g = self.hdr.depth;
         assert!(d < g, "leaf depth {d} not below global depth {g} after growing");
         let new_blkid = self.hdr.next_blkid;
-        self.hdr.next_blkid += 1;
+        self.hdr.next_blkid = new_blkid
+            .checked_add(1)
+            .filter(|n| n.checked_mul(self.hdr.b()).is_some())
+            .ok_or(DmuError::NoSpace)?;
         self.hdr.leaf_count += 1;
         let (lo, hi) = leaf.split(new_blkid);
         self.write_leaf(tx, &lo)?;
@@ -732,7 +753,7 @@ impl<'a> Zap<'a> {
             let mut leaf = chain.into_iter().next().expect("a chain has a head");
             if leaf.insert(hash, name, value)? {
                 self.write_leaf(tx, &leaf)?;
-                self.hdr.count += 1;
+                self.count_added()?;
                 return self.write_header(tx);
             }
             self.split(tx, leaf)?;
@@ -1171,6 +1192,20 @@ mod tests {
         set_collide(false);
     }
 
+    /// Found by the `zap` fuzz target: a header whose `next_blkid` times the block
+    /// size overflows a u64 made every leaf offset overflow; it is `Corrupt` now.
+    #[test]
+    fn next_blkid_overflow_is_corrupt() {
+        let (os, z) = setup(512);
+        let tx = os.hold_tx().unwrap();
+        add(&os, &tx, z, b"a", 1).unwrap();
+        let mut hdr = Zap::open(&os, z).unwrap().hdr;
+        hdr.next_blkid = u64::MAX / 256;
+        os.write(&tx, z, 0, &hdr.encode()).unwrap();
+        assert!(matches!(lookup(&os, z, b"a"), Err(DmuError::Corrupt(_))));
+        assert!(matches!(add(&os, &tx, z, b"b", 2), Err(DmuError::Corrupt(_))));
+    }
+
     /// A chain that loops back on itself (crafted) is `Corrupt`, not an endless walk.
     #[test]
     fn chain_cycle_is_corrupt() {
@@ -1189,7 +1224,29 @@ mod tests {
             .unwrap();
         assert!(matches!(lookup(&os, z, b"c-\x7f"), Err(DmuError::Corrupt(_))));
         assert!(matches!(verify(&os, z), Err(DmuError::Corrupt(_))));
+        // Found by the `zap` fuzz target: with a crafted leaf count in the trillions the
+        // length bound alone let a two-block cycle be followed until memory ran out.
+        let mut hdr = Zap::open(&os, z).unwrap().hdr;
+        hdr.next_blkid = 1 << 40;
+        hdr.leaf_count = (1 << 40) - 1;
+        os.write(&tx, z, 0, &hdr.encode()).unwrap();
+        assert!(matches!(lookup(&os, z, b"c-\x7f"), Err(DmuError::Corrupt(_))));
+        assert!(matches!(list(&os, z, 0, 1000), Err(DmuError::Corrupt(_))));
         set_collide(false);
+    }
+
+    /// Found by the `zap` fuzz target: an entry count at the top of the u64 range
+    /// overflowed on the next add; it is `Corrupt` now.
+    #[test]
+    fn entry_count_overflow_is_corrupt() {
+        let (os, z) = setup(512);
+        let tx = os.hold_tx().unwrap();
+        add(&os, &tx, z, b"a", 1).unwrap();
+        let mut hdr = Zap::open(&os, z).unwrap().hdr;
+        hdr.count = u64::MAX;
+        os.write(&tx, z, 0, &hdr.encode()).unwrap();
+        assert!(matches!(add(&os, &tx, z, b"b", 2), Err(DmuError::Corrupt(_))));
+        assert_eq!(lookup(&os, z, b"a").unwrap(), Some(1));
     }
 
     #[test]
