@@ -39,6 +39,15 @@
 //!
 //! Errors: a failed block read returns `DmuError::Io` (zio already counted it); a
 //! failed write or allocation in phase 2/3 is returned to spa, which suspends the pool.
+//!
+//! Untrusted trees: every indirect block is read through `read_indirect`, which
+//! checks the pointer's level and type against its place in the tree and the block's
+//! length (exactly 128 KiB) before anything indexes it, in open context
+//! (`tree_lookup`) and in syncing context (`load_indirect`, `l1_exists`,
+//! `free_subtree`, and so `trees_write`, which only sees blocks loaded that way). A
+//! damaged or crafted tree gives `DmuError::Corrupt`, never a panic in the sync
+//! thread. Freeing a tree remembers the blocks it freed, so a pointer repeated in a
+//! crafted DAG is freed once and its subtree walked once.
 
 use crate::txg::TxgGate;
 use crate::{DmuError, ObjectInfo, ObjectStore, Result, SpaceInfo, TxHold};
@@ -271,7 +280,15 @@ impl Objset {
         let data = zio.read_block(root).map_err(zio_err)?;
         let phys = ObjsetPhys::decode(&data)?;
         let md = &phys.meta_dnode;
-        let next_obj = ((md.maxblkid + 1) * DNODES_PER_BLOCK).max(1);
+        if !md.is_free() && md.datablksz_bytes != DNODE_BLOCK_BYTES {
+            return Err(DmuError::Corrupt(tarn_phys::Corrupt::new(
+                "objset",
+                format!("meta-dnode block size {} (expected {DNODE_BLOCK_BYTES})", md.datablksz_bytes),
+            )));
+        }
+        // `DnodePhys::decode` checked that (maxblkid + 1) blocks of 16 KiB fit in
+        // u64, so (maxblkid + 1) × 32 dnodes does too.
+        let next_obj = md.maxblkid.saturating_add(1).saturating_mul(DNODES_PER_BLOCK).max(1);
         Ok(Arc::new(Objset {
             zio,
             gate,
@@ -408,7 +425,7 @@ impl Objset {
         {
             let mut st = self.st.lock();
             let Ok(dn) = self.load_dnode(&mut st, obj) else { return };
-            for b in from..to.min(dn.attrs.maxblkid + 1) {
+            for b in from..to.min(dn.attrs.maxblkid.saturating_add(1)) {
                 if let Ok(Src::Bp(bp)) = self.resolve(dn, b) {
                     bps.push(bp);
                 }
@@ -431,6 +448,27 @@ impl Objset {
 
     // ---- tree reading -------------------------------------------------------------
 
+    /// Read the indirect block `bp`, which its place in the tree says is at `level`
+    /// (≥ 1), and check it before anything slices it: a pointer at the wrong level,
+    /// of another type, or a block that is not exactly one indirect block long is
+    /// `Corrupt` (a crafted pool), never an index panic further down.
+    fn read_indirect(&self, bp: &BlkPtr, level: u32) -> Result<Arc<Vec<u8>>> {
+        if bp.level as u32 != level || bp.otype != ObjectType::Indirect {
+            return Err(DmuError::Corrupt(tarn_phys::Corrupt::new(
+                "indirect",
+                format!("expected a level-{level} indirect block, found level {} {:?}", bp.level, bp.otype),
+            )));
+        }
+        let ind = self.zio.read_block(bp).map_err(zio_err)?;
+        if ind.len() != 1 << INDBLKSHIFT {
+            return Err(DmuError::Corrupt(tarn_phys::Corrupt::new(
+                "indirect",
+                format!("indirect block of {} bytes (level {level})", ind.len()),
+            )));
+        }
+        Ok(ind)
+    }
+
     /// The level-0 pointer for `blkid` in `tree` (hole if beyond the tree).
     fn tree_lookup(&self, tree: &Tree, blkid: u64) -> Result<BlkPtr> {
         let levels = tree.nlevels.max(1) as u32;
@@ -446,18 +484,9 @@ impl Objset {
             if bp.is_hole() {
                 return Ok(BlkPtr::HOLE);
             }
-            if bp.level as u32 != level {
-                return Err(DmuError::Corrupt(tarn_phys::Corrupt::new(
-                    "blkptr",
-                    format!("expected level {level}, found {}", bp.level),
-                )));
-            }
-            let ind = self.zio.read_block(&bp).map_err(zio_err)?;
+            let ind = self.read_indirect(&bp, level)?;
             let idx = (blkid / BPS_PER_INDIRECT.pow(level - 1)) % BPS_PER_INDIRECT;
             let off = idx as usize * BLKPTR_SIZE_BYTES;
-            if ind.len() < off + BLKPTR_SIZE_BYTES {
-                return Err(DmuError::Corrupt(tarn_phys::Corrupt::new("indirect", "short indirect block")));
-            }
             bp = BlkPtr::decode(&ind[off..off + BLKPTR_SIZE_BYTES])?;
         }
         Ok(bp)
@@ -896,20 +925,34 @@ impl Objset {
         }
     }
 
-    /// Free every block of a tree (object deletion).
+    /// Free every block of a tree (object deletion). The root must sit at the level
+    /// `nlevels` gives it, and every child one level below its parent, so the walk is
+    /// at most 8 deep. A pointer met twice in one tree (a crafted DAG: a tree never
+    /// shares a block with itself) is freed once and its subtree walked once, so the
+    /// walk costs at most 1024 decodes per distinct indirect block and never frees a
+    /// block twice.
     fn free_tree(&self, tree: &Tree, txg: u64) -> Result<()> {
-        self.free_subtree(&tree.root, txg)
+        if !tree.root.is_hole() && tree.root.level as u32 + 1 != tree.nlevels.max(1) as u32 {
+            return Err(DmuError::Corrupt(tarn_phys::Corrupt::new(
+                "dnode",
+                format!("{} levels with a level-{} root", tree.nlevels, tree.root.level),
+            )));
+        }
+        self.free_subtree(&tree.root, txg, &mut std::collections::HashSet::new())
     }
 
-    fn free_subtree(&self, bp: &BlkPtr, txg: u64) -> Result<()> {
-        if bp.is_hole() {
+    fn free_subtree(&self, bp: &BlkPtr, txg: u64, seen: &mut std::collections::HashSet<(tarn_phys::Dva, u64)>) -> Result<()> {
+        if bp.is_hole() || !seen.insert((bp.dva[0], bp.birth_txg)) {
             return Ok(());
         }
         if bp.level > 0 {
-            let ind = self.zio.read_block(bp).map_err(zio_err)?;
-            for i in 0..BPS_PER_INDIRECT as usize {
-                let c = BlkPtr::decode(&ind[i * BLKPTR_SIZE_BYTES..(i + 1) * BLKPTR_SIZE_BYTES])?;
-                self.free_subtree(&c, txg)?;
+            let ind = self.read_indirect(bp, bp.level as u32)?;
+            for c in ind.chunks_exact(BLKPTR_SIZE_BYTES) {
+                let c = BlkPtr::decode(c)?;
+                if !c.is_hole() && c.level + 1 != bp.level {
+                    return Err(DmuError::Corrupt(tarn_phys::Corrupt::new("indirect", "child level mismatch")));
+                }
+                self.free_subtree(&c, txg, seen)?;
             }
         }
         self.kill(bp, txg);
@@ -1023,7 +1066,7 @@ impl Objset {
             let bytes = if bp.is_hole() {
                 vec![0u8; 1 << INDBLKSHIFT]
             } else {
-                self.zio.read_block(&bp).map_err(zio_err)?.as_ref().clone()
+                self.read_indirect(&bp, l)?.as_ref().clone()
             };
             dirty.insert((l, idx), bytes);
         }
@@ -1107,7 +1150,7 @@ impl Objset {
             bp = match dirty.get(&(l, idx_here)) {
                 Some(b) => BlkPtr::decode(&b[o..o + BLKPTR_SIZE_BYTES])?,
                 None if bp.is_hole() => return Ok(false),
-                None => BlkPtr::decode(&self.zio.read_block(&bp).map_err(zio_err)?[o..o + BLKPTR_SIZE_BYTES])?,
+                None => BlkPtr::decode(&self.read_indirect(&bp, l)?[o..o + BLKPTR_SIZE_BYTES])?,
             };
         }
         Ok(!bp.is_hole())
@@ -1299,7 +1342,7 @@ impl ObjectStore for Objset {
         let mut st = self.st.lock();
         let dn = self.load_dnode(&mut st, obj)?;
         let blksz = dn.attrs.blksz as u64;
-        let obj_end = (dn.attrs.maxblkid + 1) * blksz;
+        let obj_end = dn.attrs.maxblkid.saturating_add(1).saturating_mul(blksz);
         let end = if len_bytes == u64::MAX {
             obj_end.max(offset_bytes)
         } else {

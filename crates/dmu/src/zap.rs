@@ -9,8 +9,14 @@
 //!
 //! ## Hash and order
 //! `hash(name) = blake3(salt_le64 ‖ name)[0..8] as u64 LE >> 16`: a 48-bit value. The
-//! salt is fixed at creation (blake3 of the object id and txg, so it is deterministic
-//! and replayable, *not* secret) and stored in the header. Names with equal 48-bit
+//! salt is fixed at creation — 64 random bits from the operating system's generator
+//! (`rand::random`, OpenZFS likewise salts each fat ZAP with `random_get_pseudo_bytes`)
+//! — and stored in the header. Only root reads raw devices, so to a user the salt is
+//! secret: readdir offsets expose hashes of existing names (see Cursors), but without
+//! the salt no one can compute the hash of a new name, so no one can grind names that
+//! all land in one leaf. Older ZAPs keep the salt they were made with (before, it was
+//! blake3 of the object id and txg, which anyone could predict); the layout did not
+//! change. Names with equal 48-bit
 //! hashes are told apart by a *collision differentiator* `cd` (0..=[`CD_MAX`]), the
 //! smallest one unused among that hash's entries when the entry is added; an entry
 //! keeps its `cd` for life (splits and updates never change it). Every entry thus has
@@ -60,7 +66,7 @@
 //! | 16  | 4    | local depth `d` (≤ G) |
 //! | 20  | 4    | nentries |
 //! | 24  | 4    | used_bytes of the entry area |
-//! | 28  | 4    | reserved, zero |
+//! | 28  | 4    | next: block id of the next leaf of this leaf's overflow chain, 0 = none |
 //! | 32  | used | packed entries, sorted by key; the rest of the block is zero |
 //!
 //! Entry (20 + name_len bytes, unaligned): hash u64 @0, value u64 @8, cd u16 @16,
@@ -74,6 +80,21 @@
 //! get depth d+1, and the 2^(G−d−1) table slots of the new half are pointed at it.
 //! Insertion is retried (at most [`DEPTH_MAX`] + 1 rounds). Leaves never merge and the
 //! table never shrinks.
+//!
+//! The table stops doubling at [`TABLE_DEPTH_MAX`] (2^20 slots, 8 MiB): a full leaf of
+//! that depth gets an **overflow chain** instead of a split (the old fat ZAP's
+//! `l_next` chains, OpenZFS `zap_leaf.h`). Chained leaves have the head's prefix and
+//! depth; the head's `next` names the second, and so on. Lookups and removes search
+//! the chain; an add takes the smallest collision differentiator unused by its hash
+//! across the chain and goes into the first member with room, or into a new member
+//! appended at the end; a listing merges the chain's entries by key. So a directory
+//! whose names crowd one hash range — millions of names sharing a 48-bit hash prefix,
+//! or up to [`CD_MAX`] + 1 sharing the whole hash — keeps working in blocks linear in
+//! its size, with the table bounded, at the cost of chain walks in that range.
+//! A chain is at most `leaf_count` long (checked on every walk, so a crafted cycle is
+//! `Corrupt`). A ZAP with a chain has a non-zero `next` field where older Tarn builds
+//! require zero: they refuse such a leaf as corrupt rather than misread it (the
+//! format version did not change).
 //!
 //! ## Invariants (checked by `Leaf::check` on every leaf read, `Header::decode` on
 //! every header read, and the whole-structure [`verify`])
@@ -91,10 +112,10 @@
 //! exhaustion surfaces as the store's `NoSpace`.
 //!
 //! ## Limits
-//! - Global depth ≤ [`DEPTH_MAX`] (32). A leaf that must split past it, or a 48-bit
-//!   hash shared by more than [`CD_MAX`] + 1 names, or more names sharing one 48-bit
-//!   hash than fit in a leaf (≥ 58 at 16 KiB), gives `NoSpace`. With a random-looking
-//!   hash this needs an adversary who knows the salt (it is stored in the clear).
+//! - Global depth ≤ [`DEPTH_MAX`] (32) on disk (older ZAPs may have grown that far);
+//!   new doubling stops at [`TABLE_DEPTH_MAX`]. A 48-bit hash shared by more than
+//!   [`CD_MAX`] + 1 names, or a ZAP of more than 2^32 blocks that needs a chain
+//!   member, gives `NoSpace`.
 //! - Entry removal never frees leaves; an emptied directory keeps its blocks.
 //! - [`verify`] and table doubling hold the whole pointer table in memory (8·2^G bytes).
 
@@ -105,8 +126,11 @@ use tarn_phys::Corrupt;
 pub const ZAP_NAME_MAX_BYTES: usize = 255;
 /// Block size of ZAP objects created by [`create`] (header, table and leaf blocks).
 pub const ZAP_BLOCK_SIZE_BYTES: u32 = 16 * 1024;
-/// Largest global depth (pointer table of 2^32 slots); splitting past it is `NoSpace`.
+/// Largest global depth a header may record (pointer table of 2^32 slots).
 pub const DEPTH_MAX: u32 = 32;
+/// Depth at which the pointer table stops doubling (2^20 slots, 8 MiB): a full leaf
+/// this deep grows an overflow chain instead of splitting.
+pub const TABLE_DEPTH_MAX: u32 = 20;
 /// Largest collision differentiator: at most `CD_MAX + 1` names per 48-bit hash.
 pub const CD_MAX: u16 = (1 << CD_BITS) - 3;
 
@@ -141,7 +165,7 @@ const L_PREFIX: usize = 8;
 const L_DEPTH: usize = 16;
 const L_NENTRIES: usize = 20;
 const L_USED: usize = 24;
-const L_RESERVED: usize = 28;
+const L_NEXT: usize = 28;
 // Entry field offsets.
 const E_HASH: usize = 0;
 const E_VALUE: usize = 8;
@@ -150,7 +174,8 @@ const E_NAMELEN: usize = 18;
 
 const _: () = assert!(HASH_BITS + CD_BITS == 63);
 const _: () = assert!(H_RESERVED < HDR_BYTES && HDR_BYTES <= BLOCK_MIN_BYTES as usize / 2);
-const _: () = assert!(E_NAMELEN + 2 == ENTRY_HDR_BYTES && L_RESERVED + 4 == LEAF_HDR_BYTES);
+const _: () = assert!(E_NAMELEN + 2 == ENTRY_HDR_BYTES && L_NEXT + 4 == LEAF_HDR_BYTES);
+const _: () = assert!(TABLE_DEPTH_MAX <= DEPTH_MAX);
 const _: () = assert!(DEPTH_MAX <= HASH_BITS);
 // A leaf of the smallest block size holds at least one maximal entry.
 const _: () = assert!(LEAF_HDR_BYTES + ENTRY_HDR_BYTES + ZAP_NAME_MAX_BYTES <= BLOCK_MIN_BYTES as usize);
@@ -277,6 +302,10 @@ impl Header {
         if h.next_blkid < 2 || h.leaf_count == 0 || h.leaf_count >= h.next_blkid {
             return bad("bad block or leaf count");
         }
+        // Every block id below next_blkid becomes a byte offset (blkid × B).
+        if h.next_blkid.checked_mul(u64::from(h.block_bytes)).is_none() {
+            return bad("next_blkid past the end of any object");
+        }
         let table_bytes = 8u64 << h.depth;
         let b_bytes = u64::from(h.block_bytes);
         if table_bytes <= b_bytes / 2 {
@@ -383,6 +412,13 @@ impl Leaf {
     fn used(&self) -> usize {
         u32_at(&self.buf, L_USED) as usize
     }
+    /// Next leaf of the overflow chain (0 = none).
+    fn next(&self) -> u64 {
+        u64::from(u32_at(&self.buf, L_NEXT))
+    }
+    fn set_next(&mut self, blkid: u32) {
+        put_u32(&mut self.buf, L_NEXT, blkid);
+    }
     fn free_bytes(&self) -> usize {
         self.buf.len() - LEAF_HDR_BYTES - self.used()
     }
@@ -404,9 +440,6 @@ impl Leaf {
         let b = &self.buf;
         if u64_at(b, L_MAGIC) != LEAF_MAGIC {
             return bad("bad leaf magic");
-        }
-        if u32_at(b, L_RESERVED) != 0 {
-            return bad("reserved leaf bytes not zero");
         }
         let depth = self.depth();
         if depth > DEPTH_MAX || self.prefix() >= 1u64 << depth {
@@ -450,34 +483,41 @@ impl Leaf {
     }
 
     /// Insert a new entry; `Ok(false)` when the leaf has no room (split and retry).
+    /// Only for a leaf without a chain: the differentiator is the smallest unused in
+    /// this leaf.
     fn insert(&mut self, hash: u64, name: &[u8], value: u64) -> Result<bool> {
         let size = ENTRY_HDR_BYTES + name.len();
         if size > self.free_bytes() {
             return Ok(false);
         }
-        // Smallest cd unused by this hash (same-hash entries are sorted by cd), and the
-        // first entry with a larger key: the insertion point.
+        // Smallest cd unused by this hash (same-hash entries are sorted by cd).
         let mut cd: u32 = 0;
-        let mut pos = LEAF_HDR_BYTES + self.used();
-        for e in self.entries() {
-            if e.hash < hash {
-                continue;
+        for e in self.entries().skip_while(|e| e.hash < hash).take_while(|e| e.hash == hash) {
+            if u32::from(e.cd) != cd {
+                break;
             }
-            if e.hash == hash && u32::from(e.cd) == cd {
-                cd += 1;
-                continue;
-            }
-            pos = e.off;
-            break;
+            cd += 1;
         }
         if cd > u32::from(CD_MAX) {
             return Err(DmuError::NoSpace);
         }
+        self.insert_cd(hash, cd as u16, name, value)
+    }
+
+    /// Insert a new entry with differentiator `cd` (unused by `hash` in this leaf's
+    /// whole chain) at its place in key order; `Ok(false)` when there is no room.
+    fn insert_cd(&mut self, hash: u64, cd: u16, name: &[u8], value: u64) -> Result<bool> {
+        let size = ENTRY_HDR_BYTES + name.len();
+        if size > self.free_bytes() {
+            return Ok(false);
+        }
+        let key = hash << CD_BITS | u64::from(cd);
+        let pos = self.entries().find(|e| e.key() > key).map_or(LEAF_HDR_BYTES + self.used(), |e| e.off);
         let used_end = LEAF_HDR_BYTES + self.used();
         self.buf.copy_within(pos..used_end, pos + size);
         put_u64(&mut self.buf, pos + E_HASH, hash);
         put_u64(&mut self.buf, pos + E_VALUE, value);
-        put_u16(&mut self.buf, pos + E_CD, cd as u16);
+        put_u16(&mut self.buf, pos + E_CD, cd);
         put_u16(&mut self.buf, pos + E_NAMELEN, name.len() as u16);
         self.buf[pos + ENTRY_HDR_BYTES..pos + size].copy_from_slice(name);
         self.set_counts(self.nentries() + 1, self.used() + size);
@@ -556,6 +596,76 @@ impl<'a> Zap<'a> {
         Ok(leaf)
     }
 
+    /// One more entry in the header's count (read from disk: a crafted count at the
+    /// top of the range is `Corrupt`, not an overflow).
+    fn count_added(&mut self) -> Result<()> {
+        self.hdr.count = self.hdr.count.checked_add(1).ok_or_else(|| corrupt(self.obj, 0, "entry count overflow"))?;
+        Ok(())
+    }
+
+    /// The overflow chain starting at `head` (head first): every member has the
+    /// head's prefix and depth, no block appears twice (a crafted cycle), and the
+    /// chain is no longer than the ZAP has leaves.
+    fn chain(&self, head: Leaf) -> Result<Vec<Leaf>> {
+        let mut next = head.next();
+        let (prefix, depth) = (head.prefix(), head.depth());
+        let mut seen = std::collections::HashSet::from([head.blkid]);
+        let mut out = vec![head];
+        while next != 0 {
+            if out.len() as u64 >= self.hdr.leaf_count || !seen.insert(next) {
+                return Err(corrupt(self.obj, next, "overflow chain loops or is longer than the leaf count"));
+            }
+            let leaf = self.read_leaf(next)?;
+            if leaf.prefix() != prefix || leaf.depth() != depth {
+                return Err(corrupt(self.obj, next, "overflow chain member with another prefix"));
+            }
+            next = leaf.next();
+            out.push(leaf);
+        }
+        Ok(out)
+    }
+
+    /// Add `name` to the chain headed at depth ≥ [`TABLE_DEPTH_MAX`], where leaves no
+    /// longer split: into the first member with room, or a new member at the end.
+    fn chain_insert(&mut self, tx: &TxHold, mut chain: Vec<Leaf>, hash: u64, name: &[u8], value: u64) -> Result<()> {
+        let mut used: Vec<u16> = chain
+            .iter()
+            .flat_map(|l| l.entries().filter(|e| e.hash == hash).map(|e| e.cd).collect::<Vec<_>>())
+            .collect();
+        used.sort_unstable();
+        let mut cd: u32 = 0;
+        for &c in &used {
+            if u32::from(c) != cd {
+                break;
+            }
+            cd += 1;
+        }
+        if cd > u32::from(CD_MAX) {
+            return Err(DmuError::NoSpace);
+        }
+        let cd = cd as u16;
+        for leaf in chain.iter_mut() {
+            if leaf.insert_cd(hash, cd, name, value)? {
+                self.write_leaf(tx, leaf)?;
+                self.count_added()?;
+                return self.write_header(tx);
+            }
+        }
+        let last = chain.last_mut().expect("a chain has a head");
+        let new_blkid = u32::try_from(self.hdr.next_blkid).map_err(|_| DmuError::NoSpace)?;
+        let mut fresh = Leaf::empty(u64::from(new_blkid), self.hdr.block_bytes, last.prefix(), last.depth());
+        if !fresh.insert_cd(hash, cd, name, value)? {
+            return Err(DmuError::Invalid("ZAP entry larger than a leaf"));
+        }
+        last.set_next(new_blkid);
+        self.write_leaf(tx, &fresh)?;
+        self.write_leaf(tx, last)?;
+        self.hdr.next_blkid += 1;
+        self.hdr.leaf_count += 1;
+        self.count_added()?;
+        self.write_header(tx)
+    }
+
     /// Double the pointer table (G → G+1), moving it out of block 0 when it outgrows
     /// the embedded half-block.
     fn grow_table(&mut self, tx: &TxHold) -> Result<()> {
@@ -582,7 +692,12 @@ impl<'a> Zap<'a> {
             } else {
                 self.os.free_range(tx, self.obj, self.hdr.table_blkid * b, self.hdr.table_nblks * b)?;
             }
-            self.hdr.next_blkid += nblks;
+            self.hdr.next_blkid = self
+                .hdr
+                .next_blkid
+                .checked_add(nblks)
+                .filter(|n| n.checked_mul(b).is_some())
+                .ok_or(DmuError::NoSpace)?;
             self.hdr.table_blkid = blkid;
             self.hdr.table_nblks = nblks;
         }
@@ -602,7 +717,10 @@ impl<'a> Zap<'a> {
         let g = self.hdr.depth;
         assert!(d < g, "leaf depth {d} not below global depth {g} after growing");
         let new_blkid = self.hdr.next_blkid;
-        self.hdr.next_blkid += 1;
+        self.hdr.next_blkid = new_blkid
+            .checked_add(1)
+            .filter(|n| n.checked_mul(self.hdr.b()).is_some())
+            .ok_or(DmuError::NoSpace)?;
         self.hdr.leaf_count += 1;
         let (lo, hi) = leaf.split(new_blkid);
         self.write_leaf(tx, &lo)?;
@@ -619,17 +737,23 @@ impl<'a> Zap<'a> {
         let hash = hash_name(self.hdr.salt, name);
         // Each round either finishes or splits the target leaf, raising its depth.
         for _ in 0..=DEPTH_MAX + 1 {
-            let mut leaf = self.leaf_for(hash)?;
-            if let Some(e) = leaf.find(hash, name) {
-                if !replace {
-                    return Err(DmuError::Exists);
+            let chain = self.chain(self.leaf_for(hash)?)?;
+            for leaf in &chain {
+                if let Some(e) = leaf.find(hash, name) {
+                    if !replace {
+                        return Err(DmuError::Exists);
+                    }
+                    let off = leaf.blkid * self.hdr.b() + (e.off + E_VALUE) as u64;
+                    return self.os.write(tx, self.obj, off, &value.to_le_bytes());
                 }
-                let off = leaf.blkid * self.hdr.b() + (e.off + E_VALUE) as u64;
-                return self.os.write(tx, self.obj, off, &value.to_le_bytes());
             }
+            if chain.len() > 1 || chain[0].depth() >= TABLE_DEPTH_MAX {
+                return self.chain_insert(tx, chain, hash, name, value);
+            }
+            let mut leaf = chain.into_iter().next().expect("a chain has a head");
             if leaf.insert(hash, name, value)? {
                 self.write_leaf(tx, &leaf)?;
-                self.hdr.count += 1;
+                self.count_added()?;
                 return self.write_header(tx);
             }
             self.split(tx, leaf)?;
@@ -666,11 +790,9 @@ pub fn create_at(os: &dyn ObjectStore, tx: &TxHold, obj: u64, otype: ObjectType)
 /// failure the object is freed again.
 fn init_object(os: &dyn ObjectStore, tx: &TxHold, obj: u64, block_bytes: u32) -> Result<()> {
     let init = || -> Result<()> {
-        let mut seed = blake3::Hasher::new();
-        seed.update(b"tarn zap salt");
-        seed.update(&obj.to_le_bytes());
-        seed.update(&tx.txg.to_le_bytes());
-        let salt = u64::from_le_bytes(seed.finalize().as_bytes()[..8].try_into().expect("8 bytes"));
+        // Secret to users (see "Hash and order"); never 0, which older builds never
+        // wrote either, so a zero salt stays recognisable as damage in `zdb`.
+        let salt = rand::random::<u64>().max(1);
         let hdr = Header {
             block_bytes,
             depth: 0,
@@ -700,8 +822,8 @@ pub fn lookup(os: &dyn ObjectStore, obj: u64, name: &[u8]) -> Result<Option<u64>
     check_name(name)?;
     let zap = Zap::open(os, obj)?;
     let hash = hash_name(zap.hdr.salt, name);
-    let leaf = zap.leaf_for(hash)?;
-    Ok(leaf.find(hash, name).map(|e| e.value))
+    let chain = zap.chain(zap.leaf_for(hash)?)?;
+    Ok(chain.iter().find_map(|leaf| leaf.find(hash, name)).map(|e| e.value))
 }
 
 /// Add a new entry `name → value`; `Exists` if `name` is present.
@@ -722,8 +844,11 @@ pub fn remove(os: &dyn ObjectStore, tx: &TxHold, obj: u64, name: &[u8]) -> Resul
     check_name(name)?;
     let mut zap = Zap::open(os, obj)?;
     let hash = hash_name(zap.hdr.salt, name);
-    let mut leaf = zap.leaf_for(hash)?;
-    let e = leaf.find(hash, name).ok_or(DmuError::NotFound)?;
+    let chain = zap.chain(zap.leaf_for(hash)?)?;
+    let (mut leaf, e) = chain
+        .into_iter()
+        .find_map(|leaf| leaf.find(hash, name).map(|e| (leaf, e)))
+        .ok_or(DmuError::NotFound)?;
     leaf.remove(e);
     zap.write_leaf(tx, &leaf)?;
     zap.hdr.count = zap.hdr.count.checked_sub(1).ok_or_else(|| corrupt(obj, 0, "entry count underflow"))?;
@@ -748,9 +873,14 @@ pub fn list(os: &dyn ObjectStore, obj: u64, cursor: u64, max: usize) -> Result<V
         if out.len() >= max || pos >> CD_BITS >= HASH_LIMIT {
             break;
         }
-        let leaf = zap.leaf_for(pos >> CD_BITS)?;
-        for e in leaf.entries() {
-            if e.key() < pos {
+        let chain = zap.chain(zap.leaf_for(pos >> CD_BITS)?)?;
+        // A chain's members each hold sorted entries; merge them by key.
+        let mut ents: Vec<(u64, &Leaf, Ent)> = chain.iter().flat_map(|l| l.entries().map(move |e| (e.key(), l, e))).collect();
+        if chain.len() > 1 {
+            ents.sort_unstable_by_key(|&(k, _, _)| k);
+        }
+        for (key, leaf, e) in ents {
+            if key < pos {
                 continue;
             }
             if out.len() >= max {
@@ -759,11 +889,11 @@ pub fn list(os: &dyn ObjectStore, obj: u64, cursor: u64, max: usize) -> Result<V
             out.push(ZapEntry {
                 name: e.name(&leaf.buf).to_vec(),
                 value: e.value,
-                next_cursor: e.key() + 1,
+                next_cursor: key + 1,
             });
         }
-        let d = leaf.depth();
-        pos = ((leaf.prefix() + 1) << (HASH_BITS - d)) << CD_BITS;
+        let d = chain[0].depth();
+        pos = ((chain[0].prefix() + 1) << (HASH_BITS - d)) << CD_BITS;
     }
     Ok(out)
 }
@@ -773,23 +903,42 @@ pub fn list(os: &dyn ObjectStore, obj: u64, cursor: u64, max: usize) -> Result<V
 pub fn verify(os: &dyn ObjectStore, obj: u64) -> Result<()> {
     let zap = Zap::open(os, obj)?;
     let g = zap.hdr.depth;
-    let mut table = vec![0u8; 8usize << g];
-    os.read(obj, zap.hdr.table_off(), &mut table)?;
-    let slot = |i: u64| u64_at(&table, i as usize * 8);
+    // The table is read in chunks: a crafted header may claim 2^32 slots.
+    const CHUNK_SLOTS: u64 = 8192;
+    let mut chunk: (u64, Vec<u8>) = (u64::MAX, vec![0u8; CHUNK_SLOTS as usize * 8]);
+    let mut slot = |i: u64| -> Result<u64> {
+        if chunk.0 != i / CHUNK_SLOTS {
+            let n = CHUNK_SLOTS.min((1u64 << g) - i / CHUNK_SLOTS * CHUNK_SLOTS) as usize;
+            chunk.1.resize(n * 8, 0);
+            os.read(obj, zap.hdr.table_off() + i / CHUNK_SLOTS * CHUNK_SLOTS * 8, &mut chunk.1)?;
+            chunk.0 = i / CHUNK_SLOTS;
+        }
+        Ok(u64_at(&chunk.1, (i % CHUNK_SLOTS) as usize * 8))
+    };
     let nslots = 1u64 << g;
     let (mut i, mut leaves, mut entries) = (0u64, 0u64, 0u64);
     while i < nslots {
-        let leaf = zap.read_leaf(slot(i))?;
+        let leaf = zap.read_leaf(slot(i)?)?;
         let d = leaf.depth();
         if d > g || leaf.prefix() << (g - d) != i {
             return Err(corrupt(obj, leaf.blkid, "leaf prefix does not match its first slot"));
         }
         let span = 1u64 << (g - d);
-        if (i..i + span).any(|j| slot(j) != leaf.blkid) {
-            return Err(corrupt(obj, leaf.blkid, "leaf slots not contiguous"));
+        for j in i..i + span {
+            if slot(j)? != leaf.blkid {
+                return Err(corrupt(obj, leaf.blkid, "leaf slots not contiguous"));
+            }
         }
-        leaves += 1;
-        entries += u64::from(leaf.nentries());
+        let chain = zap.chain(leaf)?;
+        let mut keys: Vec<u64> = chain.iter().flat_map(|l| l.entries().map(|e| e.key())).collect();
+        let n = keys.len();
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.len() != n {
+            return Err(corrupt(obj, chain[0].blkid, "overflow chain holds one key twice"));
+        }
+        leaves += chain.len() as u64;
+        entries += n as u64;
         i += span;
     }
     if leaves != zap.hdr.leaf_count {
@@ -970,6 +1119,134 @@ mod tests {
         assert_eq!(lookup(&os, z, &name(0, 7)).unwrap(), Some(77));
         assert_eq!(lookup(&os, z, &name(0, 0)).unwrap(), None);
         set_collide(false);
+    }
+
+    /// The salt is random, not blake3(object ‖ txg) that anyone could compute: two
+    /// ZAPs created alike get different salts.
+    #[test]
+    fn salt_is_random() {
+        let os = MemStore::new();
+        let tx = os.hold_tx().unwrap();
+        let salts: BTreeSet<u64> = (0..8)
+            .map(|_| {
+                let z = create(&os, &tx, ObjectType::DirZap).unwrap();
+                let salt = Zap::open(&os, z).unwrap().hdr.salt;
+                let mut old = blake3::Hasher::new();
+                old.update(b"tarn zap salt");
+                old.update(&z.to_le_bytes());
+                old.update(&tx.txg.to_le_bytes());
+                let predictable = u64::from_le_bytes(old.finalize().as_bytes()[..8].try_into().unwrap());
+                assert_ne!(salt, predictable, "salt of object {z} is the predictable one");
+                salt
+            })
+            .collect();
+        assert_eq!(salts.len(), 8);
+    }
+
+    /// Hundreds of names sharing one 48-bit hash (what grinding names against a
+    /// known salt produces): the table stops at TABLE_DEPTH_MAX and the full leaf
+    /// grows an overflow chain, and every operation keeps working.
+    #[test]
+    fn colliding_names_chain_past_the_depth_cap() {
+        set_collide(true);
+        let (os, z) = setup(512);
+        let tx = os.hold_tx().unwrap();
+        let name = |g: u8, k: u8| vec![b'g', b'0' + g, b'-', 1 + k];
+        let mut model = BTreeMap::new();
+        for g in 0..3u8 {
+            for k in 0..200u8 {
+                add(&os, &tx, z, &name(g, k), u64::from(g) << 8 | u64::from(k)).unwrap();
+                model.insert(name(g, k), u64::from(g) << 8 | u64::from(k));
+            }
+        }
+        // A few ordinary names too, in whatever leaves they land.
+        for i in 0..50u64 {
+            add(&os, &tx, z, format!("plain-{i}").as_bytes(), 10_000 + i).unwrap();
+            model.insert(format!("plain-{i}").into_bytes(), 10_000 + i);
+        }
+        let zap = Zap::open(&os, z).unwrap();
+        assert!(zap.hdr.depth <= TABLE_DEPTH_MAX, "table depth {}", zap.hdr.depth);
+        assert!(zap.hdr.leaf_count > 20, "chains hold the colliding names");
+        verify(&os, z).unwrap();
+        assert!(matches!(add(&os, &tx, z, &name(1, 7), 0), Err(DmuError::Exists)));
+        for (n, v) in &model {
+            assert_eq!(lookup(&os, z, n).unwrap(), Some(*v));
+        }
+        let all = list_all(&os, z, 7);
+        assert!(all.windows(2).all(|w| w[0].next_cursor < w[1].next_cursor));
+        let listed: BTreeMap<Vec<u8>, u64> = all.into_iter().map(|e| (e.name, e.value)).collect();
+        assert_eq!(listed, model);
+        // Remove from the middle of a chain, update, re-add.
+        for k in (0..200u8).step_by(3) {
+            remove(&os, &tx, z, &name(1, k)).unwrap();
+            model.remove(&name(1, k));
+        }
+        update(&os, &tx, z, &name(2, 5), 4242).unwrap();
+        model.insert(name(2, 5), 4242);
+        add(&os, &tx, z, &name(1, 0), 99).unwrap();
+        model.insert(name(1, 0), 99);
+        verify(&os, z).unwrap();
+        assert_eq!(count(&os, z).unwrap(), model.len() as u64);
+        let listed: BTreeMap<Vec<u8>, u64> = list_all(&os, z, 5).into_iter().map(|e| (e.name, e.value)).collect();
+        assert_eq!(listed, model);
+        set_collide(false);
+    }
+
+    /// Found by the `zap` fuzz target: a header whose `next_blkid` times the block
+    /// size overflows a u64 made every leaf offset overflow; it is `Corrupt` now.
+    #[test]
+    fn next_blkid_overflow_is_corrupt() {
+        let (os, z) = setup(512);
+        let tx = os.hold_tx().unwrap();
+        add(&os, &tx, z, b"a", 1).unwrap();
+        let mut hdr = Zap::open(&os, z).unwrap().hdr;
+        hdr.next_blkid = u64::MAX / 256;
+        os.write(&tx, z, 0, &hdr.encode()).unwrap();
+        assert!(matches!(lookup(&os, z, b"a"), Err(DmuError::Corrupt(_))));
+        assert!(matches!(add(&os, &tx, z, b"b", 2), Err(DmuError::Corrupt(_))));
+    }
+
+    /// A chain that loops back on itself (crafted) is `Corrupt`, not an endless walk.
+    #[test]
+    fn chain_cycle_is_corrupt() {
+        set_collide(true);
+        let (os, z) = setup(512);
+        let tx = os.hold_tx().unwrap();
+        for k in 0..60u8 {
+            add(&os, &tx, z, &[b'c', b'-', 1 + k], u64::from(k)).unwrap();
+        }
+        let zap = Zap::open(&os, z).unwrap();
+        let head = zap.leaf_for(hash_name(zap.hdr.salt, b"c-\x01")).unwrap();
+        assert_ne!(head.next(), 0, "the colliding names made a chain");
+        let second = zap.read_leaf(head.next()).unwrap();
+        // Point the second member back at the head.
+        os.write(&tx, z, second.blkid * 512 + L_NEXT as u64, &(head.blkid as u32).to_le_bytes())
+            .unwrap();
+        assert!(matches!(lookup(&os, z, b"c-\x7f"), Err(DmuError::Corrupt(_))));
+        assert!(matches!(verify(&os, z), Err(DmuError::Corrupt(_))));
+        // Found by the `zap` fuzz target: with a crafted leaf count in the trillions the
+        // length bound alone let a two-block cycle be followed until memory ran out.
+        let mut hdr = Zap::open(&os, z).unwrap().hdr;
+        hdr.next_blkid = 1 << 40;
+        hdr.leaf_count = (1 << 40) - 1;
+        os.write(&tx, z, 0, &hdr.encode()).unwrap();
+        assert!(matches!(lookup(&os, z, b"c-\x7f"), Err(DmuError::Corrupt(_))));
+        assert!(matches!(list(&os, z, 0, 1000), Err(DmuError::Corrupt(_))));
+        set_collide(false);
+    }
+
+    /// Found by the `zap` fuzz target: an entry count at the top of the u64 range
+    /// overflowed on the next add; it is `Corrupt` now.
+    #[test]
+    fn entry_count_overflow_is_corrupt() {
+        let (os, z) = setup(512);
+        let tx = os.hold_tx().unwrap();
+        add(&os, &tx, z, b"a", 1).unwrap();
+        let mut hdr = Zap::open(&os, z).unwrap().hdr;
+        hdr.count = u64::MAX;
+        os.write(&tx, z, 0, &hdr.encode()).unwrap();
+        assert!(matches!(add(&os, &tx, z, b"b", 2), Err(DmuError::Corrupt(_))));
+        assert_eq!(lookup(&os, z, b"a").unwrap(), Some(1));
     }
 
     #[test]

@@ -405,6 +405,18 @@ impl VdevSpace {
             .flat_map(|m| m.deferred.iter().flat_map(|(&txg, t)| t.iter().map(move |(s, l)| (txg, s, l))))
     }
 
+    /// Whether [`VdevSpace::free`] / [`VdevSpace::free_now`] accept this range (they
+    /// panic otherwise, as a double free is a bug): non-empty, aligned, inside the
+    /// vdev and allocated. Callers freeing a range read from disk (a block pointer
+    /// that may be crafted) check this first and refuse the free instead.
+    pub fn is_freeable(&self, offset: u64, size_bytes: u64) -> bool {
+        size_bytes > 0
+            && size_bytes.is_multiple_of(self.align_bytes)
+            && offset.is_multiple_of(self.align_bytes)
+            && self.class != AllocClass::Hole
+            && self.is_allocated(offset, size_bytes)
+    }
+
     /// Whether every byte of `[offset, offset + size_bytes)` is allocated (neither free
     /// nor deferred) and inside the vdev.
     pub fn is_allocated(&self, offset: u64, size_bytes: u64) -> bool {

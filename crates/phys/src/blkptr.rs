@@ -17,7 +17,16 @@
 //! | 80  | 32   | checksum of the physical block |
 //! | 112 | 16   | reserved, zero |
 //!
-//! A hole is the all-zero pointer (birth_txg 0). Layout of a [`Dva`] (16 bytes):
+//! A hole is the all-zero pointer (birth_txg 0). Every other pointer is checked on
+//! decode the way OpenZFS's `zfs_blkptr_verify` checks one before trusting it: a
+//! known type, checksum and compression (never `Off` checksum: Tarn writes none, so
+//! a pointer claiming it is crafted and would switch verification off); lsize and
+//! psize within [`ObjectType::lsize_max_bytes`] (the largest record, 1 MiB, or 2 MiB
+//! for the metaslab directory's blocks); level at most [`BLKPTR_LEVEL_MAX`], non-zero
+//! exactly for indirect blocks; and each DVA's allocated size covers psize without
+//! absurd inflation, inside [`crate::label::VDEV_ASIZE_MAX_BYTES`].
+//!
+//! Layout of a [`Dva`] (16 bytes):
 //! vdev u32 @0 (top-level vdev id), asize_sectors u32 @4 (allocated size in 512-byte
 //! units), offset_bytes u64 @8 (from the start of the top-level vdev's allocatable
 //! space). A DVA with asize 0 is empty.
@@ -31,6 +40,16 @@ use crate::Corrupt;
 pub const BLKPTR_SIZE_BYTES: usize = 128;
 /// Size of an encoded DVA.
 pub const DVA_SIZE_BYTES: usize = 16;
+/// Deepest indirection level a pointer may claim (a tree has at most 8 levels:
+/// `DnodePhys::nlevels` ≤ 8, so its root is at most level 7; 8 leaves room for the
+/// level a growing tree adds).
+pub const BLKPTR_LEVEL_MAX: u8 = 8;
+/// Largest block of the metaslab directory (root, pages, maps, log): a directory page
+/// of a vdev at the metaslab count limit is a little over 1 MiB.
+pub const SPACE_BLOCK_SIZE_MAX_BYTES: u32 = 2 << 20;
+/// Largest allocated-to-physical inflation a DVA may show: raidz3 of a one-sector
+/// block at ashift 16 allocates 4 sectors (`asize ≤ 4 × (psize + 64 KiB)`).
+const ASIZE_INFLATION_MAX: u64 = 4;
 
 /// Data virtual address: one copy of a block on one top-level vdev.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
@@ -136,6 +155,17 @@ impl ObjectType {
             23 => SpaceMapLog,
             _ => return Err(Corrupt::new("blkptr", format!("unknown object type {v}"))),
         })
+    }
+
+    /// Largest lsize/psize a pointer to a block of this type may claim: the largest
+    /// record ([`crate::MAX_BLOCK_SIZE_BYTES`], 1 MiB) for every object's blocks,
+    /// [`SPACE_BLOCK_SIZE_MAX_BYTES`] for the metaslab directory's. OpenZFS's
+    /// `SPA_MAXBLOCKSIZE` (16 MiB) plays this part there.
+    pub fn lsize_max_bytes(self) -> u32 {
+        match self {
+            ObjectType::MetaslabRoot | ObjectType::MetaslabPage | ObjectType::MetaslabMap | ObjectType::SpaceMapLog => SPACE_BLOCK_SIZE_MAX_BYTES,
+            _ => crate::MAX_BLOCK_SIZE_BYTES,
+        }
     }
 
     /// Metadata gets ditto copies (invariant 5); file data does not.
@@ -275,8 +305,37 @@ impl BlkPtr {
         if bp.psize_bytes == 0 || bp.lsize_bytes == 0 || bp.psize_bytes > bp.lsize_bytes {
             return Err(Corrupt::new("blkptr", "bad lsize/psize"));
         }
-        if bp.level > 8 {
+        if bp.lsize_bytes > bp.otype.lsize_max_bytes() {
+            return Err(Corrupt::new(
+                "blkptr",
+                format!(
+                    "lsize {} above the largest {:?} block ({})",
+                    bp.lsize_bytes,
+                    bp.otype,
+                    bp.otype.lsize_max_bytes()
+                ),
+            ));
+        }
+        if bp.checksum_alg == ChecksumAlg::Off {
+            return Err(Corrupt::new("blkptr", "block without a checksum"));
+        }
+        if bp.otype == ObjectType::None {
+            return Err(Corrupt::new("blkptr", "non-hole of type none"));
+        }
+        if bp.level > BLKPTR_LEVEL_MAX {
             return Err(Corrupt::new("blkptr", format!("level {} too deep", bp.level)));
+        }
+        if (bp.level > 0) != (bp.otype == ObjectType::Indirect) {
+            return Err(Corrupt::new("blkptr", format!("level {} for a {:?} block", bp.level, bp.otype)));
+        }
+        let psize = bp.psize_bytes as u64;
+        for d in bp.dvas() {
+            if d.asize_bytes < psize || d.asize_bytes > ASIZE_INFLATION_MAX * (psize + (64 << 10)) {
+                return Err(Corrupt::new("blkptr", format!("DVA asize {} for psize {psize}", d.asize_bytes)));
+            }
+            if d.offset_bytes.checked_add(d.asize_bytes).is_none_or(|e| e > crate::label::VDEV_ASIZE_MAX_BYTES) {
+                return Err(Corrupt::new("blkptr", format!("DVA offset {} beyond any vdev", d.offset_bytes)));
+            }
         }
         Ok(bp)
     }
@@ -363,20 +422,97 @@ mod tests {
         bp.lsize_bytes = 512;
         bp.psize_bytes = 512;
         bp.birth_txg = 5;
+        bp.otype = ObjectType::FileData;
+        bp.checksum_alg = ChecksumAlg::Fletcher4;
         let mut b = bp.encode();
         assert!(BlkPtr::decode(&b).is_ok());
         b[120] = 1;
         assert!(BlkPtr::decode(&b).is_err());
     }
 
+    fn data_bp() -> BlkPtr {
+        BlkPtr {
+            dva: [
+                Dva {
+                    vdev: 0,
+                    asize_bytes: 128 << 10,
+                    offset_bytes: 1 << 20,
+                },
+                Dva::default(),
+                Dva::default(),
+            ],
+            lsize_bytes: 128 << 10,
+            psize_bytes: 128 << 10,
+            otype: ObjectType::FileData,
+            level: 0,
+            checksum_alg: ChecksumAlg::Fletcher4,
+            compression: Compression::Off,
+            birth_txg: 9,
+            fill: 1,
+            checksum: [7; 32],
+        }
+    }
+
+    /// Pointers that pass the layout checks but claim what Tarn never writes are
+    /// refused (OpenZFS `zfs_blkptr_verify`), each next to one that is accepted.
+    #[test]
+    fn semantic_checks_refuse_crafted_pointers() {
+        let good = data_bp();
+        assert_eq!(BlkPtr::decode(&good.encode()).unwrap(), good);
+        type Craft = fn(&mut BlkPtr);
+        let cases: Vec<(&str, Craft)> = vec![
+            ("lsize 4 GiB", |b| {
+                b.lsize_bytes = u32::MAX;
+                b.psize_bytes = u32::MAX;
+                b.dva[0].asize_bytes = (u32::MAX as u64).div_ceil(512) * 512;
+            }),
+            ("lsize 2 MiB of file data", |b| {
+                b.lsize_bytes = 2 << 20;
+                b.psize_bytes = 2 << 20;
+                b.dva[0].asize_bytes = 2 << 20;
+            }),
+            ("checksum off", |b| b.checksum_alg = ChecksumAlg::Off),
+            ("type none", |b| b.otype = ObjectType::None),
+            ("level 9", |b| {
+                b.otype = ObjectType::Indirect;
+                b.level = 9;
+            }),
+            ("data at level 1", |b| b.level = 1),
+            ("indirect at level 0", |b| b.otype = ObjectType::Indirect),
+            ("asize below psize", |b| b.dva[0].asize_bytes = 512),
+            ("asize absurd", |b| b.dva[0].asize_bytes = 1 << 40),
+            ("offset past every vdev", |b| b.dva[0].offset_bytes = u64::MAX - 4096),
+        ];
+        for (what, f) in cases {
+            let mut bp = good;
+            f(&mut bp);
+            assert!(BlkPtr::decode(&bp.encode()).is_err(), "{what} accepted");
+        }
+        // Unknown checksum and compression codes.
+        for (off, v) in [(58usize, 3u8), (58, 255), (59, 200)] {
+            let mut b = good.encode();
+            b[off] = v;
+            assert!(BlkPtr::decode(&b).is_err(), "byte {off} = {v} accepted");
+        }
+        // The metaslab directory may use 2 MiB blocks.
+        let mut page = good;
+        page.otype = ObjectType::MetaslabPage;
+        page.lsize_bytes = 2 << 20;
+        page.psize_bytes = 2 << 20;
+        page.dva[0].asize_bytes = 2 << 20;
+        page.checksum_alg = ChecksumAlg::Blake3;
+        assert!(BlkPtr::decode(&page.encode()).is_ok());
+    }
+
     proptest! {
         #[test]
         fn roundtrip(vdev in 0u32..64, sectors in 1u64..1_000_000, off in 0u64..(1u64<<50),
-                     lsize in 1u32..(1<<24), birth in 1u64..u64::MAX, fill in 0u64..1000,
-                     level in 0u8..6, sum in proptest::array::uniform32(any::<u8>())) {
+                     lsize in 1u32..=(1<<20), birth in 1u64..u64::MAX, fill in 0u64..1000,
+                     level in 1u8..=8, sum in proptest::array::uniform32(any::<u8>())) {
             let mut bp = BlkPtr::HOLE;
-            bp.dva[0] = Dva { vdev, asize_bytes: sectors << 9, offset_bytes: off };
-            bp.dva[2] = Dva { vdev: vdev + 1, asize_bytes: sectors << 9, offset_bytes: off / 2 };
+            let asize = (lsize as u64).div_ceil(512) * 512 + (sectors % 128) * 512;
+            bp.dva[0] = Dva { vdev, asize_bytes: asize, offset_bytes: off };
+            bp.dva[2] = Dva { vdev: vdev + 1, asize_bytes: asize, offset_bytes: off / 2 };
             bp.lsize_bytes = lsize;
             bp.psize_bytes = lsize;
             bp.birth_txg = birth;

@@ -21,6 +21,10 @@
 //! | 64  | 128  | top block pointer |
 //! | 192 | 320  | bonus buffer |
 //!
+//! Decode checks, beyond the layout: `nlevels` 1..=8, a block size of 1..=2048
+//! sectors, `(maxblkid + 1) × block size` fits in a u64 (so byte offsets derived from
+//! it cannot overflow), and a non-hole top pointer sits at level `nlevels − 1`.
+//!
 //! [`ObjsetPhys`] layout (2048 bytes): meta-dnode @0 (512), objset type u64 @512,
 //! reserved to 1024, ZIL header ([`crate::ZilHeader`]) @1024..1216, reserved zero to
 //! 2048.
@@ -144,6 +148,14 @@ impl DnodePhys {
         if b[5..8].iter().chain(&b[14..16]).chain(&b[32..64]).any(|&x| x != 0) {
             return Err(Corrupt::new("dnode", "reserved bytes not zero"));
         }
+        let maxblkid = u64_at(b, 16);
+        if maxblkid.checked_add(1).and_then(|n| n.checked_mul(sectors as u64 * 512)).is_none() {
+            return Err(Corrupt::new("dnode", format!("maxblkid {maxblkid} past the end of any object")));
+        }
+        let blkptr = BlkPtr::decode(&b[64..192])?;
+        if !blkptr.is_hole() && blkptr.level as u32 + 1 != nlevels as u32 {
+            return Err(Corrupt::new("dnode", format!("{nlevels} levels with a level-{} root", blkptr.level)));
+        }
         Ok(DnodePhys {
             otype,
             indblkshift: b[1],
@@ -151,9 +163,9 @@ impl DnodePhys {
             bonus_type: b[4],
             datablksz_bytes: sectors << 9,
             max_blksz_bytes: max_sectors << 9,
-            maxblkid: u64_at(b, 16),
+            maxblkid,
             used_bytes: u64_at(b, 24),
-            blkptr: BlkPtr::decode(&b[64..192])?,
+            blkptr,
             bonus: b[192..192 + bonuslen].to_vec(),
         })
     }
@@ -225,6 +237,9 @@ mod tests {
         d.blkptr.lsize_bytes = 512;
         d.blkptr.psize_bytes = 512;
         d.blkptr.birth_txg = 3;
+        d.blkptr.otype = ObjectType::Indirect;
+        d.blkptr.level = 1;
+        d.blkptr.checksum_alg = crate::ChecksumAlg::Blake3;
         let mut b = [0u8; 512];
         d.encode_into(&mut b);
         assert_eq!(u16::from_le_bytes([b[8], b[9]]), 256);

@@ -16,6 +16,13 @@
 //!
 //! The config is JSON (our stand-in for ZFS's packed nvlist): small, read once at
 //! import, versioned by `version` and `features_for_read`.
+//!
+//! A label may come from anywhere (a disk image from a stranger), so a config that
+//! passes its checksum is not trusted yet: [`decode_config`] also runs
+//! [`LabelConfig::validate`], which refuses any vdev tree the pool layer could not
+//! build — raidz parity outside 1..=3 or too few children, ashift outside 9..=16,
+//! absurd child counts, sizes or depth, duplicate GUIDs — so the code that builds
+//! vdevs from a config may assert those invariants.
 
 use crate::le::*;
 use crate::Corrupt;
@@ -61,6 +68,27 @@ pub enum PoolState {
 
 /// `kind` of a removed top-level vdev (OpenZFS `VDEV_TYPE_HOLE`).
 pub const VDEV_KIND_HOLE: &str = "hole";
+
+/// Smallest sector size (log2) a vdev may record: 512 bytes (OpenZFS `ASHIFT_MIN`).
+pub const ASHIFT_MIN: u8 = 9;
+/// Largest sector size (log2) a vdev may record: 64 KiB (OpenZFS `ASHIFT_MAX`).
+pub const ASHIFT_MAX: u8 = 16;
+/// Most children one interior vdev (mirror, raidz, replacing, spare) may have. The
+/// raidz layout addresses children with one byte, so 255 is its limit too.
+pub const VDEV_CHILDREN_MAX: usize = 255;
+/// Most top-level vdevs (holes included) a pool may have. The metaslab root block
+/// grows by about 2 KiB per top-level vdev and must stay within one block.
+pub const TOP_VDEVS_MAX: usize = 256;
+/// Most hot spares a pool may list.
+pub const SPARES_MAX: usize = 255;
+/// Deepest vdev tree below the root: top-level → replacing/spare → (spare) → leaf.
+pub const VDEV_TREE_DEPTH_MAX: usize = 4;
+/// Largest `asize_bytes` a top-level vdev may record (64 PiB): beyond it the
+/// metaslab array alone would be an absurd allocation. Import also checks the
+/// recorded size against the devices actually found.
+pub const VDEV_ASIZE_MAX_BYTES: u64 = 1 << 56;
+/// Most parity columns of a raidz vdev (raidz3).
+pub const RAIDZ_PARITY_MAX: u8 = 3;
 
 /// A node of the vdev tree as stored in the label (ZFS's `vdev_tree` nvlist).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -177,9 +205,23 @@ pub fn encode_config(cfg: &LabelConfig) -> Result<Vec<u8>, Corrupt> {
     Ok(b)
 }
 
-/// Decode the config area (starting at the header). Checks magic and checksum;
-/// the caller checks the version against [`crate::TARN_FORMAT_VERSION`].
+/// Decode the config area (starting at the header). Checks magic and checksum, then
+/// the config's meaning ([`LabelConfig::validate`]); the caller checks the version
+/// against [`crate::TARN_FORMAT_VERSION`].
+///
+/// Errors: `Corrupt { kind: "label" }` for a bad magic, length or checksum, JSON that
+/// does not parse, or a config that passes the checksum but describes an impossible
+/// vdev tree (a crafted label).
 pub fn decode_config(b: &[u8]) -> Result<LabelConfig, Corrupt> {
+    let cfg = decode_config_unchecked(b)?;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// [`decode_config`] without the semantic checks: magic, length, checksum and JSON
+/// only. Import uses it to name the pool of a label it refuses, so the refusal can
+/// say why; nothing may be built from what it returns.
+pub fn decode_config_unchecked(b: &[u8]) -> Result<LabelConfig, Corrupt> {
     if b.len() < 64 || u64_at(b, 0) != LABEL_MAGIC {
         return Err(Corrupt::new("label", "bad magic"));
     }
@@ -192,6 +234,116 @@ pub fn decode_config(b: &[u8]) -> Result<LabelConfig, Corrupt> {
         return Err(Corrupt::new("label", "config checksum mismatch"));
     }
     serde_json::from_slice(json).map_err(|e| Corrupt::new("label", format!("config: {e}")))
+}
+
+fn bad(detail: String) -> Corrupt {
+    Corrupt::new("label", detail)
+}
+
+impl LabelConfig {
+    /// Check that the config describes a vdev tree Tarn can build (OpenZFS checks the
+    /// same things while parsing the nvlist in `vdev_alloc` and `spa_config_valid`):
+    /// a "root" with 1..=[`TOP_VDEVS_MAX`] top-level children whose ids are their
+    /// positions; every top-level vdev (other than a hole) has an `ashift` in
+    /// [`ASHIFT_MIN`]..=[`ASHIFT_MAX`] and a size in 1..=[`VDEV_ASIZE_MAX_BYTES`];
+    /// raidz has 1..=3 parity and more children than parity; mirrors, replacing and
+    /// spare nodes have 1..=[`VDEV_CHILDREN_MAX`] children; leaves are "file" or
+    /// "disk" without children; holes only at the top; no two nodes share a GUID
+    /// (spares may name a leaf of the tree they are in use in); the tree is at most
+    /// [`VDEV_TREE_DEPTH_MAX`] deep. Errors: `Corrupt { kind: "label" }` naming the
+    /// first violation.
+    pub fn validate(&self) -> Result<(), Corrupt> {
+        let root = &self.vdev_tree;
+        if root.kind != "root" {
+            return Err(bad(format!("vdev tree root has kind '{}'", root.kind)));
+        }
+        if root.children.is_empty() || root.children.len() > TOP_VDEVS_MAX {
+            return Err(bad(format!("{} top-level vdevs (1..={TOP_VDEVS_MAX})", root.children.len())));
+        }
+        if root.spares.len() > SPARES_MAX {
+            return Err(bad(format!("{} spares (at most {SPARES_MAX})", root.spares.len())));
+        }
+        let mut guids = std::collections::HashSet::new();
+        guids.insert(root.guid);
+        for (i, top) in root.children.iter().enumerate() {
+            if top.id != i as u64 {
+                return Err(bad(format!("top-level vdev {i} records id {}", top.id)));
+            }
+            if top.is_hole() {
+                if !top.children.is_empty() {
+                    return Err(bad(format!("hole {i} has children")));
+                }
+                continue;
+            }
+            if !(ASHIFT_MIN..=ASHIFT_MAX).contains(&top.ashift) {
+                return Err(bad(format!("top-level vdev {i}: ashift {} outside {ASHIFT_MIN}..={ASHIFT_MAX}", top.ashift)));
+            }
+            if top.asize_bytes == 0 || top.asize_bytes > VDEV_ASIZE_MAX_BYTES {
+                return Err(bad(format!("top-level vdev {i}: size {} bytes", top.asize_bytes)));
+            }
+            validate_node(top, 1, &mut guids)?;
+        }
+        let mut spare_guids = std::collections::HashSet::new();
+        for s in &root.spares {
+            if !is_leaf_kind(&s.kind) || !s.children.is_empty() || s.guid == 0 {
+                return Err(bad(format!("spare {} is not a leaf", s.guid)));
+            }
+            if s.ashift != 0 && !(ASHIFT_MIN..=ASHIFT_MAX).contains(&s.ashift) {
+                return Err(bad(format!("spare {}: ashift {}", s.guid, s.ashift)));
+            }
+            if !spare_guids.insert(s.guid) {
+                return Err(bad(format!("spare GUID {} listed twice", s.guid)));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn is_leaf_kind(kind: &str) -> bool {
+    matches!(kind, "file" | "disk")
+}
+
+/// Check one node below the root (`depth` 1 = top-level) and its subtree.
+fn validate_node(v: &VdevConfig, depth: usize, guids: &mut std::collections::HashSet<u64>) -> Result<(), Corrupt> {
+    if depth > VDEV_TREE_DEPTH_MAX {
+        return Err(bad(format!("vdev tree deeper than {VDEV_TREE_DEPTH_MAX}")));
+    }
+    if v.guid == 0 {
+        return Err(bad(format!("vdev '{}' has GUID 0", v.kind)));
+    }
+    if !guids.insert(v.guid) {
+        return Err(bad(format!("GUID {} appears twice in the vdev tree", v.guid)));
+    }
+    if v.ashift != 0 && !(ASHIFT_MIN..=ASHIFT_MAX).contains(&v.ashift) {
+        return Err(bad(format!("vdev {}: ashift {} outside {ASHIFT_MIN}..={ASHIFT_MAX}", v.guid, v.ashift)));
+    }
+    let n = v.children.len();
+    match v.kind.as_str() {
+        k if is_leaf_kind(k) => {
+            if n != 0 {
+                return Err(bad(format!("leaf {} has {n} children", v.guid)));
+            }
+            return Ok(());
+        }
+        "raidz" => {
+            if !(1..=RAIDZ_PARITY_MAX).contains(&v.nparity) {
+                return Err(bad(format!("raidz {}: nparity {} outside 1..={RAIDZ_PARITY_MAX}", v.guid, v.nparity)));
+            }
+            if n <= v.nparity as usize || n > VDEV_CHILDREN_MAX {
+                return Err(bad(format!("raidz{} {} with {n} children", v.nparity, v.guid)));
+            }
+        }
+        "mirror" | "replacing" | "spare" => {
+            if n == 0 || n > VDEV_CHILDREN_MAX {
+                return Err(bad(format!("{} {} with {n} children", v.kind, v.guid)));
+            }
+        }
+        other => return Err(bad(format!("vdev {} has unknown kind '{other}'", v.guid))),
+    }
+    for c in &v.children {
+        validate_node(c, depth + 1, guids)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -288,5 +440,115 @@ mod tests {
         let back: VdevConfig = serde_json::from_str(&serde_json::to_string(&root).unwrap()).unwrap();
         assert_eq!(back.spares.len(), 1);
         assert!(back.leaves().iter().all(|l| l.guid != 9));
+    }
+
+    fn leaf(guid: u64) -> VdevConfig {
+        VdevConfig {
+            kind: "file".into(),
+            guid,
+            ashift: 12,
+            ..VdevConfig::default()
+        }
+    }
+
+    fn pool_of(tops: Vec<VdevConfig>) -> LabelConfig {
+        LabelConfig {
+            version: 3,
+            name: "tank".into(),
+            pool_guid: 1,
+            guid: 2,
+            top_guid: 3,
+            txg: 4,
+            state: PoolState::Active,
+            hostname: "h".into(),
+            features_for_read: vec![],
+            vdev_tree: VdevConfig {
+                kind: "root".into(),
+                guid: 1,
+                children: tops,
+                ..VdevConfig::default()
+            },
+        }
+    }
+
+    fn raidz(nparity: u8, n: u64) -> VdevConfig {
+        VdevConfig {
+            kind: "raidz".into(),
+            guid: 100,
+            nparity,
+            ashift: 12,
+            asize_bytes: 1 << 30,
+            children: (0..n).map(|i| leaf(200 + i)).collect(),
+            ..VdevConfig::default()
+        }
+    }
+
+    /// Each impossible tree is refused by `decode_config` (after the checksum passed),
+    /// and the valid one next to it is accepted: the checks are semantic, not a
+    /// refusal of everything.
+    #[test]
+    fn semantic_checks_refuse_crafted_trees() {
+        let good = pool_of(vec![raidz(2, 4)]);
+        assert_eq!(decode_config(&encode_config(&good).unwrap()).unwrap(), good);
+        let mut cases: Vec<(&str, LabelConfig)> = Vec::new();
+        cases.push(("nparity 0", pool_of(vec![raidz(0, 4)])));
+        cases.push(("nparity 4", pool_of(vec![raidz(4, 6)])));
+        cases.push(("raidz2 of 2", pool_of(vec![raidz(2, 2)])));
+        let mut wide = raidz(1, 2);
+        wide.children = (0..300).map(|i| leaf(1000 + i)).collect();
+        cases.push(("300 children", pool_of(vec![wide])));
+        for a in [0u8, 8, 17, 255] {
+            let mut r = raidz(1, 3);
+            r.ashift = a;
+            cases.push(("ashift", pool_of(vec![r])));
+        }
+        let mut dup = raidz(1, 3);
+        dup.children[2].guid = dup.children[0].guid;
+        cases.push(("duplicate leaf guid", pool_of(vec![dup])));
+        let mut dup_top = raidz(1, 3);
+        dup_top.guid = 1;
+        cases.push(("top guid = root guid", pool_of(vec![dup_top])));
+        let mut mirror0 = raidz(1, 3);
+        mirror0.kind = "mirror".into();
+        mirror0.children.clear();
+        cases.push(("empty mirror", pool_of(vec![mirror0])));
+        let mut huge = raidz(1, 3);
+        huge.asize_bytes = u64::MAX;
+        cases.push(("absurd size", pool_of(vec![huge])));
+        let mut badid = raidz(1, 3);
+        badid.id = 7;
+        cases.push(("top id not its index", pool_of(vec![badid])));
+        let mut weird = raidz(1, 3);
+        weird.kind = "draid".into();
+        cases.push(("unknown kind", pool_of(vec![weird])));
+        let mut deep = leaf(9);
+        for g in 10..20 {
+            deep = VdevConfig {
+                kind: "spare".into(),
+                guid: g,
+                ashift: 12,
+                asize_bytes: 1 << 30,
+                children: vec![deep],
+                ..VdevConfig::default()
+            };
+        }
+        cases.push(("too deep", pool_of(vec![deep])));
+        cases.push(("no top-level vdev", pool_of(vec![])));
+        let mut many = pool_of(vec![]);
+        many.vdev_tree.children = (0..=TOP_VDEVS_MAX as u64).map(VdevConfig::hole).collect();
+        cases.push(("too many top-level vdevs", many));
+        let mut spares = pool_of(vec![raidz(1, 3)]);
+        spares.vdev_tree.spares = vec![leaf(500), leaf(500)];
+        cases.push(("spare listed twice", spares));
+        for (what, cfg) in cases {
+            let b = encode_config(&cfg).unwrap();
+            assert!(decode_config_unchecked(&b).is_ok(), "{what}: checksum and JSON pass");
+            let e = decode_config(&b).expect_err(what);
+            assert_eq!(e.kind, "label", "{what}");
+        }
+        // A spare in use is also a leaf of the tree: same GUID, accepted.
+        let mut in_use = pool_of(vec![raidz(1, 3)]);
+        in_use.vdev_tree.spares = vec![leaf(201)];
+        assert!(in_use.validate().is_ok());
     }
 }

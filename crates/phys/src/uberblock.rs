@@ -16,6 +16,10 @@
 //! | 176  | 128  | space map block pointer |
 //! | 304  | 3760 | reserved, zero |
 //! | 4064 | 32   | BLAKE3 of bytes 0..4064 |
+//!
+//! Beyond magic and checksum, decode refuses a txg of 0 or above [`TXG_MAX`] (so
+//! `txg + 1` and the deferred-free horizon cannot overflow) and root pointers born
+//! after the uberblock's own txg.
 
 use crate::blkptr::BlkPtr;
 use crate::le::*;
@@ -25,6 +29,9 @@ use crate::Corrupt;
 pub const UBERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"tarnuber");
 /// One ring slot.
 pub const UBERBLOCK_SLOT_SIZE_BYTES: usize = 4096;
+/// Largest txg an uberblock may carry (2^62: a txg a microsecond for 146,000
+/// years); txg arithmetic above it could overflow.
+pub const TXG_MAX: u64 = 1 << 62;
 const SUM_OFF: usize = UBERBLOCK_SLOT_SIZE_BYTES - 32;
 
 /// The root of everything for one txg.
@@ -74,13 +81,22 @@ impl UberblockPhys {
         if u64_at(b, 40) != 0 || b[304..SUM_OFF].iter().any(|&x| x != 0) {
             return Err(Corrupt::new("uberblock", "reserved bytes not zero"));
         }
+        let txg = u64_at(b, 16);
+        if txg == 0 || txg > TXG_MAX {
+            return Err(Corrupt::new("uberblock", format!("txg {txg} outside 1..={TXG_MAX}")));
+        }
+        let rootbp = BlkPtr::decode(&b[48..176])?;
+        let spacemap_bp = BlkPtr::decode(&b[176..304])?;
+        if rootbp.birth_txg > txg || spacemap_bp.birth_txg > txg {
+            return Err(Corrupt::new("uberblock", format!("txg {txg} points at blocks born later")));
+        }
         Ok(UberblockPhys {
             version: u64_at(b, 8),
-            txg: u64_at(b, 16),
+            txg,
             guid_sum: u64_at(b, 24),
             timestamp_s: u64_at(b, 32),
-            rootbp: BlkPtr::decode(&b[48..176])?,
-            spacemap_bp: BlkPtr::decode(&b[176..304])?,
+            rootbp,
+            spacemap_bp,
         })
     }
 }

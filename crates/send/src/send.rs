@@ -302,7 +302,7 @@ impl Walk<'_, '_> {
         if level > 0 {
             for (i, c) in blk.chunks_exact(BLKPTR_SIZE_BYTES).enumerate() {
                 let child = BlkPtr::decode(c)?;
-                self.meta(&child, blkid.saturating_mul(BPS_PER_INDIRECT) + i as u64, level - 1)?;
+                self.meta(&child, blkid.saturating_mul(BPS_PER_INDIRECT).saturating_add(i as u64), level - 1)?;
             }
             return Ok(());
         }
@@ -310,7 +310,7 @@ impl Walk<'_, '_> {
             return Err(corrupt("dnode block", "wrong type"));
         }
         for (j, d) in blk.chunks_exact(DNODE_SIZE_BYTES).enumerate() {
-            let object = first + j as u64;
+            let object = first.saturating_add(j as u64);
             if object == 0 || object < self.resume_object || object >= self.object_end {
                 continue;
             }
@@ -468,7 +468,7 @@ impl Walk<'_, '_> {
                     .iter()
                     .enumerate()
                     .filter(|(i, c)| {
-                        let first = (first_child + *i as u64).saturating_mul(blksz);
+                        let first = first_child.saturating_add(*i as u64).saturating_mul(blksz);
                         let end = first.saturating_add(blksz).min(end_bytes);
                         first < end_bytes && !(object == self.resume_object && end <= self.resume_offset_bytes) && self.changed(c) && c.level == 0
                     })
@@ -479,7 +479,7 @@ impl Walk<'_, '_> {
             };
             let walk_children = |w: &mut Self| -> Result<()> {
                 for (i, child) in children.iter().enumerate() {
-                    w.tree(object, blksz, end_bytes, child, first_child + i as u64, level - 1)?;
+                    w.tree(object, blksz, end_bytes, child, first_child.saturating_add(i as u64), level - 1)?;
                 }
                 Ok(())
             };

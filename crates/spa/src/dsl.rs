@@ -344,7 +344,7 @@ fn parse_size(s: &str) -> Option<u64> {
         'M' | 'm' => (&s[..s.len() - 1], 1 << 20),
         _ => (s, 1),
     };
-    num.parse::<u64>().ok().map(|n| n * mult)
+    num.parse::<u64>().ok()?.checked_mul(mult)
 }
 
 fn human_size(v: u64) -> String {
@@ -442,9 +442,14 @@ pub(crate) fn check_prop(prop: &str, value: &str) -> Result<String> {
     }
 }
 
-/// Parse a dataset `recordsize` value ("128K") into bytes.
+/// Parse a dataset `recordsize` value ("128K") into bytes. The value may come from
+/// disk (a crafted pool): anything that is not a power of two from 512 B to
+/// [`tarn_phys::MAX_BLOCK_SIZE_BYTES`] gives the default, 128 KiB.
 pub fn recordsize_bytes(value: &str) -> u32 {
-    parse_size(value).unwrap_or(128 << 10) as u32
+    match parse_size(value) {
+        Some(n) if (512..=tarn_phys::MAX_BLOCK_SIZE_BYTES as u64).contains(&n) && n.is_power_of_two() => n as u32,
+        _ => 128 << 10,
+    }
 }
 
 fn parent_of(name: &str) -> Option<&str> {
@@ -990,7 +995,7 @@ impl Pool {
         tarn_dmu::traverse::traverse_resumable(
             &self.zio,
             &root,
-            s.creation_txg + 1,
+            s.creation_txg.saturating_add(1),
             0,
             &mut |bp, _| total += bp.asize_total_bytes(),
             &mut |_| false,

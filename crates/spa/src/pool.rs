@@ -243,6 +243,16 @@ struct FoundLeaf {
     config: LabelConfig,
 }
 
+/// A leaf whose labels pass their checksum but describe an impossible pool (a crafted
+/// or corrupted config, refused by `LabelConfig::validate`): kept only so that an
+/// import by name can say why the pool is not there.
+struct RefusedLeaf {
+    path: PathBuf,
+    name: String,
+    pool_guid: u64,
+    why: tarn_phys::Corrupt,
+}
+
 impl Pool {
     // ---- create -----------------------------------------------------------------
 
@@ -576,8 +586,15 @@ impl Pool {
     // ---- import -----------------------------------------------------------------
 
     fn scan_dirs(dirs: &[PathBuf]) -> Vec<FoundLeaf> {
+        Self::scan_dirs_refused(dirs).0
+    }
+
+    /// [`Pool::scan_dirs`], also returning the leaves whose every label was refused
+    /// as semantically invalid.
+    fn scan_dirs_refused(dirs: &[PathBuf]) -> (Vec<FoundLeaf>, Vec<RefusedLeaf>) {
         use std::os::unix::fs::FileTypeExt;
         let mut out = Vec::new();
+        let mut refused = Vec::new();
         let mut seen = HashSet::new();
         for d in dirs {
             let Ok(rd) = std::fs::read_dir(d) else { continue };
@@ -594,12 +611,23 @@ impl Pool {
                     continue;
                 }
                 let Ok(leaf) = Leaf::open(&canon) else { continue };
-                if let Some(config) = label::read_configs(&leaf).into_iter().flatten().max_by_key(|c| c.txg) {
+                let configs = label::read_configs(&leaf);
+                if let Some(config) = configs.iter().flatten().max_by_key(|c| c.txg) {
+                    let config = config.clone();
                     out.push(FoundLeaf { path: canon, leaf, config });
+                } else if let Some(cfg) = label::read_configs_unchecked(&leaf).into_iter().flatten().max_by_key(|c| c.txg) {
+                    if let Err(why) = cfg.validate() {
+                        refused.push(RefusedLeaf {
+                            path: canon,
+                            name: cfg.name,
+                            pool_guid: cfg.pool_guid,
+                            why,
+                        });
+                    }
                 }
             }
         }
-        out
+        (out, refused)
     }
 
     fn group(found: Vec<FoundLeaf>) -> BTreeMap<u64, Vec<FoundLeaf>> {
@@ -737,11 +765,20 @@ impl Pool {
     /// `search_dirs`. Without `opts.missing_log`, a pool with a log vdev whose every
     /// leaf is missing is refused with [`SpaError::MissingLogs`].
     pub fn import_with(name_or_guid: &str, search_dirs: &[PathBuf], opts: &ImportOptions) -> Result<Arc<Pool>> {
-        let groups = Self::group(Self::scan_dirs(search_dirs));
+        let (found, refused) = Self::scan_dirs_refused(search_dirs);
+        let groups = Self::group(found);
         let mut matches: Vec<(u64, Vec<FoundLeaf>)> = groups
             .into_iter()
             .filter(|(g, leaves)| leaves.iter().any(|f| f.config.name == name_or_guid) || g.to_string() == name_or_guid)
             .collect();
+        let bad_label = refused.iter().find(|r| r.name == name_or_guid || r.pool_guid.to_string() == name_or_guid);
+        if let (true, Some(r)) = (matches.is_empty(), bad_label) {
+            return Err(SpaError::Corrupt(format!(
+                "cannot import '{name_or_guid}': invalid label config on {}: {}",
+                r.path.display(),
+                r.why.detail
+            )));
+        }
         if matches.is_empty() {
             return Err(SpaError::NotFound(format!("cannot import '{name_or_guid}': no such pool available")));
         }
@@ -885,6 +922,18 @@ impl Pool {
     }
 
     fn open_at(name: &str, pool_guid: u64, cfg: &VdevConfig, top: &[Arc<Vdev>], ub: &UberblockPhys) -> Result<Arc<Pool>> {
+        // The config's sizes come from disk: a top-level vdev may not claim more space
+        // than the devices found under it hold (a crafted size would otherwise let
+        // allocations run past the end of the leaves, or size the metaslab array).
+        for (i, (v, c)) in top.iter().zip(&cfg.children).enumerate() {
+            let have = v.asize_bytes();
+            if !c.is_hole() && have > 0 && c.asize_bytes > have {
+                return Err(SpaError::Corrupt(format!(
+                    "cannot import '{name}': the config gives top-level vdev {i} {} bytes, its devices hold {have}",
+                    c.asize_bytes
+                )));
+            }
+        }
         let dims: Vec<(u64, u64)> = top.iter().zip(&cfg.children).map(|(v, c)| (c.asize_bytes, v.alloc_align_bytes())).collect();
         let classes: Vec<AllocClass> = cfg.children.iter().map(class_of).collect();
         let zio = Arc::new(Zio::new(
@@ -1327,25 +1376,50 @@ impl Pool {
     pub fn log_history(&self, command_line: &str) -> Result<()> {
         let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
-        let obj = self.dir.lock().history_obj;
-        let b = self.mos.bonus(obj).map_err(dmu_err)?;
-        let len = u64::from_le_bytes(b.get(0..8).unwrap_or(&[0; 8]).try_into().unwrap());
+        let (obj, len) = self.history_len()?;
         let line = format!("{} {}\n", format_time(now_s()), command_line);
         self.mos.write(&tx, obj, len, line.as_bytes()).map_err(dmu_err)?;
         self.mos.set_bonus(&tx, obj, &(len + line.len() as u64).to_le_bytes()).map_err(dmu_err)?;
         Ok(())
     }
 
-    /// `zpool history` lines: "YYYY-MM-DD.HH:MM:SS command".
-    pub fn history(&self) -> Result<Vec<String>> {
+    /// The history object and its length in bytes (kept in its bonus buffer). The
+    /// length comes from disk: it must lie within the object's blocks, or the history
+    /// is reported corrupt rather than read or written at a crafted offset.
+    fn history_len(&self) -> Result<(u64, u64)> {
         let obj = self.dir.lock().history_obj;
         let b = self.mos.bonus(obj).map_err(dmu_err)?;
-        let len = u64::from_le_bytes(b.get(0..8).unwrap_or(&[0; 8]).try_into().unwrap());
-        let mut buf = vec![0u8; len as usize];
-        self.mos.read(obj, 0, &mut buf).map_err(dmu_err)?;
-        Ok(String::from_utf8_lossy(&buf).lines().map(|s| s.to_string()).collect())
+        let len = b.get(0..8).map_or(0, |s| u64::from_le_bytes(s.try_into().expect("8 bytes")));
+        let info = self.mos.object_info(obj).map_err(dmu_err)?;
+        let size = info.maxblkid.saturating_add(1).saturating_mul(info.datablksz_bytes as u64);
+        if len > size {
+            return Err(SpaError::Corrupt(format!(
+                "pool history object {obj} claims {len} bytes but holds at most {size}"
+            )));
+        }
+        Ok((obj, len))
+    }
+
+    /// `zpool history` lines: "YYYY-MM-DD.HH:MM:SS command". At most the last
+    /// [`HISTORY_READ_MAX_BYTES`] are read (older lines are left out, as OpenZFS's
+    /// history is a ring that drops its oldest records), so a history of any length
+    /// costs a bounded allocation. Errors: `Corrupt` when the recorded length does not
+    /// fit the object (a crafted pool).
+    pub fn history(&self) -> Result<Vec<String>> {
+        let (obj, len) = self.history_len()?;
+        let start = len.saturating_sub(HISTORY_READ_MAX_BYTES);
+        let mut buf = vec![0u8; (len - start) as usize];
+        self.mos.read(obj, start, &mut buf).map_err(dmu_err)?;
+        let text = String::from_utf8_lossy(&buf);
+        // A read that starts mid-history starts mid-line: drop the partial line.
+        let skip = if start > 0 { 1 } else { 0 };
+        Ok(text.lines().skip(skip).map(|s| s.to_string()).collect())
     }
 }
+
+/// Most bytes of pool history [`Pool::history`] reads (the newest ones): 16 MiB,
+/// some 200,000 commands.
+pub const HISTORY_READ_MAX_BYTES: u64 = 16 << 20;
 
 /// Format seconds since the epoch as `YYYY-MM-DD.HH:MM:SS` in UTC, the form a
 /// `zpool history` record is stored in (the CLI shows it in local time).
@@ -1370,5 +1444,38 @@ mod tests {
     fn time_format() {
         assert_eq!(super::format_time(0), "1970-01-01.00:00:00");
         assert_eq!(super::format_time(1_700_000_000), "2023-11-14.22:13:20");
+    }
+
+    /// A history length (kept in the history object's bonus, so read from disk) that
+    /// the object cannot hold is `Corrupt` for `zpool history` and for the next
+    /// logged command, instead of an allocation of that many bytes; after the pool is
+    /// re-imported the damage is still reported, not trusted.
+    #[test]
+    fn crafted_history_length_is_refused() {
+        use tarn_dmu::ObjectStore;
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.img");
+        std::fs::File::create(&a).unwrap().set_len(64 << 20).unwrap();
+        let pool = super::Pool::create(&crate::CreateSpec {
+            name: "hist".into(),
+            vdevs: vec![crate::TopSpec::Leaf(a)],
+            ashift: 12,
+            ..Default::default()
+        })
+        .unwrap();
+        pool.log_history("zpool create hist").unwrap();
+        assert_eq!(pool.history().unwrap().len(), 1);
+        let obj = pool.dir.lock().history_obj;
+        let tx = pool.gate.hold().unwrap();
+        pool.mos.set_bonus(&tx, obj, &(1u64 << 40).to_le_bytes()).unwrap();
+        drop(tx);
+        pool.sync().unwrap();
+        assert!(matches!(pool.history(), Err(crate::SpaError::Corrupt(_))));
+        assert!(matches!(pool.log_history("zpool status"), Err(crate::SpaError::Corrupt(_))));
+        pool.export().unwrap();
+        drop(pool);
+        let pool = super::Pool::import("hist", &[dir.path().to_path_buf()], crate::Rewind::None, None).unwrap();
+        assert!(matches!(pool.history(), Err(crate::SpaError::Corrupt(_))));
+        pool.export().unwrap();
     }
 }

@@ -428,7 +428,15 @@ impl Pool {
     pub(crate) fn destroy_head_blocks(&self, tx: &TxHold, obj: u64, root: &BlkPtr, h: &DslDatasetPhys) -> Result<()> {
         let zio = self.zio.clone();
         let txg = tx.txg;
-        tarn_dmu::traverse::traverse_resumable(&zio, root, h.prev_snap_txg + 1, 0, &mut |bp, _| zio.free_block(bp, txg), &mut |_| false).map_err(dmu_err)?;
+        tarn_dmu::traverse::traverse_resumable(
+            &zio,
+            root,
+            h.prev_snap_txg.saturating_add(1),
+            0,
+            &mut |bp, _| zio.free_block(bp, txg),
+            &mut |_| false,
+        )
+        .map_err(dmu_err)?;
         // Dead-list entries were born at or before prev_snap_txg: they belong to the
         // origin (a head without snapshots has an empty dead list otherwise).
         if h.deadlist_obj != 0 {
@@ -533,7 +541,15 @@ impl Pool {
         let root = os.map(|o| o.root_bp()).unwrap_or(h.rootbp);
         let zio = self.zio.clone();
         let txg = tx.txg;
-        tarn_dmu::traverse::traverse_resumable(&zio, &root, s.creation_txg + 1, 0, &mut |bp, _| zio.free_block(bp, txg), &mut |_| false).map_err(dmu_err)?;
+        tarn_dmu::traverse::traverse_resumable(
+            &zio,
+            &root,
+            s.creation_txg.saturating_add(1),
+            0,
+            &mut |bp, _| zio.free_block(bp, txg),
+            &mut |_| false,
+        )
+        .map_err(dmu_err)?;
         deadlist_replace(&*self.mos, &tx, h.deadlist_obj, &[])?;
         h.rootbp = s.rootbp;
         h.used_bytes = s.used_bytes;
@@ -680,6 +696,7 @@ mod tests {
             lsize_bytes: 4096,
             psize_bytes: 4096,
             otype: ObjectType::FileData,
+            checksum_alg: tarn_phys::ChecksumAlg::Fletcher4,
             birth_txg,
             fill: 1,
             ..BlkPtr::HOLE

@@ -34,8 +34,8 @@
 use crate::tree::{bump, each_parallel};
 use crate::{Leaf, Vdev, VdevError};
 use tarn_phys::label::{
-    decode_config, encode_config, label_offsets, LabelConfig, CONFIG_MAX_BYTES, CONFIG_OFFSET_BYTES, LABEL_SIZE_BYTES, UBERBLOCK_RING_OFFSET_BYTES,
-    UBERBLOCK_RING_SLOTS,
+    decode_config, decode_config_unchecked, encode_config, label_offsets, LabelConfig, CONFIG_MAX_BYTES, CONFIG_OFFSET_BYTES, LABEL_SIZE_BYTES,
+    UBERBLOCK_RING_OFFSET_BYTES, UBERBLOCK_RING_SLOTS,
 };
 use tarn_phys::{Corrupt, UberblockPhys, UBERBLOCK_SLOT_SIZE_BYTES};
 
@@ -159,14 +159,27 @@ pub fn clear_and_release(leaves: &[&Vdev]) -> FanOut {
 
 /// Read the config from each of the four labels (index = label number). A copy that
 /// cannot be read or fails magic/checksum/JSON decoding is `Err(Corrupt)`.
+/// A copy that decodes but describes an impossible vdev tree (a crafted label) is
+/// `Err` too ([`tarn_phys::label::LabelConfig::validate`]).
 pub fn read_configs(leaf: &Leaf) -> Vec<Result<LabelConfig, Corrupt>> {
+    read_configs_with(leaf, decode_config)
+}
+
+/// [`read_configs`] without the semantic checks
+/// ([`tarn_phys::label::decode_config_unchecked`]): what import uses to name the pool
+/// of a label it refused. Nothing may be built from these configs.
+pub fn read_configs_unchecked(leaf: &Leaf) -> Vec<Result<LabelConfig, Corrupt>> {
+    read_configs_with(leaf, decode_config_unchecked)
+}
+
+fn read_configs_with(leaf: &Leaf, decode: fn(&[u8]) -> Result<LabelConfig, Corrupt>) -> Vec<Result<LabelConfig, Corrupt>> {
     let mut buf = vec![0u8; CONFIG_AREA_BYTES];
     label_offsets(leaf.size_bytes)
         .iter()
         .map(|&off| {
             leaf.pread(off + CONFIG_OFFSET_BYTES, &mut buf)
                 .map_err(|e| Corrupt::new("label", format!("read: {e}")))?;
-            decode_config(&buf)
+            decode(&buf)
         })
         .collect()
 }
@@ -258,7 +271,7 @@ mod tests {
                 ashift: 0,
                 asize_bytes: 0,
                 is_log: false,
-                children: vec![],
+                children: vec![VdevConfig::hole(0)],
                 ..VdevConfig::default()
             },
         }

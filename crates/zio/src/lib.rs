@@ -21,7 +21,10 @@
 //! birth txg keeps a reallocated DVA from ever matching an older entry.
 //!
 //! Frees are deferred ([`tarn_metaslab::TXG_DEFER_SIZE`]) so that the last few
-//! uberblocks stay importable for rewind.
+//! uberblocks stay importable for rewind. A free names DVAs read from disk, so it is
+//! checked first (`VdevSpace::is_freeable`): a range that is not allocated or names
+//! no vdev is refused and counted in `refused_frees` (leaked space) instead of
+//! panicking the syncing thread or handing the range out twice.
 //!
 //! Allocation classes: ordinary blocks (and their dittos) only ever go to `Normal`
 //! vdevs ([`tarn_metaslab::SpaceMap::pick_vdev`]). Separate intent-log vdevs (`Log`
@@ -159,6 +162,9 @@ pub struct Zio {
     cache: Mutex<BlockCache>,
     /// Reads that failed on every copy since the pool was opened.
     pub data_errors: AtomicU64,
+    /// Frees refused since open because the range was not allocated or named no vdev
+    /// (see [`Zio::free_block`]); non-zero means a corrupted or crafted pointer.
+    pub refused_frees: AtomicU64,
     /// Blocks written since open (for tests and `zpool iostat`).
     pub blocks_written: AtomicU64,
     /// Blocks read from disk (cache misses) since open. With `blocks_written` this is
@@ -184,6 +190,7 @@ impl Zio {
                 max_bytes: cache_max_bytes,
             }),
             data_errors: AtomicU64::new(0),
+            refused_frees: AtomicU64::new(0),
             blocks_written: AtomicU64::new(0),
             blocks_read: AtomicU64::new(0),
         }
@@ -285,9 +292,11 @@ impl Zio {
         f(&mut self.space.lock())
     }
 
-    /// Allocated bytes on top-level vdev `vdev` for a block of `psize_bytes`.
+    /// Allocated bytes on top-level vdev `vdev` for a block of `psize_bytes`. A vdev
+    /// id that names no vdev (a DVA read from a damaged or crafted pointer) gives
+    /// `psize_bytes` itself; the read that follows reports the missing vdev.
     pub fn asize_of(&self, vdev: u32, psize_bytes: u64) -> u64 {
-        self.vdevs.read()[vdev as usize].psize_to_asize(psize_bytes)
+        self.vdevs.read().get(vdev as usize).map_or(psize_bytes, |v| v.psize_to_asize(psize_bytes))
     }
 
     /// Worst-case allocated/physical ratio over the normal-class top-level vdevs for a
@@ -548,7 +557,11 @@ impl Zio {
     }
 
     /// Free a block's DVAs, deferred until `txg + TXG_DEFER_SIZE` has synced. A DVA
-    /// on a removed vdev (a hole) has nothing to free and is skipped.
+    /// on a removed vdev (a hole) has nothing to free and is skipped. A DVA that names
+    /// no vdev, or a range that is not allocated (a crafted or corrupted pointer, or a
+    /// block freed twice), is left alone and counted in `refused_frees`, as OpenZFS's
+    /// `zfs_recover` turns a bad free into a warning: the cost is leaked space, never
+    /// a panic in syncing context or a range handed out twice.
     pub fn free_block(&self, bp: &BlkPtr, txg: u64) {
         if bp.is_hole() {
             return;
@@ -556,23 +569,30 @@ impl Zio {
         self.cache.lock().remove(&(bp.dva[0], bp.birth_txg));
         let mut space = self.space.lock();
         for d in bp.dvas() {
-            let vs = &mut space.vdevs[d.vdev as usize];
-            if vs.class() != AllocClass::Hole {
-                vs.free(txg, d.offset_bytes, d.asize_bytes);
+            match space.vdevs.get_mut(d.vdev as usize) {
+                Some(vs) if vs.class() == AllocClass::Hole => {}
+                Some(vs) if vs.is_freeable(d.offset_bytes, d.asize_bytes) => vs.free(txg, d.offset_bytes, d.asize_bytes),
+                _ => self.refuse_free(d),
             }
         }
     }
 
     /// Free a block immediately (it was never referenced by a synced uberblock). DVAs
-    /// on holes are skipped, as in [`Zio::free_block`].
+    /// on holes are skipped and bad ranges refused, as in [`Zio::free_block`].
     pub fn free_now(&self, bp: &BlkPtr) {
         let mut space = self.space.lock();
         for d in bp.dvas() {
-            let vs = &mut space.vdevs[d.vdev as usize];
-            if vs.class() != AllocClass::Hole {
-                vs.free_now(d.offset_bytes, d.asize_bytes);
+            match space.vdevs.get_mut(d.vdev as usize) {
+                Some(vs) if vs.class() == AllocClass::Hole => {}
+                Some(vs) if vs.is_freeable(d.offset_bytes, d.asize_bytes) => vs.free_now(d.offset_bytes, d.asize_bytes),
+                _ => self.refuse_free(d),
             }
         }
+    }
+
+    fn refuse_free(&self, d: &Dva) {
+        self.refused_frees.fetch_add(1, Ordering::Relaxed);
+        tracing::error!("free of {d:?}, which is not an allocated range; ignored (space may leak)");
     }
 
     /// Flush every top-level vdev (fdatasync on every leaf). Errors if the leaves of

@@ -105,16 +105,25 @@ impl Zio {
     pub fn free_dva(&self, dva: &Dva, txg: u64) {
         let mut space = self.space.lock();
         let Some(vs) = space.vdevs.get_mut(dva.vdev as usize) else { return };
-        if vs.is_allocated(dva.offset_bytes, dva.asize_bytes) {
+        if vs.is_freeable(dva.offset_bytes, dva.asize_bytes) {
             vs.free(txg, dva.offset_bytes, dva.asize_bytes);
         } else {
+            self.refused_frees.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tracing::error!("log block {dva:?} freed but not allocated; ignored");
         }
     }
 
-    /// Free one DVA at once (it was never referenced by anything durable).
+    /// Free one DVA at once (it was never referenced by anything durable). A range
+    /// that is not allocated is left alone and counted, as in [`Zio::free_dva`].
     pub fn free_dva_now(&self, dva: &Dva) {
-        self.space.lock().vdevs[dva.vdev as usize].free_now(dva.offset_bytes, dva.asize_bytes);
+        let mut space = self.space.lock();
+        match space.vdevs.get_mut(dva.vdev as usize) {
+            Some(vs) if vs.is_freeable(dva.offset_bytes, dva.asize_bytes) => vs.free_now(dva.offset_bytes, dva.asize_bytes),
+            _ => {
+                self.refused_frees.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::error!("log block {dva:?} freed but not allocated; ignored");
+            }
+        }
     }
 
     /// Mark one DVA allocated if it is free (import claims the blocks of a log chain
