@@ -20,8 +20,6 @@
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
-use crate::format::parse_size;
-
 /// Options and operands after [`getopt`].
 #[derive(Debug, Default, Clone)]
 pub struct Parsed {
@@ -341,85 +339,12 @@ pub fn canonical_fs_prop(p: &str) -> &str {
     }
 }
 
-/// The refusal of a `mountpoint` with `..` components (one could leave `-R altroot`).
-pub const MOUNTPOINT_DOTDOT: &str = "'mountpoint' must not contain '..' components";
-
-/// Check a dataset property assignment. Returns the value to store (recordsize is
-/// normalized to bytes as a decimal string) or the OpenZFS error text.
+/// Check a dataset property assignment: the short name (`recsize`, `compress`, …)
+/// becomes the full one and the pool layer's rules ([`tarn_spa::check_dataset_prop`],
+/// the only copy) give the value to store or OpenZFS's reason.
 pub fn check_fs_prop(prop: &str, value: &str) -> Result<(String, String), String> {
-    if tarn_spa::is_user_prop(prop) {
-        tarn_spa::check_user_prop(prop, value)?;
-        return Ok((prop.to_string(), value.to_string()));
-    }
-    let prop = canonical_fs_prop(prop);
-    let onoff = |v: &str| -> Result<String, String> {
-        match v {
-            "on" | "off" => Ok(v.to_string()),
-            _ => Err(format!("'{prop}' must be one of 'on | off'")),
-        }
-    };
-    let v = match prop {
-        "mountpoint" => {
-            if value.starts_with('/') && Path::new(value).components().any(|c| c == Component::ParentDir) {
-                return Err(MOUNTPOINT_DOTDOT.into());
-            }
-            if value == "none" || value == "legacy" || value.starts_with('/') {
-                if value.starts_with('/') {
-                    normalize(Path::new(value)).to_string_lossy().into_owned()
-                } else {
-                    value.to_string()
-                }
-            } else {
-                return Err("'mountpoint' must be an absolute path, 'none', or 'legacy'".into());
-            }
-        }
-        "recordsize" => match parse_size(value) {
-            Some(n) if n.is_power_of_two() && (512..=(1 << 20)).contains(&n) => n.to_string(),
-            _ => return Err("'recordsize' must be power of 2 from 512B to 1M".into()),
-        },
-        "atime" | "readonly" => onoff(value)?,
-        "canmount" => match value {
-            "on" | "off" | "noauto" => value.to_string(),
-            _ => return Err("'canmount' must be one of 'on | off | noauto'".into()),
-        },
-        "snapdir" => match value {
-            "hidden" | "visible" => value.to_string(),
-            _ => return Err("'snapdir' must be one of 'hidden | visible'".into()),
-        },
-        "sync" => match value {
-            "standard" | "always" | "disabled" => value.to_string(),
-            _ => return Err("'sync' must be one of 'standard | always | disabled'".into()),
-        },
-        "logbias" => match value {
-            "latency" | "throughput" => value.to_string(),
-            _ => return Err("'logbias' must be one of 'latency | throughput'".into()),
-        },
-        "compression" => match value {
-            "on" => "lz4".to_string(),
-            "off" | "lz4" => value.to_string(),
-            _ => return Err("'compression' must be one of 'on | off | lz4'".into()),
-        },
-        "used"
-        | "available"
-        | "referenced"
-        | "type"
-        | "mounted"
-        | "name"
-        | "receive_resume_token"
-        | "origin"
-        | "creation"
-        | "createtxg"
-        | "guid"
-        | "compressratio"
-        | "refcompressratio"
-        | "logicalused"
-        | "logicalreferenced"
-        | "written" => {
-            return Err(format!("'{prop}' is readonly"));
-        }
-        _ => return Err(format!("invalid property '{prop}'")),
-    };
-    Ok((prop.to_string(), v))
+    let prop = if tarn_spa::is_user_prop(prop) { prop } else { canonical_fs_prop(prop) };
+    tarn_spa::check_dataset_prop(prop, value).map(|v| (prop.to_string(), v))
 }
 
 /// Check every `-o prop=value` of `zfs create`.
@@ -590,17 +515,20 @@ mod tests {
 
     #[test]
     fn fs_prop_checks() {
-        assert_eq!(check_fs_prop("recordsize", "128K").unwrap().1, "131072");
+        assert_eq!(check_fs_prop("recordsize", "131072").unwrap().1, "128K");
         assert_eq!(check_fs_prop("recsize", "512").unwrap(), ("recordsize".into(), "512".into()));
         assert!(check_fs_prop("recordsize", "3K").is_err());
         assert!(check_fs_prop("recordsize", "2M").is_err());
         assert_eq!(check_fs_prop("atime", "yes").unwrap_err(), "'atime' must be one of 'on | off'");
         assert_eq!(check_fs_prop("mountpoint", "/a/./b/").unwrap().1, "/a/b");
         assert!(check_fs_prop("mountpoint", "rel").is_err());
-        assert_eq!(check_fs_prop("mountpoint", "/a/../b").unwrap_err(), MOUNTPOINT_DOTDOT);
-        assert_eq!(check_fs_prop("mountpoint", "/..").unwrap_err(), MOUNTPOINT_DOTDOT);
+        assert_eq!(
+            check_fs_prop("mountpoint", "/a/../b").unwrap_err(),
+            "'mountpoint' must not contain '..' components"
+        );
+        assert_eq!(check_fs_prop("mountpoint", "/..").unwrap_err(), "'mountpoint' must not contain '..' components");
         assert_eq!(check_fs_prop("mountpoint", "/a/..b").unwrap().1, "/a/..b");
-        assert_eq!(check_fs_prop("compression", "on").unwrap().1, "lz4");
+        assert_eq!(check_fs_prop("compression", "on").unwrap().1, "on");
         assert_eq!(check_fs_prop("canmount", "noauto").unwrap().1, "noauto");
         assert_eq!(check_fs_prop("snapdir", "visible").unwrap().1, "visible");
         assert_eq!(check_fs_prop("snapdir", "bogus").unwrap_err(), "'snapdir' must be one of 'hidden | visible'");

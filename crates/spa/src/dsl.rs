@@ -383,63 +383,92 @@ pub fn check_user_prop(prop: &str, value: &str) -> std::result::Result<(), Strin
     Ok(())
 }
 
-/// Validate and normalize a property assignment. Returns the value to store.
-/// User properties ([`is_user_prop`]) are stored as given, within the OpenZFS length
-/// limits ([`USER_PROP_NAME_MAX_BYTES`], [`USER_PROP_VALUE_MAX_BYTES`]).
-pub(crate) fn check_prop(prop: &str, value: &str) -> Result<String> {
-    let bad = |why: &str| Err(SpaError::Invalid(format!("cannot set property '{prop}': {why}")));
+/// Read-only dataset properties: `zfs set` of one says "'X' is readonly".
+pub const READONLY_DATASET_PROPS: &[&str] = &[
+    "used",
+    "available",
+    "referenced",
+    "type",
+    "creation",
+    "createtxg",
+    "guid",
+    "name",
+    "mounted",
+    "origin",
+    "written",
+    "compressratio",
+    "refcompressratio",
+    "logicalused",
+    "logicalreferenced",
+    "usedbydataset",
+    "usedbysnapshots",
+    "usedbychildren",
+    "usedbyrefreservation",
+    "clones",
+    "userrefs",
+    "defer_destroy",
+    "snapshot_count",
+    crate::RESUME_TOKEN_PROP,
+];
+
+/// Check a dataset property assignment (`prop` by its full name) and return the value
+/// to store: recordsize as "128K", a mountpoint without `.` components or a trailing
+/// slash. This is the one place these rules live; the CLI asks it. `Err` holds
+/// OpenZFS's reason ("'atime' must be one of 'on | off'", "'used' is readonly",
+/// "invalid property 'foo'"), to follow "cannot set property for 'fs': ".
+pub fn check_dataset_prop(prop: &str, value: &str) -> std::result::Result<String, String> {
     if is_user_prop(prop) {
-        return match check_user_prop(prop, value) {
-            Ok(()) => Ok(value.to_string()),
-            Err(why) => bad(&why),
-        };
+        return check_user_prop(prop, value).map(|()| value.to_string());
     }
+    let one_of = |choices: &[&str]| -> std::result::Result<String, String> {
+        if choices.contains(&value) {
+            Ok(value.to_string())
+        } else {
+            Err(format!("'{prop}' must be one of '{}'", choices.join(" | ")))
+        }
+    };
     match prop {
         "mountpoint" => {
             if value == "none" || value == "legacy" {
-                Ok(value.into())
-            } else if value.starts_with('/') && value.split('/').any(|c| c == "..") {
-                bad("'mountpoint' must not contain '..' components")
-            } else if value.starts_with('/') {
-                let v = value.trim_end_matches('/');
-                Ok(if v.is_empty() { "/".into() } else { v.into() })
-            } else {
-                bad("'mountpoint' must be an absolute path, 'none', or 'legacy'")
+                return Ok(value.into());
             }
+            if !value.starts_with('/') {
+                return Err("'mountpoint' must be an absolute path, 'none', or 'legacy'".into());
+            }
+            if value.split('/').any(|c| c == "..") {
+                return Err("'mountpoint' must not contain '..' components".into());
+            }
+            let parts: Vec<&str> = value.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+            Ok(format!("/{}", parts.join("/")))
         }
         "recordsize" => match parse_size(value) {
             Some(n) if (512..=(1 << 20)).contains(&n) && n.is_power_of_two() => Ok(human_size(n)),
-            _ => bad("'recordsize' must be a power of 2 from 512B to 1M"),
+            _ => Err("'recordsize' must be power of 2 from 512B to 1M".into()),
         },
-        "atime" | "readonly" => match value {
-            "on" | "off" => Ok(value.into()),
-            _ => bad(&format!("'{prop}' must be one of 'on | off'")),
-        },
-        "canmount" => match value {
-            "on" | "off" | "noauto" => Ok(value.into()),
-            _ => bad("'canmount' must be one of 'on | off | noauto'"),
-        },
-        "snapdir" => match value {
-            "hidden" | "visible" => Ok(value.into()),
-            _ => bad("'snapdir' must be one of 'hidden | visible'"),
-        },
-        "sync" => match value {
-            "standard" | "always" | "disabled" => Ok(value.into()),
-            _ => bad("'sync' must be one of 'standard | always | disabled'"),
-        },
-        "logbias" => match value {
-            "latency" | "throughput" => Ok(value.into()),
-            _ => bad("'logbias' must be one of 'latency | throughput'"),
-        },
+        "atime" | "readonly" => one_of(&["on", "off"]),
+        "canmount" => one_of(&["on", "off", "noauto"]),
+        "snapdir" => one_of(&["hidden", "visible"]),
+        "sync" => one_of(&["standard", "always", "disabled"]),
+        "logbias" => one_of(&["latency", "throughput"]),
         "compression" => match Compression::parse(value) {
             Some(_) => Ok(value.into()),
-            None => bad("'compression' must be one of 'on | off | lz4'"),
+            None => Err("'compression' must be one of 'on | off | lz4'".into()),
         },
-        "used" | "available" | "referenced" | "type" | "creation" | "guid" | "name" | "mounted" | crate::RESUME_TOKEN_PROP => {
-            Err(SpaError::Invalid(format!("cannot set property '{prop}': read-only property")))
-        }
-        _ => Err(SpaError::Invalid(format!("invalid property '{prop}'"))),
+        p if READONLY_DATASET_PROPS.contains(&p) => Err(format!("'{p}' is readonly")),
+        _ => Err(format!("invalid property '{prop}'")),
     }
+}
+
+/// [`check_dataset_prop`] as a pool error: `Invalid("cannot set property 'X': why")`
+/// (an unknown property: "invalid property 'X'").
+pub(crate) fn check_prop(prop: &str, value: &str) -> Result<String> {
+    check_dataset_prop(prop, value).map_err(|why| {
+        if why.starts_with("invalid property") {
+            SpaError::Invalid(why)
+        } else {
+            SpaError::Invalid(format!("cannot set property '{prop}': {why}"))
+        }
+    })
 }
 
 /// Parse a dataset `recordsize` value ("128K") into bytes. The value may come from

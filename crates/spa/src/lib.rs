@@ -128,7 +128,10 @@ mod sync;
 mod vdevs;
 
 pub use bookmark::{validate_bookmark_name, Bookmark};
-pub use dsl::{check_user_prop, is_user_prop, recordsize_bytes, DATASET_PROPS, USER_PROP_NAME_MAX_BYTES, USER_PROP_VALUE_MAX_BYTES};
+pub use dsl::{
+    check_dataset_prop, check_user_prop, is_user_prop, recordsize_bytes, DATASET_PROPS, READONLY_DATASET_PROPS, USER_PROP_NAME_MAX_BYTES,
+    USER_PROP_VALUE_MAX_BYTES,
+};
 pub use holds::{Released, TempHolds, TAG_MAX_BYTES};
 pub use iostat::{PoolIostat, VdevIostat};
 pub use leak::LeakReport;
