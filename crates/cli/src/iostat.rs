@@ -1,4 +1,4 @@
-//! # iostat — `zpool iostat [-Hpvy] [[pool ...]|[pool vdev ...]|[vdev ...]] [interval [count]]`
+//! # iostat — `zpool iostat [-HpPvy] [[pool ...]|[pool vdev ...]|[vdev ...]] [interval [count]]`
 //!
 //! Theory: the engine keeps monotonic per-vdev counters (operations and bytes read and
 //! written) and `tarn_spa::Pool::iostat` copies them, with the time since the pool was
@@ -51,7 +51,7 @@ use crate::state::State;
 pub const SNAPSHOT_ARG: &str = "--snapshot";
 
 /// `zpool iostat` usage, printed after usage errors.
-pub const USAGE: &str = "usage:\n\tiostat [-Hpvy] [[pool ...]|[pool vdev ...]|[vdev ...]]\n\t    [interval [count]]\n";
+pub const USAGE: &str = "usage:\n\tiostat [-HpPvy] [[pool ...]|[pool vdev ...]|[vdev ...]]\n\t    [interval [count]]\n";
 
 /// Every imported pool's snapshot, by pool name.
 pub type Snapshot = BTreeMap<String, PoolIostat>;
@@ -67,6 +67,9 @@ pub struct Args {
     pub scripted: bool,
     /// `-p`: exact numbers.
     pub parsable: bool,
+    /// `-P`: full device paths (otherwise a leaf under `/dev/` loses that prefix, as
+    /// in `zpool status`; an operand may name it either way).
+    pub full_paths: bool,
     /// Pool and vdev names.
     pub operands: Vec<String>,
     /// Seconds between reports (0: one report).
@@ -93,7 +96,7 @@ fn is_number(s: &str) -> bool {
 
 /// Parse `zpool iostat` arguments (after the word `iostat`).
 pub fn parse(args: &[String]) -> Result<Args, Response> {
-    let p = getopt(args, "vyHph").map_err(|e| usage_error(&e))?;
+    let p = getopt(args, "vyHpPh").map_err(|e| usage_error(&e))?;
     if p.has('h') {
         return Err(usage_error(""));
     }
@@ -127,7 +130,12 @@ pub fn parse(args: &[String]) -> Result<Args, Response> {
         skip_first: p.has('y'),
         scripted: p.has('H'),
         parsable: p.has('p'),
-        operands,
+        full_paths: p.has('P'),
+        operands: if p.has('P') {
+            operands
+        } else {
+            operands.into_iter().map(|o| o.strip_prefix("/dev/").map(str::to_string).unwrap_or(o)).collect()
+        },
         interval_s,
         count,
     })
@@ -392,10 +400,25 @@ pub trait Sink {
     fn columns(&self) -> usize;
 }
 
+/// Device names as the report shows them: without `/dev/` unless `-P` (as
+/// `format::device_names` does for `zpool status`).
+fn shown_names(args: &Args, mut snap: Snapshot) -> Snapshot {
+    fn strip(v: &mut tarn_spa::VdevIostat) {
+        if let Some(short) = v.name.strip_prefix("/dev/") {
+            v.name = short.to_string();
+        }
+        v.children.iter_mut().for_each(strip);
+    }
+    if !args.full_paths {
+        snap.values_mut().for_each(|p| strip(&mut p.root));
+    }
+    snap
+}
+
 /// Run the report loop; returns the exit status. With `once`, at most one report is
 /// printed whatever the interval and count.
 pub fn drive(args: &Args, sink: &mut dyn Sink, once: bool) -> i32 {
-    let first = match sink.snapshot() {
+    let first = match sink.snapshot().map(|s| shown_names(args, s)) {
         Ok(s) => s,
         Err(r) => {
             sink.err(&r.stderr);
@@ -423,7 +446,7 @@ pub fn drive(args: &Args, sink: &mut dyn Sink, once: bool) -> i32 {
     loop {
         let now = match snap.take() {
             Some(s) => s,
-            None => match sink.snapshot() {
+            None => match sink.snapshot().map(|s| shown_names(args, s)) {
                 Ok(s) => s,
                 Err(r) => {
                     sink.err(&r.stderr);

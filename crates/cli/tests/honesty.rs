@@ -215,6 +215,18 @@ fn status_names_devices_as_openzfs() {
     assert!(!st.contains(&full), "{st}");
     let st = env.zpool(&["status", "-P", "tank"]).ok().stdout;
     assert!(st.lines().any(|l| l.trim_start().starts_with(&format!("{full} "))), "{st}");
+    // zpool iostat -v too; -P gives the path; a vdev operand may name it either way.
+    let io = env.zpool(&["iostat", "-v", "tank"]).ok().stdout;
+    assert!(
+        io.lines().any(|l| l.trim_start().starts_with(&format!("{short} "))) && !io.contains(&full),
+        "{io}"
+    );
+    let io = env.zpool(&["iostat", "-vP", "tank"]).ok().stdout;
+    assert!(io.lines().any(|l| l.trim_start().starts_with(&format!("{full} "))), "{io}");
+    for name in [&short, &full] {
+        let io = env.zpool(&["iostat", "-H", "tank", name]).ok().stdout;
+        assert!(io.lines().any(|l| l.starts_with(&format!("{short}\t"))), "{name}: {io}");
+    }
     // The import listing names it the same way.
     env.zpool(&["export", "tank"]).ok();
     let listing = env.zpool(&["import"]).ok().stdout;
