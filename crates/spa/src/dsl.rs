@@ -65,6 +65,9 @@ pub(crate) struct Dir {
     pub scan: Option<crate::scan::ScanPhys>,
     /// Objects with unrecoverable blocks found by scans: (dataset MOS object, object).
     pub errlog: BTreeSet<(u64, u64)>,
+    /// What `Dir::load` left out: one line per stored property that breaks the rules
+    /// of [`check_dataset_prop`] (for the import notes; never written back).
+    pub ignored: Vec<String>,
 }
 
 /// A dataset's (or snapshot's) entry in the directory.
@@ -189,11 +192,12 @@ impl Dir {
                 crate::names::validate_any_name(&name)
                     .map_err(|_| SpaError::Corrupt(format!("invalid dataset name '{}' in pool directory", name.escape_debug())))?;
                 let phys = DslDatasetPhys::decode(&mos.bonus(e.value).map_err(dmu_err)?)?;
-                let props = if phys.props_obj != 0 {
+                let mut props = if phys.props_obj != 0 {
                     decode_props(&read_packed(mos, phys.props_obj)?)?
                 } else {
                     BTreeMap::new()
                 };
+                d.ignored.extend(keep_valid_props(&name, &mut props));
                 let rec = DsRec { obj: e.value, props };
                 if phys.is_snapshot() != name.contains('@') {
                     return Err(SpaError::Corrupt(format!("dataset '{name}': snapshot flag does not match its name")));
@@ -457,6 +461,25 @@ pub fn check_dataset_prop(prop: &str, value: &str) -> std::result::Result<String
         p if READONLY_DATASET_PROPS.contains(&p) => Err(format!("'{p}' is readonly")),
         _ => Err(format!("invalid property '{prop}'")),
     }
+}
+
+/// Drop from `props` (read from disk for dataset `name`) every entry `zfs set` would
+/// refuse, so a pool written elsewhere cannot slip in a setting; returns a line per
+/// entry dropped, for the import notes. The resume token (not user-settable) stays.
+pub(crate) fn keep_valid_props(name: &str, props: &mut BTreeMap<String, String>) -> Vec<String> {
+    let mut dropped = Vec::new();
+    props.retain(|k, v| {
+        let ok = k == crate::RESUME_TOKEN_PROP || check_dataset_prop(k, v).is_ok();
+        if !ok {
+            dropped.push(format!(
+                "dataset '{}': stored property '{}' ignored (not a valid setting)",
+                name.escape_debug(),
+                k.escape_debug()
+            ));
+        }
+        ok
+    });
+    dropped
 }
 
 /// [`check_dataset_prop`] as a pool error: `Invalid("cannot set property 'X': why")`
@@ -1312,6 +1335,26 @@ impl Pool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn stored_properties_that_break_the_rules_are_dropped() {
+        let mut p: BTreeMap<String, String> = [
+            ("mountpoint", "/a/../../etc"),
+            ("recordsize", "3K"),
+            ("atime", "off"),
+            ("used", "5"),
+            ("Bad:Name", "x"),
+            ("com.example:ok", "fine"),
+            (crate::RESUME_TOKEN_PROP, "1-abc"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let notes = keep_valid_props("p/fs", &mut p);
+        assert_eq!(p.keys().collect::<Vec<_>>(), ["atime", "com.example:ok", crate::RESUME_TOKEN_PROP]);
+        assert_eq!(notes.len(), 4, "{notes:?}");
+        assert!(notes.iter().any(|n| n.contains("'mountpoint'")), "{notes:?}");
+    }
     use super::*;
     #[test]
     fn prop_validation() {

@@ -973,7 +973,8 @@ impl Pool {
         let gate = Arc::new(TxgGate::new(ub.txg + 1, dirty_max_bytes()));
         let mos =
             Objset::open(zio.clone(), gate.clone(), &ub.rootbp, 0).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': MOS unreadable: {e}")))?;
-        let dir = Dir::load(&*mos).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': pool directory unreadable: {e}")))?;
+        let mut dir = Dir::load(&*mos).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': pool directory unreadable: {e}")))?;
+        let ignored = std::mem::take(&mut dir.ignored);
         let pool = Arc::new(Pool {
             name: name.to_string(),
             guid: pool_guid,
@@ -985,7 +986,7 @@ impl Pool {
             dir: Mutex::new(dir),
             objsets: Mutex::new(BTreeMap::new()),
             zilogs: Mutex::new(BTreeMap::new()),
-            import_notes: Mutex::new(Vec::new()),
+            import_notes: Mutex::new(ignored),
             spacemap_bp: Mutex::new(ub.spacemap_bp),
             stop: AtomicBool::new(false),
             sync_thread: Mutex::new(None),
