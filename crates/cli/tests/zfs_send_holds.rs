@@ -9,18 +9,24 @@ use common::*;
 use std::io::Read;
 use std::process::Stdio;
 
+/// `tank/fs@a` holding `fs/big`: several MiB that do not compress, far more than a
+/// pipe holds. Returns the mountpoint and the file's bytes.
+fn snapshot_of_big_file(env: &Env) -> (std::path::PathBuf, Vec<u8>) {
+    let m = env.mounted_pool(&[]);
+    env.zfs(&["create", "tank/fs"]).ok();
+    let data: Vec<u8> = (0..6_000_000u32).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect();
+    std::fs::write(m.join("fs/big"), &data).unwrap();
+    env.zfs(&["snapshot", "tank/fs@a"]).ok();
+    (m, data)
+}
+
 #[test]
 fn send_holds_its_snapshot_until_the_stream_ends() {
     if !fuse_usable("send_holds_its_snapshot_until_the_stream_ends") {
         return;
     }
     let env = Env::new();
-    let m = env.mounted_pool(&[]);
-    env.zfs(&["create", "tank/fs"]).ok();
-    // Several MiB of data that does not compress: far more than a pipe holds.
-    let data: Vec<u8> = (0..6_000_000u32).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect();
-    std::fs::write(m.join("fs/big"), &data).unwrap();
-    env.zfs(&["snapshot", "tank/fs@a"]).ok();
+    let (m, data) = snapshot_of_big_file(&env);
 
     // A send whose reader does not read yet: the daemon blocks on the full pipe.
     let mut c = env.command(&["zfs", "send", "tank/fs@a"]);
@@ -68,11 +74,7 @@ fn send_verbose_prints_estimate_and_progress() {
         return;
     }
     let env = Env::new();
-    let m = env.mounted_pool(&[]);
-    env.zfs(&["create", "tank/fs"]).ok();
-    let data: Vec<u8> = (0..6_000_000u32).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect();
-    std::fs::write(m.join("fs/big"), &data).unwrap();
-    env.zfs(&["snapshot", "tank/fs@a"]).ok();
+    let (m, data) = snapshot_of_big_file(&env);
     let mut c = env.command(&["zfs", "send", "-v", "tank/fs@a"]);
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = c.spawn().unwrap();

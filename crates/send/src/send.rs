@@ -435,13 +435,23 @@ impl Walk<'_, '_> {
 
     /// One pointer of an object's tree: block `blkid` at `level`, with at most
     /// `depth_left` levels below it.
-    fn tree(&mut self, object: u64, blksz: u64, end_bytes: u64, bp: &BlkPtr, blkid: u64, level: u8) -> Result<()> {
+    /// Bytes `[first, end)` of `object` that pointer `blkid` at `level` covers, or
+    /// `None` when that is past the object's end or before where a resumed stream
+    /// starts (nothing to send there).
+    fn span(&self, object: u64, blksz: u64, end_bytes: u64, blkid: u64, level: u8) -> Option<(u64, u64)> {
         let span_bytes = blksz.saturating_mul(BPS_PER_INDIRECT.saturating_pow(level as u32));
         let first = blkid.saturating_mul(span_bytes);
         let end = first.saturating_add(span_bytes).min(end_bytes);
         if first >= end_bytes || (object == self.resume_object && end <= self.resume_offset_bytes) {
-            return Ok(());
+            return None;
         }
+        Some((first, end))
+    }
+
+    fn tree(&mut self, object: u64, blksz: u64, end_bytes: u64, bp: &BlkPtr, blkid: u64, level: u8) -> Result<()> {
+        let Some((first, end)) = self.span(object, blksz, end_bytes, blkid, level) else {
+            return Ok(());
+        };
         if bp.is_hole() {
             if self.incremental {
                 return self.free(object, first, end);
@@ -461,50 +471,54 @@ impl Walk<'_, '_> {
                 .map(BlkPtr::decode)
                 .collect::<std::result::Result<Vec<_>, _>>()?;
             let first_child = blkid.saturating_mul(BPS_PER_INDIRECT);
-            // Above data blocks: read the ones `write` will want on a helper thread, in
-            // the order it will want them (the same tests `tree` applies to level 0).
-            let wanted: Vec<BlkPtr> = if level == 1 && self.collect.is_none() && !self.w.is_counting() {
-                children
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, c)| {
-                        let first = first_child.saturating_add(*i as u64).saturating_mul(blksz);
-                        let end = first.saturating_add(blksz).min(end_bytes);
-                        first < end_bytes && !(object == self.resume_object && end <= self.resume_offset_bytes) && self.changed(c) && c.level == 0
-                    })
-                    .map(|(_, c)| *c)
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            let walk_children = |w: &mut Self| -> Result<()> {
-                for (i, child) in children.iter().enumerate() {
-                    w.tree(object, blksz, end_bytes, child, first_child.saturating_add(i as u64), level - 1)?;
-                }
-                Ok(())
-            };
-            if wanted.len() < 2 {
-                return walk_children(self);
+            if level == 1 && self.collect.is_none() && !self.w.is_counting() {
+                return self.data_children(object, blksz, end_bytes, &children, first_child);
             }
-            let zio = self.zio;
-            return std::thread::scope(|s| {
-                let (tx, rx) = std::sync::mpsc::sync_channel(READ_AHEAD_BLOCKS);
-                s.spawn(move || {
-                    for c in wanted {
-                        let r = zio.read_block(&c);
-                        if tx.send((c, r)).is_err() {
-                            break;
-                        }
-                    }
-                });
-                self.ahead = Some(rx);
-                let r = walk_children(self);
-                // Dropping the receiver stops the reader at its next block.
-                self.ahead = None;
-                r
-            });
+            for (i, child) in children.iter().enumerate() {
+                self.tree(object, blksz, end_bytes, child, first_child.saturating_add(i as u64), level - 1)?;
+            }
+            return Ok(());
         }
         self.write(object, first, bp)
+    }
+
+    /// The data blocks under one level-1 indirect block (`children`, the first with
+    /// block id `first_child`), in order: those `write` will read (the tests of `tree`
+    /// for level 0) are read on a helper thread, up to [`READ_AHEAD_BLOCKS`] ahead.
+    fn data_children(&mut self, object: u64, blksz: u64, end_bytes: u64, children: &[BlkPtr], first_child: u64) -> Result<()> {
+        let blkid = |i: usize| first_child.saturating_add(i as u64);
+        let wanted: Vec<BlkPtr> = children
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| self.span(object, blksz, end_bytes, blkid(*i), 0).is_some() && self.changed(c) && c.level == 0)
+            .map(|(_, c)| *c)
+            .collect();
+        let walk = |w: &mut Self| -> Result<()> {
+            for (i, child) in children.iter().enumerate() {
+                w.tree(object, blksz, end_bytes, child, blkid(i), 0)?;
+            }
+            Ok(())
+        };
+        if wanted.len() < 2 {
+            return walk(self);
+        }
+        let zio = self.zio;
+        std::thread::scope(|s| {
+            let (tx, rx) = std::sync::mpsc::sync_channel(READ_AHEAD_BLOCKS);
+            s.spawn(move || {
+                for c in wanted {
+                    let r = zio.read_block(&c);
+                    if tx.send((c, r)).is_err() {
+                        break;
+                    }
+                }
+            });
+            self.ahead = Some(rx);
+            let r = walk(self);
+            // Dropping the receiver stops the reader at its next block.
+            self.ahead = None;
+            r
+        })
     }
 
     fn write(&mut self, object: u64, offset_bytes: u64, bp: &BlkPtr) -> Result<()> {

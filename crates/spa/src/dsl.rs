@@ -1094,49 +1094,40 @@ impl Pool {
     /// when the property is. Errors: `NotFound` for a missing file system or a
     /// snapshot name (snapshots have no `logicalused`), `Dmu` for unreadable blocks.
     pub fn logical_used(&self, name: &str) -> Result<u64> {
-        let roots: Vec<(BlkPtr, u64)> = {
+        let (heads, snaps) = {
             let d = self.dir.lock();
             if !d.datasets.contains_key(name) {
                 return Err(SpaError::NotFound(format!("cannot open '{name}': dataset does not exist")));
             }
-            let prefix = format!("{name}/");
-            let mut objs: Vec<u64> = Vec::new();
-            for (n, r) in d.datasets.iter() {
-                if n == name || n.starts_with(&prefix) {
-                    objs.push(r.obj);
-                }
-            }
-            for (n, r) in d.snaps.iter() {
-                let fs = n.split('@').next().unwrap_or("");
-                if fs == name || fs.starts_with(&prefix) {
-                    objs.push(r.obj);
-                }
-            }
-            drop(d);
-            let mut roots = Vec::new();
-            for obj in objs {
-                let phys = self.ds_phys(obj)?;
-                let root = if phys.is_snapshot() {
-                    phys.rootbp
-                } else {
-                    self.objsets.lock().get(&obj).map(|o| o.root_bp()).unwrap_or(phys.rootbp)
-                };
-                // A clone (or a snapshot of one): blocks up to the origin's txg are the origin's.
-                let mut head = phys.clone();
-                let mut steps = 0u64;
-                while head.is_snapshot() && head.next_snap_obj != 0 && steps < DATASETS_MAX {
-                    head = self.ds_phys(head.next_snap_obj)?;
-                    steps += 1;
-                }
-                let min_birth_txg = if head.origin_obj != 0 {
-                    self.ds_phys(head.origin_obj)?.creation_txg + 1
-                } else {
-                    0
-                };
-                roots.push((root, min_birth_txg));
-            }
-            roots
+            let inside = |fs: &str| fs == name || crate::rename::is_descendant(fs, name);
+            let heads: Vec<(String, u64)> = d.datasets.iter().filter(|(n, _)| inside(n)).map(|(n, r)| (n.clone(), r.obj)).collect();
+            let snaps: Vec<(String, u64)> = d
+                .snaps
+                .iter()
+                .filter(|(n, _)| inside(n.split('@').next().unwrap_or("")))
+                .map(|(n, r)| (n.clone(), r.obj))
+                .collect();
+            (heads, snaps)
         };
+        // Per file system: its current root and, for a clone, the first txg that is its
+        // own (blocks up to the origin's txg are the origin's); its snapshots share it.
+        let mut min_birth: BTreeMap<String, u64> = BTreeMap::new();
+        let mut roots: Vec<(BlkPtr, u64)> = Vec::new();
+        for (fs, obj) in heads {
+            let phys = self.ds_phys(obj)?;
+            let min = if phys.origin_obj != 0 {
+                self.ds_phys(phys.origin_obj)?.creation_txg + 1
+            } else {
+                0
+            };
+            let root = self.objsets.lock().get(&obj).map(|o| o.root_bp()).unwrap_or(phys.rootbp);
+            roots.push((root, min));
+            min_birth.insert(fs, min);
+        }
+        for (snap, obj) in snaps {
+            let min = min_birth.get(snap.split('@').next().unwrap_or("")).copied().unwrap_or(0);
+            roots.push((self.ds_phys(obj)?.rootbp, min));
+        }
         let mut seen = std::collections::HashSet::new();
         let mut total = 0u64;
         for (root, min_birth_txg) in roots {

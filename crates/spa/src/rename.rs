@@ -67,7 +67,8 @@ fn parent_of(name: &str) -> Option<&str> {
     name.rfind('/').map(|i| &name[..i])
 }
 
-fn is_descendant(name: &str, of: &str) -> bool {
+/// Whether `name` is below `of` in the dataset tree (`of/…`).
+pub(crate) fn is_descendant(name: &str, of: &str) -> bool {
     name.len() > of.len() && name.starts_with(of) && name.as_bytes()[of.len()] == b'/'
 }
 
