@@ -231,30 +231,6 @@ pub fn parse_vdev_words(words: &[String]) -> Result<VdevSpecWords, String> {
     Ok(spec)
 }
 
-/// OpenZFS's replication-level check: mixing disks, mirrors and raidz of different
-/// widths is refused without `-f`. Returns the reason line.
-pub fn replication_mismatch(groups: &[VdevWords]) -> Option<String> {
-    fn describe(g: &VdevWords) -> (String, usize) {
-        match g {
-            VdevWords::Leaf(_) => ("disk".into(), 1),
-            VdevWords::Mirror(d) => ("mirror".into(), d.len()),
-            VdevWords::Raidz(p, d) => (format!("raidz{p}"), d.len()),
-        }
-    }
-    let (t0, n0) = describe(groups.first()?);
-    for g in &groups[1..] {
-        let (t, n) = describe(g);
-        if t != t0 {
-            return Some(format!("mismatched replication level: both {t0} and {t} vdevs are present"));
-        }
-        if n != n0 {
-            let what = if t == "mirror" { "mirror" } else { t.as_str() };
-            return Some(format!("mismatched replication level: both {n0}-way and {n}-way {what} vdevs are present"));
-        }
-    }
-    None
-}
-
 /// Lexically normalize a path (remove `.`, fold `..`), without touching the disk.
 pub fn normalize(p: &Path) -> PathBuf {
     let mut out = PathBuf::new();
@@ -480,25 +456,6 @@ mod tests {
         assert_eq!(
             parse_vdev_words(&s(&["a", "spare", "b", "mirror", "c", "d"])).unwrap_err(),
             "invalid vdev specification: unsupported 'spare' device: mirror"
-        );
-    }
-
-    #[test]
-    fn replication_levels() {
-        let g = normal(&["mirror", "a", "b", "c"]);
-        assert_eq!(replication_mismatch(&g), None);
-        // Log vdevs are not part of the replication level.
-        let g = normal(&["mirror", "a", "b", "log", "c"]);
-        assert!(replication_mismatch(&g).is_none());
-        let g = normal(&["mirror", "a", "b", "raidz", "c", "d", "e"]);
-        assert_eq!(
-            replication_mismatch(&g).unwrap(),
-            "mismatched replication level: both mirror and raidz1 vdevs are present"
-        );
-        let g = normal(&["mirror", "a", "b", "mirror", "c", "d", "e"]);
-        assert_eq!(
-            replication_mismatch(&g).unwrap(),
-            "mismatched replication level: both 2-way and 3-way mirror vdevs are present"
         );
     }
 

@@ -113,47 +113,8 @@ fn nice(n: u64, bytes: bool) -> String {
     format!("{value:.0}{unit}")
 }
 
-/// Parse a human size ("256M", "4G", "1.5G", "512", "128k", "64MiB") into bytes.
-pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    if s.is_empty() {
-        return None;
-    }
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
-    let (num, suffix) = s.split_at(split);
-    if num.is_empty() {
-        return None;
-    }
-    let suffix = suffix.trim().to_ascii_uppercase();
-    let suffix = suffix.strip_suffix("IB").map(|x| x.to_string()).unwrap_or(suffix);
-    let suffix = if suffix.len() == 2 && suffix.ends_with('B') {
-        suffix[..1].to_string()
-    } else {
-        suffix
-    };
-    let shift = match suffix.as_str() {
-        "" | "B" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        "T" => 40,
-        "P" => 50,
-        "E" => 60,
-        _ => return None,
-    };
-    if num.contains('.') {
-        let v: f64 = num.parse().ok()?;
-        let bytes = v * (1u128 << shift) as f64;
-        if !(0.0..1.8e19).contains(&bytes) {
-            return None;
-        }
-        Some(bytes as u64)
-    } else {
-        let v: u128 = num.parse().ok()?;
-        let bytes = v << shift;
-        u64::try_from(bytes).ok()
-    }
-}
+/// Parse a human size into bytes; the pool layer owns the rule (`tarn_spa::parse_size`).
+pub use tarn_spa::parse_size;
 
 /// Horizontal placement of a column's cells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -539,21 +500,6 @@ mod tests {
             assert!(s.len() <= 5, "{n} -> {s}");
             n = n * 3 + 7;
         }
-    }
-
-    #[test]
-    fn parse_size_units() {
-        assert_eq!(parse_size("256M"), Some(256 << 20));
-        assert_eq!(parse_size("4G"), Some(4 << 30));
-        assert_eq!(parse_size("4g"), Some(4 << 30));
-        assert_eq!(parse_size("128K"), Some(128 << 10));
-        assert_eq!(parse_size("64MiB"), Some(64 << 20));
-        assert_eq!(parse_size("64MB"), Some(64 << 20));
-        assert_eq!(parse_size("1.5G"), Some(3 << 29));
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("abc"), None);
-        assert_eq!(parse_size("12Q"), None);
-        assert_eq!(parse_size(""), None);
     }
 
     #[test]

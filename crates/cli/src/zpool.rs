@@ -22,8 +22,8 @@ use crate::proto::Response;
 use crate::state::{self, Ctx, PoolEntry, State};
 use crate::zfs_mount;
 
-/// Smallest vdev OpenZFS accepts.
-pub const MIN_DEVICE_BYTES: u64 = 64 << 20;
+/// Smallest vdev OpenZFS accepts (`SPA_MINDEVSIZE`), as the pool layer checks it.
+use tarn_spa::MIN_DEVICE_SIZE_BYTES as MIN_DEVICE_BYTES;
 
 const USAGE: &str = "usage: zpool command args ...\nwhere 'command' is one of the following:\n\n\
 \tcreate [-fn] [-m mountpoint] [-o property=value] ... \n\t    [-O file-system-property=value] ... [-R root] <pool> <vdev> ...\n\
@@ -254,7 +254,7 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         }
     }
     if !force {
-        if let Some(why) = args::replication_mismatch(&groups.normal) {
+        if let Some(why) = tarn_spa::create_replication_mismatch(&tops) {
             return Response::err(format!("invalid vdev specification\nuse '-f' to override the following errors:\n{why}"));
         }
     }

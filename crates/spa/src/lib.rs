@@ -126,10 +126,11 @@ mod snapshot;
 mod suspend;
 mod sync;
 mod vdevs;
+pub use vdevs::create_replication_mismatch;
 
 pub use bookmark::{validate_bookmark_name, Bookmark};
 pub use dsl::{
-    check_dataset_prop, check_user_prop, is_user_prop, recordsize_bytes, DATASET_PROPS, READONLY_DATASET_PROPS, USER_PROP_NAME_MAX_BYTES,
+    check_dataset_prop, check_user_prop, is_user_prop, parse_size, recordsize_bytes, DATASET_PROPS, READONLY_DATASET_PROPS, USER_PROP_NAME_MAX_BYTES,
     USER_PROP_VALUE_MAX_BYTES,
 };
 pub use holds::{Released, TempHolds, TAG_MAX_BYTES};
@@ -144,6 +145,7 @@ pub use repair::FAULT_IO_ERRORS;
 pub use sendrecv::{RecvOutcome, RecvSpec, RESUME_TOKEN_PROP};
 pub use suspend::{panic_message, FailMode, Resume, SuspendCause, Suspension};
 pub use tarn_dmu::ObjectStore;
+pub use tarn_phys::MIN_DEVICE_SIZE_BYTES;
 pub use tarn_zil::Zilog;
 
 /// Errors surfaced to `zpool`/`zfs`. Display strings follow OpenZFS wording where

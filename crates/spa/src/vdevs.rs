@@ -109,6 +109,14 @@ fn common_replication(reps: &[Replication]) -> std::result::Result<Option<Replic
     Ok(last.cloned())
 }
 
+/// OpenZFS `check_replication` for `zpool create`: `None` when the normal top-level
+/// vdevs `tops` agree among themselves (same type, parity and width; raidz and
+/// mirror agree when they survive as many failures), else the reason in OpenZFS's
+/// words (`mismatched replication level: …`). Log vdevs are not passed here.
+pub fn create_replication_mismatch(tops: &[TopSpec]) -> Option<String> {
+    common_replication(&tops.iter().map(Replication::of_spec).collect::<Vec<_>>()).err()
+}
+
 /// OpenZFS `check_replication` for `zpool add`: `None` when the new normal vdevs
 /// `new` may join the pool whose tree is `pool`, else the reason.
 pub(crate) fn replication_mismatch(pool: &VdevConfig, new: &[TopSpec]) -> Option<String> {
@@ -371,6 +379,34 @@ mod tests {
 
     fn mirror(n: usize) -> TopSpec {
         TopSpec::Mirror((0..n).map(|i| PathBuf::from(format!("/nonexistent/m{i}"))).collect())
+    }
+
+    #[test]
+    fn create_replication_follows_openzfs() {
+        let raidz = |p: u8, n: usize| TopSpec::Raidz {
+            nparity: p,
+            leaves: (0..n).map(|i| PathBuf::from(format!("/nonexistent/r{i}"))).collect(),
+        };
+        assert_eq!(create_replication_mismatch(&[mirror(3)]), None);
+        assert_eq!(create_replication_mismatch(&[mirror(2), mirror(2)]), None);
+        // A 2-way mirror and raidz1 both survive one failure: accepted, as OpenZFS does.
+        assert_eq!(create_replication_mismatch(&[mirror(2), raidz(1, 3)]), None);
+        assert_eq!(
+            create_replication_mismatch(&[mirror(2), mirror(3)]).unwrap(),
+            "mismatched replication level: both 2-way and 3-way mirror vdevs are present"
+        );
+        assert_eq!(
+            create_replication_mismatch(&[raidz(1, 3), raidz(2, 4)]).unwrap(),
+            "mismatched replication level: both 1 and 2 device parity raidz vdevs are present"
+        );
+        assert_eq!(
+            create_replication_mismatch(&[mirror(3), raidz(1, 3)]).unwrap(),
+            "mismatched replication level: raidz and mirror vdevs with different redundancy, 1 vs. 2 (3-way) are present"
+        );
+        assert_eq!(
+            create_replication_mismatch(&[mirror(2), TopSpec::Leaf(PathBuf::from("/nonexistent/x"))]).unwrap(),
+            "mismatched replication level: both mirror and file vdevs are present"
+        );
     }
 
     #[test]
