@@ -743,6 +743,11 @@ fn get(st: &mut State, args: &[String]) -> Response {
         } else {
             wanted.clone()
         };
+        let received = if fields.iter().any(|f| f == "received") {
+            entry.pool.received_props(&info.name)
+        } else {
+            BTreeMap::new()
+        };
         for pr in &props {
             let (value, source) = value_of(entry, info, pr, p.has('p')).unwrap_or_else(|| ("-".into(), "-".into()));
             if let Some(srcs) = &sources {
@@ -762,7 +767,7 @@ fn get(st: &mut State, args: &[String]) -> Response {
                         "name" => info.name.clone(),
                         "property" => pr.clone(),
                         "value" => value.clone(),
-                        "received" => "-".into(),
+                        "received" => received.get(pr).cloned().unwrap_or_else(|| "-".into()),
                         _ => source.clone(),
                     })
                     .collect(),
@@ -919,8 +924,16 @@ fn inherit(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
             resp.code = 1;
             continue;
         };
+        // `-S`: back to the received value where one exists (zfs-inherit(8)).
+        let inherit = |pool: &tarn_spa::Pool, n: &str| {
+            if p.has('S') {
+                pool.revert_to_received(n, &prop)
+            } else {
+                pool.inherit_dataset_prop(n, &prop)
+            }
+        };
         if name.contains('@') {
-            if let Err(e) = entry.pool.inherit_dataset_prop(&name, &prop) {
+            if let Err(e) = inherit(&entry.pool, &name) {
                 resp.stderr
                     .push_str(&format!("{}\n", state::cannot(&format!("cannot inherit {prop} for '{name}'"), e)));
                 resp.code = 1;
@@ -936,7 +949,7 @@ fn inherit(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         }
         let targets: Vec<String> = if p.has('r') { before.keys().cloned().collect() } else { vec![name.clone()] };
         for t in targets {
-            if let Err(e) = entry.pool.inherit_dataset_prop(&t, &prop) {
+            if let Err(e) = inherit(&entry.pool, &t) {
                 resp.stderr
                     .push_str(&format!("{}\n", state::cannot(&format!("cannot inherit {prop} for '{t}'"), e)));
                 resp.code = 1;

@@ -298,14 +298,18 @@ fn plan_send(pool: &Arc<Pool>, snap: &str, from: Option<&str>, chain: bool, repl
             continue; // a child made after the snapshot
         }
         let rel = fs.strip_prefix(top).unwrap_or("").trim_start_matches('/').to_string();
-        let local: BTreeMap<String, String> = if replicate || props {
+        let sent_props: BTreeMap<String, String> = if replicate || props {
             let info = infos
                 .iter()
                 .find(|i| &i.name == fs)
                 .ok_or_else(|| format!("cannot open '{fs}': dataset does not exist"))?;
             info.props
                 .iter()
-                .filter(|(k, (_, src))| src == "local" && (tarn_spa::DATASET_PROPS.iter().any(|(p, _)| p == k) || tarn_spa::is_user_prop(k)))
+                // Local and received values travel, as OpenZFS's send_iterate_prop
+                // sends them, so a chain of backups keeps the properties.
+                .filter(|(k, (_, src))| {
+                    (src == "local" || src == "received") && (tarn_spa::DATASET_PROPS.iter().any(|(p, _)| p == k) || tarn_spa::is_user_prop(k))
+                })
                 .map(|(k, (v, _))| (k.clone(), v.clone()))
                 .collect()
         } else {
@@ -313,7 +317,7 @@ fn plan_send(pool: &Arc<Pool>, snap: &str, from: Option<&str>, chain: bool, repl
         };
         datasets.push(PackageDataset {
             name: rel.clone(),
-            props: local,
+            props: sent_props,
         });
         // Which snapshots: -R sends the whole history up to `short`; -I every one
         // after `from`; otherwise just `short` (from `from` when given).
@@ -677,6 +681,7 @@ fn run_recv(state: &Mutex<State>, plan: &RecvPlan, input: &mut BufReader<File>, 
         force: plan.force,
         resumable: plan.resumable,
         props,
+        received: None,
         origin: plan.origin.clone(),
     };
     if plan.mode != NameMode::Plain {
@@ -720,9 +725,10 @@ fn receive_one<R: Read>(state: &Mutex<State>, plan: &RecvPlan, reader: &mut Stre
     }
     let mut r = plan.pool.receive(reader, spec);
     if let (true, Ok(_)) = (exists, &r) {
-        // An existing file system takes the stream's properties (a package's local
-        // ones, `-o` ones) as `zfs set` would, before it is mounted again.
-        if let Err(e) = set_received_props(&plan.pool, &spec.fs, &spec.props) {
+        // An existing file system takes the `-o` properties as `zfs set` would (the
+        // stream's own ones are received values, stored by the receive), before it is
+        // mounted again.
+        if let Err(e) = set_option_props(&plan.pool, &spec.fs, &spec.props) {
             r = Err(tarn_spa::SpaError::Invalid(e));
         }
     }
@@ -746,9 +752,9 @@ fn receive_one<R: Read>(state: &Mutex<State>, plan: &RecvPlan, reader: &mut Stre
     r.map(|_| ()).map_err(|e| e.to_string())
 }
 
-/// Set each of `props` on `fs` whose local value differs (received into an existing
-/// file system). Errors: the first refusal, in `zfs set`'s words.
-fn set_received_props(pool: &Pool, fs: &str, props: &BTreeMap<String, String>) -> Result<(), String> {
+/// Set each `-o` property of `props` on `fs` whose local value differs (received into
+/// an existing file system). Errors: the first refusal, in `zfs set`'s words.
+fn set_option_props(pool: &Pool, fs: &str, props: &BTreeMap<String, String>) -> Result<(), String> {
     if props.is_empty() {
         return Ok(());
     }
@@ -805,9 +811,11 @@ fn run_recv_package(state: &Mutex<State>, plan: &RecvPlan, input: &mut BufReader
             bytes += reader.offset_bytes();
             continue;
         }
-        let mut props = pkg.datasets.iter().find(|d| d.name == ps.dataset).map(|d| d.props.clone()).unwrap_or_default();
-        props.extend(plan.set_props.clone());
+        // The package's properties are received values; `-o` ones are set locally.
+        let mut received = pkg.datasets.iter().find(|d| d.name == ps.dataset).map(|d| d.props.clone()).unwrap_or_default();
+        let mut props = plan.set_props.clone();
         for x in &plan.exclude {
+            received.remove(x);
             props.remove(x);
         }
         create_parents(plan, &fs)?;
@@ -817,6 +825,7 @@ fn run_recv_package(state: &Mutex<State>, plan: &RecvPlan, input: &mut BufReader
             force: plan.force,
             resumable: plan.resumable,
             props,
+            received: Some(received),
             origin: None,
         };
         receive_one(state, plan, &mut reader, &spec)?;

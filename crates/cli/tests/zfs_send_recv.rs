@@ -116,13 +116,74 @@ fn refusals_without_data() {
         env.zfs(&["get", "-H", "-o", "value,source", "compression", "tank/e/fs"]).ok().stdout,
         "lz4\tlocal\n"
     );
-    // -p carries local properties; -x leaves one out.
+    // -p carries local properties (received on the other side); -x leaves one out.
     env.zfs(&["set", "atime=off", "tank/fs"]).ok();
     env.zfs(&["set", "recordsize=64K", "tank/fs"]).ok();
     send_to(&env, &["zfs", "send", "-p", "tank/fs@a"], &f).ok();
     recv_from(&env, &["zfs", "recv", "-u", "-x", "recordsize", "tank/p"], &f).ok();
-    assert_eq!(env.zfs(&["get", "-H", "-o", "value,source", "atime", "tank/p"]).ok().stdout, "off\tlocal\n");
+    assert_eq!(env.zfs(&["get", "-H", "-o", "value,source", "atime", "tank/p"]).ok().stdout, "off\treceived\n");
     assert_eq!(value(&env, "recordsize", "tank/p"), "128K");
+}
+
+/// Properties that come with a stream are received values: source `received`, shown
+/// in the RECEIVED column, overridden by `zfs set`, hidden by `zfs inherit`, back with
+/// `zfs inherit -S`, replaced by the next package, kept over export/import and sent
+/// on by a further `send -p`.
+#[test]
+fn received_property_values() {
+    let env = Env::new();
+    env.zpool(&["create", "-O", "canmount=noauto", "-o", "size=128M", "tank", "v/a"]).ok();
+    env.zfs(&["create", "-u", "-o", "compression=lz4", "-o", "com.example:tag=one", "tank/src"])
+        .ok();
+    env.zfs(&["snapshot", "tank/src@a"]).ok();
+    let f = env.path().join("s");
+    send_to(&env, &["zfs", "send", "-p", "tank/src@a"], &f).ok();
+    recv_from(&env, &["zfs", "recv", "-u", "-o", "atime=off", "tank/dst"], &f).ok();
+    let get = |fields: &str, props: &str, ds: &str| env.zfs(&["get", "-H", "-o", fields, props, ds]).ok().stdout;
+    assert_eq!(
+        get("property,value,received,source", "compression,com.example:tag,atime", "tank/dst"),
+        "compression\tlz4\tlz4\treceived\ncom.example:tag\tone\tone\treceived\natime\toff\t-\tlocal\n"
+    );
+    assert_eq!(
+        env.zfs(&["get", "-H", "-s", "received", "-o", "property", "all", "tank/dst"]).ok().stdout,
+        "compression\ncom.example:tag\n"
+    );
+    // A local value wins; the received one stays underneath.
+    env.zfs(&["set", "compression=off", "tank/dst"]).ok();
+    assert_eq!(get("value,received,source", "compression", "tank/dst"), "off\tlz4\tlocal\n");
+    // inherit hides the received value too; inherit -S brings it back.
+    env.zfs(&["inherit", "compression", "tank/dst"]).ok();
+    assert_eq!(get("value,received,source", "compression", "tank/dst"), "off\tlz4\tdefault\n");
+    env.zfs(&["inherit", "-S", "compression", "tank/dst"]).ok();
+    assert_eq!(get("value,source", "compression", "tank/dst"), "lz4\treceived\n");
+    // -S where nothing was received is a plain inherit.
+    env.zfs(&["inherit", "-S", "atime", "tank/dst"]).ok();
+    assert_eq!(get("value,source", "atime", "tank/dst"), "on\tdefault\n");
+    // A child inherits a received value from its parent.
+    env.zfs(&["create", "-u", "tank/dst/kid"]).ok();
+    assert_eq!(get("value,source", "compression", "tank/dst/kid"), "lz4\tinherited from tank/dst\n");
+
+    // The next package replaces the received set: a property it no longer carries
+    // goes, a changed one changes; -x keeps one out.
+    env.zfs(&["inherit", "compression", "tank/src"]).ok();
+    env.zfs(&["set", "com.example:tag=two", "tank/src"]).ok();
+    env.zfs(&["set", "com.example:other=x", "tank/src"]).ok();
+    env.zfs(&["snapshot", "tank/src@b"]).ok();
+    send_to(&env, &["zfs", "send", "-p", "-i", "@a", "tank/src@b"], &f).ok();
+    recv_from(&env, &["zfs", "recv", "-u", "-x", "com.example:other", "tank/dst"], &f).ok();
+    assert_eq!(
+        get("property,value,source", "compression,com.example:tag,com.example:other", "tank/dst"),
+        "compression\toff\tdefault\ncom.example:tag\ttwo\treceived\ncom.example:other\t-\t-\n"
+    );
+
+    // Received values travel on with send -p (a chain of backups) and survive import.
+    env.zfs(&["snapshot", "tank/dst@c"]).ok();
+    send_to(&env, &["zfs", "send", "-p", "tank/dst@c"], &f).ok();
+    recv_from(&env, &["zfs", "recv", "-u", "tank/third"], &f).ok();
+    assert_eq!(get("value,source", "com.example:tag", "tank/third"), "two\treceived\n");
+    env.zpool(&["export", "tank"]).ok();
+    env.zpool(&["import", "-d", &env.vdir().display().to_string(), "tank"]).ok();
+    assert_eq!(get("value,received,source", "com.example:tag", "tank/dst"), "two\ttwo\treceived\n");
 }
 
 #[test]

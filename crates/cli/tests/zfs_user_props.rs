@@ -80,14 +80,15 @@ fn user_properties() {
     assert_eq!(get(&env, "com.example:owner", "tank/fs"), pair("bob", "local"));
     assert_eq!(get(&env, "com.example:tier", "tank/fs@s1"), pair("bronze", "local"));
 
-    // send -p carries local user properties; recv -x leaves one out.
+    // send -p carries local user properties (received values on the other side);
+    // recv -x leaves one out.
     env.zfs(&["snapshot", "tank/fs@s3"]).ok();
     let stream = env.path().join("s.stream");
     let mut c = env.command(&["zfs", "send", "-p", "tank/fs@s3"]);
     c.stdout(std::fs::File::create(&stream).unwrap());
     run(c).ok();
     env.with_stdin(&["zfs", "recv", "-u", "tank/copy"], &stream).ok();
-    assert_eq!(get(&env, "com.example:owner", "tank/copy"), pair("bob", "local"));
+    assert_eq!(get(&env, "com.example:owner", "tank/copy"), pair("bob", "received"));
     env.with_stdin(&["zfs", "recv", "-u", "-x", "com.example:owner", "tank/copy2"], &stream).ok();
     assert_eq!(get(&env, "com.example:owner", "tank/copy2"), pair("-", "-"));
 }

@@ -401,6 +401,18 @@ pub const USER_PROP_NAME_MAX_BYTES: usize = 256;
 /// Longest user property value, in bytes, plus one (OpenZFS `ZFS_MAXPROPLEN`).
 pub const USER_PROP_VALUE_MAX_BYTES: usize = 8192;
 
+/// Suffix of a received value's key in a dataset's property record: `zfs receive`
+/// stores a stream's `compression=lz4` as `compression$recvd`, beside any local
+/// `compression` (OpenZFS keeps the same pair in a dataset's props ZAP). The
+/// effective value is the local one, else the received one, else the inherited one;
+/// its source reads `received`.
+pub const RECEIVED_SUFFIX: &str = "$recvd";
+
+/// Suffix of the marker `zfs inherit` (without `-S`) leaves when a received value
+/// exists: `prop$inherit` hides `prop$recvd` until `zfs inherit -S` or `zfs set`
+/// removes the marker (OpenZFS's `$inherit` entry).
+pub const INHERIT_SUFFIX: &str = "$inherit";
+
 /// Whether `name` is a user property name (zfsprops(7) "User Properties"; OpenZFS
 /// `zfs_prop_user`): it contains a colon and only lowercase letters, digits and
 /// `:` `-` `.` `_`. Such properties hold any string, are never interpreted and are
@@ -504,7 +516,13 @@ pub fn check_dataset_prop(prop: &str, value: &str) -> std::result::Result<String
 pub(crate) fn keep_valid_props(name: &str, props: &mut BTreeMap<String, String>) -> Vec<String> {
     let mut dropped = Vec::new();
     props.retain(|k, v| {
-        let ok = k == crate::RESUME_TOKEN_PROP || check_dataset_prop(k, v).is_ok();
+        let ok = if let Some(base) = k.strip_suffix(RECEIVED_SUFFIX) {
+            check_dataset_prop(base, v).is_ok()
+        } else if let Some(base) = k.strip_suffix(INHERIT_SUFFIX) {
+            v.is_empty() && (is_user_prop(base) || DATASET_PROPS.iter().any(|(p, _)| *p == base))
+        } else {
+            k == crate::RESUME_TOKEN_PROP || check_dataset_prop(k, v).is_ok()
+        };
         if !ok {
             dropped.push(format!(
                 "dataset '{}': stored property '{}' ignored (not a valid setting)",
@@ -881,9 +899,22 @@ impl Pool {
     /// value, else the nearest ancestor's (a snapshot inherits from its file system),
     /// else the default. A user property set nowhere is `("-", "-")`.
     fn effective(&self, d: &crate::dsl::Dir, name: &str, prop: &str) -> (String, String) {
-        let local = |n: &str| d.datasets.get(n).or_else(|| d.snaps.get(n)).and_then(|r| r.props.get(prop)).cloned();
-        if let Some(v) = local(name) {
-            return (self.with_altroot(prop, v), "local".into());
+        let received_key = format!("{prop}{RECEIVED_SUFFIX}");
+        let inherit_key = format!("{prop}{INHERIT_SUFFIX}");
+        // A dataset's own value: local, else received unless `zfs inherit` hid it.
+        let own = |n: &str| -> Option<(String, &'static str)> {
+            let r = d.datasets.get(n).or_else(|| d.snaps.get(n))?;
+            if let Some(v) = r.props.get(prop) {
+                return Some((v.clone(), "local"));
+            }
+            if r.props.contains_key(&inherit_key) {
+                return None;
+            }
+            r.props.get(&received_key).map(|v| (v.clone(), "received"))
+        };
+        let local = |n: &str| own(n).map(|(v, _)| v);
+        if let Some((v, source)) = own(name) {
+            return (self.with_altroot(prop, v), source.into());
         }
         // canmount is not inherited (zfsprops(7)).
         if prop == "canmount" {
@@ -922,7 +953,13 @@ impl Pool {
         let mut cur = Some(name);
         while let Some(n) = cur {
             if let Some(r) = d.datasets.get(n).or_else(|| d.snaps.get(n)) {
-                keys.extend(r.props.keys().filter(|k| is_user_prop(k)).cloned());
+                keys.extend(
+                    r.props
+                        .keys()
+                        .map(|k| k.strip_suffix(RECEIVED_SUFFIX).unwrap_or(k))
+                        .filter(|k| is_user_prop(k))
+                        .map(str::to_string),
+                );
             }
             cur = inherits_from(n);
         }
@@ -1196,15 +1233,81 @@ impl Pool {
             )));
         }
         let v = check_prop(prop, value)?;
-        self.change_local_prop(name, prop, Some(v))
+        self.change_props(name, |props| {
+            props.remove(&format!("{prop}{INHERIT_SUFFIX}"));
+            props.insert(prop.to_string(), v);
+        })
     }
 
     /// `zfs inherit prop name`: drop `name`'s own value of `prop` (a native property of
-    /// a file system, or a user property of a file system or snapshot).
+    /// a file system, or a user property of a file system or snapshot). A received
+    /// value is hidden too (the property is inherited or takes its default);
+    /// [`Pool::revert_to_received`] is `zfs inherit -S`.
     ///
     /// Errors: `Invalid` for an unknown property or a native one on a snapshot;
     /// `NotFound` for a missing dataset.
     pub fn inherit_dataset_prop(&self, name: &str, prop: &str) -> Result<()> {
+        self.check_inheritable(name, prop)?;
+        let received_key = format!("{prop}{RECEIVED_SUFFIX}");
+        self.change_props(name, |props| {
+            props.remove(prop);
+            if props.contains_key(&received_key) {
+                props.insert(format!("{prop}{INHERIT_SUFFIX}"), String::new());
+            }
+        })
+    }
+
+    /// `zfs inherit -S prop name`: drop `name`'s local value of `prop` so that the
+    /// value received with a stream applies again; where none was received, the same
+    /// as [`Pool::inherit_dataset_prop`] (zfs-inherit(8)).
+    ///
+    /// Errors: as [`Pool::inherit_dataset_prop`].
+    pub fn revert_to_received(&self, name: &str, prop: &str) -> Result<()> {
+        self.check_inheritable(name, prop)?;
+        self.change_props(name, |props| {
+            props.remove(prop);
+            props.remove(&format!("{prop}{INHERIT_SUFFIX}"));
+        })
+    }
+
+    /// Store `props` as the values `name` received with a stream (source `received`),
+    /// each validated as `zfs set` does; with `replace`, every value received before
+    /// and not in `props` goes (a package carries a file system's whole set). Local
+    /// values keep precedence, as in OpenZFS.
+    ///
+    /// Errors, before anything changes: `Invalid` for a property or value `zfs set`
+    /// refuses; `NotFound` for a missing dataset.
+    pub fn set_received_props(&self, name: &str, props: &BTreeMap<String, String>, replace: bool) -> Result<()> {
+        let mut clean = BTreeMap::new();
+        for (k, v) in props {
+            clean.insert(format!("{k}{RECEIVED_SUFFIX}"), check_prop(k, v)?);
+        }
+        if clean.is_empty() && !replace {
+            return Ok(());
+        }
+        self.change_props(name, |p| {
+            if replace {
+                p.retain(|k, _| !k.ends_with(RECEIVED_SUFFIX));
+            }
+            p.extend(clean);
+        })
+    }
+
+    /// The values file system or snapshot `name` received with streams (property →
+    /// value; overridden ones included), for `zfs get`'s `RECEIVED` column. Empty for
+    /// a missing dataset.
+    pub fn received_props(&self, name: &str) -> BTreeMap<String, String> {
+        let d = self.dir.lock();
+        let Some(r) = d.datasets.get(name).or_else(|| d.snaps.get(name)) else {
+            return BTreeMap::new();
+        };
+        r.props
+            .iter()
+            .filter_map(|(k, v)| k.strip_suffix(RECEIVED_SUFFIX).map(|k| (k.to_string(), v.clone())))
+            .collect()
+    }
+
+    fn check_inheritable(&self, name: &str, prop: &str) -> Result<()> {
         if !is_user_prop(prop) && !DATASET_PROPS.iter().any(|(k, _)| *k == prop) {
             return Err(SpaError::Invalid(format!("invalid property '{prop}'")));
         }
@@ -1213,12 +1316,12 @@ impl Pool {
                 "cannot inherit property '{prop}': this property can not be modified for snapshots"
             )));
         }
-        self.change_local_prop(name, prop, None)
+        Ok(())
     }
 
-    /// Set (`Some`) or remove (`None`) a local property of a file system or snapshot,
-    /// store its property record and apply the result to open object sets.
-    fn change_local_prop(&self, name: &str, prop: &str, value: Option<String>) -> Result<()> {
+    /// Change the property record of a file system or snapshot with `edit`, store it
+    /// and apply the result to open object sets.
+    fn change_props(&self, name: &str, edit: impl FnOnce(&mut BTreeMap<String, String>)) -> Result<()> {
         let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
         let (obj, props) = {
@@ -1229,10 +1332,7 @@ impl Pool {
                 .get_mut(name)
                 .or_else(|| d.snaps.get_mut(name))
                 .ok_or_else(|| SpaError::NotFound(format!("cannot open '{name}': dataset does not exist")))?;
-            match value {
-                Some(v) => rec.props.insert(prop.to_string(), v),
-                None => rec.props.remove(prop),
-            };
+            edit(&mut rec.props);
             (rec.obj, rec.props.clone())
         };
         self.save_ds_props(&tx, obj, &props)?;

@@ -130,8 +130,8 @@ pub use vdevs::create_replication_mismatch;
 
 pub use bookmark::{validate_bookmark_name, Bookmark};
 pub use dsl::{
-    check_dataset_prop, check_user_prop, is_user_prop, parse_size, recordsize_bytes, DATASET_PROPS, READONLY_DATASET_PROPS, USER_PROP_NAME_MAX_BYTES,
-    USER_PROP_VALUE_MAX_BYTES,
+    check_dataset_prop, check_user_prop, is_user_prop, parse_size, recordsize_bytes, DATASET_PROPS, INHERIT_SUFFIX, READONLY_DATASET_PROPS, RECEIVED_SUFFIX,
+    USER_PROP_NAME_MAX_BYTES, USER_PROP_VALUE_MAX_BYTES,
 };
 pub use holds::{Released, TempHolds, TAG_MAX_BYTES};
 pub use iostat::{PoolIostat, VdevIostat};

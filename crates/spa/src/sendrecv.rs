@@ -64,6 +64,11 @@ pub struct RecvSpec {
     /// Properties of a file system the receive creates (`-o`, or a package's), each
     /// validated as `zfs create` does.
     pub props: BTreeMap<String, String>,
+    /// Properties the stream carried (a `-p`/`-R` package's, less `-x` ones): stored
+    /// as received values ([`Pool::set_received_props`], source `received`),
+    /// replacing those an earlier stream left. `None`: the stream carried none and
+    /// received values stay as they are.
+    pub received: Option<BTreeMap<String, String>>,
     /// `-o origin=pool/fs@snap`: receive an incremental stream into a new file system
     /// made as a clone of this snapshot, whose GUID must be the stream's from-GUID.
     pub origin: Option<String>,
@@ -294,6 +299,17 @@ impl Pool {
     /// properties); `Invalid` "checksum mismatch or incomplete stream" (with the
     /// `zfs send -t` hint when the state was saved) for a damaged stream.
     pub fn receive<R: Read>(&self, reader: &mut StreamReader<R>, spec: &RecvSpec) -> Result<RecvOutcome> {
+        for (k, v) in spec.received.iter().flatten() {
+            crate::dsl::check_prop(k, v)?;
+        }
+        let out = self.receive_stream(reader, spec)?;
+        if let Some(r) = &spec.received {
+            self.set_received_props(&spec.fs, r, true)?;
+        }
+        Ok(out)
+    }
+
+    fn receive_stream<R: Read>(&self, reader: &mut StreamReader<R>, spec: &RecvSpec) -> Result<RecvOutcome> {
         let h = reader.header().clone();
         let incremental = h.is_incremental();
         let full_snap = format!("{}@{}", spec.fs, spec.snap);
@@ -395,6 +411,10 @@ impl Pool {
         {
             let _s = self.sync_lock.lock();
             self.create_dataset(&spec.fs, &spec.props)?;
+            if let Some(r) = &spec.received {
+                // Before the data: a received `compression` applies to it.
+                self.set_received_props(&spec.fs, r, true)?;
+            }
             self.set_inconsistent_locked(&spec.fs, true, None)?;
         }
         self.sync()?;
@@ -436,6 +456,9 @@ impl Pool {
         {
             let _s = self.sync_lock.lock();
             self.clone_snapshot(origin, &spec.fs, &spec.props, false)?;
+            if let Some(r) = &spec.received {
+                self.set_received_props(&spec.fs, r, true)?;
+            }
             self.set_inconsistent_locked(&spec.fs, true, None)?;
         }
         self.sync()?;
