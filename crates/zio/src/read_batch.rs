@@ -62,9 +62,9 @@ impl Zio {
         // Runs of adjacent blocks: (vdev, offset, length, members as indexes in `order`).
         let mut runs: Vec<(u32, u64, u64, Vec<usize>)> = Vec::new();
         for (k, &(v, off, asize, _)) in order.iter().enumerate() {
-            let extend = runs.last().is_some_and(|(rv, roff, rlen, _)| {
-                *rv == v && aggregatable(v) && off == roff + rlen && rlen + asize <= AGGREGATE_MAX_BYTES
-            });
+            let extend = runs
+                .last()
+                .is_some_and(|(rv, roff, rlen, _)| *rv == v && aggregatable(v) && off == roff + rlen && rlen + asize <= AGGREGATE_MAX_BYTES);
             if extend {
                 let r = runs.last_mut().unwrap();
                 r.2 += asize;
