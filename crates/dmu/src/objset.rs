@@ -52,7 +52,9 @@
 //! A read of a partial record merges: bytes one extent holds are copied out directly
 //! (the intent log fetches written ranges this way, so a sync write logs only its own
 //! bytes and reads nothing); any other range reads the block below and lays the
-//! extents over it (newest generation last), without changing the dirty record. At txg
+//! extents over it (newest generation last); when the open generation's record was
+//! the partial one and no write changed it meanwhile, the merge becomes that record
+//! (`Objset::promote`, now `Full`), so a record read often (a ZAP block) merges once. At txg
 //! sync (phase 2) every partial record of the txg is filled: the old blocks are looked
 //! up in the tree, sorted by (vdev, offset), read with `Zio::read_blocks` (adjacent
 //! blocks aggregated) in batches of at most [`FILL_BATCH_BYTES`], merged and written
@@ -937,6 +939,24 @@ impl Objset {
         Ok(())
     }
 
+    /// A read merged the partial record `top` of block `blkid` of `obj` into `merged`
+    /// (new bytes over old): when `top` is still the open generation's record,
+    /// unchanged since (a write would have replaced the shared `Arc`), keep the merge
+    /// as the whole record, so later reads and writes of it need no merge. The
+    /// content below cannot have changed meanwhile (theory statement), so `merged` is
+    /// the record's content. Accounts the record's growth to `blksz` bytes.
+    fn promote(&self, obj: u64, blkid: u64, top: &Arc<Partial>, merged: &Arc<Vec<u8>>) {
+        let mut st = self.st.lock();
+        let Some(dn) = st.dnodes.get_mut(&obj) else { return };
+        if dn.attrs.freed || merged.len() != dn.attrs.blksz as usize {
+            return;
+        }
+        let same = matches!(dn.open.blocks.get(&blkid), Some(Dirty::Partial(p)) if Arc::ptr_eq(p, top));
+        if same {
+            self.put_block(&mut st, obj, blkid, Dirty::Full(merged.clone()));
+        }
+    }
+
     /// Deferred-fill counters since the object set was opened.
     pub fn fill_stats(&self) -> FillStats {
         *self.fill_stats.lock()
@@ -1548,12 +1568,12 @@ impl Objset {
         let mut pos = 0usize;
         while pos < buf.len() {
             let off = offset_bytes + pos as u64;
-            let (src, blksz, in_blk) = {
+            let (src, blksz, in_blk, blkid) = {
                 let mut st = self.st.lock();
                 let dn = self.load_dnode(&mut st, obj)?;
                 let blksz = dn.attrs.blksz as u64;
                 let blkid = off / blksz;
-                (self.resolve(dn, blkid)?, blksz, (off % blksz) as usize)
+                (self.resolve(dn, blkid)?, blksz, (off % blksz) as usize, blkid)
             };
             let n = (blksz as usize - in_blk).min(buf.len() - pos);
             let dst = &mut buf[pos..pos + n];
@@ -1562,7 +1582,14 @@ impl Objset {
                 // Bytes written into a partial record are served without its fill.
                 Src::Partial(layers, _) if layers[0].read_covered(in_blk, dst) => {}
                 other => {
+                    let top = match &other {
+                        Src::Partial(layers, _) => Some(layers[0].clone()),
+                        _ => None,
+                    };
                     let data = self.fetch(other, blksz as u32)?;
+                    if let Some(top) = top {
+                        self.promote(obj, blkid, &top, &data);
+                    }
                     let avail = data.len().saturating_sub(in_blk).min(n);
                     dst[..avail].copy_from_slice(&data[in_blk..in_blk + avail]);
                     dst[avail..].fill(0);
