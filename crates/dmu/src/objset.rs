@@ -23,6 +23,51 @@
 //! The tree (root pointer, nlevels, used bytes) is changed only by phase 3, under the
 //! lock, so open-context readers always see a complete synced tree.
 //!
+//! Deferred fill (our design; OpenZFS discussed it as "async COW", issue 8590 and PR
+//! 9954, but reads the record before a partial write, `dbuf_will_dirty`). A write of
+//! part of a record never reads the record. A dirty record of a generation is either
+//! `Full` (all `blksz` bytes) or `Partial`: only the byte ranges written in this
+//! generation (disjoint extents), every other byte being the content *below* the
+//! generation — for the open generation the syncing one, then the tree; for the
+//! syncing generation the tree. A write makes a record partial only when the content
+//! below would need a read (a block on disk, or a partial syncing record); over a
+//! hole, a freed range or a whole syncing record it copies from memory and makes it
+//! `Full`, as before. Invariants:
+//! - *The content below a partial record does not change while it is partial*: the
+//!   syncing generation is frozen after phase 1, and the tree changes only in phase 3,
+//!   for exactly the blocks of the syncing generation; those it replaces hold the same
+//!   logical content (the syncing record filled), so what "below" means at the fill
+//!   equals what it meant at the write. So a fill resolves its old block when it runs,
+//!   not when the write happened, and still reads the block the head pointed to then
+//!   (or that block's successor with the same bytes); copy-on-write keeps that block
+//!   alive — a snapshot taken meanwhile holds it, and a free is deferred — until the
+//!   txg that replaces it syncs.
+//! - *A partial record is never covered by its own generation's frees*: `free_range`
+//!   removes the records it frees, and a later write over a freed range sees zeros
+//!   below and makes a `Full` record. Truncating into a partial record writes a zero
+//!   extent (still no read).
+//! - *Dirty accounting counts what is held*: a partial record counts its written bytes
+//!   (`Dirty::dirty_bytes`), a full one `blksz`; memory follows the same numbers.
+//!
+//! A read of a partial record merges: bytes one extent holds are copied out directly
+//! (the intent log fetches written ranges this way, so a sync write logs only its own
+//! bytes and reads nothing); any other range reads the block below and lays the
+//! extents over it (newest generation last); when the open generation's record was
+//! the partial one and no write changed it meanwhile, the merge becomes that record
+//! (`Objset::promote`, now `Full`), so a record read often (a ZAP block) merges once. At txg
+//! sync (phase 2) every partial record of the txg is filled: the old blocks are looked
+//! up in the tree, sorted by (vdev, offset), read with `Zio::read_blocks` (adjacent
+//! blocks aggregated) in batches of at most [`FILL_BATCH_BYTES`], merged and written
+//! before the next batch is read, so the fill's memory is bounded whatever the dirty
+//! limit. A whole-record write needs no fill, and a partial record over a hole none.
+//!
+//! A fill whose read fails (I/O error or checksum error on every copy; zio counted it)
+//! installs nothing: the record keeps its old block, the new bytes of that record are
+//! dropped, the object goes to the read-error sink (`zpool status -v`), and every later
+//! read of the record reports the same error instead of returning zeros. A write whose
+//! fill fails is thus lost, as a buffered write into a damaged record; the rest of the
+//! txg syncs normally.
+//!
 //! Object ids are reused (OpenZFS `dmu_object_alloc`): a new object takes the lowest
 //! free slot known — a slot whose free has synced (`free_ids`, filled by phase 3), or
 //! one found by scanning the dnode array a few blocks at a time from `scan_cursor`
@@ -112,14 +157,101 @@ struct Attrs {
     freed: bool,
 }
 
+/// A dirty level-0 record of one generation (open or syncing) of a dnode.
+#[derive(Clone)]
+enum Dirty {
+    /// Every byte of the record: exactly `blksz` bytes.
+    Full(Arc<Vec<u8>>),
+    /// Only the byte ranges written in this generation (deferred fill); every other
+    /// byte is whatever lies below this generation. See the theory statement.
+    Partial(Arc<Partial>),
+}
+
+impl Dirty {
+    /// Bytes this record counts as dirty data: the whole record, or only the bytes
+    /// written into a partial one.
+    fn dirty_bytes(&self) -> u64 {
+        match self {
+            Dirty::Full(d) => d.len() as u64,
+            Dirty::Partial(p) => p.valid_bytes(),
+        }
+    }
+}
+
+/// The written ranges of a partial record: offset in the record → bytes. Extents are
+/// disjoint and never touch (`Partial::insert` merges them), so their number is at
+/// most one per write and their bytes are exactly the valid bytes.
+#[derive(Clone, Default, Debug)]
+pub(crate) struct Partial {
+    extents: BTreeMap<usize, Vec<u8>>,
+}
+
+impl Partial {
+    /// Bytes written (valid) in the record.
+    fn valid_bytes(&self) -> u64 {
+        self.extents.values().map(|e| e.len() as u64).sum()
+    }
+
+    /// Record `data` as written at byte `at` of the record, over whatever was there.
+    fn insert(&mut self, at: usize, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let end = at + data.len();
+        // Extents that overlap or touch [at, end) merge into one.
+        let mut lo = at;
+        let mut hi = end;
+        let touching: Vec<usize> = self
+            .extents
+            .range(..=end)
+            .rev()
+            .take_while(|(&s, e)| s + e.len() >= at)
+            .map(|(&s, _)| s)
+            .collect();
+        for &s in &touching {
+            lo = lo.min(s);
+            hi = hi.max(s + self.extents[&s].len());
+        }
+        let mut merged = vec![0u8; hi - lo];
+        for s in touching {
+            let e = self.extents.remove(&s).expect("listed above");
+            merged[s - lo..s - lo + e.len()].copy_from_slice(&e);
+        }
+        merged[at - lo..end - lo].copy_from_slice(data);
+        self.extents.insert(lo, merged);
+    }
+
+    /// Copy bytes `[at, at + dst.len())` of the record into `dst` when one extent
+    /// holds them all; false (and `dst` untouched) otherwise.
+    fn read_covered(&self, at: usize, dst: &mut [u8]) -> bool {
+        match self.extents.range(..=at).next_back() {
+            Some((&s, e)) if s + e.len() >= at + dst.len() => {
+                dst.copy_from_slice(&e[at - s..at - s + dst.len()]);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Lay the written ranges over `record` (the bytes below, `blksz` long).
+    fn overlay(&self, record: &mut [u8]) {
+        for (&s, e) in &self.extents {
+            let end = (s + e.len()).min(record.len());
+            if s < end {
+                record[s..end].copy_from_slice(&e[..end - s]);
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 struct OpenRec {
-    blocks: BTreeMap<u64, Arc<Vec<u8>>>,
+    blocks: BTreeMap<u64, Dirty>,
     frees: Vec<(u64, u64)>,
 }
 
 struct SyncRec {
-    blocks: BTreeMap<u64, Arc<Vec<u8>>>,
+    blocks: BTreeMap<u64, Dirty>,
     frees: Vec<(u64, u64)>,
     attrs: Attrs,
 }
@@ -158,13 +290,53 @@ enum Src {
     Data(Arc<Vec<u8>>),
     Zero,
     Bp(BlkPtr),
+    /// Partial records (the newest first) over the content below them (never itself
+    /// `Partial`).
+    Partial(Vec<Arc<Partial>>, Box<Src>),
 }
 
-/// Everything phase 2 must write for one txg: (object, blkid, otype, bytes).
+impl Src {
+    /// `layers` (newest first) over `self`.
+    fn under(self, mut layers: Vec<Arc<Partial>>) -> Src {
+        if layers.is_empty() {
+            return self;
+        }
+        match self {
+            Src::Partial(more, base) => {
+                layers.extend(more);
+                Src::Partial(layers, base)
+            }
+            base => Src::Partial(layers, Box::new(base)),
+        }
+    }
+}
+
+/// Records one deferred-fill batch reads at most: the fill's memory (the old blocks
+/// read plus the merged records waiting for their write) stays below twice this many
+/// bytes however many partial records a txg holds.
+pub const FILL_BATCH_BYTES: u64 = 32 << 20;
+
+/// Counters of the deferred fill since the object set was opened (for tests and
+/// benchmarks).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FillStats {
+    /// Partial records completed at txg sync (their old block read and merged).
+    pub synced_fills: u64,
+    /// Partial records completed at txg sync with nothing to read (a hole below).
+    pub hole_fills: u64,
+    /// Fills whose old block could not be read: their new bytes were dropped.
+    pub failed_fills: u64,
+    /// Batched read calls issued for fills.
+    pub fill_batches: u64,
+}
+
+/// Everything phase 2 must write for one txg: (object, blkid, otype, record).
 pub struct SyncBatch {
     txg: u64,
-    blocks: Vec<(u64, u64, ObjectType, Arc<Vec<u8>>)>,
-    written: Vec<BlkPtr>,
+    blocks: Vec<(u64, u64, ObjectType, Dirty)>,
+    /// One entry per block: the new pointer, or `None` when nothing may be installed
+    /// (a fill that failed keeps the old block).
+    written: Vec<Option<BlkPtr>>,
     dirty_bytes: u64,
     /// Objects with changes in this txg (data, attributes or frees).
     objects: usize,
@@ -215,6 +387,8 @@ pub struct Objset {
     /// Decides what happens to each block this object set stops referencing (see
     /// [`Objset::set_block_kill`]); `None` frees it.
     block_kill: Mutex<Option<BlockKill>>,
+    /// Deferred-fill counters (see [`Objset::fill_stats`]).
+    fill_stats: Mutex<FillStats>,
 }
 
 /// Receiver of the object ids whose reads failed with an I/O or checksum error.
@@ -268,6 +442,7 @@ impl Objset {
             streams: Mutex::new(HashMap::new()),
             error_sink: Mutex::new(None),
             block_kill: Mutex::new(None),
+            fill_stats: Mutex::new(FillStats::default()),
         })
     }
 
@@ -316,6 +491,7 @@ impl Objset {
             streams: Mutex::new(HashMap::new()),
             error_sink: Mutex::new(None),
             block_kill: Mutex::new(None),
+            fill_stats: Mutex::new(FillStats::default()),
         }))
     }
 
@@ -582,30 +758,53 @@ impl Objset {
         Ok(dn)
     }
 
+    /// Where the content of block `blkid` is: the open generation, then the syncing
+    /// one, then the synced tree. Partial records are returned as layers over what
+    /// lies below them.
     fn resolve(&self, dn: &Dn, blkid: u64) -> Result<Src> {
-        if let Some(b) = dn.open.blocks.get(&blkid) {
-            return Ok(Src::Data(b.clone()));
+        match dn.open.blocks.get(&blkid) {
+            Some(Dirty::Full(b)) => Ok(Src::Data(b.clone())),
+            Some(Dirty::Partial(p)) => Ok(self.resolve_below_open(dn, blkid)?.under(vec![p.clone()])),
+            None if in_ranges(&dn.open.frees, blkid) => Ok(Src::Zero),
+            None => self.resolve_below_open(dn, blkid),
         }
-        if in_ranges(&dn.open.frees, blkid) {
-            return Ok(Src::Zero);
-        }
+    }
+
+    /// Where the content of block `blkid` is as the open generation found it: the
+    /// syncing generation, then the synced tree.
+    fn resolve_below_open(&self, dn: &Dn, blkid: u64) -> Result<Src> {
         if let Some(s) = &dn.syncing {
-            if let Some(b) = s.blocks.get(&blkid) {
-                return Ok(Src::Data(b.clone()));
-            }
-            if in_ranges(&s.frees, blkid) {
-                return Ok(Src::Zero);
+            match s.blocks.get(&blkid) {
+                Some(Dirty::Full(b)) => return Ok(Src::Data(b.clone())),
+                Some(Dirty::Partial(p)) => return Ok(self.resolve_tree(&dn.tree, blkid)?.under(vec![p.clone()])),
+                None if in_ranges(&s.frees, blkid) => return Ok(Src::Zero),
+                None => {}
             }
         }
-        let bp = self.tree_lookup(&dn.tree, blkid)?;
+        self.resolve_tree(&dn.tree, blkid)
+    }
+
+    /// Block `blkid` of the synced tree.
+    fn resolve_tree(&self, tree: &Tree, blkid: u64) -> Result<Src> {
+        let bp = self.tree_lookup(tree, blkid)?;
         Ok(if bp.is_hole() { Src::Zero } else { Src::Bp(bp) })
     }
 
+    /// The bytes of `src`, exactly `blksz` bytes for a merged partial record (the
+    /// fill on read: new bytes over old); other sources as stored.
     fn fetch(&self, src: Src, blksz: u32) -> Result<Arc<Vec<u8>>> {
         match src {
             Src::Data(d) => Ok(d),
             Src::Zero => Ok(Arc::new(vec![0u8; blksz as usize])),
             Src::Bp(bp) => self.zio.read_block(&bp).map_err(zio_err),
+            Src::Partial(layers, base) => {
+                let mut v = self.fetch(*base, blksz)?.as_ref().clone();
+                v.resize(blksz as usize, 0);
+                for p in layers.iter().rev() {
+                    p.overlay(&mut v);
+                }
+                Ok(Arc::new(v))
+            }
         }
     }
 
@@ -660,11 +859,13 @@ impl Objset {
         st.dirty.insert(obj);
     }
 
-    fn put_block(&self, st: &mut OsState, obj: u64, blkid: u64, data: Vec<u8>) {
-        let len = data.len() as i64;
+    /// Make `record` the open generation's block `blkid` of `obj`, accounting the
+    /// change of dirty bytes.
+    fn put_block(&self, st: &mut OsState, obj: u64, blkid: u64, record: Dirty) {
+        let len = record.dirty_bytes() as i64;
         let dn = st.dnodes.get_mut(&obj).unwrap();
-        let old = dn.open.blocks.insert(blkid, Arc::new(data));
-        let delta = len - old.map(|o| o.len() as i64).unwrap_or(0);
+        let old = dn.open.blocks.insert(blkid, record);
+        let delta = len - old.map(|o| o.dirty_bytes() as i64).unwrap_or(0);
         if blkid > dn.attrs.maxblkid {
             dn.attrs.maxblkid = blkid;
         }
@@ -672,6 +873,93 @@ impl Objset {
         if delta != 0 {
             self.gate.add_dirty(delta);
         }
+    }
+
+    /// Write `data` at byte `in_blk` of block `blkid` of `obj` (the range lies within
+    /// the block). Never reads a data block: a whole record replaces what was there; a
+    /// part of a record already dirty in the open txg is patched in place; a part of
+    /// a record whose content below the open txg is a hole, freed, or dirty and whole
+    /// in the syncing txg is copied from memory; any other part (the record is on
+    /// disk, or partial in the syncing txg) becomes or extends a partial record and
+    /// its fill is deferred (theory statement). Indirect blocks may be read to find
+    /// the record.
+    fn write_in_block(&self, st: &mut OsState, obj: u64, blkid: u64, in_blk: usize, data: &[u8]) -> Result<()> {
+        let dn = st.dnodes.get_mut(&obj).unwrap();
+        let blksz = dn.attrs.blksz as usize;
+        debug_assert!(in_blk + data.len() <= blksz, "write crosses a record boundary");
+        if in_blk == 0 && data.len() == blksz {
+            self.put_block(st, obj, blkid, Dirty::Full(Arc::new(data.to_vec())));
+            return Ok(());
+        }
+        let record = match dn.open.blocks.get_mut(&blkid) {
+            Some(Dirty::Full(existing)) => {
+                let v = Arc::make_mut(existing);
+                v.resize(blksz, 0);
+                v[in_blk..in_blk + data.len()].copy_from_slice(data);
+                if blkid > dn.attrs.maxblkid {
+                    dn.attrs.maxblkid = blkid;
+                }
+                return Ok(());
+            }
+            Some(Dirty::Partial(p)) => {
+                let before = p.valid_bytes();
+                let p = Arc::make_mut(p);
+                p.insert(in_blk, data);
+                let delta = p.valid_bytes() as i64 - before as i64;
+                if blkid > dn.attrs.maxblkid {
+                    dn.attrs.maxblkid = blkid;
+                }
+                if delta != 0 {
+                    self.gate.add_dirty(delta);
+                }
+                return Ok(());
+            }
+            None => {
+                let below = if in_ranges(&dn.open.frees, blkid) {
+                    Src::Zero
+                } else {
+                    self.resolve_below_open(dn, blkid)?
+                };
+                match below {
+                    Src::Zero | Src::Data(_) => {
+                        let mut b = self.fetch(below, blksz as u32)?.as_ref().clone();
+                        b.resize(blksz, 0);
+                        b[in_blk..in_blk + data.len()].copy_from_slice(data);
+                        Dirty::Full(Arc::new(b))
+                    }
+                    Src::Bp(_) | Src::Partial(..) => {
+                        let mut p = Partial::default();
+                        p.insert(in_blk, data);
+                        Dirty::Partial(Arc::new(p))
+                    }
+                }
+            }
+        };
+        self.put_block(st, obj, blkid, record);
+        Ok(())
+    }
+
+    /// A read merged the partial record `top` of block `blkid` of `obj` into `merged`
+    /// (new bytes over old): when `top` is still the open generation's record,
+    /// unchanged since (a write would have replaced the shared `Arc`), keep the merge
+    /// as the whole record, so later reads and writes of it need no merge. The
+    /// content below cannot have changed meanwhile (theory statement), so `merged` is
+    /// the record's content. Accounts the record's growth to `blksz` bytes.
+    fn promote(&self, obj: u64, blkid: u64, top: &Arc<Partial>, merged: &Arc<Vec<u8>>) {
+        let mut st = self.st.lock();
+        let Some(dn) = st.dnodes.get_mut(&obj) else { return };
+        if dn.attrs.freed || merged.len() != dn.attrs.blksz as usize {
+            return;
+        }
+        let same = matches!(dn.open.blocks.get(&blkid), Some(Dirty::Partial(p)) if Arc::ptr_eq(p, top));
+        if same {
+            self.put_block(&mut st, obj, blkid, Dirty::Full(merged.clone()));
+        }
+    }
+
+    /// Deferred-fill counters since the object set was opened.
+    pub fn fill_stats(&self) -> FillStats {
+        *self.fill_stats.lock()
     }
 
     // ---- sync ---------------------------------------------------------------------
@@ -687,10 +975,10 @@ impl Objset {
             assert!(dn.syncing.is_none(), "object {obj} still syncing from an earlier txg");
             let open = std::mem::take(&mut dn.open);
             let otype = dn.attrs.otype;
-            for (blkid, data) in &open.blocks {
-                dirty_bytes += data.len() as u64;
+            for (blkid, record) in &open.blocks {
+                dirty_bytes += record.dirty_bytes();
                 if !dn.attrs.freed {
-                    blocks.push((obj, *blkid, otype, data.clone()));
+                    blocks.push((obj, *blkid, otype, record.clone()));
                 }
             }
             dn.syncing = Some(SyncRec {
@@ -710,39 +998,139 @@ impl Objset {
     }
 
     /// Phase 2: write the batch's level-0 blocks (in `threads` parallel workers).
+    ///
+    /// Whole records go out first, as one batch. Then the partial records are filled
+    /// (theory statement, "Deferred fill"): the block each one lies over is looked up
+    /// in the synced tree, the fills are sorted by the old block's (vdev, offset) and
+    /// read with [`Zio::read_blocks`] in batches of at most [`FILL_BATCH_BYTES`], each
+    /// batch merged (new bytes over old) and written before the next is read.
     pub fn sync_write_data(&self, batch: &mut SyncBatch, threads: usize) -> Result<()> {
         let compression = self.compression();
         let txg = batch.txg;
+        let props = |otype: ObjectType| {
+            let comp = if otype == ObjectType::FileData { compression } else { Compression::Lz4 };
+            WriteProps {
+                otype,
+                level: 0,
+                compression: comp,
+                copies: copies_for(otype, self.os_type),
+                txg,
+                fill: 1,
+            }
+        };
+        batch.written = vec![None; batch.blocks.len()];
+        let mut first_err = None;
         // One batch through zio: compressed and checksummed in parallel, then written
         // with adjacent blocks merged into larger device writes.
-        let items: Vec<(Arc<Vec<u8>>, WriteProps)> = batch
-            .blocks
+        let full: Vec<usize> = (0..batch.blocks.len()).filter(|&i| matches!(batch.blocks[i].3, Dirty::Full(_))).collect();
+        let items: Vec<(Arc<Vec<u8>>, WriteProps)> = full
             .iter()
-            .map(|(_, _, otype, data)| {
-                let comp = if *otype == ObjectType::FileData { compression } else { Compression::Lz4 };
-                (
-                    data.clone(),
-                    WriteProps {
-                        otype: *otype,
-                        level: 0,
-                        compression: comp,
-                        copies: copies_for(*otype, self.os_type),
-                        txg,
-                        fill: 1,
-                    },
-                )
+            .map(|&i| match &batch.blocks[i].3 {
+                Dirty::Full(d) => (d.clone(), props(batch.blocks[i].2)),
+                Dirty::Partial(_) => unreachable!("filtered above"),
             })
             .collect();
-        let out = self.zio.write_blocks(&items, threads);
-        let mut first_err = None;
-        for o in out {
-            match o {
-                Ok(bp) => batch.written.push(bp),
+        for (&i, r) in full.iter().zip(self.zio.write_blocks(&items, threads)) {
+            match r {
+                Ok(bp) => batch.written[i] = Some(bp),
                 Err(e) => {
-                    batch.written.push(BlkPtr::HOLE);
                     first_err.get_or_insert(e);
                 }
             }
+        }
+        drop(items);
+        // Deferred fills: what each partial record lies over, from the synced tree
+        // (unchanged since the write, see the theory statement).
+        let mut fills: Vec<(usize, Src, u32)> = Vec::new(); // (batch index, old block, blksz)
+        {
+            let st = self.st.lock();
+            for (i, (obj, blkid, _, record)) in batch.blocks.iter().enumerate() {
+                if !matches!(record, Dirty::Partial(_)) {
+                    continue;
+                }
+                let dn = st.dnodes.get(obj).expect("a syncing object stays loaded");
+                let rec = dn.syncing.as_ref().expect("a syncing object has a syncing record");
+                let below = if in_ranges(&rec.frees, *blkid) {
+                    Src::Zero
+                } else {
+                    self.resolve_tree(&dn.tree, *blkid)?
+                };
+                fills.push((i, below, rec.attrs.blksz));
+            }
+        }
+        let key = |s: &Src| match s {
+            Src::Bp(bp) => (1, bp.dva[0].vdev, bp.dva[0].offset_bytes),
+            _ => (0, 0, 0),
+        };
+        fills.sort_by_key(|(_, s, _)| key(s));
+        let mut rest = &fills[..];
+        while !rest.is_empty() {
+            let mut take = 0usize;
+            let mut bytes = 0u64;
+            while take < rest.len() && (take == 0 || bytes + rest[take].2 as u64 <= FILL_BATCH_BYTES) {
+                bytes += rest[take].2 as u64;
+                take += 1;
+            }
+            let (chunk, tail) = rest.split_at(take);
+            rest = tail;
+            let bps: Vec<BlkPtr> = chunk
+                .iter()
+                .map(|(_, s, _)| match s {
+                    Src::Bp(bp) => *bp,
+                    _ => BlkPtr::HOLE,
+                })
+                .collect();
+            let olds = self.zio.read_blocks(&bps, threads);
+            let mut stats = FillStats {
+                fill_batches: 1,
+                ..FillStats::default()
+            };
+            let mut merged: Vec<(usize, (Arc<Vec<u8>>, WriteProps))> = Vec::new();
+            for ((i, below, blksz), old) in chunk.iter().zip(olds) {
+                let (obj, _, otype, record) = &batch.blocks[*i];
+                let Dirty::Partial(p) = record else { unreachable!("fills are partial") };
+                let old = match below {
+                    Src::Bp(_) => match old {
+                        Ok(old) => {
+                            stats.synced_fills += 1;
+                            old
+                        }
+                        Err(_) => {
+                            // The old bytes are gone (no copy verified; zio counted the
+                            // error): install nothing, so the record keeps its old,
+                            // unreadable block and every later read reports the error.
+                            // The new bytes are dropped; the object goes to the error log.
+                            stats.failed_fills += 1;
+                            if let Some(sink) = self.error_sink.lock().clone() {
+                                sink(*obj);
+                            }
+                            continue;
+                        }
+                    },
+                    _ => {
+                        stats.hole_fills += 1;
+                        Arc::new(Vec::new())
+                    }
+                };
+                let mut v = old.as_ref().clone();
+                v.resize(*blksz as usize, 0);
+                p.overlay(&mut v);
+                merged.push((*i, (Arc::new(v), props(*otype))));
+            }
+            let (idx, items): (Vec<usize>, Vec<(Arc<Vec<u8>>, WriteProps)>) = merged.into_iter().unzip();
+            for (i, r) in idx.into_iter().zip(self.zio.write_blocks(&items, threads)) {
+                match r {
+                    Ok(bp) => batch.written[i] = Some(bp),
+                    Err(e) => {
+                        first_err.get_or_insert(e);
+                    }
+                }
+            }
+            let mut total = self.fill_stats.lock();
+            total.synced_fills += stats.synced_fills;
+            total.hole_fills += stats.hole_fills;
+            total.failed_fills += stats.failed_fills;
+            total.fill_batches += stats.fill_batches;
         }
         match first_err {
             Some(e) => Err(zio_err(e)),
@@ -768,7 +1156,9 @@ impl Objset {
         }
         let mut installs: HashMap<u64, Vec<(u64, BlkPtr)>> = HashMap::new();
         for ((obj, blkid, _, _), bp) in batch.blocks.iter().zip(batch.written.iter()) {
-            installs.entry(*obj).or_default().push((*blkid, *bp));
+            if let Some(bp) = bp {
+                installs.entry(*obj).or_default().push((*blkid, *bp));
+            }
         }
         let mut used_delta: i64 = 0;
         // Every surviving object's tree, with its level-1 blocks already patched.
@@ -1178,19 +1568,28 @@ impl Objset {
         let mut pos = 0usize;
         while pos < buf.len() {
             let off = offset_bytes + pos as u64;
-            let (src, blksz, in_blk) = {
+            let (src, blksz, in_blk, blkid) = {
                 let mut st = self.st.lock();
                 let dn = self.load_dnode(&mut st, obj)?;
                 let blksz = dn.attrs.blksz as u64;
                 let blkid = off / blksz;
-                (self.resolve(dn, blkid)?, blksz, (off % blksz) as usize)
+                (self.resolve(dn, blkid)?, blksz, (off % blksz) as usize, blkid)
             };
             let n = (blksz as usize - in_blk).min(buf.len() - pos);
             let dst = &mut buf[pos..pos + n];
             match src {
                 Src::Zero => dst.fill(0),
+                // Bytes written into a partial record are served without its fill.
+                Src::Partial(layers, _) if layers[0].read_covered(in_blk, dst) => {}
                 other => {
+                    let top = match &other {
+                        Src::Partial(layers, _) => Some(layers[0].clone()),
+                        _ => None,
+                    };
                     let data = self.fetch(other, blksz as u32)?;
+                    if let Some(top) = top {
+                        self.promote(obj, blkid, &top, &data);
+                    }
                     let avail = data.len().saturating_sub(in_blk).min(n);
                     dst[..avail].copy_from_slice(&data[in_blk..in_blk + avail]);
                     dst[avail..].fill(0);
@@ -1244,7 +1643,7 @@ impl ObjectStore for Objset {
         let mut st = self.st.lock();
         let dn = self.load_dnode(&mut st, obj)?;
         dn.attrs.freed = true;
-        let released: i64 = dn.open.blocks.values().map(|b| b.len() as i64).sum();
+        let released: i64 = dn.open.blocks.values().map(|b| b.dirty_bytes() as i64).sum();
         dn.open.blocks.clear();
         Self::mark_dirty(&mut st, obj);
         drop(st);
@@ -1283,7 +1682,7 @@ impl ObjectStore for Objset {
             let had = !matches!(self.resolve(dn, 0)?, Src::Zero);
             dn.attrs.blksz = new_blksz;
             if had || dn.open.blocks.contains_key(&0) {
-                self.put_block(&mut st, obj, 0, b0);
+                self.put_block(&mut st, obj, 0, Dirty::Full(Arc::new(b0)));
             }
         }
         let mut pos = 0usize;
@@ -1294,43 +1693,7 @@ impl ObjectStore for Objset {
             let blkid = off / blksz;
             let in_blk = (off % blksz) as usize;
             let n = (blksz as usize - in_blk).min(data.len() - pos);
-            let block = if n == blksz as usize {
-                data[pos..pos + n].to_vec()
-            } else {
-                if let Some(existing) = dn.open.blocks.get_mut(&blkid) {
-                    let v = Arc::make_mut(existing);
-                    v.resize(blksz as usize, 0);
-                    v[in_blk..in_blk + n].copy_from_slice(&data[pos..pos + n]);
-                    pos += n;
-                    if blkid > dn.attrs.maxblkid {
-                        dn.attrs.maxblkid = blkid;
-                    }
-                    continue;
-                }
-                let mut b = match self.resolve(dn, blkid)? {
-                    // Read-modify-write of an on-disk block: do the read without the
-                    // object-set lock, then use it only if the block did not change.
-                    Src::Bp(bp) => {
-                        drop(st);
-                        let fetched = self.zio.read_block(&bp).map_err(zio_err);
-                        st = self.st.lock();
-                        let fetched = fetched?;
-                        let dn = self.load_dnode(&mut st, obj)?;
-                        let same = dn.attrs.blksz as u64 == blksz
-                            && !dn.open.blocks.contains_key(&blkid)
-                            && matches!(self.resolve(dn, blkid)?, Src::Bp(b2) if b2 == bp);
-                        if !same {
-                            continue;
-                        }
-                        fetched.as_ref().clone()
-                    }
-                    src => self.fetch(src, blksz as u32)?.as_ref().clone(),
-                };
-                b.resize(blksz as usize, 0);
-                b[in_blk..in_blk + n].copy_from_slice(&data[pos..pos + n]);
-                b
-            };
-            self.put_block(&mut st, obj, blkid, block);
+            self.write_in_block(&mut st, obj, blkid, in_blk, &data[pos..pos + n])?;
             pos += n;
         }
         Self::mark_dirty(&mut st, obj);
@@ -1376,17 +1739,16 @@ impl ObjectStore for Objset {
             if matches!(self.resolve(dn, b)?, Src::Zero) {
                 continue;
             }
-            let mut blk = self.block_content(dn, b)?;
+            // Zeros written over the range: a partial record stays partial (no read).
             let to = (to_abs - b * blksz) as usize;
-            blk[from..to].fill(0);
-            self.put_block(&mut st, obj, b, blk);
+            self.write_in_block(&mut st, obj, b, from, &vec![0u8; to - from])?;
         }
         let dn = st.dnodes.get_mut(&obj).unwrap();
         let mut released = 0i64;
         if first_full < last_full {
             let doomed: Vec<u64> = dn.open.blocks.range(first_full..last_full).map(|(k, _)| *k).collect();
             for k in doomed {
-                released += dn.open.blocks.remove(&k).map(|b| b.len() as i64).unwrap_or(0);
+                released += dn.open.blocks.remove(&k).map(|b| b.dirty_bytes() as i64).unwrap_or(0);
             }
             dn.open.frees.push((first_full, last_full));
         }
@@ -1395,11 +1757,11 @@ impl ObjectStore for Objset {
             let keep_to = dn.attrs.maxblkid;
             let doomed: Vec<u64> = dn.open.blocks.range(keep_to + 1..).map(|(k, _)| *k).collect();
             for k in doomed {
-                released += dn.open.blocks.remove(&k).map(|b| b.len() as i64).unwrap_or(0);
+                released += dn.open.blocks.remove(&k).map(|b| b.dirty_bytes() as i64).unwrap_or(0);
             }
             if offset_bytes == 0 {
                 // Truncate to zero frees block 0 too.
-                released += dn.open.blocks.remove(&0).map(|b| b.len() as i64).unwrap_or(0);
+                released += dn.open.blocks.remove(&0).map(|b| b.dirty_bytes() as i64).unwrap_or(0);
                 dn.open.frees.push((0, u64::MAX));
             } else {
                 dn.open.frees.push((keep_to + 1, u64::MAX));
@@ -1433,7 +1795,7 @@ impl ObjectStore for Objset {
     fn object_info(&self, obj: u64) -> Result<ObjectInfo> {
         let mut st = self.st.lock();
         let dn = self.load_dnode(&mut st, obj)?;
-        let dirty: u64 = dn.open.blocks.values().map(|b| b.len() as u64).sum();
+        let dirty: u64 = dn.open.blocks.values().map(|b| b.dirty_bytes()).sum();
         Ok(ObjectInfo {
             otype: dn.attrs.otype,
             datablksz_bytes: dn.attrs.blksz,

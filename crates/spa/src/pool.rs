@@ -1135,6 +1135,12 @@ impl Pool {
         self.zio.data_errors.load(Ordering::Relaxed)
     }
 
+    /// Dirty data of the open and syncing txgs, bytes, as the write throttle counts it
+    /// (a partially written record counts its written bytes).
+    pub fn dirty_bytes(&self) -> u64 {
+        self.gate.dirty_bytes()
+    }
+
     /// The config tree with counters for `zpool status`.
     pub fn status(&self) -> VdevStatus {
         let resilvering = self.resilver_running();

@@ -59,6 +59,7 @@ use tarn_vdev::{Vdev, VdevError};
 
 mod aggregate;
 mod log;
+mod read_batch;
 pub use aggregate::AGGREGATE_MAX_BYTES;
 
 /// Errors of the I/O pipeline.
