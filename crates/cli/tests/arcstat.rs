@@ -95,7 +95,10 @@ fn kstat_arcstat_tunables_and_primarycache() {
     let out = env.tarn(&["arcstat", "1", "2"]).ok().stdout;
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 3, "{out}");
-    assert_eq!(lines[0].split_whitespace().collect::<Vec<_>>(), ["time", "read", "miss", "miss%", "dmis", "dm%", "pmis", "pm%", "mmis", "mm%", "size", "c", "avail"]);
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        ["time", "read", "miss", "miss%", "dmis", "dm%", "pmis", "pm%", "mmis", "mm%", "size", "c", "avail"]
+    );
     assert_eq!(lines[0], "    time  read  miss  miss%  dmis  dm%  pmis  pm%  mmis  mm%   size      c  avail");
     for l in &lines[1..] {
         assert_eq!(l.split_whitespace().count(), 13, "{l:?}");
@@ -109,7 +112,8 @@ fn kstat_arcstat_tunables_and_primarycache() {
     env.zfs(&["set", "primarycache=metadata", "tank"]).ok();
     let got = env.zfs(&["get", "-H", "-o", "value,source", "primarycache", "tank/fs"]).ok().stdout;
     assert_eq!(got, "metadata\tinherited from tank\n");
-    env.zfs(&["set", "primarycache=some", "tank/fs"]).fails_with("'primarycache' must be one of 'all | none | metadata'");
+    env.zfs(&["set", "primarycache=some", "tank/fs"])
+        .fails_with("'primarycache' must be one of 'all | none | metadata'");
     env.zfs(&["set", "secondarycache=all", "tank/fs"]).fails_with("secondarycache");
     env.zfs(&["inherit", "primarycache", "tank"]).ok();
     let got = env.zfs(&["get", "-H", "-o", "value,source", "primarycache", "tank/fs"]).ok().stdout;

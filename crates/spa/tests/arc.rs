@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use tarn_dmu::{ObjectStore, ObjectType};
 use tarn_spa::{CreateSpec, Pool, TopSpec};
-use tarn_zio::arc::ArcCounters;
+use tarn_zio::arc::{ArcCounters, Policy};
 
 mod common;
 use common::pattern;
@@ -129,5 +129,44 @@ fn primarycache_and_stale_blocks_by_counters() {
     pool.sync().unwrap();
     assert!(pool.zio().arc().counters().deleted >= deleted + BLOCKS as u64, "freed blocks stayed in the ARC");
     pool.zio().arc().check().unwrap();
+
+    // Scan resistance through the pool: an ARC of 4 MiB, a hot file of 1 MiB read
+    // four times, then one sequential read of a 16 MiB file (4× the ARC, prefetch
+    // running), then the hot file again: the ARC keeps all of it; an LRU and the old
+    // FIFO cache lose it all.
+    let arc = pool.zio().arc().clone();
+    arc.set_min_bytes(1 << 20);
+    arc.set_max_bytes(4 << 20);
+    let os = pool.objset("arcp/all").unwrap();
+    let tx = os.hold_tx().unwrap();
+    let hot = os.create_object(&tx, ObjectType::FileData, 512, RECORD as u32, &[]).unwrap();
+    os.write(&tx, hot, 0, &pattern(8, 8 * RECORD)).unwrap();
+    let scan = os.create_object(&tx, ObjectType::FileData, 512, RECORD as u32, &[]).unwrap();
+    os.write(&tx, scan, 0, &pattern(9, 128 * RECORD)).unwrap();
+    drop(tx);
+    pool.sync().unwrap();
+    let mut hot_hits = Vec::new();
+    for policy in [Policy::Arc, Policy::Lru, Policy::Fifo] {
+        arc.set_policy(policy);
+        let mut buf = vec![0u8; RECORD];
+        let read_hot = || {
+            let mut b = vec![0u8; RECORD];
+            for i in (0..8).rev() {
+                os.read(hot, (i * RECORD) as u64, &mut b).unwrap();
+            }
+        };
+        for _ in 0..4 {
+            read_hot();
+        }
+        for i in 0..128 {
+            os.read(scan, (i * RECORD) as u64, &mut buf).unwrap();
+            assert!(arc.size_bytes() <= 4 << 20);
+        }
+        let before = arc.counters().demand_data_hits;
+        read_hot();
+        hot_hits.push(arc.counters().demand_data_hits - before);
+        arc.check().unwrap();
+    }
+    assert_eq!(hot_hits, [8, 0, 0], "hot-set hits after a scan with arc, lru, fifo");
     pool.export().unwrap();
 }

@@ -27,7 +27,12 @@
 //! Prefetch: a block brought in by a prefetch read is flagged; the first demand read
 //! that finds it counts as a demand hit and as `demand_hit_predictive_prefetch`, clears
 //! the flag and leaves it in the MRU (OpenZFS `arc_access`: a prefetched block has not
-//! yet been *used* twice). Prefetch hits and misses have their own counters.
+//! yet been *used* twice). Prefetch hits and misses have their own counters. A
+//! prefetched block evicted before any demand read is dropped without a ghost header,
+//! and a prefetch read that finds a ghost header brings the block into the MRU without
+//! adapting `p`: read-ahead that runs too far ahead or too late never moves `p`
+//! (Tarn's choice: without it a sequential scan with prefetch produced MRU ghost hits
+//! and pushed the hot set out).
 //!
 //! Invariants (checked after every call that changes sizes): `c_min ≤ c ≤ c_max`,
 //! `size ≤ c` (resident bytes of MRU + MFU), `p ≤ c`. A buffer larger than `c` is not
@@ -251,7 +256,11 @@ impl State {
             let Some(key) = self.lru_of(from) else { break };
             let h = self.unlink(&key).expect("listed header");
             self.counters.evicted += 1;
-            if self.policy == Policy::Arc {
+            // A prefetched block evicted before any demand read leaves no ghost: a
+            // later miss on it says the prefetch ran too far ahead, not that the MRU
+            // is too small, and must not move `p` (a sequential scan with read-ahead
+            // would otherwise grow the MRU at the expense of the MFU).
+            if self.policy == Policy::Arc && !h.prefetch {
                 let ghost = if from == List::Mru { List::MruGhost } else { List::MfuGhost };
                 self.link(key, h, ghost);
             }
@@ -439,15 +448,18 @@ impl ArcCache {
         let mut to = List::Mru;
         if let Some(old) = st.unlink(&key) {
             match old.list {
+                // Only a demand read adapts `p`: a prefetch that finds a ghost came
+                // too late (the demand read already used and lost the block).
+                List::MruGhost | List::MfuGhost if access == Access::Prefetch => {}
                 List::MruGhost if st.policy == Policy::Arc => {
                     let ratio = (st.size(List::MfuGhost) / st.size(List::MruGhost).max(1)).clamp(1, 10);
                     st.p_bytes = (st.p_bytes + size * ratio).min(st.c_bytes);
-                    to = if access == Access::Prefetch { List::Mru } else { List::Mfu };
+                    to = List::Mfu;
                 }
                 List::MfuGhost if st.policy == Policy::Arc => {
                     let ratio = (st.size(List::MruGhost) / st.size(List::MfuGhost).max(1)).clamp(1, 10);
                     st.p_bytes = st.p_bytes.saturating_sub(size * ratio);
-                    to = if access == Access::Prefetch { List::Mru } else { List::Mfu };
+                    to = List::Mfu;
                 }
                 // Raced with another reader that cached it: keep its place.
                 l @ (List::Mru | List::Mfu) => to = l,
@@ -860,6 +872,16 @@ mod tests {
         assert!(a.lookup(&k, Access::Demand, false).is_some());
         assert_eq!(mru(&a), 0, "the second demand read promotes it to the MFU");
         assert_eq!(a.counters().demand_hit_predictive_prefetch, 1);
+        // A prefetched block evicted unused leaves no ghost: its next miss moves no p.
+        let b = cache(4, Policy::Arc);
+        b.insert_read(key(1), Arc::new(vec![1; B as usize]), false, Access::Prefetch);
+        for i in 10..20 {
+            read(&b, i);
+        }
+        assert_eq!(b.list_of(&key(1)), None);
+        let p = b.p_bytes();
+        assert!(!read(&b, 1));
+        assert_eq!((b.counters().mru_ghost_hits, b.p_bytes()), (0, p));
         // Metadata counted apart.
         assert!(a.lookup(&key(8), Access::Demand, true).is_none());
         assert_eq!(a.counters().demand_metadata_misses, 1);
@@ -906,6 +928,17 @@ mod tests {
         }
         assert_eq!(a.c_bytes(), a.min_bytes());
         a.check().unwrap();
+    }
+
+    #[test]
+    fn defaults_follow_memory() {
+        let g = 1u64 << 30;
+        assert_eq!(default_max_bytes(16 * g), 8 * g, "arc_max: half of memory");
+        assert_eq!(default_max_bytes(64 << 20), ARC_MAX_MIN_BYTES);
+        assert_eq!(default_min_bytes(16 * g), g / 2, "arc_min: 1/32 of memory");
+        assert_eq!(default_min_bytes(g), ARC_MIN_MIN_BYTES);
+        assert_eq!(sys_free_bytes(16 * g), 256 << 20, "free floor: 1/64 of memory");
+        assert_eq!((sys_free_bytes(g), sys_free_bytes(256 * g)), (64 << 20, g));
     }
 
     #[test]
