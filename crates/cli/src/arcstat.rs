@@ -7,7 +7,9 @@
 //!   daemon): `arc_max` and `arc_min` (also spelled as OpenZFS's module parameters
 //!   `zfs_arc_max`, `zfs_arc_min`; sizes such as `4G`; `0` restores the default) and
 //!   Tarn's own `arc_policy` (`arc`, `lru`, or `fifo`, the cache before the ARC, for
-//!   comparisons). Every setting of one command is checked before any is applied; a
+//!   comparisons). An `arc_max` at or under the `arc_min` in force, with no `arc_min`
+//!   beside it, lowers `arc_min` to half of it (at least 32M), as OpenZFS's
+//!   `arc_init` does. Every setting of one command is checked before any is applied; a
 //!   refused one changes nothing. Lowering `arc_max` evicts down to it before the
 //!   command answers. The same settings are read at start from `TARN_ARC_MAX`,
 //!   `TARN_ARC_MIN` and `TARN_ARC_POLICY`; `--set` does not persist across restarts.
@@ -84,6 +86,11 @@ pub fn set_tunables(args: &[String]) -> Response {
             return Response::err(format!("{e}\n"));
         }
     }
+    // An arc_max at or under the arc_min in force (and no arc_min given) lowers
+    // arc_min to half of it, at least 32M, as OpenZFS's arc_init does.
+    if !args.iter().any(|a| a.split_once('=').is_some_and(|(n, _)| n.strip_prefix("zfs_").unwrap_or(n) == "arc_min")) && min_bytes >= max_bytes {
+        min_bytes = (max_bytes / 2).max(ARC_MIN_MIN_BYTES);
+    }
     if max_bytes < ARC_MAX_MIN_BYTES {
         return Response::err(format!("cannot set arc_max to {max_bytes}: it must be at least {ARC_MAX_MIN_BYTES} (64M)\n"));
     }
@@ -93,15 +100,16 @@ pub fn set_tunables(args: &[String]) -> Response {
     if min_bytes > max_bytes {
         return Response::err(format!("cannot set arc_min to {min_bytes}: it must not exceed arc_max ({max_bytes})\n"));
     }
-    if let Some(p) = policy.filter(|&p| p != arc.policy()) {
-        arc.set_policy(p);
-    }
     // Lower the floor first so a lower arc_max is never clamped by the old arc_min.
     if min_bytes < arc.min_bytes() {
         arc.set_min_bytes(min_bytes);
     }
     arc.set_max_bytes(max_bytes);
     arc.set_min_bytes(min_bytes);
+    // Last: setting a policy (even the one in force) empties the cache, p at half of c.
+    if let Some(p) = policy {
+        arc.set_policy(p);
+    }
     Response::ok("")
 }
 

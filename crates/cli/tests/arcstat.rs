@@ -81,6 +81,12 @@ fn kstat_arcstat_tunables_and_primarycache() {
     assert!(k["c"] <= k["c_max"] && k["size"] <= k["c"]);
     env.tarn(&["daemon", "--set", "zfs_arc_max=80M"]).ok();
     assert_eq!(kstat(&env)["c_max"], (80 * MB) as i64);
+    // An arc_max under arc_min alone lowers arc_min to half of it (OpenZFS arc_init).
+    env.tarn(&["daemon", "--set", "arc_min=80M"]).ok();
+    env.tarn(&["daemon", "--set", "arc_max=70M"]).ok();
+    let k = kstat(&env);
+    assert_eq!((k["c_max"], k["c_min"]), ((70 * MB) as i64, (35 * MB) as i64));
+    env.tarn(&["daemon", "--set", "arc_max=80M", "arc_min=32M"]).ok();
     // Refused settings change nothing, even the valid ones beside them.
     env.tarn(&["daemon", "--set", "arc_min=40M", "arc_max=1M"]).fails_with("must be at least");
     env.tarn(&["daemon", "--set", "arc_min=100M"]).fails_with("must not exceed arc_max");

@@ -282,9 +282,11 @@ impl State {
         }
     }
 
+    /// Set `c` within `c_min..=c_max`; `p` keeps its share of `c`.
     fn set_c(&mut self, c_bytes: u64) {
+        let old = self.c_bytes.max(1);
         self.c_bytes = c_bytes.clamp(self.c_min_bytes, self.c_max_bytes);
-        self.p_bytes = self.p_bytes.min(self.c_bytes);
+        self.p_bytes = ((self.p_bytes as u128 * self.c_bytes as u128 / old as u128) as u64).min(self.c_bytes);
         self.evict_to_fit(0);
     }
 
@@ -851,10 +853,12 @@ mod tests {
             }
         }
         assert!(a.size_bytes() > max / 2);
-        // Lower arc_max: evicted before the call returns.
+        // Lower arc_max: evicted before the call returns; p keeps its share of c.
+        let share = a.p_bytes() as f64 / a.c_bytes() as f64;
         a.set_max_bytes(16 * B);
         assert!(a.size_bytes() <= 16 * B);
         assert_eq!(a.c_bytes(), 16 * B);
+        assert!((a.p_bytes() as f64 / a.c_bytes() as f64 - share).abs() < 0.01);
         a.check().unwrap();
     }
 
