@@ -88,7 +88,11 @@ pub fn set_tunables(args: &[String]) -> Response {
     }
     // An arc_max at or under the arc_min in force (and no arc_min given) lowers
     // arc_min to half of it, at least 32M, as OpenZFS's arc_init does.
-    if !args.iter().any(|a| a.split_once('=').is_some_and(|(n, _)| n.strip_prefix("zfs_").unwrap_or(n) == "arc_min")) && min_bytes >= max_bytes {
+    if !args
+        .iter()
+        .any(|a| a.split_once('=').is_some_and(|(n, _)| n.strip_prefix("zfs_").unwrap_or(n) == "arc_min"))
+        && min_bytes >= max_bytes
+    {
         min_bytes = (max_bytes / 2).max(ARC_MIN_MIN_BYTES);
     }
     if max_bytes < ARC_MAX_MIN_BYTES {

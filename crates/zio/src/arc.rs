@@ -711,14 +711,15 @@ pub fn parse_meminfo(text: &str) -> Option<(u64, u64)> {
 /// or `/proc/meminfo` cannot be read.
 pub fn start_memory_thread(arc: &Arc<ArcCache>) {
     let weak = Arc::downgrade(arc);
-    let _ = std::thread::Builder::new().name("arc_reap".into()).spawn(move || loop {
-        let Some(arc) = weak.upgrade() else { break };
-        let Some((total_bytes, avail_bytes)) = std::fs::read_to_string("/proc/meminfo").ok().and_then(|t| parse_meminfo(&t)) else {
-            break;
-        };
-        arc.memory_pressure_step(avail_bytes, sys_free_bytes(total_bytes));
-        drop(arc);
-        std::thread::sleep(std::time::Duration::from_secs(1));
+    let _ = std::thread::Builder::new().name("arc_reap".into()).spawn(move || {
+        while let Some(arc) = weak.upgrade() {
+            let Some((total_bytes, avail_bytes)) = std::fs::read_to_string("/proc/meminfo").ok().and_then(|t| parse_meminfo(&t)) else {
+                break;
+            };
+            arc.memory_pressure_step(avail_bytes, sys_free_bytes(total_bytes));
+            drop(arc);
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
     });
 }
 
@@ -840,12 +841,12 @@ mod tests {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             // Working set 4× the cache, reads and writes of 1..4 blocks' size.
             let i = (x >> 33) % 512;
-            let len = B * (1 + (x >> 20) % 4) as u64;
+            let len = B * (1 + (x >> 20) % 4);
             let k = key(i);
             if n % 3 == 0 {
-                a.insert_written(k, Arc::new(vec![1; len as usize]), i % 5 == 0);
-            } else if a.lookup(&k, Access::Demand, i % 5 == 0).is_none() {
-                a.insert_read(k, Arc::new(vec![2; len as usize]), i % 5 == 0, Access::Demand);
+                a.insert_written(k, Arc::new(vec![1; len as usize]), i.is_multiple_of(5));
+            } else if a.lookup(&k, Access::Demand, i.is_multiple_of(5)).is_none() {
+                a.insert_read(k, Arc::new(vec![2; len as usize]), i.is_multiple_of(5), Access::Demand);
             }
             assert!(a.size_bytes() <= max);
             if n % 997 == 0 {
