@@ -270,7 +270,7 @@ pub fn resolve_device(word: &str, cwd: &Path, create_missing: bool) -> PathBuf {
 }
 
 /// The dataset properties the CLI knows, in `zfs get all` order.
-pub const FS_PROPS: [&str; 9] = [
+pub const FS_PROPS: [&str; 10] = [
     "recordsize",
     "mountpoint",
     "compression",
@@ -280,6 +280,7 @@ pub const FS_PROPS: [&str; 9] = [
     "canmount",
     "sync",
     "logbias",
+    "primarycache",
 ];
 
 /// Short column header of a dataset property for `zfs list -o`.

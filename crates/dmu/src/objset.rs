@@ -101,7 +101,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use tarn_phys::{BlkPtr, Compression, DnodePhys, ObjectType, ObjsetPhys, ZilHeader, BLKPTR_SIZE_BYTES, DNODE_SIZE_BYTES};
-use tarn_zio::{WriteProps, Zio, ZioError};
+use tarn_zio::{CachePolicy, WriteProps, Zio, ZioError};
 
 /// Bytes per dnode block (object 0's block size).
 pub const DNODE_BLOCK_BYTES: u32 = 16 << 10;
@@ -375,6 +375,8 @@ pub struct Objset {
     gate: Arc<TxgGate>,
     os_type: u64,
     compression: AtomicU8,
+    /// The `primarycache` property ([`CachePolicy`] as u8).
+    primarycache: AtomicU8,
     readonly: std::sync::atomic::AtomicBool,
     st: Mutex<OsState>,
     /// Bytes kept free for metadata when pool space runs low (1/32 of the pool, ZFS slop).
@@ -420,6 +422,7 @@ impl Objset {
             gate,
             os_type,
             compression: AtomicU8::new(Compression::Off as u8),
+            primarycache: AtomicU8::new(0),
             readonly: false.into(),
             st: Mutex::new(OsState {
                 meta: Tree {
@@ -469,6 +472,7 @@ impl Objset {
             gate,
             os_type: phys.os_type,
             compression: AtomicU8::new(Compression::Off as u8),
+            primarycache: AtomicU8::new(0),
             readonly: false.into(),
             st: Mutex::new(OsState {
                 meta: Tree {
@@ -559,6 +563,47 @@ impl Objset {
         self.compression.store(c as u8, Ordering::Relaxed);
     }
 
+    /// What the ARC may keep of this object set's blocks (the `primarycache`
+    /// property): reads of blocks it may not keep still count in the ARC statistics
+    /// but leave nothing behind, and blocks just written are dropped from it.
+    pub fn set_primarycache(&self, c: CachePolicy) {
+        let v = match c {
+            CachePolicy::All => 0,
+            CachePolicy::Metadata => 1,
+            CachePolicy::None => 2,
+        };
+        self.primarycache.store(v, Ordering::Relaxed);
+    }
+
+    /// The `primarycache` policy in force.
+    pub fn primarycache(&self) -> CachePolicy {
+        match self.primarycache.load(Ordering::Relaxed) {
+            1 => CachePolicy::Metadata,
+            2 => CachePolicy::None,
+            _ => CachePolicy::All,
+        }
+    }
+
+    /// A demand read of `bp` through the ARC under this object set's `primarycache`.
+    fn read_bp(&self, bp: &BlkPtr) -> std::result::Result<Arc<Vec<u8>>, ZioError> {
+        self.zio.read_block_as(bp, tarn_zio::Access::Demand, self.primarycache())
+    }
+
+    /// [`Zio::write_blocks`], then drop from the ARC what `primarycache` does not let
+    /// it keep.
+    fn write_bps(&self, blocks: &[(Arc<Vec<u8>>, WriteProps)], threads: usize) -> Vec<std::result::Result<BlkPtr, ZioError>> {
+        let out = self.zio.write_blocks(blocks, threads);
+        let policy = self.primarycache();
+        if policy != CachePolicy::All {
+            for bp in out.iter().flatten() {
+                if !policy.caches(tarn_zio::bp_is_metadata(bp)) {
+                    self.zio.uncache(bp);
+                }
+            }
+        }
+        out
+    }
+
     /// Make this object set refuse changes (`readonly=on`).
     pub fn set_readonly(&self, ro: bool) {
         self.readonly.store(ro, Ordering::Relaxed);
@@ -608,7 +653,7 @@ impl Objset {
             }
         }
         for bp in bps {
-            self.zio.prefetch(bp);
+            self.zio.prefetch_as(bp, self.primarycache());
         }
     }
 
@@ -635,7 +680,7 @@ impl Objset {
                 format!("expected a level-{level} indirect block, found level {} {:?}", bp.level, bp.otype),
             )));
         }
-        let ind = self.zio.read_block(bp).map_err(zio_err)?;
+        let ind = self.read_bp(bp).map_err(zio_err)?;
         if ind.len() != 1 << INDBLKSHIFT {
             return Err(DmuError::Corrupt(tarn_phys::Corrupt::new(
                 "indirect",
@@ -681,11 +726,7 @@ impl Objset {
             let first = blkid * DNODES_PER_BLOCK;
             let end = (first + DNODES_PER_BLOCK).min(st.next_obj);
             let bp = self.tree_lookup(&st.meta, blkid)?;
-            let blk = if bp.is_hole() {
-                None
-            } else {
-                Some(self.zio.read_block(&bp).map_err(zio_err)?)
-            };
+            let blk = if bp.is_hole() { None } else { Some(self.read_bp(&bp).map_err(zio_err)?) };
             for obj in st.scan_cursor.max(first).max(1)..end {
                 let free_on_disk = match &blk {
                     None => true,
@@ -716,7 +757,7 @@ impl Objset {
             if bp.is_hole() {
                 return Err(DmuError::NoSuchObject(obj));
             }
-            let blk = self.zio.read_block(&bp).map_err(zio_err)?;
+            let blk = self.read_bp(&bp).map_err(zio_err)?;
             let off = (obj % DNODES_PER_BLOCK) as usize * DNODE_SIZE_BYTES;
             if blk.len() < off + DNODE_SIZE_BYTES {
                 return Err(DmuError::Corrupt(tarn_phys::Corrupt::new("dnode", "short dnode block")));
@@ -796,7 +837,7 @@ impl Objset {
         match src {
             Src::Data(d) => Ok(d),
             Src::Zero => Ok(Arc::new(vec![0u8; blksz as usize])),
-            Src::Bp(bp) => self.zio.read_block(&bp).map_err(zio_err),
+            Src::Bp(bp) => self.read_bp(&bp).map_err(zio_err),
             Src::Partial(layers, base) => {
                 let mut v = self.fetch(*base, blksz)?.as_ref().clone();
                 v.resize(blksz as usize, 0);
@@ -1030,7 +1071,7 @@ impl Objset {
                 Dirty::Partial(_) => unreachable!("filtered above"),
             })
             .collect();
-        for (&i, r) in full.iter().zip(self.zio.write_blocks(&items, threads)) {
+        for (&i, r) in full.iter().zip(self.write_bps(&items, threads)) {
             match r {
                 Ok(bp) => batch.written[i] = Some(bp),
                 Err(e) => {
@@ -1228,7 +1269,7 @@ impl Objset {
             let mut blk = if old_bp.is_hole() {
                 vec![0u8; DNODE_BLOCK_BYTES as usize]
             } else {
-                let mut v = self.zio.read_block(&old_bp).map_err(zio_err)?.as_ref().clone();
+                let mut v = self.read_bp(&old_bp).map_err(zio_err)?.as_ref().clone();
                 v.resize(DNODE_BLOCK_BYTES as usize, 0);
                 v
             };
@@ -1243,7 +1284,7 @@ impl Objset {
                 dnode_bids.push(bid);
             }
         }
-        for (bid, r) in dnode_bids.into_iter().zip(self.zio.write_blocks(&dnode_blocks, 2)) {
+        for (bid, r) in dnode_bids.into_iter().zip(self.write_bps(&dnode_blocks, 2)) {
             meta_installs.push((bid, r.map_err(zio_err)?));
         }
         let meta = std::mem::take(&mut st.meta);
@@ -1492,7 +1533,7 @@ impl Objset {
                     }
                 }
             }
-            for ((w, idx), r) in members.into_iter().zip(self.zio.write_blocks(&blocks, 2)) {
+            for ((w, idx), r) in members.into_iter().zip(self.write_bps(&blocks, 2)) {
                 results.push((w, idx, r.map_err(zio_err)?));
             }
             for (w, idx, new_bp) in results {

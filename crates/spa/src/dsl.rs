@@ -339,6 +339,7 @@ pub const DATASET_PROPS: &[(&str, &str)] = &[
     ("canmount", "on"),
     ("sync", "standard"),
     ("logbias", "latency"),
+    ("primarycache", "all"),
 ];
 
 /// Parse a human size as zfs(8) and zpool(8) take them ("256M", "4G", "1.5G", "512",
@@ -501,6 +502,7 @@ pub fn check_dataset_prop(prop: &str, value: &str) -> std::result::Result<String
         "snapdir" => one_of(&["hidden", "visible"]),
         "sync" => one_of(&["standard", "always", "disabled"]),
         "logbias" => one_of(&["latency", "throughput"]),
+        "primarycache" => one_of(&["all", "none", "metadata"]),
         "compression" => match Compression::parse(value) {
             Some(_) => Ok(value.into()),
             None => Err("'compression' must be one of 'on | off | lz4'".into()),
@@ -1374,6 +1376,7 @@ impl Pool {
         let comp = Compression::parse(&self.effective(d, name, "compression").0).unwrap_or(Compression::Off);
         os.set_compression(comp);
         os.set_readonly(self.effective(d, name, "readonly").0 == "on");
+        os.set_primarycache(tarn_zio::CachePolicy::parse(&self.effective(d, name, "primarycache").0).unwrap_or_default());
     }
 
     /// The dataset's object set (for zpl). A fresh dataset has no objects; the caller

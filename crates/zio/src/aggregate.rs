@@ -167,12 +167,9 @@ impl Zio {
         });
         let written = landed;
         drop(vdevs);
-        {
-            let mut cache = self.cache.lock();
-            for ((p, (data, _)), ok) in prepared.iter().zip(blocks).zip(&written) {
-                if *ok {
-                    cache.insert((p.bp.dva[0], p.bp.birth_txg), data.clone());
-                }
+        for ((p, (data, _)), ok) in prepared.iter().zip(blocks).zip(&written) {
+            if *ok {
+                self.arc.insert_written(self.arc_key(&p.bp), data.clone(), crate::bp_is_metadata(&p.bp));
             }
         }
         prepared

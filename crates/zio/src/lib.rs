@@ -14,11 +14,17 @@
 //! rewritten with the verified bytes, as a mirror heals its sides. Only when every copy fails does the read return
 //! [`ZioError::Checksum`] or [`ZioError::Io`], and `data_errors` counts it.
 //!
-//! Owns: the pool's [`SpaceMap`] (behind a mutex) and a read cache of logical blocks
-//! keyed by (DVA, birth txg) — the stand-in for the ARC, filled by verified reads and
-//! by batched writes ([`Zio::write_blocks`]), bounded in bytes (`cache_max_bytes`),
-//! evicting the oldest insertions first. A freed block leaves the cache; the key's
-//! birth txg keeps a reallocated DVA from ever matching an older entry.
+//! Owns: the pool's [`SpaceMap`] (behind a mutex). Caches verified logical blocks in
+//! an [`ArcCache`] (module [`arc`]: the Adaptive Replacement Cache) keyed by (this
+//! pipeline's id, first DVA, birth txg), filled by verified reads (demand, or prefetch
+//! from [`Zio::prefetch`]'s workers) and by batched writes ([`Zio::write_blocks`]). A
+//! freed block leaves the cache; the key's birth txg keeps a reallocated DVA from ever
+//! matching an older entry. The ARC lives in zio rather than in a crate above it
+//! (OpenZFS's `arc.c` sits above `zio.c`) because zio itself fills it on writes, empties
+//! it on frees (OpenZFS's `zio_free` calls back up into `arc_freed`) and runs the
+//! prefetch workers: here every call still goes down. The daemon shares one ARC among
+//! its pools ([`Zio::with_arc`]); a dataset's `primarycache` reaches the read path as a
+//! [`CachePolicy`] ([`Zio::read_block_as`]).
 //!
 //! Frees are deferred ([`tarn_metaslab::TXG_DEFER_SIZE`]) so that the last few
 //! uberblocks stay importable for rewind. A free names DVAs read from disk, so it is
@@ -42,7 +48,7 @@
 //! `detach` and `replace` swap a top-level node for one with other children over the
 //! same space ([`Zio::replace_top`]). Ids never move.
 //!
-//! Locks (in order): `vdevs`, then `space`, then `cache`; none is held across I/O
+//! Locks (in order): `vdevs`, then `space`, then the ARC's; none is held across I/O
 //! except the `vdevs` read lock.
 //!
 //! Called by: dmu (block trees), spa (the txg's space structures through
@@ -50,7 +56,6 @@
 //! Calls: metaslab, vdev.
 
 use parking_lot::{Mutex, RwLock};
-use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tarn_metaslab::{AllocClass, SpaceMap, SyncBlock, SyncPlan, VdevSpace};
@@ -61,6 +66,8 @@ mod aggregate;
 mod log;
 mod read_batch;
 pub use aggregate::AGGREGATE_MAX_BYTES;
+pub mod arc;
+pub use arc::{Access, ArcCache};
 
 /// Errors of the I/O pipeline.
 #[derive(Debug, thiserror::Error)]
@@ -106,47 +113,47 @@ pub struct WriteProps {
     pub fill: u64,
 }
 
-/// Bounded cache of verified logical blocks (the ARC's stand-in).
-struct BlockCache {
-    map: HashMap<(Dva, u64), Arc<Vec<u8>>>,
-    order: VecDeque<(Dva, u64)>,
-    bytes: u64,
-    max_bytes: u64,
+/// What a dataset lets the cache keep of its blocks: OpenZFS's `primarycache`
+/// property (`all`, `metadata`, `none`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CachePolicy {
+    /// Data and metadata blocks are cached (the default).
+    #[default]
+    All,
+    /// Only metadata blocks (indirect blocks, dnodes, ZAPs...) are cached.
+    Metadata,
+    /// Nothing is cached; reads still count as ARC hits or misses.
+    None,
 }
 
-impl BlockCache {
-    fn get(&self, key: &(Dva, u64)) -> Option<Arc<Vec<u8>>> {
-        self.map.get(key).cloned()
-    }
-    fn insert(&mut self, key: (Dva, u64), data: Arc<Vec<u8>>) {
-        if self.max_bytes == 0 || data.len() as u64 > self.max_bytes / 4 {
-            return;
-        }
-        if let Some(old) = self.map.insert(key, data.clone()) {
-            self.bytes -= old.len() as u64;
-        } else {
-            self.order.push_back(key);
-        }
-        self.bytes += data.len() as u64;
-        while self.bytes > self.max_bytes {
-            let Some(k) = self.order.pop_front() else { break };
-            if let Some(d) = self.map.remove(&k) {
-                self.bytes -= d.len() as u64;
-            }
+impl CachePolicy {
+    /// Parse a `primarycache` value.
+    pub fn parse(s: &str) -> Option<CachePolicy> {
+        match s {
+            "all" => Some(CachePolicy::All),
+            "metadata" => Some(CachePolicy::Metadata),
+            "none" => Some(CachePolicy::None),
+            _ => None,
         }
     }
-    fn remove(&mut self, key: &(Dva, u64)) {
-        if let Some(d) = self.map.remove(key) {
-            self.bytes -= d.len() as u64;
-        }
-        // Removed keys stay in `order` until eviction reaches them; compact when they
-        // outnumber the live ones, so a cache that never fills does not grow `order`.
-        if self.order.len() > 2 * self.map.len() + 1024 {
-            let map = &self.map;
-            self.order.retain(|k| map.contains_key(k));
+    /// Whether a block (metadata when `meta`) may be cached.
+    pub fn caches(self, meta: bool) -> bool {
+        match self {
+            CachePolicy::All => true,
+            CachePolicy::Metadata => meta,
+            CachePolicy::None => false,
         }
     }
 }
+
+/// Whether the cache accounts `bp` as metadata: an indirect block or a block of a
+/// metadata type (OpenZFS `BP_IS_METADATA`).
+pub fn bp_is_metadata(bp: &BlkPtr) -> bool {
+    bp.level > 0 || bp.otype.is_metadata()
+}
+
+/// Cache user ids handed to pipelines (keys of pools sharing one [`ArcCache`]).
+static NEXT_ARC_USER: AtomicU64 = AtomicU64::new(1);
 
 /// Worker threads that read prefetched blocks into the cache.
 pub const PREFETCH_THREADS: usize = 2;
@@ -157,10 +164,12 @@ pub const PREFETCH_QUEUE: usize = 64;
 pub struct Zio {
     /// `f64` bits of the worst normal-class asize/psize ratio (see [`Zio::inflation`]).
     inflation_bits: AtomicU64,
-    prefetch_tx: Mutex<Option<std::sync::mpsc::SyncSender<BlkPtr>>>,
+    prefetch_tx: Mutex<Option<std::sync::mpsc::SyncSender<(BlkPtr, CachePolicy)>>>,
     vdevs: RwLock<Vec<Arc<Vdev>>>,
     space: Mutex<SpaceMap>,
-    cache: Mutex<BlockCache>,
+    arc: Arc<ArcCache>,
+    /// This pipeline's id in the keys of `arc`.
+    arc_user: u64,
     /// Reads that failed on every copy since the pool was opened.
     pub data_errors: AtomicU64,
     /// Frees refused since open because the range was not allocated or named no vdev
@@ -173,10 +182,23 @@ pub struct Zio {
     pub blocks_read: AtomicU64,
 }
 
+impl Drop for Zio {
+    /// A closed pool's blocks leave a shared ARC.
+    fn drop(&mut self) {
+        self.arc.remove_user(self.arc_user);
+    }
+}
+
 impl Zio {
     /// Build a pipeline over top-level vdevs (index = DVA vdev id) and their space map.
-    /// `cache_max_bytes` bounds the read cache.
+    /// The read cache is a private ARC of at most `cache_max_bytes`.
     pub fn new(vdevs: Vec<Arc<Vdev>>, space: SpaceMap, cache_max_bytes: u64) -> Zio {
+        Self::with_arc(vdevs, space, Arc::new(ArcCache::with_max(cache_max_bytes)))
+    }
+
+    /// Build a pipeline that caches its blocks in `arc`, which other pools may share
+    /// (the daemon has one ARC for all pools, as OpenZFS has one per host).
+    pub fn with_arc(vdevs: Vec<Arc<Vdev>>, space: SpaceMap, arc: Arc<ArcCache>) -> Zio {
         assert_eq!(vdevs.len(), space.vdevs.len(), "one VdevSpace per top-level vdev");
         let inflation = Self::compute_inflation(&vdevs, &space);
         Zio {
@@ -184,12 +206,8 @@ impl Zio {
             prefetch_tx: Mutex::new(None),
             vdevs: RwLock::new(vdevs),
             space: Mutex::new(space),
-            cache: Mutex::new(BlockCache {
-                map: HashMap::new(),
-                order: VecDeque::new(),
-                bytes: 0,
-                max_bytes: cache_max_bytes,
-            }),
+            arc,
+            arc_user: NEXT_ARC_USER.fetch_add(1, Ordering::Relaxed),
             data_errors: AtomicU64::new(0),
             refused_frees: AtomicU64::new(0),
             blocks_written: AtomicU64::new(0),
@@ -458,20 +476,44 @@ impl Zio {
 
     /// Drop every cached block (after a rewind or for cold-cache measurements).
     pub fn clear_cache(&self) {
-        let mut c = self.cache.lock();
-        c.map.clear();
-        c.order.clear();
-        c.bytes = 0;
+        self.arc.remove_user(self.arc_user);
+    }
+
+    /// The ARC this pipeline caches in.
+    pub fn arc(&self) -> &Arc<ArcCache> {
+        &self.arc
+    }
+
+    /// The ARC key of `bp`: (this pipeline's id, first DVA, birth txg).
+    pub fn arc_key(&self, bp: &BlkPtr) -> arc::ArcKey {
+        (self.arc_user, bp.dva[0], bp.birth_txg)
+    }
+
+    /// Drop `bp`'s block from the ARC (a dataset whose `primarycache` refuses a block
+    /// it has just written).
+    pub fn uncache(&self, bp: &BlkPtr) {
+        if !bp.is_hole() {
+            self.arc.remove(&self.arc_key(bp));
+        }
     }
 
     /// Read and verify a block, returning its logical bytes (`lsize_bytes` long).
-    /// Holes read as zeros.
+    /// Holes read as zeros. A demand read that may cache the block
+    /// ([`CachePolicy::All`]).
     pub fn read_block(&self, bp: &BlkPtr) -> Result<Arc<Vec<u8>>> {
+        self.read_block_as(bp, Access::Demand, CachePolicy::All)
+    }
+
+    /// [`Zio::read_block`] counted as `access` in the ARC statistics, caching the
+    /// block only when `cache` allows it (the dataset's `primarycache`). Shares the
+    /// ARC's buffer when the block is resident.
+    pub fn read_block_as(&self, bp: &BlkPtr, access: Access, cache: CachePolicy) -> Result<Arc<Vec<u8>>> {
         if bp.is_hole() {
             return Ok(Arc::new(vec![0u8; bp.lsize_bytes as usize]));
         }
-        let key = (bp.dva[0], bp.birth_txg);
-        if let Some(d) = self.cache.lock().get(&key) {
+        let key = self.arc_key(bp);
+        let meta = bp_is_metadata(bp);
+        if let Some(d) = self.arc.lookup(&key, access, meta) {
             return Ok(d);
         }
         self.blocks_read.fetch_add(1, Ordering::Relaxed);
@@ -497,7 +539,9 @@ impl Zio {
                     } else {
                         Arc::new(bp.compression.decompress(&phys, bp.lsize_bytes as usize)?)
                     };
-                    self.cache.lock().insert(key, logical.clone());
+                    if cache.caches(meta) {
+                        self.arc.insert_read(key, logical.clone(), meta, access);
+                    }
                     return Ok(logical);
                 }
                 Err(e) => {
@@ -537,24 +581,31 @@ impl Zio {
     /// full, ignored when cached). Workers hold only a weak reference to the pipeline
     /// and exit when it is dropped.
     pub fn prefetch(self: &Arc<Self>, bp: BlkPtr) {
-        if bp.is_hole() || self.cache.lock().get(&(bp.dva[0], bp.birth_txg)).is_some() {
+        self.prefetch_as(bp, CachePolicy::All)
+    }
+
+    /// [`Zio::prefetch`] for a dataset whose `primarycache` is `cache`: nothing is
+    /// prefetched that the cache would not keep. Prefetch reads count as prefetch
+    /// hits or misses in the ARC statistics.
+    pub fn prefetch_as(self: &Arc<Self>, bp: BlkPtr, cache: CachePolicy) {
+        if bp.is_hole() || !cache.caches(bp_is_metadata(&bp)) || self.arc.contains(&self.arc_key(&bp)) {
             return;
         }
         let mut tx = self.prefetch_tx.lock();
         if tx.is_none() {
-            let (send, recv) = std::sync::mpsc::sync_channel::<BlkPtr>(PREFETCH_QUEUE);
+            let (send, recv) = std::sync::mpsc::sync_channel::<(BlkPtr, CachePolicy)>(PREFETCH_QUEUE);
             let recv = Arc::new(Mutex::new(recv));
             for i in 0..PREFETCH_THREADS {
                 let (recv, weak) = (recv.clone(), Arc::downgrade(self));
                 let _ = std::thread::Builder::new().name(format!("zio_prefetch{i}")).spawn(move || loop {
-                    let Ok(bp) = recv.lock().recv() else { break };
+                    let Ok((bp, cache)) = recv.lock().recv() else { break };
                     let Some(zio) = weak.upgrade() else { break };
-                    let _ = zio.read_block(&bp);
+                    let _ = zio.read_block_as(&bp, Access::Prefetch, cache);
                 });
             }
             *tx = Some(send);
         }
-        let _ = tx.as_ref().unwrap().try_send(bp);
+        let _ = tx.as_ref().unwrap().try_send((bp, cache));
     }
 
     /// Free a block's DVAs, deferred until `txg + TXG_DEFER_SIZE` has synced. A DVA
@@ -567,7 +618,7 @@ impl Zio {
         if bp.is_hole() {
             return;
         }
-        self.cache.lock().remove(&(bp.dva[0], bp.birth_txg));
+        self.arc.remove(&self.arc_key(bp));
         let mut space = self.space.lock();
         for d in bp.dvas() {
             match space.vdevs.get_mut(d.vdev as usize) {
