@@ -55,7 +55,7 @@ use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
-use tarn_phys::{BlkPtr, Compression, DnodePhys, ObjectType, ObjsetPhys, ZilHeader, BLKPTR_SIZE_BYTES, DNODE_SIZE_BYTES};
+use tarn_phys::{BlkPtr, ChecksumAlg, CompressSetting, DnodePhys, ObjectType, ObjsetPhys, ZilHeader, BLKPTR_SIZE_BYTES, DNODE_SIZE_BYTES};
 use tarn_zio::{WriteProps, Zio, ZioError};
 
 /// Bytes per dnode block (object 0's block size).
@@ -202,7 +202,12 @@ pub struct Objset {
     zio: Arc<Zio>,
     gate: Arc<TxgGate>,
     os_type: u64,
-    compression: AtomicU8,
+    /// The `compression` property ([`CompressSetting::to_bits`]).
+    compression: std::sync::atomic::AtomicU32,
+    /// The `checksum` property for file data (a [`ChecksumAlg`] code).
+    checksum: AtomicU8,
+    /// The `copies` property for file data (1..=3).
+    data_copies: AtomicU8,
     readonly: std::sync::atomic::AtomicBool,
     st: Mutex<OsState>,
     /// Bytes kept free for metadata when pool space runs low (1/32 of the pool, ZFS slop).
@@ -228,13 +233,17 @@ pub type ReadErrorSink = Arc<dyn Fn(u64) + Send + Sync>;
 /// context, under the object set's lock: it must not call back into the object set.
 pub type BlockKill = Arc<dyn Fn(&BlkPtr, u64) + Send + Sync>;
 
-fn copies_for(otype: ObjectType, os_type: u64) -> u8 {
+/// DVAs of a block: three for the MOS; for a dataset's file data its `copies`
+/// property, for its metadata one more than that, at least two and at most three
+/// (OpenZFS `dmu_write_policy`: `MIN(copies + 1, spa_max_replication)`).
+fn copies_for(otype: ObjectType, os_type: u64, data_copies: u8) -> u8 {
+    let data_copies = data_copies.clamp(1, 3);
     if os_type == OS_TYPE_MOS {
         3
     } else if otype.is_metadata() {
-        2
+        (data_copies + 1).min(3)
     } else {
-        1
+        data_copies
     }
 }
 
@@ -245,7 +254,9 @@ impl Objset {
             zio,
             gate,
             os_type,
-            compression: AtomicU8::new(Compression::Off as u8),
+            compression: CompressSetting::OFF.to_bits().into(),
+            checksum: AtomicU8::new(ChecksumAlg::Fletcher4 as u8),
+            data_copies: AtomicU8::new(1),
             readonly: false.into(),
             st: Mutex::new(OsState {
                 meta: Tree {
@@ -293,7 +304,9 @@ impl Objset {
             zio,
             gate,
             os_type: phys.os_type,
-            compression: AtomicU8::new(Compression::Off as u8),
+            compression: CompressSetting::OFF.to_bits().into(),
+            checksum: AtomicU8::new(ChecksumAlg::Fletcher4 as u8),
+            data_copies: AtomicU8::new(1),
             readonly: false.into(),
             st: Mutex::new(OsState {
                 meta: Tree {
@@ -379,8 +392,21 @@ impl Objset {
     }
 
     /// Set the compression used for new data blocks (the `compression` property).
-    pub fn set_compression(&self, c: Compression) {
-        self.compression.store(c as u8, Ordering::Relaxed);
+    /// Metadata always uses LZ4.
+    pub fn set_compression(&self, c: CompressSetting) {
+        self.compression.store(c.to_bits(), Ordering::Relaxed);
+    }
+
+    /// Set the checksum of new file data blocks (the `checksum` property; `Off`
+    /// writes none). Metadata always gets BLAKE3, whatever this says.
+    pub fn set_checksum(&self, alg: ChecksumAlg) {
+        self.checksum.store(alg as u8, Ordering::Relaxed);
+    }
+
+    /// Set the number of copies (DVAs) of new file data blocks (the `copies`
+    /// property, clamped to 1..=3); metadata gets one more, up to 3.
+    pub fn set_copies(&self, copies: u8) {
+        self.data_copies.store(copies.clamp(1, 3), Ordering::Relaxed);
     }
 
     /// Make this object set refuse changes (`readonly=on`).
@@ -442,8 +468,16 @@ impl Objset {
         !st.dirty.is_empty() || st.zil_dirty
     }
 
-    fn compression(&self) -> Compression {
-        Compression::from_u8(self.compression.load(Ordering::Relaxed)).unwrap_or(Compression::Off)
+    fn compression(&self) -> CompressSetting {
+        CompressSetting::from_bits(self.compression.load(Ordering::Relaxed))
+    }
+
+    fn checksum(&self) -> ChecksumAlg {
+        ChecksumAlg::from_u8(self.checksum.load(Ordering::Relaxed)).unwrap_or(ChecksumAlg::Fletcher4)
+    }
+
+    fn data_copies(&self) -> u8 {
+        self.data_copies.load(Ordering::Relaxed)
     }
 
     // ---- tree reading -------------------------------------------------------------
@@ -711,26 +745,51 @@ impl Objset {
 
     /// Phase 2: write the batch's level-0 blocks (in `threads` parallel workers).
     pub fn sync_write_data(&self, batch: &mut SyncBatch, threads: usize) -> Result<()> {
-        let compression = self.compression();
+        let (compression, checksum, data_copies) = (self.compression(), self.checksum(), self.data_copies());
         let txg = batch.txg;
+        // nopwrite (OpenZFS `dmu_write_policy`: a strong checksum and compression on):
+        // each file data block is offered the pointer it replaces, unless a free of
+        // this txg covers it (then that pointer is being freed).
+        let nop = checksum.is_strong() && compression.alg != tarn_phys::Compression::Off;
+        let prev: Vec<Option<BlkPtr>> = if nop {
+            let st = self.st.lock();
+            batch
+                .blocks
+                .iter()
+                .map(|(obj, blkid, otype, _)| {
+                    let dn = st.dnodes.get(obj)?;
+                    let rec = dn.syncing.as_ref()?;
+                    if *otype != ObjectType::FileData || rec.frees.iter().any(|&(s, e)| (s..e).contains(blkid)) {
+                        return None;
+                    }
+                    self.tree_lookup(&dn.tree, *blkid).ok().filter(|bp| !bp.is_hole())
+                })
+                .collect()
+        } else {
+            vec![None; batch.blocks.len()]
+        };
         // One batch through zio: compressed and checksummed in parallel, then written
         // with adjacent blocks merged into larger device writes.
         let items: Vec<(Arc<Vec<u8>>, WriteProps)> = batch
             .blocks
             .iter()
-            .map(|(_, _, otype, data)| {
-                let comp = if *otype == ObjectType::FileData { compression } else { Compression::Lz4 };
-                (
-                    data.clone(),
+            .zip(prev)
+            .map(|((_, _, otype, data), nop_prev)| {
+                let props = if *otype == ObjectType::FileData {
                     WriteProps {
                         otype: *otype,
                         level: 0,
-                        compression: comp,
-                        copies: copies_for(*otype, self.os_type),
+                        compression,
+                        checksum,
+                        copies: copies_for(*otype, self.os_type, data_copies),
                         txg,
                         fill: 1,
-                    },
-                )
+                        nop_prev,
+                    }
+                } else {
+                    WriteProps::meta(*otype, 0, copies_for(*otype, self.os_type, data_copies), txg, 1)
+                };
+                (data.clone(), props)
             })
             .collect();
         let out = self.zio.write_blocks(&items, threads);
@@ -913,16 +972,9 @@ impl Objset {
         }
     }
 
-    /// Write properties of a metadata block of this object set (LZ4, ditto copies).
+    /// Write properties of a metadata block of this object set (LZ4, BLAKE3, ditto copies).
     fn meta_props(&self, otype: ObjectType, level: u8, txg: u64, fill: u64) -> WriteProps {
-        WriteProps {
-            otype,
-            level,
-            compression: Compression::Lz4,
-            copies: copies_for(otype, self.os_type),
-            txg,
-            fill,
-        }
+        WriteProps::meta(otype, level, copies_for(otype, self.os_type, self.data_copies()), txg, fill)
     }
 
     /// Free every block of a tree (object deletion). The root must sit at the level
@@ -995,6 +1047,9 @@ impl Objset {
             }
             for (blkid, bp) in installs {
                 assert_eq!(*blkid, 0);
+                if tree.root == *bp {
+                    continue; // nopwrite: the block stays as it is
+                }
                 used -= tree.root.asize_total_bytes() as i64;
                 self.kill(&tree.root, txg);
                 used += bp.asize_total_bytes() as i64;
@@ -1038,6 +1093,9 @@ impl Objset {
             let blk = dirty.get_mut(&(1, blkid / BPS_PER_INDIRECT)).unwrap();
             let o = (blkid % BPS_PER_INDIRECT) as usize * BLKPTR_SIZE_BYTES;
             let old = BlkPtr::decode(&blk[o..o + BLKPTR_SIZE_BYTES])?;
+            if old == bp {
+                continue; // nopwrite: the block stays as it is
+            }
             if !old.is_hole() {
                 used -= old.asize_total_bytes() as i64;
                 self.kill(&old, txg);

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tarn_dmu::objset::Objset;
 use tarn_dmu::{zap, ObjectStore, TxHold};
-use tarn_phys::{BlkPtr, Compression, ObjectType};
+use tarn_phys::{BlkPtr, ChecksumAlg, CompressSetting, ObjectType};
 use tarn_zil::Zilog;
 
 /// Pool-directory ZAP entry naming the dataset-name ZAP.
@@ -332,11 +332,13 @@ impl DslDatasetPhys {
 pub const DATASET_PROPS: &[(&str, &str)] = &[
     ("recordsize", "128K"),
     ("mountpoint", ""),
+    ("checksum", "on"),
     ("compression", "off"),
     ("atime", "on"),
     ("readonly", "off"),
     ("snapdir", "hidden"),
     ("canmount", "on"),
+    ("copies", "1"),
     ("sync", "standard"),
     ("logbias", "latency"),
 ];
@@ -360,6 +362,15 @@ fn human_size(v: u64) -> String {
         v.to_string()
     }
 }
+
+/// The `compression` values this version implements, as `zfs set` lists them when
+/// refusing one (OpenZFS's list without `lzjb`, which Tarn does not implement).
+pub const COMPRESSION_VALUES: &str =
+    "on | off | gzip | gzip-[1-9] | zle | lz4 | zstd | zstd-[1-19] | zstd-fast | zstd-fast-[1-10,20,30,40,50,60,70,80,90,100,500,1000]";
+
+/// The `checksum` values this version implements (OpenZFS's list without
+/// `fletcher2`, `skein` and `edonr`, which Tarn does not implement).
+pub const CHECKSUM_VALUES: &str = "on | off | fletcher4 | sha256 | sha512 | blake3";
 
 /// Longest user property name, in bytes, plus one (OpenZFS `ZAP_MAXNAMELEN`).
 pub const USER_PROP_NAME_MAX_BYTES: usize = 256;
@@ -454,10 +465,15 @@ pub fn check_dataset_prop(prop: &str, value: &str) -> std::result::Result<String
         "snapdir" => one_of(&["hidden", "visible"]),
         "sync" => one_of(&["standard", "always", "disabled"]),
         "logbias" => one_of(&["latency", "throughput"]),
-        "compression" => match Compression::parse(value) {
+        "compression" => match CompressSetting::parse(value) {
             Some(_) => Ok(value.into()),
-            None => Err("'compression' must be one of 'on | off | lz4'".into()),
+            None => Err(format!("'compression' must be one of '{COMPRESSION_VALUES}'")),
         },
+        "checksum" => match ChecksumAlg::parse(value) {
+            Some(_) => Ok(value.into()),
+            None => Err(format!("'checksum' must be one of '{CHECKSUM_VALUES}'")),
+        },
+        "copies" => one_of(&["1", "2", "3"]),
         p if READONLY_DATASET_PROPS.contains(&p) => Err(format!("'{p}' is readonly")),
         _ => Err(format!("invalid property '{prop}'")),
     }
@@ -1236,8 +1252,11 @@ impl Pool {
     }
 
     fn apply_props(&self, d: &Dir, name: &str, os: &Objset) {
-        let comp = Compression::parse(&self.effective(d, name, "compression").0).unwrap_or(Compression::Off);
+        let comp = CompressSetting::parse(&self.effective(d, name, "compression").0).unwrap_or(CompressSetting::OFF);
         os.set_compression(comp);
+        let sum = ChecksumAlg::parse(&self.effective(d, name, "checksum").0).unwrap_or(ChecksumAlg::Fletcher4);
+        os.set_checksum(sum);
+        os.set_copies(self.effective(d, name, "copies").0.parse().unwrap_or(1));
         os.set_readonly(self.effective(d, name, "readonly").0 == "on");
     }
 

@@ -1,18 +1,25 @@
 //! # zio — the block I/O pipeline
 //!
 //! Theory: every block the pool stores passes through here. A write is
-//! *compress → checksum → allocate → issue*: the logical bytes are compressed when the
-//! dataset asks for it and it saves ≥ 1/8 (`Compression::compress`), the physical bytes
-//! are checksummed (fletcher4 for file data, as OpenZFS's default; BLAKE3 for
-//! metadata), `copies` DVAs are allocated — metadata gets ditto copies
-//! on distinct top-level vdevs when the pool has several (DESIGN invariant 5) — and the
+//! *compress → checksum → (nopwrite) → allocate → issue*: the logical bytes are
+//! compressed with the dataset's algorithm when that saves ≥ 1/8
+//! (`CompressSetting::compress`; zstd ≥ 3 aborts early on incompressible blocks), the
+//! physical bytes are checksummed (file data with the dataset's `checksum`, fletcher4
+//! by default, possibly none; metadata always BLAKE3), a block whose strong checksum
+//! equals that of the pointer it replaces is not written at all (nopwrite,
+//! [`WriteProps::nop_prev`]), `copies` DVAs are allocated — ditto copies (metadata,
+//! and file data of a dataset with `copies=2|3`) on distinct top-level vdevs when the
+//! pool has several, else apart on the same one (DESIGN invariant 5) — and the
 //! bytes are written to each DVA's top-level vdev. The result is a [`BlkPtr`] that the
 //! caller stores in the parent block, so the checksum always lives one level up
 //! (invariant 4). A read is *issue → verify → decompress*: each DVA is tried in turn;
 //! the vdev itself tries mirror sides and raidz reconstructions with our checksum as
 //! the oracle (invariant 6), and ditto copies that failed before one verified are
 //! rewritten with the verified bytes, as a mirror heals its sides. Only when every copy fails does the read return
-//! [`ZioError::Checksum`] or [`ZioError::Io`], and `data_errors` counts it.
+//! [`ZioError::Checksum`] or [`ZioError::Io`], and `data_errors` counts it. A file
+//! data block written with `checksum=off` has nothing to verify against: its first
+//! readable copy is returned as is, and neither reads nor scrub can detect or heal
+//! damage to it (as in OpenZFS); a damaged compressed payload still fails to decode.
 //!
 //! Owns: the pool's [`SpaceMap`] (behind a mutex) and a read cache of logical blocks
 //! keyed by (DVA, birth txg) — the stand-in for the ARC, filled by verified reads and
@@ -54,7 +61,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tarn_metaslab::{AllocClass, SpaceMap, SyncBlock, SyncPlan, VdevSpace};
-use tarn_phys::{BlkPtr, Compression, Dva, ObjectType};
+use tarn_phys::{BlkPtr, ChecksumAlg, CompressSetting, Compression, Dva, ObjectType};
 use tarn_vdev::{Vdev, VdevError};
 
 mod aggregate;
@@ -95,14 +102,40 @@ pub struct WriteProps {
     pub otype: ObjectType,
     /// Indirection level recorded in the block pointer.
     pub level: u8,
-    /// Compression to try.
-    pub compression: Compression,
+    /// Compression to try (algorithm and zstd level).
+    pub compression: CompressSetting,
+    /// Checksum of a file data block (the dataset's `checksum` property). Metadata
+    /// ignores it: any other object type gets BLAKE3, whatever is asked.
+    pub checksum: ChecksumAlg,
     /// Number of DVAs (1..=3).
     pub copies: u8,
     /// Birth txg.
     pub txg: u64,
     /// Fill count to record.
     pub fill: u64,
+    /// nopwrite candidate (OpenZFS `zio_nop_write`): the pointer this block replaces.
+    /// When it is a level-0 block with the same strong checksum algorithm,
+    /// compression, sizes, number of copies and checksum as the new content, the
+    /// write is skipped and this pointer is returned as is. The caller sets it only
+    /// when nopwrite applies (a strong checksum and compression on) and the old block
+    /// is not freed in this txg.
+    pub nop_prev: Option<BlkPtr>,
+}
+
+impl WriteProps {
+    /// Properties of a metadata block: LZ4, BLAKE3, `copies` DVAs, no nopwrite.
+    pub fn meta(otype: ObjectType, level: u8, copies: u8, txg: u64, fill: u64) -> WriteProps {
+        WriteProps {
+            otype,
+            level,
+            compression: CompressSetting::LZ4,
+            checksum: ChecksumAlg::Blake3,
+            copies,
+            txg,
+            fill,
+            nop_prev: None,
+        }
+    }
 }
 
 /// Bounded cache of verified logical blocks (the ARC's stand-in).
@@ -167,6 +200,9 @@ pub struct Zio {
     pub refused_frees: AtomicU64,
     /// Blocks written since open (for tests and `zpool iostat`).
     pub blocks_written: AtomicU64,
+    /// Block writes skipped by nopwrite since open (the old pointer was kept, see
+    /// [`WriteProps::nop_prev`]); not counted in `blocks_written`.
+    pub nop_writes: AtomicU64,
     /// Blocks read from disk (cache misses) since open. With `blocks_written` this is
     /// the application activity that scan I/O yields to.
     pub blocks_read: AtomicU64,
@@ -192,6 +228,7 @@ impl Zio {
             data_errors: AtomicU64::new(0),
             refused_frees: AtomicU64::new(0),
             blocks_written: AtomicU64::new(0),
+            nop_writes: AtomicU64::new(0),
             blocks_read: AtomicU64::new(0),
         }
     }
@@ -401,7 +438,11 @@ impl Zio {
     /// Write one block. `data` is the logical content (its length is the lsize).
     /// Returns the block pointer to store in the parent.
     pub fn write_block(&self, data: &[u8], props: WriteProps) -> Result<BlkPtr> {
-        let aggregate::Prepared { payload, mut bp } = aggregate::prepare(data, &props);
+        let aggregate::Prepared { payload, mut bp, nop } = aggregate::prepare(data, &props);
+        if nop {
+            self.nop_writes.fetch_add(1, Ordering::Relaxed);
+            return Ok(bp);
+        }
         bp.dva = self.allocate(payload.len() as u64, props.copies)?;
         let vdevs = self.vdevs.read();
         let mut ok = 0;
@@ -682,10 +723,12 @@ mod tests {
         WriteProps {
             otype: ObjectType::FileData,
             level: 0,
-            compression: Compression::Off,
+            compression: CompressSetting::OFF,
+            checksum: ChecksumAlg::Fletcher4,
             copies,
             txg: 1,
             fill: 1,
+            nop_prev: None,
         }
     }
 
