@@ -1101,6 +1101,19 @@ impl Pool {
         Ok((lsize, psize))
     }
 
+    /// The root block pointer (object-set root) of snapshot `name` (`fs@snap`), as
+    /// recorded in its dataset record. Errors: `NotFound` for a missing snapshot.
+    pub fn snapshot_root_bp(&self, name: &str) -> Result<BlkPtr> {
+        let obj = self
+            .dir
+            .lock()
+            .snaps
+            .get(name)
+            .map(|r| r.obj)
+            .ok_or_else(|| SpaError::NotFound(format!("cannot open '{name}': dataset does not exist")))?;
+        Ok(self.ds_phys(obj)?.rootbp)
+    }
+
     /// `logicalused` of file system `name` (zfsprops(7)): the logical size (`lsize`,
     /// metadata included) of every distinct block held by `name`, its snapshots and
     /// its descendants with theirs, as of the last synced txg. A clone's blocks born
@@ -1110,6 +1123,17 @@ impl Pool {
     /// when the property is. Errors: `NotFound` for a missing file system or a
     /// snapshot name (snapshots have no `logicalused`), `Dmu` for unreadable blocks.
     pub fn logical_used(&self, name: &str) -> Result<u64> {
+        Ok(self.used_lsize_psize(name)?.0)
+    }
+
+    /// Logical and physical bytes (`lsize`, `psize` summed) of the blocks that make up
+    /// file system `name`'s `used` space: the distinct blocks of [`Pool::logical_used`]
+    /// (its head, its snapshots, its descendants and theirs; a clone's origin blocks
+    /// left out). `compressratio` is their quotient, as OpenZFS divides its dsl_dir's
+    /// `dd_uncompressed_bytes` by `dd_compressed_bytes` (zfsprops(7): "the compression
+    /// ratio achieved for the used space of this dataset"). Copies do not count: a
+    /// block is counted once whatever its DVAs. Errors as [`Pool::logical_used`].
+    pub fn used_lsize_psize(&self, name: &str) -> Result<(u64, u64)> {
         let (heads, snaps) = {
             let d = self.dir.lock();
             if !d.datasets.contains_key(name) {
@@ -1145,7 +1169,7 @@ impl Pool {
             roots.push((self.ds_phys(obj)?.rootbp, min));
         }
         let mut seen = std::collections::HashSet::new();
-        let mut total = 0u64;
+        let (mut lsize, mut psize) = (0u64, 0u64);
         for (root, min_birth_txg) in roots {
             tarn_dmu::traverse::traverse_resumable(
                 &self.zio,
@@ -1154,14 +1178,15 @@ impl Pool {
                 0,
                 &mut |bp, _| {
                     if bp.birth_txg >= min_birth_txg && seen.insert((bp.dva[0].vdev, bp.dva[0].offset_bytes)) {
-                        total += u64::from(bp.lsize_bytes);
+                        lsize += u64::from(bp.lsize_bytes);
+                        psize += u64::from(bp.psize_bytes);
                     }
                 },
                 &mut |_| false,
             )
             .map_err(dmu_err)?;
         }
-        Ok(total)
+        Ok((lsize, psize))
     }
 
     /// `zfs set name prop=value`: a native property ([`DATASET_PROPS`]) on a file

@@ -817,6 +817,41 @@ mod tests {
         zio.flush().unwrap();
     }
 
+    /// A crafted pointer whose checksum is right but whose payload is a decompression
+    /// bomb (zstd, gzip, zle, lz4 streams of 1 MiB of zeros under a 4 KiB lsize) or is
+    /// cut short: the read is an error, not a panic or a 1 MiB allocation. An unknown
+    /// compression code never gets that far: the pointer does not decode.
+    #[test]
+    fn crafted_bombs_and_truncations_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = leaf_vdev(&dir, "a", 0);
+        let space = SpaceMap::new(vec![VdevSpace::new(a.asize_bytes(), a.alloc_align_bytes())]);
+        let zio = Zio::new(vec![a.clone()], space, 1 << 20);
+        for name in ["zstd-19", "gzip-9", "zle", "lz4"] {
+            let s = CompressSetting::parse(name).unwrap();
+            let bomb = s.compress(&vec![0u8; 1 << 20]).unwrap();
+            let mut bp = zio.write_block(&bomb, props(1)).unwrap();
+            // Claim the payload is `s.alg`-compressed 4 KiB of data.
+            bp.compression = s.alg;
+            bp.lsize_bytes = 4096.max(bp.psize_bytes);
+            let e = zio.read_block(&bp).unwrap_err();
+            assert!(matches!(e, ZioError::Corrupt(_)), "{name}: {e}");
+            // The stream cut in half, its length field saying so (checksum matching).
+            let hdr = if s.alg == Compression::Zstd { 8 } else { 4 };
+            let clen = u32::from_le_bytes(bomb[0..4].try_into().unwrap()) as usize / 2;
+            let mut half = bomb[..hdr + clen].to_vec();
+            half[0..4].copy_from_slice(&(clen as u32).to_le_bytes());
+            let mut bp = zio.write_block(&half, props(1)).unwrap();
+            bp.compression = s.alg;
+            bp.lsize_bytes = 1 << 20;
+            assert!(matches!(zio.read_block(&bp), Err(ZioError::Corrupt(_))), "{name} truncated");
+        }
+        let bp = zio.write_block(&[1u8; 4096], props(1)).unwrap();
+        let mut raw = bp.encode();
+        raw[59] = 99;
+        assert!(BlkPtr::decode(&raw).is_err());
+    }
+
     #[test]
     fn batched_writes_merge_adjacent_blocks_and_read_back() {
         let dir = tempfile::tempdir().unwrap();
