@@ -792,7 +792,15 @@ impl Objset {
                 (data.clone(), props)
             })
             .collect();
-        let out = self.zio.write_blocks(&items, threads);
+        // With compression on, an all-zero file data block is stored as a hole, not
+        // written (zfsprops(7) `compression`; OpenZFS `zio_write_compress`).
+        let zero: Vec<bool> = items
+            .iter()
+            .map(|(d, p)| p.otype == ObjectType::FileData && compression.alg != tarn_phys::Compression::Off && d.iter().all(|&b| b == 0))
+            .collect();
+        let items: Vec<(Arc<Vec<u8>>, WriteProps)> = items.into_iter().zip(&zero).filter(|(_, z)| !**z).map(|(i, _)| i).collect();
+        let mut out = self.zio.write_blocks(&items, threads).into_iter();
+        let out = zero.iter().map(|&z| if z { Ok(BlkPtr::HOLE) } else { out.next().expect("one result per block") });
         let mut first_err = None;
         for o in out {
             match o {

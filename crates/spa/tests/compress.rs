@@ -516,3 +516,34 @@ fn compressratio_covers_snapshots_and_refcompressratio_does_not() {
     assert_eq!(pool.logical_used("cr/fs").unwrap(), l);
     pool.export().unwrap();
 }
+
+/// With compression on, all-zero data blocks are stored as holes (zfsprops(7)); with
+/// compression off they are written. Either way they read back as zeros, and an
+/// all-zero rewrite of written data frees its blocks.
+#[test]
+fn zero_blocks_become_holes_when_compression_is_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = mkpool(dir.path(), "zh", 1, 128 << 20);
+    for (comp, blocks) in [("lz4", 0usize), ("zstd-fast", 0), ("off", 8)] {
+        let fs = format!("zh/{comp}");
+        pool.create_dataset(&fs, &props(&[("compression", comp)])).unwrap();
+        let os = pool.objset(&fs).unwrap();
+        let obj = put(os.as_ref(), &vec![0u8; 1 << 20]);
+        os.wait_synced().unwrap();
+        assert_eq!(data_bps(&pool, &fs).len(), blocks, "{comp}");
+        assert_eq!(read_obj(os.as_ref(), obj, 1 << 20), vec![0u8; 1 << 20]);
+    }
+    let os = pool.objset("zh/lz4").unwrap();
+    let obj = put(os.as_ref(), &pattern(1, 256 << 10));
+    os.wait_synced().unwrap();
+    assert_eq!(data_bps(&pool, "zh/lz4").len(), 2);
+    let tx = os.hold_tx().unwrap();
+    os.write(&tx, obj, 0, &vec![0u8; 128 << 10]).unwrap();
+    drop(tx);
+    os.wait_synced().unwrap();
+    assert_eq!(data_bps(&pool, "zh/lz4").len(), 1);
+    let mut want = vec![0u8; 128 << 10];
+    want.extend_from_slice(&pattern(1, 256 << 10)[128 << 10..]);
+    assert_eq!(read_obj(os.as_ref(), obj, 256 << 10), want);
+    pool.export().unwrap();
+}
