@@ -22,15 +22,28 @@ fn properties_are_set_shown_and_refused_as_openzfs() {
     assert_eq!(get(&env, "compression", "tank/x"), "off\tdefault\n");
     assert_eq!(get(&env, "checksum", "tank/x"), "on\tdefault\n");
     assert_eq!(get(&env, "copies", "tank/x"), "1\tdefault\n");
-    env.zfs(&["create", "-u", "-o", "compression=zstd-fast-500", "-o", "checksum=sha512", "-o", "copies=3", "tank/y"])
-        .ok();
+    env.zfs(&[
+        "create",
+        "-u",
+        "-o",
+        "compression=zstd-fast-500",
+        "-o",
+        "checksum=sha512",
+        "-o",
+        "copies=3",
+        "tank/y",
+    ])
+    .ok();
     assert_eq!(get(&env, "compression", "tank/y"), "zstd-fast-500\tlocal\n");
     assert_eq!(get(&env, "checksum", "tank/y"), "sha512\tlocal\n");
     assert_eq!(get(&env, "copies", "tank/y"), "3\tlocal\n");
     env.zfs(&["set", "compress=gzip-9", "tank"]).ok();
     assert_eq!(get(&env, "compression", "tank/x"), "gzip-9\tinherited from tank\n");
     let list = env.zfs(&["list", "-o", "name,compress,checksum,copies", "tank/y"]).ok().stdout;
-    assert!(list.starts_with("NAME") && list.contains("COMPRESS") && list.contains("CHECKSUM") && list.contains("COPIES"), "{list}");
+    assert!(
+        list.starts_with("NAME") && list.contains("COMPRESS") && list.contains("CHECKSUM") && list.contains("COPIES"),
+        "{list}"
+    );
     assert!(list.contains("zstd-fast-500") && list.contains("sha512"), "{list}");
     env.zfs(&["snapshot", "tank/x@s"]).ok();
     let cases: &[(&[&str], &str)] = &[
@@ -45,11 +58,17 @@ fn properties_are_set_shown_and_refused_as_openzfs() {
         (&["create", "-u", "-o", "copies=4", "tank/z"], "'copies' must be one of '1 | 2 | 3'"),
         (&["create", "-u", "-o", "compression=lzjb", "tank/z"], "'compression' must be one of"),
     ];
-    let before = env.zfs(&["get", "-H", "-r", "-o", "name,property,value,source", "compression,checksum,copies", "tank"]).ok().stdout;
+    let before = env
+        .zfs(&["get", "-H", "-r", "-o", "name,property,value,source", "compression,checksum,copies", "tank"])
+        .ok()
+        .stdout;
     for (args, msg) in cases {
         env.zfs(args).fails_with(msg);
     }
-    let after = env.zfs(&["get", "-H", "-r", "-o", "name,property,value,source", "compression,checksum,copies", "tank"]).ok().stdout;
+    let after = env
+        .zfs(&["get", "-H", "-r", "-o", "name,property,value,source", "compression,checksum,copies", "tank"])
+        .ok()
+        .stdout;
     assert_eq!(after, before);
     assert!(!env.zfs(&["list", "-H", "-o", "name"]).ok().stdout.contains("tank/z"));
 }
@@ -79,7 +98,8 @@ fn real_files_round_trip_across_algorithms() {
     assert!(!files.is_empty());
     let algs = ["off", "lz4", "zle", "gzip", "zstd", "zstd-19", "zstd-fast-100"];
     for a in algs {
-        env.zfs(&["create", "-o", &format!("compression={a}"), "-o", "checksum=sha256", &format!("tank/{a}")]).ok();
+        env.zfs(&["create", "-o", &format!("compression={a}"), "-o", "checksum=sha256", &format!("tank/{a}")])
+            .ok();
         for (n, b) in &files {
             std::fs::write(m.join(a).join(n), b).unwrap();
         }

@@ -800,7 +800,9 @@ impl Objset {
             .collect();
         let items: Vec<(Arc<Vec<u8>>, WriteProps)> = items.into_iter().zip(&zero).filter(|(_, z)| !**z).map(|(i, _)| i).collect();
         let mut out = self.zio.write_blocks(&items, threads).into_iter();
-        let out = zero.iter().map(|&z| if z { Ok(BlkPtr::HOLE) } else { out.next().expect("one result per block") });
+        let out = zero
+            .iter()
+            .map(|&z| if z { Ok(BlkPtr::HOLE) } else { out.next().expect("one result per block") });
         let mut first_err = None;
         for o in out {
             match o {

@@ -135,8 +135,14 @@ mod tests {
     #[test]
     fn sha_known_answers() {
         let hex = |c: Checksum| c.iter().map(|b| format!("{b:02x}")).collect::<String>();
-        assert_eq!(hex(ChecksumAlg::Sha256.compute(b"abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-        assert_eq!(hex(ChecksumAlg::Sha512.compute(b"abc")), "53048e2681941ef99b2e29b76b4c7dabe4c2d0c634fc6d46e0e2f13107e7af23");
+        assert_eq!(
+            hex(ChecksumAlg::Sha256.compute(b"abc")),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(
+            hex(ChecksumAlg::Sha512.compute(b"abc")),
+            "53048e2681941ef99b2e29b76b4c7dabe4c2d0c634fc6d46e0e2f13107e7af23"
+        );
         for v in 0..=u8::MAX {
             match ChecksumAlg::from_u8(v) {
                 Ok(a) => {

@@ -127,7 +127,9 @@ impl Compression {
     /// gzip level 1..=9 of a gzip code, `None` for the others.
     pub fn gzip_level(self) -> Option<u32> {
         let c = self as u8;
-        (Self::Gzip1 as u8..=Self::Gzip9 as u8).contains(&c).then(|| u32::from(c - Self::Gzip1 as u8 + 1))
+        (Self::Gzip1 as u8..=Self::Gzip9 as u8)
+            .contains(&c)
+            .then(|| u32::from(c - Self::Gzip1 as u8 + 1))
     }
 
     /// Parse a property value (see [`CompressSetting::parse`]) and keep the algorithm.
@@ -483,7 +485,22 @@ mod tests {
         assert_eq!(p("zstd-19").unwrap().zstd_level, 19);
         assert_eq!(p("zstd-fast").unwrap().zstd_level, -1);
         assert_eq!(p("zstd-fast-1000").unwrap().zstd_level, -1000);
-        for bad in ["", "foo", "lzjb", "gzip-0", "gzip-10", "gzip-06", "zstd-0", "zstd-20", "zstd-fast-11", "zstd-fast-0", "zstd-fast-", "zstd--1", "ON", "gzip-+1"] {
+        for bad in [
+            "",
+            "foo",
+            "lzjb",
+            "gzip-0",
+            "gzip-10",
+            "gzip-06",
+            "zstd-0",
+            "zstd-20",
+            "zstd-fast-11",
+            "zstd-fast-0",
+            "zstd-fast-",
+            "zstd--1",
+            "ON",
+            "gzip-+1",
+        ] {
             assert_eq!(p(bad), None, "{bad:?} accepted");
         }
         assert_eq!(every_setting().len(), 6 + 9 + 19 + ZSTD_FAST_LEVELS.len());
@@ -513,7 +530,10 @@ mod tests {
             }
             for data in [vec![0u8; n], noise(n, 3), text, mixed] {
                 // All settings on the small sizes; a few on the 1 MiB ones (speed).
-                for (name, s) in settings.iter().filter(|(name, _)| n < 1 << 20 || ["zstd-19", "gzip-9", "zle", "lz4", "zstd-fast-1000"].contains(&name.as_str())) {
+                for (name, s) in settings
+                    .iter()
+                    .filter(|(name, _)| n < 1 << 20 || ["zstd-19", "gzip-9", "zle", "lz4", "zstd-fast-1000"].contains(&name.as_str()))
+                {
                     if let Some(c) = s.compress(&data) {
                         assert!(c.len() < n && c.len() <= n - n / 8 + 511, "{name} {n}: {} bytes", c.len());
                         assert_eq!(c.len() % 512, 0);

@@ -138,7 +138,10 @@ fn every_algorithm_roundtrips_and_survives_property_changes() {
     let dir = tempfile::tempdir().unwrap();
     let pool = mkpool(dir.path(), "cz", 1, 768 << 20);
     let files = corpus(700 << 10);
-    assert!(files.iter().any(|(n, _)| n.ends_with(".gz")) && files.iter().any(|(n, _)| n.contains(".so")), "corpus lacks real files");
+    assert!(
+        files.iter().any(|(n, _)| n.ends_with(".gz")) && files.iter().any(|(n, _)| n.contains(".so")),
+        "corpus lacks real files"
+    );
     let settings = all_settings();
     let mut written: Vec<(String, Vec<u64>)> = Vec::new();
     for (i, s) in settings.iter().enumerate() {
@@ -222,7 +225,8 @@ fn read_raw(pool: &Pool, bp: &BlkPtr) -> Vec<u8> {
 fn bad_values_are_refused_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let pool = mkpool(dir.path(), "bv", 1, 128 << 20);
-    pool.create_dataset("bv/fs", &props(&[("compression", "gzip-3"), ("checksum", "sha256"), ("copies", "2")])).unwrap();
+    pool.create_dataset("bv/fs", &props(&[("compression", "gzip-3"), ("checksum", "sha256"), ("copies", "2")]))
+        .unwrap();
     let cases = [
         ("compression", "foo", "'compression' must be one of 'on | off | gzip | gzip-[1-9] | zle | lz4 | zstd | zstd-[1-19] | zstd-fast | zstd-fast-[1-10,20,30,40,50,60,70,80,90,100,500,1000]'"),
         ("compression", "lzjb", "'compression' must be one of"),
@@ -305,7 +309,8 @@ fn checksum_families_and_off() {
 fn scribble(path: &Path, dva_offset: u64, len: u64) {
     use std::os::unix::fs::FileExt;
     let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.write_all_at(&vec![0xa5; len as usize], tarn_phys::label::DATA_START_BYTES + dva_offset).unwrap();
+    f.write_all_at(&vec![0xa5; len as usize], tarn_phys::label::DATA_START_BYTES + dva_offset)
+        .unwrap();
     f.sync_all().unwrap();
 }
 
@@ -320,9 +325,17 @@ fn nopwrite_keeps_identical_blocks() {
     let pool = mkpool(dir.path(), "nw", 1, 256 << 20);
     // 8 records, each half repetitive and half random: about 2:1 for every algorithm.
     let noise = pattern(77, 1 << 20);
-    let data: Vec<u8> = (0..(1usize << 20)).map(|i| if (i >> 16) % 2 == 0 { (i / 7 % 253) as u8 } else { noise[i] }).collect();
+    let data: Vec<u8> = (0..(1usize << 20))
+        .map(|i| if (i >> 16) % 2 == 0 { (i / 7 % 253) as u8 } else { noise[i] })
+        .collect();
     let mut rewrite_blocks = BTreeMap::new();
-    for (v, comp, nop) in [("sha256", "lz4", true), ("blake3", "zstd", true), ("sha512", "gzip", true), ("fletcher4", "lz4", false), ("sha256", "off", false)] {
+    for (v, comp, nop) in [
+        ("sha256", "lz4", true),
+        ("blake3", "zstd", true),
+        ("sha512", "gzip", true),
+        ("fletcher4", "lz4", false),
+        ("sha256", "off", false),
+    ] {
         let fs = format!("nw/{v}-{comp}");
         pool.create_dataset(&fs, &props(&[("checksum", v), ("compression", comp)])).unwrap();
         let os = pool.objset(&fs).unwrap();
@@ -337,7 +350,10 @@ fn nopwrite_keeps_identical_blocks() {
         drop(tx);
         os.wait_synced().unwrap();
         let after = data_bps(&pool, &fs);
-        let (nops, writes) = (zio.nop_writes.load(Ordering::Relaxed) - nops, zio.blocks_written.load(Ordering::Relaxed) - writes);
+        let (nops, writes) = (
+            zio.nop_writes.load(Ordering::Relaxed) - nops,
+            zio.blocks_written.load(Ordering::Relaxed) - writes,
+        );
         if nop {
             assert_eq!(nops, 8, "{fs}");
             assert_eq!(after, before, "{fs}: pointers changed");
@@ -351,7 +367,11 @@ fn nopwrite_keeps_identical_blocks() {
     }
     // Blocks written by the rewrite's sync (pool-wide, so metadata and the MOS too):
     // fewer for every nopwrite than for any rewrite that writes its 8 data blocks.
-    let most_nop = ["nw/sha256-lz4", "nw/blake3-zstd", "nw/sha512-gzip"].iter().map(|f| rewrite_blocks[*f]).max().unwrap();
+    let most_nop = ["nw/sha256-lz4", "nw/blake3-zstd", "nw/sha512-gzip"]
+        .iter()
+        .map(|f| rewrite_blocks[*f])
+        .max()
+        .unwrap();
     let least_full = ["nw/fletcher4-lz4", "nw/sha256-off"].iter().map(|f| rewrite_blocks[*f]).min().unwrap();
     assert!(most_nop < least_full, "{rewrite_blocks:?}");
     // Snapshots stay correct.
@@ -360,7 +380,10 @@ fn nopwrite_keeps_identical_blocks() {
     pool.snapshot(&[format!("{fs}@s")], false).unwrap();
     let used = |n: &str| pool.list_all().unwrap().into_iter().find(|i| i.name == n).unwrap().used_bytes;
     let obj = 1..=u64::MAX;
-    let obj = obj.into_iter().find(|o| os.object_info(*o).is_ok_and(|i| i.otype == ObjectType::FileData)).unwrap();
+    let obj = obj
+        .into_iter()
+        .find(|o| os.object_info(*o).is_ok_and(|i| i.otype == ObjectType::FileData))
+        .unwrap();
     let tx = os.hold_tx().unwrap();
     os.write(&tx, obj, 0, &data).unwrap();
     drop(tx);
@@ -368,7 +391,10 @@ fn nopwrite_keeps_identical_blocks() {
     // Only rewritten metadata (indirect, dnode and root blocks) becomes the snapshot's own.
     let data_asize: u64 = data_bps(&pool, fs).iter().map(|bp| bp.asize_total_bytes()).sum();
     let meta_only = used(&format!("{fs}@s"));
-    assert!(meta_only < data_asize / 2, "a nopwrite gave the snapshot data blocks: {meta_only} of {data_asize}");
+    assert!(
+        meta_only < data_asize / 2,
+        "a nopwrite gave the snapshot data blocks: {meta_only} of {data_asize}"
+    );
     let other: Vec<u8> = data.iter().map(|b| b ^ 0x5a).collect();
     let tx = os.hold_tx().unwrap();
     os.write(&tx, obj, 0, &other).unwrap();

@@ -150,11 +150,7 @@ use tarn_phys::{BlkPtr, DnodePhys, ObjectType, ObjsetPhys, ZilHeader, BLKPTR_SIZ
 use tarn_zio::{WriteProps, Zio};
 
 fn put_block(zio: &Zio, data: &[u8], otype: ObjectType, level: u8, txg: u64) -> BlkPtr {
-    zio.write_block(
-        data,
-        WriteProps::meta(otype, level, 1, txg, 1),
-    )
-    .unwrap()
+    zio.write_block(data, WriteProps::meta(otype, level, 1, txg, 1)).unwrap()
 }
 
 /// Write, with the pool's real pipeline (so every checksum is right), an object set
