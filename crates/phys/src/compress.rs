@@ -69,6 +69,9 @@ pub const ZSTD_ABORT_SIZE_BYTES: usize = 128 << 10;
 pub const ZSTD_CUTOFF_LEVEL: i32 = 3;
 /// zstd-fast levels OpenZFS accepts (`zstd-fast-N`), as positive N.
 pub const ZSTD_FAST_LEVELS: &[i32] = &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 500, 1000];
+/// Largest zstd window a frame may ask for when decoded: 2^21 bytes, above the
+/// largest block ([`crate::MAX_BLOCK_SIZE_BYTES`], 1 MiB) and its metaslab pages.
+const ZSTD_WINDOW_LOG_MAX: u32 = 21;
 /// Bytes of the length prefix every compressed payload starts with.
 const CLEN_BYTES: usize = 4;
 /// Bytes of a zstd payload header (length + level).
@@ -352,7 +355,12 @@ fn zstd_decode(body: &[u8], lsize: usize) -> Result<Vec<u8>, String> {
     ZSTD_D.with(|d| {
         let mut d = d.borrow_mut();
         if d.is_none() {
-            *d = Some(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?);
+            let mut dec = zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?;
+            // No frame may ask for a window beyond the largest block (a crafted header
+            // could otherwise make libzstd allocate up to 2 GiB).
+            dec.set_parameter(zstd::zstd_safe::DParameter::WindowLogMax(ZSTD_WINDOW_LOG_MAX))
+                .map_err(|e| e.to_string())?;
+            *d = Some(dec);
         }
         let mut out = Vec::with_capacity(lsize);
         d.as_mut()
