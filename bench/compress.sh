@@ -52,18 +52,19 @@ mbps() { awk -v b="$1" -v ns="$2" 'BEGIN { printf "%.1f", b / 1e6 / (ns / 1e9) }
 
 # ---- corpus ----------------------------------------------------------------------------------
 C=$WORK/corpus
-if [ ! -d "$C" ] || [ "$(du -sb "$C" | cut -f1)" -lt $(( size_bytes * 8 / 10 )) ]; then
+if [ "$(cat "$C.size" 2>/dev/null)" != "$size_bytes" ]; then
     rm -rf "$C"; mkdir -p "$C/share" "$C/lib"
     log "copying the corpus (/usr/share, then /usr/lib up to $SIZE)"
     share_max=$(( size_bytes * 6 / 10 ))
     # Regular files only, in name order, until the budget is spent (tar keeps the tree).
     pick() {  # pick DIR MAX_BYTES: file names under DIR, sizes summing to at most MAX
         (cd "$1" && find . -xdev -type f -size -64M -printf '%s\t%p\n' | sort -t$'\t' -k2 |
-            awk -F'\t' -v max="$2" '{ if (t + $1 > max) exit; t += $1; print $2 }')
+            awk -F'\t' -v max="$2" '{ if (t + $1 > max) exit; t += $1; print $2 }') || true  # SIGPIPE upstream of awk's exit
     }
-    pick /usr/share $(( size_bytes * 6 / 10 )) | tar -C /usr/share -c --verbatim-files-from -T - -f - 2>/dev/null | tar -x -C "$C/share"
+    pick /usr/share $(( size_bytes * 6 / 10 )) | tar -C /usr/share -c --verbatim-files-from -T - -f - 2>/dev/null | tar -x -C "$C/share" || true
     have=$(du -sb "$C" | cut -f1)
-    pick /usr/lib $(( size_bytes - have )) | tar -C /usr/lib -c --verbatim-files-from -T - -f - 2>/dev/null | tar -x -C "$C/lib"
+    pick /usr/lib $(( size_bytes - have )) | tar -C /usr/lib -c --verbatim-files-from -T - -f - 2>/dev/null | tar -x -C "$C/lib" || true
+    echo "$size_bytes" > "$C.size"
 fi
 src_bytes=$(du -sb --apparent-size "$C" | cut -f1)
 nfiles=$(find "$C" -type f | wc -l)

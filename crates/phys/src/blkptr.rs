@@ -236,6 +236,20 @@ impl BlkPtr {
         self.dva.iter().filter(|d| !d.is_empty())
     }
 
+    /// Bytes this block counts for in the logical ("uncompressed") space figures
+    /// (`logicalused`, `logicalreferenced`, the numerator of `compressratio`): lsize
+    /// for file data, psize for metadata, whose compression is not the user's doing
+    /// (OpenZFS `BP_GET_UCSIZE`). 0 for a hole.
+    pub fn ucsize_bytes(&self) -> u64 {
+        if self.is_hole() {
+            0
+        } else if self.otype.is_metadata() {
+            u64::from(self.psize_bytes)
+        } else {
+            u64::from(self.lsize_bytes)
+        }
+    }
+
     /// Allocated bytes summed over all copies.
     pub fn asize_total_bytes(&self) -> u64 {
         self.dvas().map(|d| d.asize_bytes).sum()

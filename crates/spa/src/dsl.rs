@@ -1073,9 +1073,10 @@ impl Pool {
     }
 
     /// Logical and physical bytes of every block that file system or snapshot `name`
-    /// references as of the last synced txg (`lsize` and `psize` summed over its block
-    /// tree, metadata included), from which `refcompressratio` and `compressratio`
-    /// are computed. Walks the whole tree: its cost follows the dataset's size, so it
+    /// references as of the last synced txg (summed over its block tree: the logical
+    /// figure is [`BlkPtr::ucsize_bytes`], lsize for file data and psize for metadata
+    /// as OpenZFS's `ds_uncompressed_bytes`; the physical one psize), from which
+    /// `logicalreferenced` and `refcompressratio` are computed. Walks the whole tree: its cost follows the dataset's size, so it
     /// is asked for only when one of those properties is. `NotFound` when `name` does
     /// not exist.
     pub fn referenced_lsize_psize(&self, name: &str) -> Result<(u64, u64)> {
@@ -1094,7 +1095,7 @@ impl Pool {
         };
         let (mut lsize, mut psize) = (0u64, 0u64);
         tarn_dmu::traverse::traverse(&self.zio, &root, &mut |bp| {
-            lsize += u64::from(bp.lsize_bytes);
+            lsize += bp.ucsize_bytes();
             psize += u64::from(bp.psize_bytes);
         })
         .map_err(dmu_err)?;
@@ -1114,8 +1115,8 @@ impl Pool {
         Ok(self.ds_phys(obj)?.rootbp)
     }
 
-    /// `logicalused` of file system `name` (zfsprops(7)): the logical size (`lsize`,
-    /// metadata included) of every distinct block held by `name`, its snapshots and
+    /// `logicalused` of file system `name` (zfsprops(7)): the logical size
+    /// ([`BlkPtr::ucsize_bytes`]: lsize of file data, psize of metadata) of every distinct block held by `name`, its snapshots and
     /// its descendants with theirs, as of the last synced txg. A clone's blocks born
     /// at or before its origin belong to the origin and are left out, as they are of
     /// `used`. Each block is counted once (by its first DVA) however many of those
@@ -1126,7 +1127,7 @@ impl Pool {
         Ok(self.used_lsize_psize(name)?.0)
     }
 
-    /// Logical and physical bytes (`lsize`, `psize` summed) of the blocks that make up
+    /// Logical and physical bytes ([`BlkPtr::ucsize_bytes`], psize summed) of the blocks that make up
     /// file system `name`'s `used` space: the distinct blocks of [`Pool::logical_used`]
     /// (its head, its snapshots, its descendants and theirs; a clone's origin blocks
     /// left out). `compressratio` is their quotient, as OpenZFS divides its dsl_dir's
@@ -1178,7 +1179,7 @@ impl Pool {
                 0,
                 &mut |bp, _| {
                     if bp.birth_txg >= min_birth_txg && seen.insert((bp.dva[0].vdev, bp.dva[0].offset_bytes)) {
-                        lsize += u64::from(bp.lsize_bytes);
+                        lsize += bp.ucsize_bytes();
                         psize += u64::from(bp.psize_bytes);
                     }
                 },

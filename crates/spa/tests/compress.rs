@@ -532,7 +532,7 @@ fn compressratio_covers_snapshots_and_refcompressratio_does_not() {
     for root in [pool.objset_concrete("cr/fs").unwrap().root_bp(), pool.snapshot_root_bp("cr/fs@s").unwrap()] {
         tarn_dmu::traverse::traverse(pool.zio(), &root, &mut |bp| {
             if seen.insert((bp.dva[0].vdev, bp.dva[0].offset_bytes)) {
-                l += u64::from(bp.lsize_bytes);
+                l += bp.ucsize_bytes();
                 p += u64::from(bp.psize_bytes);
             }
         })
