@@ -11,6 +11,7 @@
 //! (`checksum=off`): its stored sum is all zeros and every read "verifies".
 
 use crate::Corrupt;
+use sha2::Digest;
 
 /// A 256-bit checksum value as stored in a block pointer.
 pub type Checksum = [u8; 32];
@@ -85,8 +86,6 @@ impl ChecksumAlg {
         })
     }
 }
-
-use sha2::Digest;
 
 /// ZFS fletcher4 over `data` (length is padded with zeros to a multiple of 4 bytes).
 pub fn fletcher4(data: &[u8]) -> Checksum {
