@@ -100,7 +100,7 @@ use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
-use tarn_phys::{BlkPtr, Compression, DnodePhys, ObjectType, ObjsetPhys, ZilHeader, BLKPTR_SIZE_BYTES, DNODE_SIZE_BYTES};
+use tarn_phys::{BlkPtr, ChecksumAlg, CompressSetting, DnodePhys, ObjectType, ObjsetPhys, ZilHeader, BLKPTR_SIZE_BYTES, DNODE_SIZE_BYTES};
 use tarn_zio::{CachePolicy, WriteProps, Zio, ZioError};
 
 /// Bytes per dnode block (object 0's block size).
@@ -374,7 +374,12 @@ pub struct Objset {
     zio: Arc<Zio>,
     gate: Arc<TxgGate>,
     os_type: u64,
-    compression: AtomicU8,
+    /// The `compression` property ([`CompressSetting::to_bits`]).
+    compression: std::sync::atomic::AtomicU32,
+    /// The `checksum` property for file data (a [`ChecksumAlg`] code).
+    checksum: AtomicU8,
+    /// The `copies` property for file data (1..=3).
+    data_copies: AtomicU8,
     /// The `primarycache` property ([`CachePolicy`] as u8).
     primarycache: AtomicU8,
     readonly: std::sync::atomic::AtomicBool,
@@ -404,13 +409,17 @@ pub type ReadErrorSink = Arc<dyn Fn(u64) + Send + Sync>;
 /// context, under the object set's lock: it must not call back into the object set.
 pub type BlockKill = Arc<dyn Fn(&BlkPtr, u64) + Send + Sync>;
 
-fn copies_for(otype: ObjectType, os_type: u64) -> u8 {
+/// DVAs of a block: three for the MOS; for a dataset's file data its `copies`
+/// property, for its metadata one more than that, at least two and at most three
+/// (OpenZFS `dmu_write_policy`: `MIN(copies + 1, spa_max_replication)`).
+fn copies_for(otype: ObjectType, os_type: u64, data_copies: u8) -> u8 {
+    let data_copies = data_copies.clamp(1, 3);
     if os_type == OS_TYPE_MOS {
         3
     } else if otype.is_metadata() {
-        2
+        (data_copies + 1).min(3)
     } else {
-        1
+        data_copies
     }
 }
 
@@ -421,7 +430,9 @@ impl Objset {
             zio,
             gate,
             os_type,
-            compression: AtomicU8::new(Compression::Off as u8),
+            compression: CompressSetting::OFF.to_bits().into(),
+            checksum: AtomicU8::new(ChecksumAlg::Fletcher4 as u8),
+            data_copies: AtomicU8::new(1),
             primarycache: AtomicU8::new(0),
             readonly: false.into(),
             st: Mutex::new(OsState {
@@ -471,7 +482,9 @@ impl Objset {
             zio,
             gate,
             os_type: phys.os_type,
-            compression: AtomicU8::new(Compression::Off as u8),
+            compression: CompressSetting::OFF.to_bits().into(),
+            checksum: AtomicU8::new(ChecksumAlg::Fletcher4 as u8),
+            data_copies: AtomicU8::new(1),
             primarycache: AtomicU8::new(0),
             readonly: false.into(),
             st: Mutex::new(OsState {
@@ -559,8 +572,21 @@ impl Objset {
     }
 
     /// Set the compression used for new data blocks (the `compression` property).
-    pub fn set_compression(&self, c: Compression) {
-        self.compression.store(c as u8, Ordering::Relaxed);
+    /// Metadata always uses LZ4.
+    pub fn set_compression(&self, c: CompressSetting) {
+        self.compression.store(c.to_bits(), Ordering::Relaxed);
+    }
+
+    /// Set the checksum of new file data blocks (the `checksum` property; `Off`
+    /// writes none). Metadata always gets BLAKE3, whatever this says.
+    pub fn set_checksum(&self, alg: ChecksumAlg) {
+        self.checksum.store(alg as u8, Ordering::Relaxed);
+    }
+
+    /// Set the number of copies (DVAs) of new file data blocks (the `copies`
+    /// property, clamped to 1..=3); metadata gets one more, up to 3.
+    pub fn set_copies(&self, copies: u8) {
+        self.data_copies.store(copies.clamp(1, 3), Ordering::Relaxed);
     }
 
     /// What the ARC may keep of this object set's blocks (the `primarycache`
@@ -663,8 +689,16 @@ impl Objset {
         !st.dirty.is_empty() || st.zil_dirty
     }
 
-    fn compression(&self) -> Compression {
-        Compression::from_u8(self.compression.load(Ordering::Relaxed)).unwrap_or(Compression::Off)
+    fn compression(&self) -> CompressSetting {
+        CompressSetting::from_bits(self.compression.load(Ordering::Relaxed))
+    }
+
+    fn checksum(&self) -> ChecksumAlg {
+        ChecksumAlg::from_u8(self.checksum.load(Ordering::Relaxed)).unwrap_or(ChecksumAlg::Fletcher4)
+    }
+
+    fn data_copies(&self) -> u8 {
+        self.data_copies.load(Ordering::Relaxed)
     }
 
     // ---- tree reading -------------------------------------------------------------
@@ -1046,17 +1080,44 @@ impl Objset {
     /// read with [`Zio::read_blocks`] in batches of at most [`FILL_BATCH_BYTES`], each
     /// batch merged (new bytes over old) and written before the next is read.
     pub fn sync_write_data(&self, batch: &mut SyncBatch, threads: usize) -> Result<()> {
-        let compression = self.compression();
+        let (compression, checksum, data_copies) = (self.compression(), self.checksum(), self.data_copies());
         let txg = batch.txg;
-        let props = |otype: ObjectType| {
-            let comp = if otype == ObjectType::FileData { compression } else { Compression::Lz4 };
-            WriteProps {
-                otype,
-                level: 0,
-                compression: comp,
-                copies: copies_for(otype, self.os_type),
-                txg,
-                fill: 1,
+        // nopwrite (OpenZFS `dmu_write_policy`: a strong checksum and compression on):
+        // each file data block is offered the pointer it replaces, unless a free of
+        // this txg covers it (then that pointer is being freed).
+        let nop = checksum.is_strong() && compression.alg != tarn_phys::Compression::Off;
+        let prev: Vec<Option<BlkPtr>> = if nop {
+            let st = self.st.lock();
+            batch
+                .blocks
+                .iter()
+                .map(|(obj, blkid, otype, _)| {
+                    let dn = st.dnodes.get(obj)?;
+                    let rec = dn.syncing.as_ref()?;
+                    if *otype != ObjectType::FileData || rec.frees.iter().any(|&(s, e)| (s..e).contains(blkid)) {
+                        return None;
+                    }
+                    self.tree_lookup(&dn.tree, *blkid).ok().filter(|bp| !bp.is_hole())
+                })
+                .collect()
+        } else {
+            vec![None; batch.blocks.len()]
+        };
+        // Write properties of the batch's block `i` of type `otype`.
+        let props = |i: usize, otype: ObjectType| {
+            if otype == ObjectType::FileData {
+                WriteProps {
+                    otype,
+                    level: 0,
+                    compression,
+                    checksum,
+                    copies: copies_for(otype, self.os_type, data_copies),
+                    txg,
+                    fill: 1,
+                    nop_prev: prev[i],
+                }
+            } else {
+                WriteProps::meta(otype, 0, copies_for(otype, self.os_type, data_copies), txg, 1)
             }
         };
         batch.written = vec![None; batch.blocks.len()];
@@ -1067,11 +1128,20 @@ impl Objset {
         let items: Vec<(Arc<Vec<u8>>, WriteProps)> = full
             .iter()
             .map(|&i| match &batch.blocks[i].3 {
-                Dirty::Full(d) => (d.clone(), props(batch.blocks[i].2)),
+                Dirty::Full(d) => (d.clone(), props(i, batch.blocks[i].2)),
                 Dirty::Partial(_) => unreachable!("filtered above"),
             })
             .collect();
-        for (&i, r) in full.iter().zip(self.write_bps(&items, threads)) {
+        // With compression on, an all-zero file data block is stored as a hole, not
+        // written (zfsprops(7) `compression`; OpenZFS `zio_write_compress`).
+        let zero: Vec<bool> = items
+            .iter()
+            .map(|(d, p)| p.otype == ObjectType::FileData && compression.alg != tarn_phys::Compression::Off && d.iter().all(|&b| b == 0))
+            .collect();
+        let to_write: Vec<(Arc<Vec<u8>>, WriteProps)> = items.iter().zip(&zero).filter(|(_, z)| !**z).map(|(i, _)| i.clone()).collect();
+        let mut out = self.write_bps(&to_write, threads).into_iter();
+        for (k, &i) in full.iter().enumerate() {
+            let r = if zero[k] { Ok(BlkPtr::HOLE) } else { out.next().expect("one result per block") };
             match r {
                 Ok(bp) => batch.written[i] = Some(bp),
                 Err(e) => {
@@ -1156,10 +1226,10 @@ impl Objset {
                 let mut v = old.as_ref().clone();
                 v.resize(*blksz as usize, 0);
                 p.overlay(&mut v);
-                merged.push((*i, (Arc::new(v), props(*otype))));
+                merged.push((*i, (Arc::new(v), props(*i, *otype))));
             }
             let (idx, items): (Vec<usize>, Vec<(Arc<Vec<u8>>, WriteProps)>) = merged.into_iter().unzip();
-            for (i, r) in idx.into_iter().zip(self.zio.write_blocks(&items, threads)) {
+            for (i, r) in idx.into_iter().zip(self.write_bps(&items, threads)) {
                 match r {
                     Ok(bp) => batch.written[i] = Some(bp),
                     Err(e) => {
@@ -1344,16 +1414,9 @@ impl Objset {
         }
     }
 
-    /// Write properties of a metadata block of this object set (LZ4, ditto copies).
+    /// Write properties of a metadata block of this object set (LZ4, BLAKE3, ditto copies).
     fn meta_props(&self, otype: ObjectType, level: u8, txg: u64, fill: u64) -> WriteProps {
-        WriteProps {
-            otype,
-            level,
-            compression: Compression::Lz4,
-            copies: copies_for(otype, self.os_type),
-            txg,
-            fill,
-        }
+        WriteProps::meta(otype, level, copies_for(otype, self.os_type, self.data_copies()), txg, fill)
     }
 
     /// Free every block of a tree (object deletion). The root must sit at the level
@@ -1426,6 +1489,9 @@ impl Objset {
             }
             for (blkid, bp) in installs {
                 assert_eq!(*blkid, 0);
+                if tree.root == *bp {
+                    continue; // nopwrite: the block stays as it is
+                }
                 used -= tree.root.asize_total_bytes() as i64;
                 self.kill(&tree.root, txg);
                 used += bp.asize_total_bytes() as i64;
@@ -1469,6 +1535,9 @@ impl Objset {
             let blk = dirty.get_mut(&(1, blkid / BPS_PER_INDIRECT)).unwrap();
             let o = (blkid % BPS_PER_INDIRECT) as usize * BLKPTR_SIZE_BYTES;
             let old = BlkPtr::decode(&blk[o..o + BLKPTR_SIZE_BYTES])?;
+            if old == bp {
+                continue; // nopwrite: the block stays as it is
+            }
             if !old.is_hole() {
                 used -= old.asize_total_bytes() as i64;
                 self.kill(&old, txg);

@@ -574,7 +574,9 @@ impl Walk<'_, '_> {
             if !(object == self.resume_object && at < self.resume_offset_bytes) {
                 let piece = &data[off..off + n];
                 let (compression, payload) = match (whole && self.opts.compressed, bp.compression) {
-                    (true, c @ Compression::Lz4) => match c.compress(piece) {
+                    // The block's own algorithm (zstd at its default level 3: the
+                    // stored level is not kept once the block is decompressed).
+                    (true, c) if c != Compression::Off => match c.compress(piece) {
                         Some(p) => (c, p),
                         None => (Compression::Off, piece.to_vec()),
                     },

@@ -1,18 +1,25 @@
 //! # zio — the block I/O pipeline
 //!
 //! Theory: every block the pool stores passes through here. A write is
-//! *compress → checksum → allocate → issue*: the logical bytes are compressed when the
-//! dataset asks for it and it saves ≥ 1/8 (`Compression::compress`), the physical bytes
-//! are checksummed (fletcher4 for file data, as OpenZFS's default; BLAKE3 for
-//! metadata), `copies` DVAs are allocated — metadata gets ditto copies
-//! on distinct top-level vdevs when the pool has several (DESIGN invariant 5) — and the
+//! *compress → checksum → (nopwrite) → allocate → issue*: the logical bytes are
+//! compressed with the dataset's algorithm when that saves ≥ 1/8
+//! (`CompressSetting::compress`; zstd ≥ 3 aborts early on incompressible blocks), the
+//! physical bytes are checksummed (file data with the dataset's `checksum`, fletcher4
+//! by default, possibly none; metadata always BLAKE3), a block whose strong checksum
+//! equals that of the pointer it replaces is not written at all (nopwrite,
+//! [`WriteProps::nop_prev`]), `copies` DVAs are allocated — ditto copies (metadata,
+//! and file data of a dataset with `copies=2|3`) on distinct top-level vdevs when the
+//! pool has several, else apart on the same one (DESIGN invariant 5) — and the
 //! bytes are written to each DVA's top-level vdev. The result is a [`BlkPtr`] that the
 //! caller stores in the parent block, so the checksum always lives one level up
 //! (invariant 4). A read is *issue → verify → decompress*: each DVA is tried in turn;
 //! the vdev itself tries mirror sides and raidz reconstructions with our checksum as
 //! the oracle (invariant 6), and ditto copies that failed before one verified are
 //! rewritten with the verified bytes, as a mirror heals its sides. Only when every copy fails does the read return
-//! [`ZioError::Checksum`] or [`ZioError::Io`], and `data_errors` counts it.
+//! [`ZioError::Checksum`] or [`ZioError::Io`], and `data_errors` counts it. A file
+//! data block written with `checksum=off` has nothing to verify against: its first
+//! readable copy is returned as is, and neither reads nor scrub can detect or heal
+//! damage to it (as in OpenZFS); a damaged compressed payload still fails to decode.
 //!
 //! Owns: the pool's [`SpaceMap`] (behind a mutex). Caches verified logical blocks in
 //! an [`ArcCache`] (module [`arc`]: the Adaptive Replacement Cache) keyed by (this
@@ -59,7 +66,7 @@ use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tarn_metaslab::{AllocClass, SpaceMap, SyncBlock, SyncPlan, VdevSpace};
-use tarn_phys::{BlkPtr, Compression, Dva, ObjectType};
+use tarn_phys::{BlkPtr, ChecksumAlg, CompressSetting, Compression, Dva, ObjectType};
 use tarn_vdev::{Vdev, VdevError};
 
 mod aggregate;
@@ -103,14 +110,40 @@ pub struct WriteProps {
     pub otype: ObjectType,
     /// Indirection level recorded in the block pointer.
     pub level: u8,
-    /// Compression to try.
-    pub compression: Compression,
+    /// Compression to try (algorithm and zstd level).
+    pub compression: CompressSetting,
+    /// Checksum of a file data block (the dataset's `checksum` property). Metadata
+    /// ignores it: any other object type gets BLAKE3, whatever is asked.
+    pub checksum: ChecksumAlg,
     /// Number of DVAs (1..=3).
     pub copies: u8,
     /// Birth txg.
     pub txg: u64,
     /// Fill count to record.
     pub fill: u64,
+    /// nopwrite candidate (OpenZFS `zio_nop_write`): the pointer this block replaces.
+    /// When it is a level-0 block with the same strong checksum algorithm,
+    /// compression, sizes, number of copies and checksum as the new content, the
+    /// write is skipped and this pointer is returned as is. The caller sets it only
+    /// when nopwrite applies (a strong checksum and compression on) and the old block
+    /// is not freed in this txg.
+    pub nop_prev: Option<BlkPtr>,
+}
+
+impl WriteProps {
+    /// Properties of a metadata block: LZ4, BLAKE3, `copies` DVAs, no nopwrite.
+    pub fn meta(otype: ObjectType, level: u8, copies: u8, txg: u64, fill: u64) -> WriteProps {
+        WriteProps {
+            otype,
+            level,
+            compression: CompressSetting::LZ4,
+            checksum: ChecksumAlg::Blake3,
+            copies,
+            txg,
+            fill,
+            nop_prev: None,
+        }
+    }
 }
 
 /// What a dataset lets the cache keep of its blocks: OpenZFS's `primarycache`
@@ -177,6 +210,9 @@ pub struct Zio {
     pub refused_frees: AtomicU64,
     /// Blocks written since open (for tests and `zpool iostat`).
     pub blocks_written: AtomicU64,
+    /// Block writes skipped by nopwrite since open (the old pointer was kept, see
+    /// [`WriteProps::nop_prev`]); not counted in `blocks_written`.
+    pub nop_writes: AtomicU64,
     /// Blocks read from disk (cache misses) since open. With `blocks_written` this is
     /// the application activity that scan I/O yields to.
     pub blocks_read: AtomicU64,
@@ -211,6 +247,7 @@ impl Zio {
             data_errors: AtomicU64::new(0),
             refused_frees: AtomicU64::new(0),
             blocks_written: AtomicU64::new(0),
+            nop_writes: AtomicU64::new(0),
             blocks_read: AtomicU64::new(0),
         }
     }
@@ -420,7 +457,11 @@ impl Zio {
     /// Write one block. `data` is the logical content (its length is the lsize).
     /// Returns the block pointer to store in the parent.
     pub fn write_block(&self, data: &[u8], props: WriteProps) -> Result<BlkPtr> {
-        let aggregate::Prepared { payload, mut bp } = aggregate::prepare(data, &props);
+        let aggregate::Prepared { payload, mut bp, nop } = aggregate::prepare(data, &props);
+        if nop {
+            self.nop_writes.fetch_add(1, Ordering::Relaxed);
+            return Ok(bp);
+        }
         bp.dva = self.allocate(payload.len() as u64, props.copies)?;
         let vdevs = self.vdevs.read();
         let mut ok = 0;
@@ -734,10 +775,12 @@ mod tests {
         WriteProps {
             otype: ObjectType::FileData,
             level: 0,
-            compression: Compression::Off,
+            compression: CompressSetting::OFF,
+            checksum: ChecksumAlg::Fletcher4,
             copies,
             txg: 1,
             fill: 1,
+            nop_prev: None,
         }
     }
 
@@ -824,6 +867,41 @@ mod tests {
         // Most-free first: the empty new vdevs take the new blocks.
         assert_eq!(seen, [false, true, true]);
         zio.flush().unwrap();
+    }
+
+    /// A crafted pointer whose checksum is right but whose payload is a decompression
+    /// bomb (zstd, gzip, zle, lz4 streams of 1 MiB of zeros under a 4 KiB lsize) or is
+    /// cut short: the read is an error, not a panic or a 1 MiB allocation. An unknown
+    /// compression code never gets that far: the pointer does not decode.
+    #[test]
+    fn crafted_bombs_and_truncations_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = leaf_vdev(&dir, "a", 0);
+        let space = SpaceMap::new(vec![VdevSpace::new(a.asize_bytes(), a.alloc_align_bytes())]);
+        let zio = Zio::new(vec![a.clone()], space, 1 << 20);
+        for name in ["zstd-19", "gzip-9", "zle", "lz4"] {
+            let s = CompressSetting::parse(name).unwrap();
+            let bomb = s.compress(&vec![0u8; 1 << 20]).unwrap();
+            let mut bp = zio.write_block(&bomb, props(1)).unwrap();
+            // Claim the payload is `s.alg`-compressed 4 KiB of data.
+            bp.compression = s.alg;
+            bp.lsize_bytes = 4096.max(bp.psize_bytes);
+            let e = zio.read_block(&bp).unwrap_err();
+            assert!(matches!(e, ZioError::Corrupt(_)), "{name}: {e}");
+            // The stream cut in half, its length field saying so (checksum matching).
+            let hdr = if s.alg == Compression::Zstd { 8 } else { 4 };
+            let clen = u32::from_le_bytes(bomb[0..4].try_into().unwrap()) as usize / 2;
+            let mut half = bomb[..hdr + clen].to_vec();
+            half[0..4].copy_from_slice(&(clen as u32).to_le_bytes());
+            let mut bp = zio.write_block(&half, props(1)).unwrap();
+            bp.compression = s.alg;
+            bp.lsize_bytes = 1 << 20;
+            assert!(matches!(zio.read_block(&bp), Err(ZioError::Corrupt(_))), "{name} truncated");
+        }
+        let bp = zio.write_block(&[1u8; 4096], props(1)).unwrap();
+        let mut raw = bp.encode();
+        raw[59] = 99;
+        assert!(BlkPtr::decode(&raw).is_err());
     }
 
     #[test]
