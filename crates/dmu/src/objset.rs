@@ -311,6 +311,9 @@ impl Src {
     }
 }
 
+/// One block for [`Zio::write_blocks`]: its logical bytes and write properties.
+type WriteItem = (Arc<Vec<u8>>, WriteProps);
+
 /// Records one deferred-fill batch reads at most: the fill's memory (the old blocks
 /// read plus the merged records waiting for their write) stays below twice this many
 /// bytes however many partial records a txg holds.
@@ -1085,7 +1088,8 @@ impl Objset {
                 fill_batches: 1,
                 ..FillStats::default()
             };
-            let mut merged: Vec<(usize, (Arc<Vec<u8>>, WriteProps))> = Vec::new();
+            let mut idx: Vec<usize> = Vec::new();
+            let mut items: Vec<WriteItem> = Vec::new();
             for ((i, below, blksz), old) in chunk.iter().zip(olds) {
                 let (obj, _, otype, record) = &batch.blocks[*i];
                 let Dirty::Partial(p) = record else { unreachable!("fills are partial") };
@@ -1115,9 +1119,9 @@ impl Objset {
                 let mut v = old.as_ref().clone();
                 v.resize(*blksz as usize, 0);
                 p.overlay(&mut v);
-                merged.push((*i, (Arc::new(v), props(*otype))));
+                idx.push(*i);
+                items.push((Arc::new(v), props(*otype)));
             }
-            let (idx, items): (Vec<usize>, Vec<(Arc<Vec<u8>>, WriteProps)>) = merged.into_iter().unzip();
             for (i, r) in idx.into_iter().zip(self.zio.write_blocks(&items, threads)) {
                 match r {
                     Ok(bp) => batch.written[i] = Some(bp),

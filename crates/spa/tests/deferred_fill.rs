@@ -339,7 +339,7 @@ fn fsync_of_a_partial_record_reads_nothing_and_replays() {
     tarn_vdev::inject::power_cut_after(&prefix, 0);
     drop(fs);
     common::abandon(pool, &prefix);
-    let pool = Pool::import("zilfill", &[dir.clone()], tarn_spa::Rewind::None, None).unwrap();
+    let pool = Pool::import("zilfill", std::slice::from_ref(&dir), tarn_spa::Rewind::None, None).unwrap();
     let fs = mount(&pool);
     let f = fs.lookup(fs.root(), b"f").unwrap().ino;
     assert_eq!(fs.read(f, 0, model.len() as u32).unwrap(), model);

@@ -28,6 +28,9 @@ use std::sync::Arc;
 use tarn_phys::{BlkPtr, Compression};
 use tarn_vdev::VdevKind;
 
+/// The outcome of one block's read: its logical bytes or the error.
+type BlockRead = Result<Arc<Vec<u8>>>;
+
 impl Zio {
     /// Read and verify many blocks as [`Zio::read_block`] would, merging blocks that
     /// are adjacent on disk into larger device reads. `threads` (1..=8) issue the runs
@@ -74,7 +77,7 @@ impl Zio {
             }
         }
         let workers = threads.clamp(1, 8).min(runs.len().max(1));
-        let results: Vec<Vec<(usize, Result<Arc<Vec<u8>>>)>> = std::thread::scope(|s| {
+        let results: Vec<Vec<(usize, BlockRead)>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..workers)
                 .map(|w| {
                     let (vdevs, order, runs) = (&vdevs, &order, &runs);
