@@ -311,6 +311,9 @@ impl Src {
     }
 }
 
+/// One block for [`Zio::write_blocks`]: its logical bytes and write properties.
+type WriteItem = (Arc<Vec<u8>>, WriteProps);
+
 /// Records one deferred-fill batch reads at most: the fill's memory (the old blocks
 /// read plus the merged records waiting for their write) stays below twice this many
 /// bytes however many partial records a txg holds.
@@ -1141,7 +1144,11 @@ impl Objset {
         let to_write: Vec<(Arc<Vec<u8>>, WriteProps)> = items.iter().zip(&zero).filter(|(_, z)| !**z).map(|(i, _)| i.clone()).collect();
         let mut out = self.write_bps(&to_write, threads).into_iter();
         for (k, &i) in full.iter().enumerate() {
-            let r = if zero[k] { Ok(BlkPtr::HOLE) } else { out.next().expect("one result per block") };
+            let r = if zero[k] {
+                Ok(BlkPtr::HOLE)
+            } else {
+                out.next().expect("one result per block")
+            };
             match r {
                 Ok(bp) => batch.written[i] = Some(bp),
                 Err(e) => {
@@ -1196,7 +1203,8 @@ impl Objset {
                 fill_batches: 1,
                 ..FillStats::default()
             };
-            let mut merged: Vec<(usize, (Arc<Vec<u8>>, WriteProps))> = Vec::new();
+            let mut idx: Vec<usize> = Vec::new();
+            let mut items: Vec<WriteItem> = Vec::new();
             for ((i, below, blksz), old) in chunk.iter().zip(olds) {
                 let (obj, _, otype, record) = &batch.blocks[*i];
                 let Dirty::Partial(p) = record else { unreachable!("fills are partial") };
@@ -1226,9 +1234,9 @@ impl Objset {
                 let mut v = old.as_ref().clone();
                 v.resize(*blksz as usize, 0);
                 p.overlay(&mut v);
-                merged.push((*i, (Arc::new(v), props(*i, *otype))));
+                idx.push(*i);
+                items.push((Arc::new(v), props(*i, *otype)));
             }
-            let (idx, items): (Vec<usize>, Vec<(Arc<Vec<u8>>, WriteProps)>) = merged.into_iter().unzip();
             for (i, r) in idx.into_iter().zip(self.write_bps(&items, threads)) {
                 match r {
                     Ok(bp) => batch.written[i] = Some(bp),

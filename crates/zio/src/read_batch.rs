@@ -17,8 +17,10 @@
 //! which tries every copy and every mirror side, heals bad copies and counts the
 //! error, so a batched read is never weaker than single reads. Holes read as zeros.
 //!
-//! The read cache is not consulted or filled: the callers read blocks that their own
-//! txg is about to replace. Every block read from a device counts in `blocks_read`.
+//! The read cache is consulted first, as by `read_block` (a record written by the
+//! previous txg is usually still there), but not filled: the callers read blocks that
+//! their own txg is about to replace. Every block read from a device counts in
+//! `blocks_read`.
 //!
 //! Called by: dmu (phase 2 of a txg sync, the fill of partial records).
 
@@ -27,6 +29,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tarn_phys::{BlkPtr, Compression};
 use tarn_vdev::VdevKind;
+
+/// The outcome of one block's read: its logical bytes or the error.
+type BlockRead = Result<Arc<Vec<u8>>>;
 
 impl Zio {
     /// Read and verify many blocks as [`Zio::read_block`] would, merging blocks that
@@ -45,6 +50,9 @@ impl Zio {
         for (i, bp) in bps.iter().enumerate() {
             if bp.is_hole() {
                 out[i] = Some(Ok(Arc::new(vec![0u8; bp.lsize_bytes as usize])));
+            } else if let Some(d) = self.arc.lookup(&self.arc_key(bp), crate::Access::Demand, crate::bp_is_metadata(bp)) {
+                // Verified when it entered the cache, as `read_block` trusts it.
+                out[i] = Some(Ok(d));
             } else {
                 let d = bp.dva[0];
                 order.push((d.vdev, d.offset_bytes, d.asize_bytes.max(bp.psize_bytes as u64), i));
@@ -74,7 +82,7 @@ impl Zio {
             }
         }
         let workers = threads.clamp(1, 8).min(runs.len().max(1));
-        let results: Vec<Vec<(usize, Result<Arc<Vec<u8>>>)>> = std::thread::scope(|s| {
+        let results: Vec<Vec<(usize, BlockRead)>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..workers)
                 .map(|w| {
                     let (vdevs, order, runs) = (&vdevs, &order, &runs);
