@@ -1163,7 +1163,7 @@ impl Pool {
     }
 
     /// Dirty data of the open and syncing txgs, bytes, as the write throttle counts it
-    /// (a partially written record counts its written bytes).
+    /// (a partially written record counts as a whole record: its sync allocates one).
     pub fn dirty_bytes(&self) -> u64 {
         self.gate.dirty_bytes()
     }
