@@ -112,6 +112,7 @@ mod bookmark;
 mod config;
 mod dsl;
 mod holds;
+mod inspect;
 pub mod inject;
 mod iostat;
 mod leak;
@@ -135,6 +136,7 @@ pub use dsl::{
 };
 pub use holds::{Released, TempHolds, TAG_MAX_BYTES};
 pub use iostat::{PoolIostat, VdevIostat};
+pub use inspect::{BlockStats, DatasetDump, MetaslabInfo, ObjectDump, TypeStats, VdevMetaslabs, RAW_READ_MAX_BYTES, WALK_POINTERS_MAX};
 pub use leak::LeakReport;
 pub use names::{validate_dataset_name, validate_pool_name, validate_snapshot_name};
 pub use pool::{
