@@ -18,7 +18,9 @@
 //! socket: root, and for read-only commands a configured group (see [`daemon`] and
 //! [`access`] for who may ask and the limits on a request). The daemon's tables are
 //! [`state`], the dataset mount policy [`zfs_mount`], and the pools it brings back
-//! when it starts are listed in the [`cachefile`].
+//! when it starts are listed in the [`cachefile`]. `tarn zdb` ([`zdb`]) is the exception to
+//! "a pool is open in one process": it reads the leaves itself, read-only and unlocked,
+//! and never writes.
 
 pub mod access;
 pub mod args;
@@ -30,6 +32,7 @@ pub mod mounts;
 pub mod proto;
 pub mod scrub;
 pub mod state;
+pub mod zdb;
 pub mod zfs;
 pub mod zfs_holds;
 pub mod zfs_mount;

@@ -2,7 +2,7 @@
 //!
 //! Theory: pick the role from argv. `argv[0]` named `zpool`, `zfs` or `zinject` (a
 //! symlink) means that command family; otherwise the first argument chooses: `zpool`,
-//! `zfs`, `zinject`, or `daemon [--foreground|--stop]`. Everything but `daemon` is
+//! `zfs`, `zinject`, `zdb` (run here, never in the daemon), or `daemon [--foreground|--stop]`. Everything but `daemon` is
 //! forwarded to the daemon (see `tarn_cli::proto`); the process exits with the status
 //! the daemon returns.
 
@@ -13,13 +13,13 @@ use std::time::Duration;
 use tarn_cli::{daemon, proto};
 
 const USAGE: &str =
-    "usage: tarn zpool <command> [args...]\n       tarn zfs <command> [args...]\n       tarn zinject [args...]\n       tarn daemon [--foreground | --stop]\n";
+    "usage: tarn zpool <command> [args...]\n       tarn zfs <command> [args...]\n       tarn zinject [args...]\n       tarn zdb [args...]\n       tarn daemon [--foreground | --stop]\n";
 
 fn main() {
     let mut args: Vec<String> = std::env::args().collect();
     let argv0 = args.remove(0);
     let base = Path::new(&argv0).file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    if base == "zpool" || base == "zfs" || base == "zinject" {
+    if base == "zpool" || base == "zfs" || base == "zinject" || base == "zdb" {
         args.insert(0, base);
     }
     let code = match args.first().map(String::as_str) {
@@ -31,6 +31,8 @@ fn main() {
         // Reports every interval: the client loops, asking the daemon for counters.
         Some("zpool") if args.get(1).map(String::as_str) == Some("iostat") => tarn_cli::iostat::client(&args[2..]),
         Some("zpool") | Some("zfs") | Some("zinject") => forward(args),
+        // Reads the leaves itself, read-only, in this process (never the daemon).
+        Some("zdb") => tarn_cli::zdb::main(&args[1..]),
         Some(other) => {
             eprint!("tarn: unknown command '{other}'\n{USAGE}");
             2
