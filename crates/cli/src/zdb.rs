@@ -290,7 +290,7 @@ pub fn nicenum(n: u64) -> String {
         return n.to_string();
     }
     let div = (1u128 << (10 * i)) as f64;
-    if n as u128 % (1u128 << (10 * i)) == 0 {
+    if (n as u128).is_multiple_of(1u128 << (10 * i)) {
         return format!("{v}{}", UNITS[i]);
     }
     let x = n as f64 / div;
@@ -555,7 +555,7 @@ fn dump_blocks(out: &mut String, pool: &Pool, verbosity: u32) -> i32 {
         }
     };
     let t = st.total;
-    let avg = |b: u64| if t.count == 0 { 0 } else { b / t.count };
+    let avg = |b: u64| b.checked_div(t.count).unwrap_or(0);
     let ratio = |a: u64, b: u64| if b == 0 { 1.0 } else { a as f64 / b as f64 };
     out.push('\n');
     let _ = writeln!(out, "\tbp count:      {:>10}", t.count);
@@ -583,7 +583,7 @@ fn dump_blocks(out: &mut String, pool: &Pool, verbosity: u32) -> i32 {
     if verbosity >= 2 {
         out.push_str("\nBlocks\tLSIZE\tPSIZE\tASIZE\t  avg\t comp\t%Total\tType\n");
         let row = |out: &mut String, s: &tarn_spa::TypeStats, name: &str| {
-            let avg = if s.count == 0 { 0 } else { s.asize_bytes / s.count };
+            let avg = s.asize_bytes.checked_div(s.count).unwrap_or(0);
             let comp = ratio(s.lsize_bytes, s.psize_bytes);
             let pct = if t.asize_bytes == 0 {
                 0.0

@@ -26,9 +26,9 @@ use crate::{ImportOptions, Result, SpaError};
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use tarn_phys::label::VdevConfig;
 use tarn_dmu::objset::{Objset, INDBLKSHIFT};
 use tarn_dmu::ObjectStore;
+use tarn_phys::label::VdevConfig;
 use tarn_phys::{BlkPtr, DnodePhys, ObjectType, ObjsetPhys, UberblockPhys, BLKPTR_SIZE_BYTES, DNODE_SIZE_BYTES};
 
 /// Most block pointers one object walk ([`Pool::dataset_dump`]) decodes before it
@@ -432,7 +432,9 @@ impl Pool {
             return Err(SpaError::Invalid(format!("invalid block size {psize_bytes}")));
         }
         if offset_bytes.checked_add(psize_bytes).is_none_or(|end| end > v.asize_bytes()) {
-            return Err(SpaError::Invalid(format!("offset {offset_bytes:#x} + size {psize_bytes:#x} is past the end of vdev {vdev}")));
+            return Err(SpaError::Invalid(format!(
+                "offset {offset_bytes:#x} + size {psize_bytes:#x} is past the end of vdev {vdev}"
+            )));
         }
         v.read(offset_bytes, psize_bytes, &|_| true).map_err(|e| SpaError::Io(e.to_string()))
     }
