@@ -44,10 +44,11 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
 }
 
 /// Pool `tank` on v/a with file systems, snapshots and a destroy; with FUSE also a
-/// file `tank/fs/f` of 64 KiB (returned with its object id).
-fn workload(env: &Env) -> Option<(u64, Vec<u8>)> {
+/// file `tank/fs/f` of 64 KiB of random bytes and a compressible one `tank/fs/z`
+/// (`compression=lz4`), returned with their object ids.
+fn workload(env: &Env) -> Option<[(u64, Vec<u8>); 2]> {
     let m = env.mounted_pool(&[]);
-    env.zfs(&["create", "tank/fs"]).ok();
+    env.zfs(&["create", "-o", "compression=lz4", "tank/fs"]).ok();
     env.zfs(&["snapshot", "tank/fs@s1"]).ok();
     env.zfs(&["create", "tank/gone"]).ok();
     env.zfs(&["snapshot", "tank/gone@x"]).ok();
@@ -58,7 +59,14 @@ fn workload(env: &Env) -> Option<(u64, Vec<u8>)> {
         let data = pattern(64 << 10, 7);
         std::fs::write(&p, &data).unwrap();
         let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&p).unwrap());
-        file = Some((ino, data));
+        let z = m.join("fs").join("z");
+        let text: Vec<u8> = (0..4096)
+            .flat_map(|i| format!("line {i:08} of a text file\n").into_bytes())
+            .take(64 << 10)
+            .collect();
+        std::fs::write(&z, &text).unwrap();
+        let zino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&z).unwrap());
+        file = Some([(ino, data), (zino, text)]);
     }
     env.zfs(&["snapshot", "tank/fs@s2"]).ok();
     env.zfs(&["destroy", "tank/fs@s1"]).ok();
@@ -89,7 +97,7 @@ fn every_option_on_an_exported_pool_writes_nothing() {
 
     let h = zdb(&env, &["-e", "-p", &v, "-h", "tank"]).ok();
     assert!(h.stdout.contains("History:"), "{h:?}");
-    assert!(h.stdout.contains("zfs create tank/fs"), "{h:?}");
+    assert!(h.stdout.contains("zfs create -o compression=lz4 tank/fs"), "{h:?}");
     assert!(h.stdout.contains("zfs destroy tank/fs@s1"), "{h:?}");
 
     let m = zdb(&env, &["-e", "-p", &v, "-m", "tank"]).ok();
@@ -130,7 +138,7 @@ fn every_option_on_an_exported_pool_writes_nothing() {
     assert_eq!(l.stdout.matches("LABEL ").count(), 4, "{l:?}");
     assert!(l.stdout.contains("name: 'tank'") && l.stdout.contains("state: 1"), "{l:?}");
 
-    if let Some((ino, data)) = file {
+    if let Some([(ino, data), (zino, text)]) = file {
         let d4 = zdb(&env, &["-e", "-p", &v, "-dddd", "tank/fs", &ino.to_string()]).ok();
         assert!(d4.stdout.contains("ZFS plain file"), "{d4:?}");
         assert!(d4.stdout.contains("\tdnode maxblkid: 0"), "{d4:?}");
@@ -149,6 +157,25 @@ fn every_option_on_an_exported_pool_writes_nothing() {
         let hexed = zdb(&env, &["-e", "-p", &v, "-R", "tank", &format!("{}:{}:{}", parts[0], parts[1], psize)]).ok();
         let first = u64::from_le_bytes(data[..8].try_into().unwrap());
         assert!(hexed.stdout.contains(&format!("000000:  {first:016x}")), "{hexed:?}");
+
+        // The compressible file's block is stored lz4: -R with `d` gives its bytes.
+        let dz = zdb(&env, &["-e", "-p", &v, "-dddd", "tank/fs", &zino.to_string()]).ok();
+        let bp = dz
+            .stdout
+            .lines()
+            .filter(|l| l.contains("[L0 ZFS plain file]"))
+            .next_back()
+            .expect("blkptr line");
+        assert!(bp.contains(" lz4 size=10000L/"), "{bp}");
+        let dva = &bp[bp.find('<').unwrap() + 1..bp.find('>').unwrap()];
+        let parts: Vec<&str> = dva.split(':').collect();
+        let sizes = bp.split("size=").nth(1).unwrap();
+        let psize = sizes.split('/').nth(1).unwrap().split('P').next().unwrap();
+        let spec = format!("{}:{}:10000/{}:dr", parts[0], parts[1], psize);
+        let r = env.command(&["zdb", "-e", "-p", &v, "-R", "tank", &spec]).output().unwrap();
+        assert_eq!(r.status.code(), Some(0), "{}", String::from_utf8_lossy(&r.stderr));
+        assert_eq!(r.stdout, text, "-R :dr returns the decompressed block");
+        assert!(String::from_utf8_lossy(&r.stderr).contains("(lz4) succeeded"));
     }
 
     assert_eq!(file_hash(&a), before, "zdb changed the device file");

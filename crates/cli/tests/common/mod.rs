@@ -132,7 +132,10 @@ impl Env {
     pub fn assert_no_leaks(&self, pool: &str) -> Out {
         self.zpool(&["sync", pool]).ok();
         let out = self.tarn(&["zdb", "-b", pool]);
-        assert!(out.code == 0 && out.stdout.contains("No leaks (block sum matches space maps exactly)"), "zdb -b {pool}: {out:?}");
+        assert!(
+            out.code == 0 && out.stdout.contains("No leaks (block sum matches space maps exactly)"),
+            "zdb -b {pool}: {out:?}"
+        );
         out
     }
 
@@ -140,7 +143,10 @@ impl Env {
     pub fn assert_no_leaks_exported(&self, pool: &str) -> Out {
         let v = self.vdir().display().to_string();
         let out = self.tarn(&["zdb", "-e", "-p", &v, "-b", pool]);
-        assert!(out.code == 0 && out.stdout.contains("No leaks (block sum matches space maps exactly)"), "zdb -b {pool}: {out:?}");
+        assert!(
+            out.code == 0 && out.stdout.contains("No leaks (block sum matches space maps exactly)"),
+            "zdb -b {pool}: {out:?}"
+        );
         out
     }
 
