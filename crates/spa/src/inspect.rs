@@ -420,7 +420,7 @@ impl Pool {
     /// `psize_bytes` read at `offset_bytes` of top-level vdev `vdev` as stored (no
     /// checksum to verify against: `zdb -R`). For a mirror the first readable child
     /// answers. Errors: `Invalid` for a vdev that does not exist, a size of 0, over
-    /// [`RAW_READ_MAX_BYTES`] or not a multiple of 512, or a range past the vdev's end;
+    /// [`RAW_READ_MAX_BYTES`], or a range past the vdev's end;
     /// `Io` when the device cannot be read.
     pub fn read_raw(&self, vdev: u64, offset_bytes: u64, psize_bytes: u64) -> Result<Vec<u8>> {
         let tops = self.zio.vdevs();
@@ -428,7 +428,7 @@ impl Pool {
             .ok()
             .and_then(|i| tops.get(i))
             .ok_or_else(|| SpaError::Invalid(format!("invalid vdev {vdev}")))?;
-        if psize_bytes == 0 || psize_bytes > RAW_READ_MAX_BYTES || !psize_bytes.is_multiple_of(512) {
+        if psize_bytes == 0 || psize_bytes > RAW_READ_MAX_BYTES {
             return Err(SpaError::Invalid(format!("invalid block size {psize_bytes}")));
         }
         if offset_bytes.checked_add(psize_bytes).is_none_or(|end| end > v.asize_bytes()) {
