@@ -160,12 +160,7 @@ fn every_option_on_an_exported_pool_writes_nothing() {
 
         // The compressible file's block is stored lz4: -R with `d` gives its bytes.
         let dz = zdb(&env, &["-e", "-p", &v, "-dddd", "tank/fs", &zino.to_string()]).ok();
-        let bp = dz
-            .stdout
-            .lines()
-            .filter(|l| l.contains("[L0 ZFS plain file]"))
-            .next_back()
-            .expect("blkptr line");
+        let bp = dz.stdout.lines().rfind(|l| l.contains("[L0 ZFS plain file]")).expect("blkptr line");
         assert!(bp.contains(" lz4 size=10000L/"), "{bp}");
         let dva = &bp[bp.find('<').unwrap() + 1..bp.find('>').unwrap()];
         let parts: Vec<&str> = dva.split(':').collect();
