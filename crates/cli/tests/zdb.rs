@@ -80,7 +80,7 @@ fn every_option_on_an_exported_pool_writes_nothing() {
     let a = env.make_vdev("a", 256 << 20);
     let file = workload(&env);
     env.zpool(&["export", "tank"]).ok();
-    let before = file_hash(&a);
+    let mut before = file_hash(&a);
     let v = env.vdir().display().to_string();
 
     let c = zdb(&env, &["-e", "-p", &v, "-C", "tank"]).ok();
@@ -171,6 +171,28 @@ fn every_option_on_an_exported_pool_writes_nothing() {
         assert_eq!(r.status.code(), Some(0), "{}", String::from_utf8_lossy(&r.stderr));
         assert_eq!(r.stdout, text, "-R :dr returns the decompressed block");
         assert!(String::from_utf8_lossy(&r.stderr).contains("(lz4) succeeded"));
+
+        // -S: a copy of the random file makes its one block a refcount-2 entry.
+        env.zpool(&["import", "-d", &v, "tank"]).ok();
+        let m = env.path().join("mnt");
+        std::fs::write(m.join("fs").join("copy"), &data).unwrap();
+        env.zpool(&["export", "tank"]).ok();
+        let sim = zdb(&env, &["-e", "-p", &v, "-S", "tank"]).ok();
+        assert!(sim.stdout.contains("Simulated DDT histogram:"), "{sim:?}");
+        assert!(
+            sim.stdout.contains("refcnt   blocks   LSIZE   PSIZE   DSIZE   blocks   LSIZE   PSIZE   DSIZE"),
+            "{sim:?}"
+        );
+        let two = sim.stdout.lines().find(|l| l.starts_with("     2 ")).expect("refcnt 2 row");
+        let cols: Vec<&str> = two.split_whitespace().collect();
+        assert_eq!((cols[1], cols[2], cols[5], cols[6]), ("1", "64K", "2", "128K"), "{two}");
+        let summary = sim.stdout.lines().find(|l| l.starts_with("dedup = ")).expect("summary");
+        assert!(
+            summary.contains(", compress = ") && summary.contains(", copies = 1.00, dedup * compress / copies = "),
+            "{summary}"
+        );
+        assert!(!summary.starts_with("dedup = 1.00,"), "{summary}");
+        before = file_hash(&a);
     }
 
     assert_eq!(file_hash(&a), before, "zdb changed the device file");
@@ -258,7 +280,7 @@ fn corrupt_labels_and_bad_input_get_clear_errors() {
     // A device that is not there.
     zdb(&env, &["-l", &env.vdev("missing")]).fails_with("zdb: can't open");
     // Options Tarn does not implement are refused with the usage text.
-    zdb(&env, &["-S", "tank"]).fails_with("zdb: invalid option -- 'S'");
+    zdb(&env, &["-c", "tank"]).fails_with("zdb: invalid option -- 'c'");
     zdb(&env, &["-D", "tank"]).fails_with("Usage:");
     // -R with a malformed specifier or flag.
     let b = env.make_vdev("b", 256 << 20);

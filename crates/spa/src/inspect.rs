@@ -75,6 +75,20 @@ pub struct BlockStats {
     pub size_bytes: u64,
 }
 
+/// One distinct data block of a simulated dedup table (`zdb -S`): how many block
+/// pointers of the pool name blocks with these bytes, and one copy's sizes in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimDdtEntry {
+    /// Distinct blocks (by DVA) holding the same logical bytes.
+    pub refcount: u64,
+    /// Logical size of one.
+    pub lsize_bytes: u64,
+    /// Physical size of one.
+    pub psize_bytes: u64,
+    /// Allocated size of one, every copy counted (OpenZFS's DSIZE).
+    pub asize_bytes: u64,
+}
+
 /// One metaslab, as `zdb -m` prints it (offsets and sizes in bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MetaslabInfo {
@@ -331,6 +345,47 @@ impl Pool {
             space_map_alloc_bytes,
             size_bytes,
         })
+    }
+
+    /// Simulate dedup over the pool's file data (`zdb -S`): every level-0 file-data
+    /// block of every dataset tree, a block shared by snapshots or clones counted once
+    /// (by its first DVA), is read and its logical bytes hashed with BLAKE3; blocks with
+    /// equal hashes and sizes make one entry, with the number of blocks as refcount.
+    /// Reads all file data, so it costs a full read of the pool's data. Errors: a block
+    /// or tree that cannot be read.
+    pub fn simulated_ddt(&self) -> Result<Vec<SimDdtEntry>> {
+        let _s = self.sync_lock.lock();
+        let mos_root = self.mos.root_bp();
+        let mos = Objset::open(self.zio.clone(), self.gate.clone(), &mos_root, 0).map_err(dmu_err)?;
+        mos.set_readonly(true);
+        let mut seen: HashSet<(u32, u64)> = HashSet::new();
+        let mut data: Vec<BlkPtr> = Vec::new();
+        for obj in 1..mos.object_id_end() {
+            let Ok(info) = mos.object_info(obj) else { continue };
+            if info.otype != ObjectType::DslDataset {
+                continue;
+            }
+            let phys = DslDatasetPhys::decode(&mos.bonus(obj).map_err(dmu_err)?)?;
+            tarn_dmu::traverse::traverse(&self.zio, &phys.rootbp, &mut |bp| {
+                if bp.level == 0 && bp.otype == ObjectType::FileData && seen.insert((bp.dva[0].vdev, bp.dva[0].offset_bytes)) {
+                    data.push(*bp);
+                }
+            })
+            .map_err(|e| SpaError::Corrupt(format!("dataset record {obj}: unreadable: {e}")))?;
+        }
+        let mut table: BTreeMap<([u8; 32], u32, u32), SimDdtEntry> = BTreeMap::new();
+        for bp in &data {
+            let bytes = self.zio.read_block(bp).map_err(|e| SpaError::Io(e.to_string()))?;
+            let key = (tarn_phys::ChecksumAlg::Blake3.compute(&bytes), bp.lsize_bytes, bp.psize_bytes);
+            let e = table.entry(key).or_insert(SimDdtEntry {
+                refcount: 0,
+                lsize_bytes: u64::from(bp.lsize_bytes),
+                psize_bytes: u64::from(bp.psize_bytes),
+                asize_bytes: bp.asize_total_bytes(),
+            });
+            e.refcount += 1;
+        }
+        Ok(table.into_values().collect())
     }
 
     /// The objects of dataset or snapshot `name` as its last synced tree holds them
