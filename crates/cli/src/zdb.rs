@@ -708,6 +708,9 @@ fn dump_simulated_ddt(out: &mut String, entries: &[tarn_spa::SimDdtEntry]) {
 
 fn dump_dataset(out: &mut String, d: &tarn_spa::DatasetDump, verbosity: u32, objects_named: bool) {
     let kind = match d.os_type {
+        // A dataset record whose tree was never written (created, never mounted): an
+        // empty file system, the only kind of dataset Tarn has.
+        0 if d.objects.is_empty() => "ZPL",
         tarn_dmu::objset::OS_TYPE_ZFS => "ZPL",
         tarn_dmu::objset::OS_TYPE_MOS => "META",
         _ => "UNKNOWN",

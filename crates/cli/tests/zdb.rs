@@ -215,7 +215,8 @@ fn zdb_beside_the_daemon_sees_the_pool_and_disturbs_nothing() {
     }
     zdb(&env, &["-dddd", "tank/fs"]).ok();
     // The daemon still owns the pool and keeps writing.
-    env.zfs(&["create", "tank/after"]).ok();
+    // Not mounted: its object set is never written, an empty file system to zdb.
+    env.zfs(&["create", "-u", "tank/after"]).ok();
     env.zpool(&["sync", "tank"]).ok();
     let d = zdb(&env, &["-d", "tank"]).ok();
     assert!(d.stdout.contains("Dataset tank/after [ZPL]"), "zdb sees the last synced txg: {d:?}");
