@@ -4,6 +4,9 @@
 #
 # Usage: bash bench/fio.sh [--targets raw,tarn,zfs-fuse,btrfs] [--size 1G]
 #                          [--runtime 20] [--files 5000] [--workdir DIR]
+#                          [--workloads seqwrite,seqread,randread,randwrite,...]
+# (--workloads: keys of the WORKLOADS table below, default all; the file the
+# single-file workloads use is always laid out by the seq write and read cold.)
 #
 # Targets (each is three functions below: setup_<t>, cold_<t>, teardown_<t>):
 #   raw       a plain directory on the file system that holds the vdev files
@@ -12,6 +15,11 @@
 #   zfs-fuse  Debian's zfs-fuse daemon in a private mount namespace, a mirror of two
 #             4 GiB files, pool created with -o cachefile=none
 #   btrfs     btrfs raid1 (data and metadata) over two loop devices on 4 GiB files
+#   fuse-null the FUSE ceiling: crates/fuse/examples/fuse_null.rs, a minimal `fuser`
+#             file system with Tarn's mount options and 8 threads; reads are zeros
+#             from memory, writes are discarded ($FUSE_NULL_BIN, or built with cargo)
+#   passthrough  the same program forwarding every request to a plain directory on
+#             the file system of `raw` (FUSE's cost over raw)
 #
 # Needs root. Installs fio, fuse (never fuse3), zfs-fuse and btrfs-progs with apt-get
 # when they are missing and the chosen targets need them. Not run by CI.
@@ -25,9 +33,10 @@ SIZE=${BENCH_SIZE:-1G}
 RUNTIME=${BENCH_RUNTIME:-20}
 NFILES=${BENCH_FILES:-5000}
 WORK=${BENCH_DIR:-/var/tmp/tarn-bench}
+ONLY=all
 VDEV_SIZE=4G
 
-usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case $1 in
         --targets) TARGETS=$2; shift 2 ;;
@@ -39,6 +48,8 @@ while [ $# -gt 0 ]; do
         --files) NFILES=$2; shift 2 ;;
         --files=*) NFILES=${1#*=}; shift ;;
         --workdir) WORK=$2; shift 2 ;;
+        --workloads) ONLY=$2; shift 2 ;;
+        --workloads=*) ONLY=${1#*=}; shift ;;
         --workdir=*) WORK=${1#*=}; shift ;;
         -h|--help) usage 0 ;;
         *) echo "fio.sh: unknown option $1" >&2; usage 2 ;;
@@ -104,6 +115,47 @@ teardown_tarn() {
     mountpoint -q "$WORK/tarn/mnt" 2>/dev/null && fusermount -u "$WORK/tarn/mnt"
     rm -rf "$WORK/tarn"
 }
+
+# ---- targets: fuse-null, passthrough -------------------------------------------------
+FN_PID=""
+find_fuse_null() {
+    if [ -n "${FUSE_NULL_BIN:-}" ]; then
+        FUSE_NULL=$FUSE_NULL_BIN
+    else
+        local target_dir
+        log "building fuse_null (cargo build --release -p tarn-fuse --example fuse_null)"
+        (cd "$REPO" && cargo build --release -q -p tarn-fuse --example fuse_null)
+        target_dir=${CARGO_TARGET_DIR:-$REPO/target}
+        case $target_dir in /*) ;; *) target_dir=$REPO/$target_dir ;; esac
+        FUSE_NULL=$target_dir/release/examples/fuse_null
+    fi
+    [ -x "$FUSE_NULL" ] || die "no fuse_null binary at $FUSE_NULL"
+}
+start_fuse_null() {  # start_fuse_null NAME [--passthrough DIR]
+    local d=$WORK/$1; shift
+    find_fuse_null
+    mkdir -p "$d/mnt"
+    "$FUSE_NULL" "$@" "$d/mnt" &
+    FN_PID=$!
+    wait_for 10 mountpoint -q "$d/mnt"
+    DIR=$d/mnt
+}
+stop_fuse_null() {
+    local d=$WORK/$1
+    mountpoint -q "$d/mnt" 2>/dev/null && fusermount -u "$d/mnt"
+    [ -n "$FN_PID" ] && wait_gone "$FN_PID" 10
+    FN_PID=""
+    rm -rf "$d"
+}
+setup_fuse_null() { rm -rf "$WORK/fuse-null"; start_fuse_null fuse-null; }
+cold_fuse_null() { drop_caches; }
+teardown_fuse_null() { stop_fuse_null fuse-null; }
+setup_passthrough() {
+    rm -rf "$WORK/passthrough"; mkdir -p "$WORK/passthrough/dir"
+    start_fuse_null passthrough --passthrough "$WORK/passthrough/dir"
+}
+cold_passthrough() { drop_caches; }
+teardown_passthrough() { stop_fuse_null passthrough; }
 
 # ---- target: zfs-fuse ----------------------------------------------------------------------
 ZF_POOL=zfsbench
@@ -198,29 +250,45 @@ fio_run() {
         '$1 == "3" { printf "%.1f\n", $f / d; found = 1 } END { if (!found) exit 1 }'
 }
 
+want() { [ "$ONLY" = all ] || [[ ",$ONLY," == *",$1,"* ]]; }
+
 run_workloads() {
     local t=$1 cold=cold_${1//-/_} v
-    log "$t: seq write ($SIZE)"
-    v=$(fio_run 48 1024 seqwrite --rw=write --bs=1M --size="$SIZE" --end_fsync=1); record "$t" seqwrite "$v"
-    $cold
-    log "$t: seq read ($SIZE, cold)"
-    v=$(fio_run 7 1024 seqread --rw=read --bs=1M --size="$SIZE"); record "$t" seqread "$v"
-    $cold
-    log "$t: rand read 8K x4 (${RUNTIME}s, cold)"
-    v=$(fio_run 8 1 randread --rw=randread --bs=8k --size="$SIZE" --numjobs=4 \
-        --runtime="$RUNTIME" --time_based); record "$t" randread "$v"
-    log "$t: rand write 8K x4 buffered (${RUNTIME}s + end_fsync)"
-    v=$(fio_run 49 1 randwrite --rw=randwrite --bs=8k --size="$SIZE" --numjobs=4 \
-        --runtime="$RUNTIME" --time_based --end_fsync=1); record "$t" randwrite "$v"
-    log "$t: rand write 8K fsync=1 x1 (${RUNTIME}s)"
-    v=$(fio_run 49 1 fsync1 --rw=randwrite --bs=8k --size="$SIZE" --numjobs=1 --fsync=1 \
-        --runtime="$RUNTIME" --time_based); record "$t" fsync1 "$v"
-    log "$t: rand write 8K fsync=1 x8 (${RUNTIME}s)"
-    v=$(fio_run 49 1 fsync8 --rw=randwrite --bs=8k --size="$SIZE" --numjobs=8 --fsync=1 \
-        --runtime="$RUNTIME" --time_based); record "$t" fsync8 "$v"
+    if want seqwrite || want seqread || want randread || want randwrite || want fsync1 || want fsync8; then
+        log "$t: seq write ($SIZE)"
+        v=$(fio_run 48 1024 seqwrite --rw=write --bs=1M --size="$SIZE" --end_fsync=1)
+        want seqwrite && record "$t" seqwrite "$v"
+        $cold
+    fi
+    if want seqread; then
+        log "$t: seq read ($SIZE, cold)"
+        v=$(fio_run 7 1024 seqread --rw=read --bs=1M --size="$SIZE"); record "$t" seqread "$v"
+        $cold
+    fi
+    if want randread; then
+        log "$t: rand read 8K x4 (${RUNTIME}s, cold)"
+        v=$(fio_run 8 1 randread --rw=randread --bs=8k --size="$SIZE" --numjobs=4 \
+            --runtime="$RUNTIME" --time_based); record "$t" randread "$v"
+    fi
+    if want randwrite; then
+        log "$t: rand write 8K x4 buffered (${RUNTIME}s + end_fsync)"
+        v=$(fio_run 49 1 randwrite --rw=randwrite --bs=8k --size="$SIZE" --numjobs=4 \
+            --runtime="$RUNTIME" --time_based --end_fsync=1); record "$t" randwrite "$v"
+    fi
+    if want fsync1; then
+        log "$t: rand write 8K fsync=1 x1 (${RUNTIME}s)"
+        v=$(fio_run 49 1 fsync1 --rw=randwrite --bs=8k --size="$SIZE" --numjobs=1 --fsync=1 \
+            --runtime="$RUNTIME" --time_based); record "$t" fsync1 "$v"
+    fi
+    if want fsync8; then
+        log "$t: rand write 8K fsync=1 x8 (${RUNTIME}s)"
+        v=$(fio_run 49 1 fsync8 --rw=randwrite --bs=8k --size="$SIZE" --numjobs=8 --fsync=1 \
+            --runtime="$RUNTIME" --time_based); record "$t" fsync8 "$v"
+    fi
     "${RUN[@]}" rm -f "$DIR/bench.dat"
     local threads
     for threads in 1 4; do
+        want "small$threads" || continue
         log "$t: $NFILES small files, $threads thread(s)"
         "${RUN[@]}" mkdir -p "$DIR/small$threads"
         v=$("${RUN[@]}" "$SMALLFILES" "$DIR/small$threads" "$NFILES" "$threads" 8192 |
@@ -264,6 +332,7 @@ for t in "${TARGET_LIST[@]}"; do printf ' %20s' "$t"; done
 printf '\n'
 for row in "${WORKLOADS[@]}"; do
     IFS='|' read -r key label unit <<< "$row"
+    want "$key" || continue
     case $key in small*) label=${label/5k/$NFILES} ;; esac
     printf '%-36s %-8s' "$label" "$unit"
     base=$(value_of raw "$key")
@@ -281,5 +350,18 @@ for row in "${WORKLOADS[@]}"; do
     printf '\n'
 done
 echo "(ratio = value / raw; higher is better for every row)"
+# Tarn against the FUSE ceiling of the same run.
+for ceiling in fuse-null passthrough; do
+    wants tarn && wants "$ceiling" || continue
+    echo
+    echo "tarn as a fraction of $ceiling:"
+    for row in "${WORKLOADS[@]}"; do
+        IFS='|' read -r key label unit <<< "$row"
+        case $key in small*) label=${label/5k/$NFILES} ;; esac
+        v=$(value_of tarn "$key"); c=$(value_of "$ceiling" "$key")
+        [ -n "$v" ] && [ -n "$c" ] || continue
+        printf '%-36s %-8s %s\n' "$label" "$unit" "$(awk -v v="$v" -v c="$c" 'BEGIN { if (c > 0) printf "%.3f (%.1f / %.1f)", v / c, v, c }')"
+    done
+done
 echo "raw results: $RESULTS"
 [ ${#FAILED[@]} -eq 0 ] || { log "targets that failed: ${FAILED[*]}"; exit 1; }

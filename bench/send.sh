@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# bench/send.sh — snapshot and send/receive workloads of issue 10, Tarn against btrfs
-# (subvolume snapshots, `btrfs send/receive`) and the raw directory, in one run.
+# bench/send.sh — snapshot and send/receive workloads of issue 10, Tarn against zfs-fuse
+# (Debian's, pool version 23, in a private mount namespace), btrfs (subvolume snapshots,
+# `btrfs send/receive`) and the raw directory, in one run.
 #
-#   sudo bash bench/send.sh [--size 2G] [--targets raw,tarn,btrfs] [--workdir DIR]
+#   sudo bash bench/send.sh [--size 2G] [--targets raw,tarn,zfs-fuse,btrfs] [--workdir DIR]
 #
 # Rows (each target that has the operation):
 #   cold read / full send   MB/s of `tar -c tree > /dev/null` (raw) or of a full send of
@@ -19,14 +20,14 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$REPO/bench/lib.sh"
 
 SIZE=${BENCH_SIZE:-2G}
-TARGETS=raw,tarn,btrfs
+TARGETS=raw,tarn,zfs-fuse,btrfs
 WORK=${BENCH_DIR:-/var/tmp/tarn-send-bench}
 while [ $# -gt 0 ]; do
     case $1 in
         --size) SIZE=$2; shift 2 ;;
         --targets) TARGETS=$2; shift 2 ;;
         --workdir) WORK=$2; shift 2 ;;
-        -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown option $1" ;;
     esac
 done
@@ -156,6 +157,88 @@ if wants tarn; then
     snapshot_latency tarn "$T/mnt/fs" snap_tarn
     rm -f "$WORK/full.stream"
     cleanup_tarn; trap - EXIT
+fi
+
+# ---- zfs-fuse -------------------------------------------------------------------------------
+# Debian's zfs-fuse (pool version 23) in a private mount namespace, pools made with
+# cachefile=none; everything that touches its mounts runs inside through nsenter.
+if wants zfs-fuse; then
+    has zfs-fuse || apt_install zfs-fuse
+    if pgrep -x zfs-fuse >/dev/null; then die "zfs-fuse is already running on this host; it allows one daemon per host"; fi
+    Z=$WORK/zfs-fuse
+    ZNS=""; ZPID=""
+    cleanup_zfs_fuse() {
+        if [ -n "$ZNS" ]; then
+            nsenter --target "$ZNS" --mount -- zpool destroy -f zsrc 2>/dev/null || true
+            nsenter --target "$ZNS" --mount -- zpool destroy -f zdst 2>/dev/null || true
+        fi
+        [ -n "$ZPID" ] && { kill -TERM "$ZPID" 2>/dev/null || true; wait_gone "$ZPID" 10; }
+        [ -n "$ZNS" ] && { kill "$ZNS" 2>/dev/null || true; wait "$ZNS" 2>/dev/null || true; }
+        rm -rf "$Z"
+    }
+    rm -rf "$Z"; mkdir -p "$Z/src" "$Z/dst"
+    trap cleanup_zfs_fuse EXIT
+    truncate -s $VDEV_SIZE "$Z/src/a.img" "$Z/src/b.img" "$Z/dst/c.img" "$Z/dst/d.img"
+    unshare --mount --propagation private sleep infinity &
+    ZNS=$!
+    ZR=(nsenter --target "$ZNS" --mount --)
+    wait_for 5 in_new_namespace "$ZNS"
+    "${ZR[@]}" zfs-fuse --pidfile "$Z/zfs-fuse.pid"
+    wait_for 10 test -s "$Z/zfs-fuse.pid"
+    ZPID=$(cat "$Z/zfs-fuse.pid")
+    wait_for 10 "${ZR[@]}" zpool list
+    "${ZR[@]}" zpool create -f -o cachefile=none -m "$Z/mnt" zsrc mirror "$Z/src/a.img" "$Z/src/b.img"
+    # zfs-fuse refuses to destroy a just-received file system ("dataset is busy"), so
+    # the receives land beside each other: zdst holds three copies (VDEV_SIZE allows).
+    "${ZR[@]}" zpool create -f -o cachefile=none -m "$Z/mnt2" zdst mirror "$Z/dst/c.img" "$Z/dst/d.img"
+    "${ZR[@]}" zfs create zsrc/fs
+    log "zfs-fuse: copying the tree in"
+    "${ZR[@]}" cp -a "$SRC/." "$Z/mnt/fs/"
+    "${ZR[@]}" zfs snapshot zsrc/fs@a
+    cold() { "${ZR[@]}" zpool export zsrc; drop_caches; "${ZR[@]}" zpool import -o cachefile=none -d "$Z/src" zsrc; }
+    cold
+    t0=$(now_ns); "${ZR[@]}" zfs send zsrc/fs@a > /dev/null; t1=$(now_ns)
+    full_ns=$((t1 - t0))
+    "${ZR[@]}" zfs send zsrc/fs@a > "$WORK/full.zfs"
+    full_bytes=$(stat -c %s "$WORK/full.zfs")
+    record zfs-fuse "full send to /dev/null, cold (MB/s of tree)" "$(mbps "$src_bytes" $full_ns)"
+    "${ZR[@]}" bash -c "$(declare -f change_one_percent); change_one_percent $Z/mnt/fs"
+    "${ZR[@]}" zfs snapshot zsrc/fs@b
+    cold
+    t0=$(now_ns); inc_bytes=$("${ZR[@]}" zfs send -i @a zsrc/fs@b | wc -c); t1=$(now_ns)
+    record zfs-fuse "incremental send after 1% change (s)" "$(secs $((t1 - t0)))"
+    record zfs-fuse "incremental/full time" "$(awk -v a=$((t1 - t0)) -v b=$full_ns 'BEGIN { printf "%.3f", a / b }')"
+    record zfs-fuse "incremental/full bytes" "$(awk -v a="$inc_bytes" -v b="$full_bytes" 'BEGIN { printf "%.3f", a / b }')"
+    drop_caches
+    t0=$(now_ns); "${ZR[@]}" zfs recv zdst/r1 < "$WORK/full.zfs"; t1=$(now_ns)
+    record zfs-fuse "receive full stream (MB/s of tree)" "$(mbps "$src_bytes" $((t1 - t0)))"
+    cold
+    t0=$(now_ns); "${ZR[@]}" zfs send zsrc/fs@a | mbuffer -q -m 256M | "${ZR[@]}" zfs recv zdst/r2; t1=$(now_ns)
+    record zfs-fuse "send|mbuffer|recv (s)" "$(secs $((t1 - t0)))"
+    "${ZR[@]}" zfs create zdst/cp
+    cold
+    t0=$(now_ns); "${ZR[@]}" cp -a "$Z/mnt/fs/." "$Z/mnt2/cp/"; "${ZR[@]}" sync; t1=$(now_ns)
+    record zfs-fuse "cp -a between the pools (s)" "$(secs $((t1 - t0)))"
+    snap_zfs_fuse() { "${ZR[@]}" zfs snapshot "zsrc/fs@$1"; }
+    # The writer must run inside the namespace to see the mount.
+    snapshot_latency_in() {
+        local flag; flag=$(mktemp)
+        "${ZR[@]}" bash -c "while [ -e $flag ]; do dd if=/dev/zero of=$Z/mnt/fs/writer.tmp bs=1M count=64 conv=fsync status=none 2>/dev/null || true; done" &
+        local writer=$! i t0 t1 lat=()
+        sleep 1
+        for i in $(seq 1 20); do
+            t0=$(now_ns); snap_zfs_fuse "lat$i"; t1=$(now_ns)
+            lat+=( $(( (t1 - t0) / 1000 )) )
+            sleep 0.2
+        done
+        rm -f "$flag"; wait "$writer" 2>/dev/null || true
+        local sorted; sorted=$(printf '%s\n' "${lat[@]}" | sort -n)
+        record zfs-fuse "snapshot latency median (ms)" "$(echo "$sorted" | sed -n 10p | awk '{ printf "%.1f", $1 / 1000 }')"
+        record zfs-fuse "snapshot latency p90 (ms)" "$(echo "$sorted" | sed -n 18p | awk '{ printf "%.1f", $1 / 1000 }')"
+    }
+    snapshot_latency_in
+    rm -f "$WORK/full.zfs"
+    cleanup_zfs_fuse; trap - EXIT
 fi
 
 # ---- btrfs ----------------------------------------------------------------------------------

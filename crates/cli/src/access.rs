@@ -119,7 +119,10 @@ pub fn access_of(uid: u32, gid: u32, read_gid: Option<u32>, full: impl Fn(u32) -
 /// The commands a read-group member may run: they only read.
 pub fn read_only_command(argv: &[String]) -> bool {
     let words: Vec<&str> = argv.iter().take(2).map(String::as_str).collect();
-    matches!(words.as_slice(), ["zpool", "list" | "status" | "get" | "iostat"] | ["zfs", "list" | "get"])
+    matches!(
+        words.as_slice(),
+        ["zpool", "list" | "status" | "get" | "iostat"] | ["zfs", "list" | "get"] | ["kstat", _]
+    )
 }
 
 #[cfg(test)]
@@ -136,6 +139,7 @@ mod tests {
             "zpool iostat -v 1 2",
             "zfs list -r",
             "zfs get used p",
+            "kstat arcstats",
         ] {
             assert!(read_only_command(&v(ok)), "{ok}");
         }
@@ -144,6 +148,7 @@ mod tests {
             "zfs create p/x",
             "zfs set atime=off p",
             "daemon --stop",
+            "daemon --set arc_max=1G",
             "zinject",
             "zpool history",
         ] {

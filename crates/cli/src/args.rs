@@ -270,16 +270,19 @@ pub fn resolve_device(word: &str, cwd: &Path, create_missing: bool) -> PathBuf {
 }
 
 /// The dataset properties the CLI knows, in `zfs get all` order.
-pub const FS_PROPS: [&str; 9] = [
+pub const FS_PROPS: [&str; 12] = [
     "recordsize",
     "mountpoint",
+    "checksum",
     "compression",
     "atime",
     "readonly",
     "snapdir",
     "canmount",
+    "copies",
     "sync",
     "logbias",
+    "primarycache",
 ];
 
 /// Short column header of a dataset property for `zfs list -o`.

@@ -102,7 +102,9 @@ pub fn dispatch_with(st: &mut State, req: &Request, stdio: Vec<std::os::fd::Owne
         "zpool" => crate::zpool::run(st, &ctx, rest),
         "zfs" => crate::zfs::run(st, &ctx, rest),
         "zinject" => crate::zinject::run(st, &ctx, rest),
+        "daemon" if rest.first().map(String::as_str) == Some("--set") => crate::arcstat::set_tunables(&rest[1..]),
         "daemon" => Response::ok("tarn daemon running\n"),
+        "kstat" => crate::arcstat::kstat(rest),
         other => Response::usage(format!("unrecognized command '{other}'\nusage: tarn zpool|zfs|zinject|daemon ...")),
     }
 }
@@ -338,6 +340,12 @@ pub fn run_foreground() -> i32 {
     // Memory budget per pool for cached + dirty blocks (`TARN_CACHE_MAX`, e.g. 512M).
     if let Some(v) = std::env::var("TARN_CACHE_MAX").ok().and_then(|v| crate::format::parse_size(&v)) {
         tarn_spa::set_cache_limit(v);
+    }
+    // ARC tunables (`TARN_ARC_MAX`, `TARN_ARC_MIN`, `TARN_ARC_POLICY`); this also makes
+    // the shared ARC and starts its memory-pressure thread.
+    if let Err(e) = crate::arcstat::tunables_from_env() {
+        eprint!("{e}");
+        return 1;
     }
     if UnixStream::connect(&socket).is_ok() {
         eprintln!("tarn daemon already running");

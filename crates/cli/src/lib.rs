@@ -18,11 +18,13 @@
 //! socket: root, and for read-only commands a configured group (see [`daemon`] and
 //! [`access`] for who may ask and the limits on a request). The daemon's tables are
 //! [`state`], the dataset mount policy [`zfs_mount`], and the pools it brings back
-//! when it starts are listed in the [`cachefile`]. `tarn zdb` ([`zdb`]) is the exception to
-//! "a pool is open in one process": it reads the leaves itself, read-only and unlocked,
-//! and never writes.
+//! when it starts are listed in the [`cachefile`]. The ARC's tunables and statistics
+//! (`tarn daemon --set`, `tarn kstat arcstats`, `tarn arcstat`) are [`arcstat`].
+//! `tarn zdb` ([`zdb`]) is the exception to "a pool is open in one process": it reads
+//! the leaves itself, read-only and unlocked, and never writes.
 
 pub mod access;
+pub mod arcstat;
 pub mod args;
 pub mod cachefile;
 pub mod daemon;

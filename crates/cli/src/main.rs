@@ -2,9 +2,10 @@
 //!
 //! Theory: pick the role from argv. `argv[0]` named `zpool`, `zfs` or `zinject` (a
 //! symlink) means that command family; otherwise the first argument chooses: `zpool`,
-//! `zfs`, `zinject`, `zdb` (run here, never in the daemon), or `daemon [--foreground|--stop]`. Everything but `daemon` is
-//! forwarded to the daemon (see `tarn_cli::proto`); the process exits with the status
-//! the daemon returns.
+//! `zfs`, `zinject`, `kstat`, `arcstat`, `zdb`, or `daemon [--foreground|--stop|--set
+//! NAME=VALUE…]`. Everything but `daemon`, `arcstat` (a client loop over `kstat`) and
+//! `zdb` (run here, never in the daemon) is forwarded to the daemon (see
+//! `tarn_cli::proto`); the process exits with the status the daemon returns.
 
 use std::io::Write;
 use std::path::Path;
@@ -13,7 +14,7 @@ use std::time::Duration;
 use tarn_cli::{daemon, proto};
 
 const USAGE: &str =
-    "usage: tarn zpool <command> [args...]\n       tarn zfs <command> [args...]\n       tarn zinject [args...]\n       tarn zdb [args...]\n       tarn daemon [--foreground | --stop]\n";
+    "usage: tarn zpool <command> [args...]\n       tarn zfs <command> [args...]\n       tarn zinject [args...]\n       tarn zdb [args...]\n       tarn kstat arcstats\n       tarn arcstat [interval [count]]\n       tarn daemon [--foreground | --stop | --set NAME=VALUE...]\n";
 
 fn main() {
     let mut args: Vec<String> = std::env::args().collect();
@@ -30,7 +31,8 @@ fn main() {
         Some("daemon") => run_daemon(&args[1..]),
         // Reports every interval: the client loops, asking the daemon for counters.
         Some("zpool") if args.get(1).map(String::as_str) == Some("iostat") => tarn_cli::iostat::client(&args[2..]),
-        Some("zpool") | Some("zfs") | Some("zinject") => forward(args),
+        Some("arcstat") => tarn_cli::arcstat::client(&args[1..]),
+        Some("zpool") | Some("zfs") | Some("zinject") | Some("kstat") => forward(args),
         // Reads the leaves itself, read-only, in this process (never the daemon).
         Some("zdb") => tarn_cli::zdb::main(&args[1..]),
         Some(other) => {
@@ -68,6 +70,8 @@ fn forward(argv: Vec<String>) -> i32 {
 fn run_daemon(args: &[String]) -> i32 {
     match args.first().map(String::as_str) {
         Some("--foreground") | Some("-f") => daemon::run_foreground(),
+        // Tunables go to the running daemon (started if needed).
+        Some("--set") => forward([&["daemon".to_string()], args].concat()),
         Some("--stop") => match std::os::unix::net::UnixStream::connect(proto::socket_path()) {
             Ok(s) => {
                 let req = proto::Request {

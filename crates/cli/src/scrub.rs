@@ -174,6 +174,20 @@ pub fn error_files(entry: &PoolEntry) -> Vec<String> {
     out
 }
 
+/// Tarn's line under `errors:` when frees were refused since import (a block pointer
+/// naming space that was not allocated: a crafted or damaged pool, or a block freed
+/// twice). Tarn leaves such space alone rather than panic as OpenZFS does without
+/// `zfs_recover`, so the space may be leaked; `zdb -b` tells. Empty when `count` is 0.
+pub fn refused_frees_note(pool: &str, count: u64) -> String {
+    if count == 0 {
+        return String::new();
+    }
+    format!(
+        "\nwarning: {count} frees of space that was not allocated were refused since import;\n\
+         \tsome space may be leaked. Check with 'tarn zdb -b {pool}'.\n"
+    )
+}
+
 /// The `errors:` part of `zpool status` for a pool whose error count is `count`.
 pub fn errors_block(entry: &PoolEntry, count: u64, verbose: bool) -> String {
     if count == 0 {
@@ -194,6 +208,14 @@ pub fn errors_block(entry: &PoolEntry, count: u64, verbose: bool) -> String {
 mod tests {
     use super::*;
     use tarn_spa::scan::ScanPhys;
+
+    #[test]
+    fn refused_frees_are_named_only_when_there_are_some() {
+        assert_eq!(refused_frees_note("tank", 0), "");
+        let n = refused_frees_note("tank", 3);
+        assert!(n.starts_with("\nwarning: 3 frees of space that was not allocated were refused"), "{n}");
+        assert!(n.ends_with("Check with 'tarn zdb -b tank'.\n"), "{n}");
+    }
 
     fn phys(state: ScanState) -> ScanPhys {
         ScanPhys {

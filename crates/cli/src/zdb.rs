@@ -361,7 +361,7 @@ pub fn blkptr_string(bp: &BlkPtr) -> String {
         "[L{} {}] {} {} size={:x}L/{:x}P birth={}L fill={} cksum={}",
         bp.level,
         type_name(bp.otype),
-        format!("{:?}", bp.checksum_alg).to_lowercase(),
+        bp.checksum_alg.name(),
         bp.compression.name(),
         bp.lsize_bytes,
         bp.psize_bytes,

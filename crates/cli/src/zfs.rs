@@ -304,18 +304,14 @@ fn value_of(entry: &PoolEntry, info: &DatasetInfo, prop: &str, parsable: bool) -
             (v, src)
         }
         "compressratio" | "refcompressratio" => {
-            // A snapshot's compressratio is its refcompressratio; a file system's
-            // covers its descendants too (their referenced blocks).
-            let mut names = vec![info.name.clone()];
-            if prop == "compressratio" && !info.name.contains('@') {
-                names.extend(entry.pool.dataset_names().into_iter().filter(|n| is_descendant(n, &info.name)));
-            }
-            let (mut lsize, mut psize) = (0u64, 0u64);
-            for n in &names {
-                let (l, p) = entry.pool.referenced_lsize_psize(n).ok()?;
-                lsize += l;
-                psize += p;
-            }
+            // A file system's compressratio covers its used space (its snapshots and
+            // descendants included, each block once); a snapshot's is its
+            // refcompressratio, the blocks it references (zfsprops(7)).
+            let (lsize, psize) = if prop == "compressratio" && !info.name.contains('@') {
+                entry.pool.used_lsize_psize(&info.name).ok()?
+            } else {
+                entry.pool.referenced_lsize_psize(&info.name).ok()?
+            };
             (format::ratio(lsize, psize, parsable), ro)
         }
         // Logical sizes (zfsprops(7)): computed from block pointers when asked.

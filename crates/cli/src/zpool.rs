@@ -924,6 +924,8 @@ fn status(st: &mut State, args: &[String]) -> Response {
             block.truncate(at);
             block.push_str(&crate::scrub::errors_block(entry, errs, p.has('v')));
         }
+        let refused = entry.pool.zio().refused_frees.load(std::sync::atomic::Ordering::Relaxed);
+        block.push_str(&crate::scrub::refused_frees_note(n, refused));
         blocks.push(block);
     }
     if p.has('x') && blocks.is_empty() && resp.code == 0 {

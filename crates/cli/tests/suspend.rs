@@ -73,3 +73,39 @@ fn failmode_property_suspension_status_and_clear() {
     env.zpool(&["import", "-d", "v", "tank"]).ok();
     assert_eq!(env.zpool(&["get", "-H", "-o", "value", "comment", "tank"]).ok().stdout, "after\n");
 }
+
+/// `failmode=panic`: a sync that cannot write ends the daemon at once (OpenZFS panics
+/// the host) with the reason on its log; the client reports the lost connection; the
+/// next command starts a daemon that imports the pool from the cachefile with every
+/// change synced before the failure, and nothing of the failed txg.
+#[test]
+fn failmode_panic_ends_the_daemon_and_the_pool_comes_back() {
+    let env = Env::new();
+    env.zpool(&["create", "-m", "none", "-o", "size=128M", "tank", "mirror", "v/a.img", "v/b.img"])
+        .ok();
+    env.zpool(&["set", "failmode=panic", "tank"]).ok();
+    assert_eq!(
+        env.zpool(&["get", "-H", "-o", "value,source", "failmode", "tank"]).ok().stdout,
+        "panic\tlocal\n"
+    );
+    env.zpool(&["set", "comment=before", "tank"]).ok();
+    env.zpool(&["sync", "tank"]).ok();
+    for leaf in ["v/a.img", "v/b.img"] {
+        env.tarn(&["zinject", "-d", leaf, "-e", "io", "-T", "write", "tank"]).ok();
+    }
+    env.zpool(&["set", "comment=lost", "tank"]).ok();
+    let out = env.zpool(&["sync", "tank"]);
+    assert_ne!(out.code, 0, "zpool sync succeeded on a pool that cannot write: {out:?}");
+    let log = env.daemon_log();
+    assert!(
+        log.contains("the failure mode property for this pool is set to panic"),
+        "daemon log lacks the panic reason:\n{log}"
+    );
+    // A new daemon (started by this command) imports the pool from the cachefile.
+    assert_eq!(env.zpool(&["list", "-H", "-o", "name,health", "tank"]).ok().stdout, "tank\tONLINE\n");
+    assert_eq!(env.zpool(&["get", "-H", "-o", "value", "comment", "tank"]).ok().stdout, "before\n");
+    assert_eq!(env.zpool(&["get", "-H", "-o", "value", "failmode", "tank"]).ok().stdout, "panic\n");
+    env.zpool(&["set", "comment=after", "tank"]).ok();
+    env.zpool(&["sync", "tank"]).ok();
+    env.zpool(&["export", "tank"]).ok();
+}

@@ -277,7 +277,8 @@ fn send_recv_through_mounts() {
     env.zfs(&["recv", "-A", "tank/half"]).ok();
     env.zfs(&["list", "tank/half"]).fails_with("dataset does not exist");
 
-    // -R: the whole tree with its snapshots and local properties, through a real
+    // -R: the whole tree with its snapshots and local properties (received values on
+    // the copy), through a real
     // pipe between two clients of the same daemon.
     let mut send = env.command(&["zfs", "send", "-R", "tank/fs@two"]);
     send.stdout(Stdio::piped());
@@ -290,7 +291,7 @@ fn send_recv_through_mounts() {
     assert_eq!(snaps(&env, "tank/rep"), "tank/rep@one\ntank/rep@two\ntank/rep/kid@one\ntank/rep/kid@two\n");
     assert_eq!(
         env.zfs(&["get", "-H", "-o", "value,source", "compression", "tank/rep"]).ok().stdout,
-        "lz4\tlocal\n"
+        "lz4\treceived\n"
     );
     assert_eq!(std::fs::read(m.join("rep/kid/new")).unwrap(), b"kid's new file");
     assert_eq!(std::fs::read(m.join("rep/kid/big")).unwrap(), data(3, 300_000));

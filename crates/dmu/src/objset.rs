@@ -23,6 +23,51 @@
 //! The tree (root pointer, nlevels, used bytes) is changed only by phase 3, under the
 //! lock, so open-context readers always see a complete synced tree.
 //!
+//! Deferred fill (our design; OpenZFS discussed it as "async COW", issue 8590 and PR
+//! 9954, but reads the record before a partial write, `dbuf_will_dirty`). A write of
+//! part of a record never reads the record. A dirty record of a generation is either
+//! `Full` (all `blksz` bytes) or `Partial`: only the byte ranges written in this
+//! generation (disjoint extents), every other byte being the content *below* the
+//! generation — for the open generation the syncing one, then the tree; for the
+//! syncing generation the tree. A write makes a record partial only when the content
+//! below would need a read (a block on disk, or a partial syncing record); over a
+//! hole, a freed range or a whole syncing record it copies from memory and makes it
+//! `Full`, as before. Invariants:
+//! - *The content below a partial record does not change while it is partial*: the
+//!   syncing generation is frozen after phase 1, and the tree changes only in phase 3,
+//!   for exactly the blocks of the syncing generation; those it replaces hold the same
+//!   logical content (the syncing record filled), so what "below" means at the fill
+//!   equals what it meant at the write. So a fill resolves its old block when it runs,
+//!   not when the write happened, and still reads the block the head pointed to then
+//!   (or that block's successor with the same bytes); copy-on-write keeps that block
+//!   alive — a snapshot taken meanwhile holds it, and a free is deferred — until the
+//!   txg that replaces it syncs.
+//! - *A partial record is never covered by its own generation's frees*: `free_range`
+//!   removes the records it frees, and a later write over a freed range sees zeros
+//!   below and makes a `Full` record. Truncating into a partial record writes a zero
+//!   extent (still no read).
+//! - *Dirty accounting counts what is held*: a partial record counts its written bytes
+//!   (`Dirty::dirty_bytes`), a full one `blksz`; memory follows the same numbers.
+//!
+//! A read of a partial record merges: bytes one extent holds are copied out directly
+//! (the intent log fetches written ranges this way, so a sync write logs only its own
+//! bytes and reads nothing); any other range reads the block below and lays the
+//! extents over it (newest generation last); when the open generation's record was
+//! the partial one and no write changed it meanwhile, the merge becomes that record
+//! (`Objset::promote`, now `Full`), so a record read often (a ZAP block) merges once. At txg
+//! sync (phase 2) every partial record of the txg is filled: the old blocks are looked
+//! up in the tree, sorted by (vdev, offset), read with `Zio::read_blocks` (adjacent
+//! blocks aggregated) in batches of at most [`FILL_BATCH_BYTES`], merged and written
+//! before the next batch is read, so the fill's memory is bounded whatever the dirty
+//! limit. A whole-record write needs no fill, and a partial record over a hole none.
+//!
+//! A fill whose read fails (I/O error or checksum error on every copy; zio counted it)
+//! installs nothing: the record keeps its old block, the new bytes of that record are
+//! dropped, the object goes to the read-error sink (`zpool status -v`), and every later
+//! read of the record reports the same error instead of returning zeros. A write whose
+//! fill fails is thus lost, as a buffered write into a damaged record; the rest of the
+//! txg syncs normally.
+//!
 //! Object ids are reused (OpenZFS `dmu_object_alloc`): a new object takes the lowest
 //! free slot known — a slot whose free has synced (`free_ids`, filled by phase 3), or
 //! one found by scanning the dnode array a few blocks at a time from `scan_cursor`
@@ -55,8 +100,8 @@ use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
-use tarn_phys::{BlkPtr, Compression, DnodePhys, ObjectType, ObjsetPhys, ZilHeader, BLKPTR_SIZE_BYTES, DNODE_SIZE_BYTES};
-use tarn_zio::{WriteProps, Zio, ZioError};
+use tarn_phys::{BlkPtr, ChecksumAlg, CompressSetting, DnodePhys, ObjectType, ObjsetPhys, ZilHeader, BLKPTR_SIZE_BYTES, DNODE_SIZE_BYTES};
+use tarn_zio::{CachePolicy, WriteProps, Zio, ZioError};
 
 /// Bytes per dnode block (object 0's block size).
 pub const DNODE_BLOCK_BYTES: u32 = 16 << 10;
@@ -112,14 +157,101 @@ struct Attrs {
     freed: bool,
 }
 
+/// A dirty level-0 record of one generation (open or syncing) of a dnode.
+#[derive(Clone)]
+enum Dirty {
+    /// Every byte of the record: exactly `blksz` bytes.
+    Full(Arc<Vec<u8>>),
+    /// Only the byte ranges written in this generation (deferred fill); every other
+    /// byte is whatever lies below this generation. See the theory statement.
+    Partial(Arc<Partial>),
+}
+
+impl Dirty {
+    /// Bytes this record counts as dirty data: the whole record, or only the bytes
+    /// written into a partial one.
+    fn dirty_bytes(&self) -> u64 {
+        match self {
+            Dirty::Full(d) => d.len() as u64,
+            Dirty::Partial(p) => p.valid_bytes(),
+        }
+    }
+}
+
+/// The written ranges of a partial record: offset in the record → bytes. Extents are
+/// disjoint and never touch (`Partial::insert` merges them), so their number is at
+/// most one per write and their bytes are exactly the valid bytes.
+#[derive(Clone, Default, Debug)]
+pub(crate) struct Partial {
+    extents: BTreeMap<usize, Vec<u8>>,
+}
+
+impl Partial {
+    /// Bytes written (valid) in the record.
+    fn valid_bytes(&self) -> u64 {
+        self.extents.values().map(|e| e.len() as u64).sum()
+    }
+
+    /// Record `data` as written at byte `at` of the record, over whatever was there.
+    fn insert(&mut self, at: usize, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let end = at + data.len();
+        // Extents that overlap or touch [at, end) merge into one.
+        let mut lo = at;
+        let mut hi = end;
+        let touching: Vec<usize> = self
+            .extents
+            .range(..=end)
+            .rev()
+            .take_while(|(&s, e)| s + e.len() >= at)
+            .map(|(&s, _)| s)
+            .collect();
+        for &s in &touching {
+            lo = lo.min(s);
+            hi = hi.max(s + self.extents[&s].len());
+        }
+        let mut merged = vec![0u8; hi - lo];
+        for s in touching {
+            let e = self.extents.remove(&s).expect("listed above");
+            merged[s - lo..s - lo + e.len()].copy_from_slice(&e);
+        }
+        merged[at - lo..end - lo].copy_from_slice(data);
+        self.extents.insert(lo, merged);
+    }
+
+    /// Copy bytes `[at, at + dst.len())` of the record into `dst` when one extent
+    /// holds them all; false (and `dst` untouched) otherwise.
+    fn read_covered(&self, at: usize, dst: &mut [u8]) -> bool {
+        match self.extents.range(..=at).next_back() {
+            Some((&s, e)) if s + e.len() >= at + dst.len() => {
+                dst.copy_from_slice(&e[at - s..at - s + dst.len()]);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Lay the written ranges over `record` (the bytes below, `blksz` long).
+    fn overlay(&self, record: &mut [u8]) {
+        for (&s, e) in &self.extents {
+            let end = (s + e.len()).min(record.len());
+            if s < end {
+                record[s..end].copy_from_slice(&e[..end - s]);
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 struct OpenRec {
-    blocks: BTreeMap<u64, Arc<Vec<u8>>>,
+    blocks: BTreeMap<u64, Dirty>,
     frees: Vec<(u64, u64)>,
 }
 
 struct SyncRec {
-    blocks: BTreeMap<u64, Arc<Vec<u8>>>,
+    blocks: BTreeMap<u64, Dirty>,
     frees: Vec<(u64, u64)>,
     attrs: Attrs,
 }
@@ -158,13 +290,56 @@ enum Src {
     Data(Arc<Vec<u8>>),
     Zero,
     Bp(BlkPtr),
+    /// Partial records (the newest first) over the content below them (never itself
+    /// `Partial`).
+    Partial(Vec<Arc<Partial>>, Box<Src>),
 }
 
-/// Everything phase 2 must write for one txg: (object, blkid, otype, bytes).
+impl Src {
+    /// `layers` (newest first) over `self`.
+    fn under(self, mut layers: Vec<Arc<Partial>>) -> Src {
+        if layers.is_empty() {
+            return self;
+        }
+        match self {
+            Src::Partial(more, base) => {
+                layers.extend(more);
+                Src::Partial(layers, base)
+            }
+            base => Src::Partial(layers, Box::new(base)),
+        }
+    }
+}
+
+/// One block for [`Zio::write_blocks`]: its logical bytes and write properties.
+type WriteItem = (Arc<Vec<u8>>, WriteProps);
+
+/// Records one deferred-fill batch reads at most: the fill's memory (the old blocks
+/// read plus the merged records waiting for their write) stays below twice this many
+/// bytes however many partial records a txg holds.
+pub const FILL_BATCH_BYTES: u64 = 32 << 20;
+
+/// Counters of the deferred fill since the object set was opened (for tests and
+/// benchmarks).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FillStats {
+    /// Partial records completed at txg sync (their old block read and merged).
+    pub synced_fills: u64,
+    /// Partial records completed at txg sync with nothing to read (a hole below).
+    pub hole_fills: u64,
+    /// Fills whose old block could not be read: their new bytes were dropped.
+    pub failed_fills: u64,
+    /// Batched read calls issued for fills.
+    pub fill_batches: u64,
+}
+
+/// Everything phase 2 must write for one txg: (object, blkid, otype, record).
 pub struct SyncBatch {
     txg: u64,
-    blocks: Vec<(u64, u64, ObjectType, Arc<Vec<u8>>)>,
-    written: Vec<BlkPtr>,
+    blocks: Vec<(u64, u64, ObjectType, Dirty)>,
+    /// One entry per block: the new pointer, or `None` when nothing may be installed
+    /// (a fill that failed keeps the old block).
+    written: Vec<Option<BlkPtr>>,
     dirty_bytes: u64,
     /// Objects with changes in this txg (data, attributes or frees).
     objects: usize,
@@ -202,7 +377,14 @@ pub struct Objset {
     zio: Arc<Zio>,
     gate: Arc<TxgGate>,
     os_type: u64,
-    compression: AtomicU8,
+    /// The `compression` property ([`CompressSetting::to_bits`]).
+    compression: std::sync::atomic::AtomicU32,
+    /// The `checksum` property for file data (a [`ChecksumAlg`] code).
+    checksum: AtomicU8,
+    /// The `copies` property for file data (1..=3).
+    data_copies: AtomicU8,
+    /// The `primarycache` property ([`CachePolicy`] as u8).
+    primarycache: AtomicU8,
     readonly: std::sync::atomic::AtomicBool,
     st: Mutex<OsState>,
     /// Bytes kept free for metadata when pool space runs low (1/32 of the pool, ZFS slop).
@@ -215,6 +397,8 @@ pub struct Objset {
     /// Decides what happens to each block this object set stops referencing (see
     /// [`Objset::set_block_kill`]); `None` frees it.
     block_kill: Mutex<Option<BlockKill>>,
+    /// Deferred-fill counters (see [`Objset::fill_stats`]).
+    fill_stats: Mutex<FillStats>,
 }
 
 /// Receiver of the object ids whose reads failed with an I/O or checksum error.
@@ -228,13 +412,17 @@ pub type ReadErrorSink = Arc<dyn Fn(u64) + Send + Sync>;
 /// context, under the object set's lock: it must not call back into the object set.
 pub type BlockKill = Arc<dyn Fn(&BlkPtr, u64) + Send + Sync>;
 
-fn copies_for(otype: ObjectType, os_type: u64) -> u8 {
+/// DVAs of a block: three for the MOS; for a dataset's file data its `copies`
+/// property, for its metadata one more than that, at least two and at most three
+/// (OpenZFS `dmu_write_policy`: `MIN(copies + 1, spa_max_replication)`).
+fn copies_for(otype: ObjectType, os_type: u64, data_copies: u8) -> u8 {
+    let data_copies = data_copies.clamp(1, 3);
     if os_type == OS_TYPE_MOS {
         3
     } else if otype.is_metadata() {
-        2
+        (data_copies + 1).min(3)
     } else {
-        1
+        data_copies
     }
 }
 
@@ -245,7 +433,10 @@ impl Objset {
             zio,
             gate,
             os_type,
-            compression: AtomicU8::new(Compression::Off as u8),
+            compression: CompressSetting::OFF.to_bits().into(),
+            checksum: AtomicU8::new(ChecksumAlg::Fletcher4 as u8),
+            data_copies: AtomicU8::new(1),
+            primarycache: AtomicU8::new(0),
             readonly: false.into(),
             st: Mutex::new(OsState {
                 meta: Tree {
@@ -268,6 +459,7 @@ impl Objset {
             streams: Mutex::new(HashMap::new()),
             error_sink: Mutex::new(None),
             block_kill: Mutex::new(None),
+            fill_stats: Mutex::new(FillStats::default()),
         })
     }
 
@@ -293,7 +485,10 @@ impl Objset {
             zio,
             gate,
             os_type: phys.os_type,
-            compression: AtomicU8::new(Compression::Off as u8),
+            compression: CompressSetting::OFF.to_bits().into(),
+            checksum: AtomicU8::new(ChecksumAlg::Fletcher4 as u8),
+            data_copies: AtomicU8::new(1),
+            primarycache: AtomicU8::new(0),
             readonly: false.into(),
             st: Mutex::new(OsState {
                 meta: Tree {
@@ -316,6 +511,7 @@ impl Objset {
             streams: Mutex::new(HashMap::new()),
             error_sink: Mutex::new(None),
             block_kill: Mutex::new(None),
+            fill_stats: Mutex::new(FillStats::default()),
         }))
     }
 
@@ -379,8 +575,62 @@ impl Objset {
     }
 
     /// Set the compression used for new data blocks (the `compression` property).
-    pub fn set_compression(&self, c: Compression) {
-        self.compression.store(c as u8, Ordering::Relaxed);
+    /// Metadata always uses LZ4.
+    pub fn set_compression(&self, c: CompressSetting) {
+        self.compression.store(c.to_bits(), Ordering::Relaxed);
+    }
+
+    /// Set the checksum of new file data blocks (the `checksum` property; `Off`
+    /// writes none). Metadata always gets BLAKE3, whatever this says.
+    pub fn set_checksum(&self, alg: ChecksumAlg) {
+        self.checksum.store(alg as u8, Ordering::Relaxed);
+    }
+
+    /// Set the number of copies (DVAs) of new file data blocks (the `copies`
+    /// property, clamped to 1..=3); metadata gets one more, up to 3.
+    pub fn set_copies(&self, copies: u8) {
+        self.data_copies.store(copies.clamp(1, 3), Ordering::Relaxed);
+    }
+
+    /// What the ARC may keep of this object set's blocks (the `primarycache`
+    /// property): reads of blocks it may not keep still count in the ARC statistics
+    /// but leave nothing behind, and blocks just written are dropped from it.
+    pub fn set_primarycache(&self, c: CachePolicy) {
+        let v = match c {
+            CachePolicy::All => 0,
+            CachePolicy::Metadata => 1,
+            CachePolicy::None => 2,
+        };
+        self.primarycache.store(v, Ordering::Relaxed);
+    }
+
+    /// The `primarycache` policy in force.
+    pub fn primarycache(&self) -> CachePolicy {
+        match self.primarycache.load(Ordering::Relaxed) {
+            1 => CachePolicy::Metadata,
+            2 => CachePolicy::None,
+            _ => CachePolicy::All,
+        }
+    }
+
+    /// A demand read of `bp` through the ARC under this object set's `primarycache`.
+    fn read_bp(&self, bp: &BlkPtr) -> std::result::Result<Arc<Vec<u8>>, ZioError> {
+        self.zio.read_block_as(bp, tarn_zio::Access::Demand, self.primarycache())
+    }
+
+    /// [`Zio::write_blocks`], then drop from the ARC what `primarycache` does not let
+    /// it keep.
+    fn write_bps(&self, blocks: &[(Arc<Vec<u8>>, WriteProps)], threads: usize) -> Vec<std::result::Result<BlkPtr, ZioError>> {
+        let out = self.zio.write_blocks(blocks, threads);
+        let policy = self.primarycache();
+        if policy != CachePolicy::All {
+            for bp in out.iter().flatten() {
+                if !policy.caches(tarn_zio::bp_is_metadata(bp)) {
+                    self.zio.uncache(bp);
+                }
+            }
+        }
+        out
     }
 
     /// Make this object set refuse changes (`readonly=on`).
@@ -432,7 +682,7 @@ impl Objset {
             }
         }
         for bp in bps {
-            self.zio.prefetch(bp);
+            self.zio.prefetch_as(bp, self.primarycache());
         }
     }
 
@@ -442,8 +692,16 @@ impl Objset {
         !st.dirty.is_empty() || st.zil_dirty
     }
 
-    fn compression(&self) -> Compression {
-        Compression::from_u8(self.compression.load(Ordering::Relaxed)).unwrap_or(Compression::Off)
+    fn compression(&self) -> CompressSetting {
+        CompressSetting::from_bits(self.compression.load(Ordering::Relaxed))
+    }
+
+    fn checksum(&self) -> ChecksumAlg {
+        ChecksumAlg::from_u8(self.checksum.load(Ordering::Relaxed)).unwrap_or(ChecksumAlg::Fletcher4)
+    }
+
+    fn data_copies(&self) -> u8 {
+        self.data_copies.load(Ordering::Relaxed)
     }
 
     // ---- tree reading -------------------------------------------------------------
@@ -459,7 +717,7 @@ impl Objset {
                 format!("expected a level-{level} indirect block, found level {} {:?}", bp.level, bp.otype),
             )));
         }
-        let ind = self.zio.read_block(bp).map_err(zio_err)?;
+        let ind = self.read_bp(bp).map_err(zio_err)?;
         if ind.len() != 1 << INDBLKSHIFT {
             return Err(DmuError::Corrupt(tarn_phys::Corrupt::new(
                 "indirect",
@@ -505,11 +763,7 @@ impl Objset {
             let first = blkid * DNODES_PER_BLOCK;
             let end = (first + DNODES_PER_BLOCK).min(st.next_obj);
             let bp = self.tree_lookup(&st.meta, blkid)?;
-            let blk = if bp.is_hole() {
-                None
-            } else {
-                Some(self.zio.read_block(&bp).map_err(zio_err)?)
-            };
+            let blk = if bp.is_hole() { None } else { Some(self.read_bp(&bp).map_err(zio_err)?) };
             for obj in st.scan_cursor.max(first).max(1)..end {
                 let free_on_disk = match &blk {
                     None => true,
@@ -540,7 +794,7 @@ impl Objset {
             if bp.is_hole() {
                 return Err(DmuError::NoSuchObject(obj));
             }
-            let blk = self.zio.read_block(&bp).map_err(zio_err)?;
+            let blk = self.read_bp(&bp).map_err(zio_err)?;
             let off = (obj % DNODES_PER_BLOCK) as usize * DNODE_SIZE_BYTES;
             if blk.len() < off + DNODE_SIZE_BYTES {
                 return Err(DmuError::Corrupt(tarn_phys::Corrupt::new("dnode", "short dnode block")));
@@ -582,30 +836,53 @@ impl Objset {
         Ok(dn)
     }
 
+    /// Where the content of block `blkid` is: the open generation, then the syncing
+    /// one, then the synced tree. Partial records are returned as layers over what
+    /// lies below them.
     fn resolve(&self, dn: &Dn, blkid: u64) -> Result<Src> {
-        if let Some(b) = dn.open.blocks.get(&blkid) {
-            return Ok(Src::Data(b.clone()));
+        match dn.open.blocks.get(&blkid) {
+            Some(Dirty::Full(b)) => Ok(Src::Data(b.clone())),
+            Some(Dirty::Partial(p)) => Ok(self.resolve_below_open(dn, blkid)?.under(vec![p.clone()])),
+            None if in_ranges(&dn.open.frees, blkid) => Ok(Src::Zero),
+            None => self.resolve_below_open(dn, blkid),
         }
-        if in_ranges(&dn.open.frees, blkid) {
-            return Ok(Src::Zero);
-        }
+    }
+
+    /// Where the content of block `blkid` is as the open generation found it: the
+    /// syncing generation, then the synced tree.
+    fn resolve_below_open(&self, dn: &Dn, blkid: u64) -> Result<Src> {
         if let Some(s) = &dn.syncing {
-            if let Some(b) = s.blocks.get(&blkid) {
-                return Ok(Src::Data(b.clone()));
-            }
-            if in_ranges(&s.frees, blkid) {
-                return Ok(Src::Zero);
+            match s.blocks.get(&blkid) {
+                Some(Dirty::Full(b)) => return Ok(Src::Data(b.clone())),
+                Some(Dirty::Partial(p)) => return Ok(self.resolve_tree(&dn.tree, blkid)?.under(vec![p.clone()])),
+                None if in_ranges(&s.frees, blkid) => return Ok(Src::Zero),
+                None => {}
             }
         }
-        let bp = self.tree_lookup(&dn.tree, blkid)?;
+        self.resolve_tree(&dn.tree, blkid)
+    }
+
+    /// Block `blkid` of the synced tree.
+    fn resolve_tree(&self, tree: &Tree, blkid: u64) -> Result<Src> {
+        let bp = self.tree_lookup(tree, blkid)?;
         Ok(if bp.is_hole() { Src::Zero } else { Src::Bp(bp) })
     }
 
+    /// The bytes of `src`, exactly `blksz` bytes for a merged partial record (the
+    /// fill on read: new bytes over old); other sources as stored.
     fn fetch(&self, src: Src, blksz: u32) -> Result<Arc<Vec<u8>>> {
         match src {
             Src::Data(d) => Ok(d),
             Src::Zero => Ok(Arc::new(vec![0u8; blksz as usize])),
-            Src::Bp(bp) => self.zio.read_block(&bp).map_err(zio_err),
+            Src::Bp(bp) => self.read_bp(&bp).map_err(zio_err),
+            Src::Partial(layers, base) => {
+                let mut v = self.fetch(*base, blksz)?.as_ref().clone();
+                v.resize(blksz as usize, 0);
+                for p in layers.iter().rev() {
+                    p.overlay(&mut v);
+                }
+                Ok(Arc::new(v))
+            }
         }
     }
 
@@ -660,11 +937,13 @@ impl Objset {
         st.dirty.insert(obj);
     }
 
-    fn put_block(&self, st: &mut OsState, obj: u64, blkid: u64, data: Vec<u8>) {
-        let len = data.len() as i64;
+    /// Make `record` the open generation's block `blkid` of `obj`, accounting the
+    /// change of dirty bytes.
+    fn put_block(&self, st: &mut OsState, obj: u64, blkid: u64, record: Dirty) {
+        let len = record.dirty_bytes() as i64;
         let dn = st.dnodes.get_mut(&obj).unwrap();
-        let old = dn.open.blocks.insert(blkid, Arc::new(data));
-        let delta = len - old.map(|o| o.len() as i64).unwrap_or(0);
+        let old = dn.open.blocks.insert(blkid, record);
+        let delta = len - old.map(|o| o.dirty_bytes() as i64).unwrap_or(0);
         if blkid > dn.attrs.maxblkid {
             dn.attrs.maxblkid = blkid;
         }
@@ -672,6 +951,93 @@ impl Objset {
         if delta != 0 {
             self.gate.add_dirty(delta);
         }
+    }
+
+    /// Write `data` at byte `in_blk` of block `blkid` of `obj` (the range lies within
+    /// the block). Never reads a data block: a whole record replaces what was there; a
+    /// part of a record already dirty in the open txg is patched in place; a part of
+    /// a record whose content below the open txg is a hole, freed, or dirty and whole
+    /// in the syncing txg is copied from memory; any other part (the record is on
+    /// disk, or partial in the syncing txg) becomes or extends a partial record and
+    /// its fill is deferred (theory statement). Indirect blocks may be read to find
+    /// the record.
+    fn write_in_block(&self, st: &mut OsState, obj: u64, blkid: u64, in_blk: usize, data: &[u8]) -> Result<()> {
+        let dn = st.dnodes.get_mut(&obj).unwrap();
+        let blksz = dn.attrs.blksz as usize;
+        debug_assert!(in_blk + data.len() <= blksz, "write crosses a record boundary");
+        if in_blk == 0 && data.len() == blksz {
+            self.put_block(st, obj, blkid, Dirty::Full(Arc::new(data.to_vec())));
+            return Ok(());
+        }
+        let record = match dn.open.blocks.get_mut(&blkid) {
+            Some(Dirty::Full(existing)) => {
+                let v = Arc::make_mut(existing);
+                v.resize(blksz, 0);
+                v[in_blk..in_blk + data.len()].copy_from_slice(data);
+                if blkid > dn.attrs.maxblkid {
+                    dn.attrs.maxblkid = blkid;
+                }
+                return Ok(());
+            }
+            Some(Dirty::Partial(p)) => {
+                let before = p.valid_bytes();
+                let p = Arc::make_mut(p);
+                p.insert(in_blk, data);
+                let delta = p.valid_bytes() as i64 - before as i64;
+                if blkid > dn.attrs.maxblkid {
+                    dn.attrs.maxblkid = blkid;
+                }
+                if delta != 0 {
+                    self.gate.add_dirty(delta);
+                }
+                return Ok(());
+            }
+            None => {
+                let below = if in_ranges(&dn.open.frees, blkid) {
+                    Src::Zero
+                } else {
+                    self.resolve_below_open(dn, blkid)?
+                };
+                match below {
+                    Src::Zero | Src::Data(_) => {
+                        let mut b = self.fetch(below, blksz as u32)?.as_ref().clone();
+                        b.resize(blksz, 0);
+                        b[in_blk..in_blk + data.len()].copy_from_slice(data);
+                        Dirty::Full(Arc::new(b))
+                    }
+                    Src::Bp(_) | Src::Partial(..) => {
+                        let mut p = Partial::default();
+                        p.insert(in_blk, data);
+                        Dirty::Partial(Arc::new(p))
+                    }
+                }
+            }
+        };
+        self.put_block(st, obj, blkid, record);
+        Ok(())
+    }
+
+    /// A read merged the partial record `top` of block `blkid` of `obj` into `merged`
+    /// (new bytes over old): when `top` is still the open generation's record,
+    /// unchanged since (a write would have replaced the shared `Arc`), keep the merge
+    /// as the whole record, so later reads and writes of it need no merge. The
+    /// content below cannot have changed meanwhile (theory statement), so `merged` is
+    /// the record's content. Accounts the record's growth to `blksz` bytes.
+    fn promote(&self, obj: u64, blkid: u64, top: &Arc<Partial>, merged: &Arc<Vec<u8>>) {
+        let mut st = self.st.lock();
+        let Some(dn) = st.dnodes.get_mut(&obj) else { return };
+        if dn.attrs.freed || merged.len() != dn.attrs.blksz as usize {
+            return;
+        }
+        let same = matches!(dn.open.blocks.get(&blkid), Some(Dirty::Partial(p)) if Arc::ptr_eq(p, top));
+        if same {
+            self.put_block(&mut st, obj, blkid, Dirty::Full(merged.clone()));
+        }
+    }
+
+    /// Deferred-fill counters since the object set was opened.
+    pub fn fill_stats(&self) -> FillStats {
+        *self.fill_stats.lock()
     }
 
     // ---- sync ---------------------------------------------------------------------
@@ -687,10 +1053,10 @@ impl Objset {
             assert!(dn.syncing.is_none(), "object {obj} still syncing from an earlier txg");
             let open = std::mem::take(&mut dn.open);
             let otype = dn.attrs.otype;
-            for (blkid, data) in &open.blocks {
-                dirty_bytes += data.len() as u64;
+            for (blkid, record) in &open.blocks {
+                dirty_bytes += record.dirty_bytes();
                 if !dn.attrs.freed {
-                    blocks.push((obj, *blkid, otype, data.clone()));
+                    blocks.push((obj, *blkid, otype, record.clone()));
                 }
             }
             dn.syncing = Some(SyncRec {
@@ -710,39 +1076,180 @@ impl Objset {
     }
 
     /// Phase 2: write the batch's level-0 blocks (in `threads` parallel workers).
+    ///
+    /// Whole records go out first, as one batch. Then the partial records are filled
+    /// (theory statement, "Deferred fill"): the block each one lies over is looked up
+    /// in the synced tree, the fills are sorted by the old block's (vdev, offset) and
+    /// read with [`Zio::read_blocks`] in batches of at most [`FILL_BATCH_BYTES`], each
+    /// batch merged (new bytes over old) and written before the next is read.
     pub fn sync_write_data(&self, batch: &mut SyncBatch, threads: usize) -> Result<()> {
-        let compression = self.compression();
+        let (compression, checksum, data_copies) = (self.compression(), self.checksum(), self.data_copies());
         let txg = batch.txg;
+        // nopwrite (OpenZFS `dmu_write_policy`: a strong checksum and compression on):
+        // each file data block is offered the pointer it replaces, unless a free of
+        // this txg covers it (then that pointer is being freed).
+        let nop = checksum.is_strong() && compression.alg != tarn_phys::Compression::Off;
+        let prev: Vec<Option<BlkPtr>> = if nop {
+            let st = self.st.lock();
+            batch
+                .blocks
+                .iter()
+                .map(|(obj, blkid, otype, _)| {
+                    let dn = st.dnodes.get(obj)?;
+                    let rec = dn.syncing.as_ref()?;
+                    if *otype != ObjectType::FileData || rec.frees.iter().any(|&(s, e)| (s..e).contains(blkid)) {
+                        return None;
+                    }
+                    self.tree_lookup(&dn.tree, *blkid).ok().filter(|bp| !bp.is_hole())
+                })
+                .collect()
+        } else {
+            vec![None; batch.blocks.len()]
+        };
+        // Write properties of the batch's block `i` of type `otype`.
+        let props = |i: usize, otype: ObjectType| {
+            if otype == ObjectType::FileData {
+                WriteProps {
+                    otype,
+                    level: 0,
+                    compression,
+                    checksum,
+                    copies: copies_for(otype, self.os_type, data_copies),
+                    txg,
+                    fill: 1,
+                    nop_prev: prev[i],
+                }
+            } else {
+                WriteProps::meta(otype, 0, copies_for(otype, self.os_type, data_copies), txg, 1)
+            }
+        };
+        batch.written = vec![None; batch.blocks.len()];
+        let mut first_err = None;
         // One batch through zio: compressed and checksummed in parallel, then written
         // with adjacent blocks merged into larger device writes.
-        let items: Vec<(Arc<Vec<u8>>, WriteProps)> = batch
-            .blocks
+        let full: Vec<usize> = (0..batch.blocks.len()).filter(|&i| matches!(batch.blocks[i].3, Dirty::Full(_))).collect();
+        let items: Vec<(Arc<Vec<u8>>, WriteProps)> = full
             .iter()
-            .map(|(_, _, otype, data)| {
-                let comp = if *otype == ObjectType::FileData { compression } else { Compression::Lz4 };
-                (
-                    data.clone(),
-                    WriteProps {
-                        otype: *otype,
-                        level: 0,
-                        compression: comp,
-                        copies: copies_for(*otype, self.os_type),
-                        txg,
-                        fill: 1,
-                    },
-                )
+            .map(|&i| match &batch.blocks[i].3 {
+                Dirty::Full(d) => (d.clone(), props(i, batch.blocks[i].2)),
+                Dirty::Partial(_) => unreachable!("filtered above"),
             })
             .collect();
-        let out = self.zio.write_blocks(&items, threads);
-        let mut first_err = None;
-        for o in out {
-            match o {
-                Ok(bp) => batch.written.push(bp),
+        // With compression on, an all-zero file data block is stored as a hole, not
+        // written (zfsprops(7) `compression`; OpenZFS `zio_write_compress`).
+        let zero: Vec<bool> = items
+            .iter()
+            .map(|(d, p)| p.otype == ObjectType::FileData && compression.alg != tarn_phys::Compression::Off && d.iter().all(|&b| b == 0))
+            .collect();
+        let to_write: Vec<(Arc<Vec<u8>>, WriteProps)> = items.iter().zip(&zero).filter(|(_, z)| !**z).map(|(i, _)| i.clone()).collect();
+        let mut out = self.write_bps(&to_write, threads).into_iter();
+        for (k, &i) in full.iter().enumerate() {
+            let r = if zero[k] {
+                Ok(BlkPtr::HOLE)
+            } else {
+                out.next().expect("one result per block")
+            };
+            match r {
+                Ok(bp) => batch.written[i] = Some(bp),
                 Err(e) => {
-                    batch.written.push(BlkPtr::HOLE);
                     first_err.get_or_insert(e);
                 }
             }
+        }
+        drop(items);
+        // Deferred fills: what each partial record lies over, from the synced tree
+        // (unchanged since the write, see the theory statement).
+        let mut fills: Vec<(usize, Src, u32)> = Vec::new(); // (batch index, old block, blksz)
+        {
+            let st = self.st.lock();
+            for (i, (obj, blkid, _, record)) in batch.blocks.iter().enumerate() {
+                if !matches!(record, Dirty::Partial(_)) {
+                    continue;
+                }
+                let dn = st.dnodes.get(obj).expect("a syncing object stays loaded");
+                let rec = dn.syncing.as_ref().expect("a syncing object has a syncing record");
+                let below = if in_ranges(&rec.frees, *blkid) {
+                    Src::Zero
+                } else {
+                    self.resolve_tree(&dn.tree, *blkid)?
+                };
+                fills.push((i, below, rec.attrs.blksz));
+            }
+        }
+        let key = |s: &Src| match s {
+            Src::Bp(bp) => (1, bp.dva[0].vdev, bp.dva[0].offset_bytes),
+            _ => (0, 0, 0),
+        };
+        fills.sort_by_key(|(_, s, _)| key(s));
+        let mut rest = &fills[..];
+        while !rest.is_empty() {
+            let mut take = 0usize;
+            let mut bytes = 0u64;
+            while take < rest.len() && (take == 0 || bytes + rest[take].2 as u64 <= FILL_BATCH_BYTES) {
+                bytes += rest[take].2 as u64;
+                take += 1;
+            }
+            let (chunk, tail) = rest.split_at(take);
+            rest = tail;
+            let bps: Vec<BlkPtr> = chunk
+                .iter()
+                .map(|(_, s, _)| match s {
+                    Src::Bp(bp) => *bp,
+                    _ => BlkPtr::HOLE,
+                })
+                .collect();
+            let olds = self.zio.read_blocks(&bps, threads);
+            let mut stats = FillStats {
+                fill_batches: 1,
+                ..FillStats::default()
+            };
+            let mut idx: Vec<usize> = Vec::new();
+            let mut items: Vec<WriteItem> = Vec::new();
+            for ((i, below, blksz), old) in chunk.iter().zip(olds) {
+                let (obj, _, otype, record) = &batch.blocks[*i];
+                let Dirty::Partial(p) = record else { unreachable!("fills are partial") };
+                let old = match below {
+                    Src::Bp(_) => match old {
+                        Ok(old) => {
+                            stats.synced_fills += 1;
+                            old
+                        }
+                        Err(_) => {
+                            // The old bytes are gone (no copy verified; zio counted the
+                            // error): install nothing, so the record keeps its old,
+                            // unreadable block and every later read reports the error.
+                            // The new bytes are dropped; the object goes to the error log.
+                            stats.failed_fills += 1;
+                            if let Some(sink) = self.error_sink.lock().clone() {
+                                sink(*obj);
+                            }
+                            continue;
+                        }
+                    },
+                    _ => {
+                        stats.hole_fills += 1;
+                        Arc::new(Vec::new())
+                    }
+                };
+                let mut v = old.as_ref().clone();
+                v.resize(*blksz as usize, 0);
+                p.overlay(&mut v);
+                idx.push(*i);
+                items.push((Arc::new(v), props(*i, *otype)));
+            }
+            for (i, r) in idx.into_iter().zip(self.write_bps(&items, threads)) {
+                match r {
+                    Ok(bp) => batch.written[i] = Some(bp),
+                    Err(e) => {
+                        first_err.get_or_insert(e);
+                    }
+                }
+            }
+            let mut total = self.fill_stats.lock();
+            total.synced_fills += stats.synced_fills;
+            total.hole_fills += stats.hole_fills;
+            total.failed_fills += stats.failed_fills;
+            total.fill_batches += stats.fill_batches;
         }
         match first_err {
             Some(e) => Err(zio_err(e)),
@@ -768,7 +1275,9 @@ impl Objset {
         }
         let mut installs: HashMap<u64, Vec<(u64, BlkPtr)>> = HashMap::new();
         for ((obj, blkid, _, _), bp) in batch.blocks.iter().zip(batch.written.iter()) {
-            installs.entry(*obj).or_default().push((*blkid, *bp));
+            if let Some(bp) = bp {
+                installs.entry(*obj).or_default().push((*blkid, *bp));
+            }
         }
         let mut used_delta: i64 = 0;
         // Every surviving object's tree, with its level-1 blocks already patched.
@@ -838,7 +1347,7 @@ impl Objset {
             let mut blk = if old_bp.is_hole() {
                 vec![0u8; DNODE_BLOCK_BYTES as usize]
             } else {
-                let mut v = self.zio.read_block(&old_bp).map_err(zio_err)?.as_ref().clone();
+                let mut v = self.read_bp(&old_bp).map_err(zio_err)?.as_ref().clone();
                 v.resize(DNODE_BLOCK_BYTES as usize, 0);
                 v
             };
@@ -853,7 +1362,7 @@ impl Objset {
                 dnode_bids.push(bid);
             }
         }
-        for (bid, r) in dnode_bids.into_iter().zip(self.zio.write_blocks(&dnode_blocks, 2)) {
+        for (bid, r) in dnode_bids.into_iter().zip(self.write_bps(&dnode_blocks, 2)) {
             meta_installs.push((bid, r.map_err(zio_err)?));
         }
         let meta = std::mem::take(&mut st.meta);
@@ -913,16 +1422,9 @@ impl Objset {
         }
     }
 
-    /// Write properties of a metadata block of this object set (LZ4, ditto copies).
+    /// Write properties of a metadata block of this object set (LZ4, BLAKE3, ditto copies).
     fn meta_props(&self, otype: ObjectType, level: u8, txg: u64, fill: u64) -> WriteProps {
-        WriteProps {
-            otype,
-            level,
-            compression: Compression::Lz4,
-            copies: copies_for(otype, self.os_type),
-            txg,
-            fill,
-        }
+        WriteProps::meta(otype, level, copies_for(otype, self.os_type, self.data_copies()), txg, fill)
     }
 
     /// Free every block of a tree (object deletion). The root must sit at the level
@@ -995,6 +1497,9 @@ impl Objset {
             }
             for (blkid, bp) in installs {
                 assert_eq!(*blkid, 0);
+                if tree.root == *bp {
+                    continue; // nopwrite: the block stays as it is
+                }
                 used -= tree.root.asize_total_bytes() as i64;
                 self.kill(&tree.root, txg);
                 used += bp.asize_total_bytes() as i64;
@@ -1038,6 +1543,9 @@ impl Objset {
             let blk = dirty.get_mut(&(1, blkid / BPS_PER_INDIRECT)).unwrap();
             let o = (blkid % BPS_PER_INDIRECT) as usize * BLKPTR_SIZE_BYTES;
             let old = BlkPtr::decode(&blk[o..o + BLKPTR_SIZE_BYTES])?;
+            if old == bp {
+                continue; // nopwrite: the block stays as it is
+            }
             if !old.is_hole() {
                 used -= old.asize_total_bytes() as i64;
                 self.kill(&old, txg);
@@ -1102,7 +1610,7 @@ impl Objset {
                     }
                 }
             }
-            for ((w, idx), r) in members.into_iter().zip(self.zio.write_blocks(&blocks, 2)) {
+            for ((w, idx), r) in members.into_iter().zip(self.write_bps(&blocks, 2)) {
                 results.push((w, idx, r.map_err(zio_err)?));
             }
             for (w, idx, new_bp) in results {
@@ -1178,19 +1686,28 @@ impl Objset {
         let mut pos = 0usize;
         while pos < buf.len() {
             let off = offset_bytes + pos as u64;
-            let (src, blksz, in_blk) = {
+            let (src, blksz, in_blk, blkid) = {
                 let mut st = self.st.lock();
                 let dn = self.load_dnode(&mut st, obj)?;
                 let blksz = dn.attrs.blksz as u64;
                 let blkid = off / blksz;
-                (self.resolve(dn, blkid)?, blksz, (off % blksz) as usize)
+                (self.resolve(dn, blkid)?, blksz, (off % blksz) as usize, blkid)
             };
             let n = (blksz as usize - in_blk).min(buf.len() - pos);
             let dst = &mut buf[pos..pos + n];
             match src {
                 Src::Zero => dst.fill(0),
+                // Bytes written into a partial record are served without its fill.
+                Src::Partial(layers, _) if layers[0].read_covered(in_blk, dst) => {}
                 other => {
+                    let top = match &other {
+                        Src::Partial(layers, _) => Some(layers[0].clone()),
+                        _ => None,
+                    };
                     let data = self.fetch(other, blksz as u32)?;
+                    if let Some(top) = top {
+                        self.promote(obj, blkid, &top, &data);
+                    }
                     let avail = data.len().saturating_sub(in_blk).min(n);
                     dst[..avail].copy_from_slice(&data[in_blk..in_blk + avail]);
                     dst[avail..].fill(0);
@@ -1244,7 +1761,7 @@ impl ObjectStore for Objset {
         let mut st = self.st.lock();
         let dn = self.load_dnode(&mut st, obj)?;
         dn.attrs.freed = true;
-        let released: i64 = dn.open.blocks.values().map(|b| b.len() as i64).sum();
+        let released: i64 = dn.open.blocks.values().map(|b| b.dirty_bytes() as i64).sum();
         dn.open.blocks.clear();
         Self::mark_dirty(&mut st, obj);
         drop(st);
@@ -1283,7 +1800,7 @@ impl ObjectStore for Objset {
             let had = !matches!(self.resolve(dn, 0)?, Src::Zero);
             dn.attrs.blksz = new_blksz;
             if had || dn.open.blocks.contains_key(&0) {
-                self.put_block(&mut st, obj, 0, b0);
+                self.put_block(&mut st, obj, 0, Dirty::Full(Arc::new(b0)));
             }
         }
         let mut pos = 0usize;
@@ -1294,43 +1811,7 @@ impl ObjectStore for Objset {
             let blkid = off / blksz;
             let in_blk = (off % blksz) as usize;
             let n = (blksz as usize - in_blk).min(data.len() - pos);
-            let block = if n == blksz as usize {
-                data[pos..pos + n].to_vec()
-            } else {
-                if let Some(existing) = dn.open.blocks.get_mut(&blkid) {
-                    let v = Arc::make_mut(existing);
-                    v.resize(blksz as usize, 0);
-                    v[in_blk..in_blk + n].copy_from_slice(&data[pos..pos + n]);
-                    pos += n;
-                    if blkid > dn.attrs.maxblkid {
-                        dn.attrs.maxblkid = blkid;
-                    }
-                    continue;
-                }
-                let mut b = match self.resolve(dn, blkid)? {
-                    // Read-modify-write of an on-disk block: do the read without the
-                    // object-set lock, then use it only if the block did not change.
-                    Src::Bp(bp) => {
-                        drop(st);
-                        let fetched = self.zio.read_block(&bp).map_err(zio_err);
-                        st = self.st.lock();
-                        let fetched = fetched?;
-                        let dn = self.load_dnode(&mut st, obj)?;
-                        let same = dn.attrs.blksz as u64 == blksz
-                            && !dn.open.blocks.contains_key(&blkid)
-                            && matches!(self.resolve(dn, blkid)?, Src::Bp(b2) if b2 == bp);
-                        if !same {
-                            continue;
-                        }
-                        fetched.as_ref().clone()
-                    }
-                    src => self.fetch(src, blksz as u32)?.as_ref().clone(),
-                };
-                b.resize(blksz as usize, 0);
-                b[in_blk..in_blk + n].copy_from_slice(&data[pos..pos + n]);
-                b
-            };
-            self.put_block(&mut st, obj, blkid, block);
+            self.write_in_block(&mut st, obj, blkid, in_blk, &data[pos..pos + n])?;
             pos += n;
         }
         Self::mark_dirty(&mut st, obj);
@@ -1376,17 +1857,16 @@ impl ObjectStore for Objset {
             if matches!(self.resolve(dn, b)?, Src::Zero) {
                 continue;
             }
-            let mut blk = self.block_content(dn, b)?;
+            // Zeros written over the range: a partial record stays partial (no read).
             let to = (to_abs - b * blksz) as usize;
-            blk[from..to].fill(0);
-            self.put_block(&mut st, obj, b, blk);
+            self.write_in_block(&mut st, obj, b, from, &vec![0u8; to - from])?;
         }
         let dn = st.dnodes.get_mut(&obj).unwrap();
         let mut released = 0i64;
         if first_full < last_full {
             let doomed: Vec<u64> = dn.open.blocks.range(first_full..last_full).map(|(k, _)| *k).collect();
             for k in doomed {
-                released += dn.open.blocks.remove(&k).map(|b| b.len() as i64).unwrap_or(0);
+                released += dn.open.blocks.remove(&k).map(|b| b.dirty_bytes() as i64).unwrap_or(0);
             }
             dn.open.frees.push((first_full, last_full));
         }
@@ -1395,11 +1875,11 @@ impl ObjectStore for Objset {
             let keep_to = dn.attrs.maxblkid;
             let doomed: Vec<u64> = dn.open.blocks.range(keep_to + 1..).map(|(k, _)| *k).collect();
             for k in doomed {
-                released += dn.open.blocks.remove(&k).map(|b| b.len() as i64).unwrap_or(0);
+                released += dn.open.blocks.remove(&k).map(|b| b.dirty_bytes() as i64).unwrap_or(0);
             }
             if offset_bytes == 0 {
                 // Truncate to zero frees block 0 too.
-                released += dn.open.blocks.remove(&0).map(|b| b.len() as i64).unwrap_or(0);
+                released += dn.open.blocks.remove(&0).map(|b| b.dirty_bytes() as i64).unwrap_or(0);
                 dn.open.frees.push((0, u64::MAX));
             } else {
                 dn.open.frees.push((keep_to + 1, u64::MAX));
@@ -1433,7 +1913,7 @@ impl ObjectStore for Objset {
     fn object_info(&self, obj: u64) -> Result<ObjectInfo> {
         let mut st = self.st.lock();
         let dn = self.load_dnode(&mut st, obj)?;
-        let dirty: u64 = dn.open.blocks.values().map(|b| b.len() as u64).sum();
+        let dirty: u64 = dn.open.blocks.values().map(|b| b.dirty_bytes()).sum();
         Ok(ObjectInfo {
             otype: dn.attrs.otype,
             datablksz_bytes: dn.attrs.blksz,

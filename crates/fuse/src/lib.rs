@@ -186,7 +186,7 @@ pub const READAHEAD_KIB: u32 = 1024;
 
 /// Best effort: set the mount's backing-device readahead through
 /// `/sys/class/bdi/MAJ:MIN/read_ahead_kb` (root only; a failure just keeps the default).
-fn set_readahead(mountpoint: &Path, kib: u32) {
+pub fn set_readahead(mountpoint: &Path, kib: u32) {
     use std::os::unix::fs::MetadataExt;
     let Ok(m) = std::fs::metadata(mountpoint) else { return };
     let dev = m.dev();
@@ -316,19 +316,7 @@ fn mount_options(opts: &MountOptions) -> Vec<MountOption> {
 pub fn mount(vfs: Arc<Vfs>, mountpoint: &Path, opts: &MountOptions) -> io::Result<Mount> {
     check_mount_support(Path::new(DEV_FUSE), std::env::var_os("PATH").as_deref(), opts.auto_unmount)?;
     create_mountpoint(mountpoint)?;
-    let mut cfg = Config::default();
-    cfg.mount_options = mount_options(opts);
-    cfg.acl = if opts.allow_other {
-        SessionACL::All
-    } else if opts.auto_unmount {
-        // fuser refuses auto_unmount with acl == Owner; root-and-owner is the narrowest.
-        SessionACL::RootAndOwner
-    } else {
-        SessionACL::Owner
-    };
-    let threads = opts.threads.max(1);
-    cfg.n_threads = Some(threads);
-    cfg.clone_fd = threads > 1;
+    let cfg = session_config(opts);
     let root = vfs.root();
     let session = fuser::spawn_mount(
         TarnFuse {
@@ -344,6 +332,27 @@ pub fn mount(vfs: Arc<Vfs>, mountpoint: &Path, opts: &MountOptions) -> io::Resul
         session: Some(session),
         mountpoint: mountpoint.to_path_buf(),
     })
+}
+
+/// The `fuser` session configuration of a mount with `opts`: mount options, access
+/// control and worker threads (one cloned `/dev/fuse` descriptor per worker when
+/// there are several). Shared with the `fuse_null` benchmark example, so that the
+/// FUSE ceiling is measured with exactly Tarn's settings.
+pub fn session_config(opts: &MountOptions) -> Config {
+    let mut cfg = Config::default();
+    cfg.mount_options = mount_options(opts);
+    cfg.acl = if opts.allow_other {
+        SessionACL::All
+    } else if opts.auto_unmount {
+        // fuser refuses auto_unmount with acl == Owner; root-and-owner is the narrowest.
+        SessionACL::RootAndOwner
+    } else {
+        SessionACL::Owner
+    };
+    let threads = opts.threads.max(1);
+    cfg.n_threads = Some(threads);
+    cfg.clone_fd = threads > 1;
+    cfg
 }
 
 /// The errno for a zpl error.

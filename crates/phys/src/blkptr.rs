@@ -19,8 +19,10 @@
 //!
 //! A hole is the all-zero pointer (birth_txg 0). Every other pointer is checked on
 //! decode the way OpenZFS's `zfs_blkptr_verify` checks one before trusting it: a
-//! known type, checksum and compression (never `Off` checksum: Tarn writes none, so
-//! a pointer claiming it is crafted and would switch verification off); lsize and
+//! known type, checksum and compression; an `Off` checksum only on a level-0 file
+//! data block (what `checksum=off` writes; OpenZFS allows it for user data too) with
+//! an all-zero checksum field — never on metadata, whose verification a crafted
+//! pointer could otherwise switch off; lsize and
 //! psize within [`ObjectType::lsize_max_bytes`] (the largest record, 1 MiB, or 2 MiB
 //! for the metaslab directory's blocks); level at most [`BLKPTR_LEVEL_MAX`], non-zero
 //! exactly for indirect blocks; and each DVA's allocated size covers psize without
@@ -234,6 +236,20 @@ impl BlkPtr {
         self.dva.iter().filter(|d| !d.is_empty())
     }
 
+    /// Bytes this block counts for in the logical ("uncompressed") space figures
+    /// (`logicalused`, `logicalreferenced`, the numerator of `compressratio`): lsize
+    /// for file data, psize for metadata, whose compression is not the user's doing
+    /// (OpenZFS `BP_GET_UCSIZE`). 0 for a hole.
+    pub fn ucsize_bytes(&self) -> u64 {
+        if self.is_hole() {
+            0
+        } else if self.otype.is_metadata() {
+            u64::from(self.psize_bytes)
+        } else {
+            u64::from(self.lsize_bytes)
+        }
+    }
+
     /// Allocated bytes summed over all copies.
     pub fn asize_total_bytes(&self) -> u64 {
         self.dvas().map(|d| d.asize_bytes).sum()
@@ -316,7 +332,7 @@ impl BlkPtr {
                 ),
             ));
         }
-        if bp.checksum_alg == ChecksumAlg::Off {
+        if bp.checksum_alg == ChecksumAlg::Off && (bp.otype != ObjectType::FileData || bp.checksum != [0; 32]) {
             return Err(Corrupt::new("blkptr", "block without a checksum"));
         }
         if bp.otype == ObjectType::None {
@@ -471,7 +487,12 @@ mod tests {
                 b.psize_bytes = 2 << 20;
                 b.dva[0].asize_bytes = 2 << 20;
             }),
-            ("checksum off", |b| b.checksum_alg = ChecksumAlg::Off),
+            ("checksum off with a sum", |b| b.checksum_alg = ChecksumAlg::Off),
+            ("checksum off on metadata", |b| {
+                b.checksum_alg = ChecksumAlg::Off;
+                b.checksum = [0; 32];
+                b.otype = ObjectType::Zap;
+            }),
             ("type none", |b| b.otype = ObjectType::None),
             ("level 9", |b| {
                 b.otype = ObjectType::Indirect;
@@ -489,10 +510,23 @@ mod tests {
             assert!(BlkPtr::decode(&bp.encode()).is_err(), "{what} accepted");
         }
         // Unknown checksum and compression codes.
-        for (off, v) in [(58usize, 3u8), (58, 255), (59, 200)] {
+        for (off, v) in [(58usize, 5u8), (58, 255), (59, 13), (59, 200)] {
             let mut b = good.encode();
             b[off] = v;
             assert!(BlkPtr::decode(&b).is_err(), "byte {off} = {v} accepted");
+        }
+        // File data with `checksum=off`: accepted (all-zero sum), as are the other codes.
+        let mut off = good;
+        off.checksum_alg = ChecksumAlg::Off;
+        off.checksum = [0; 32];
+        assert_eq!(BlkPtr::decode(&off.encode()).unwrap(), off);
+        for alg in [ChecksumAlg::Sha256, ChecksumAlg::Sha512, ChecksumAlg::Blake3] {
+            for c in Compression::ALL {
+                let mut b = good;
+                b.checksum_alg = alg;
+                b.compression = c;
+                assert_eq!(BlkPtr::decode(&b.encode()).unwrap(), b);
+            }
         }
         // The metaslab directory may use 2 MiB blocks.
         let mut page = good;

@@ -34,7 +34,7 @@ pub mod zil;
 
 pub use blkptr::{BlkPtr, Dva, ObjectType, BLKPTR_SIZE_BYTES, DVA_SIZE_BYTES};
 pub use checksum::{Checksum, ChecksumAlg};
-pub use compress::Compression;
+pub use compress::{CompressSetting, Compression};
 pub use dnode::{DnodePhys, ObjsetPhys, DNODE_BONUS_SIZE_BYTES, DNODE_SIZE_BYTES, OBJSET_PHYS_SIZE_BYTES};
 pub use uberblock::{UberblockPhys, UBERBLOCK_MAGIC, UBERBLOCK_SLOT_SIZE_BYTES};
 pub use zil::{LwbHeader, LwbPtr, RecordHeader, ZilHeader};
@@ -54,7 +54,13 @@ pub use zil::{LwbHeader, LwbPtr, RecordHeader, ZilHeader};
 /// instead of one whole-pool space map rewritten every txg; dataset records may carry
 /// user holds, the inconsistent (receive in progress) and defer-destroy flags; the pool
 /// directory may name a bookmark record.
-pub const TARN_FORMAT_VERSION: u64 = 3;
+///
+/// Version 4: block pointers may name the compression codes 2..=12 (zle, gzip-1..9,
+/// zstd) and the checksum codes 3 (SHA-256) and 4 (SHA-512/256), and a file data block
+/// may have no checksum (`checksum=off`); compressed payloads are rounded up to 512
+/// bytes. A version 3 pool holds none of these and imports unchanged (its labels say 4
+/// from the next label write on, since new blocks may then use the new codes).
+pub const TARN_FORMAT_VERSION: u64 = 4;
 
 /// Oldest format version this build imports. Version 1 pools (JSON pool directory)
 /// and version 2 pools (one whole-pool space map) are refused with a message that

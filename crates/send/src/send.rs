@@ -226,10 +226,16 @@ struct Walk<'z, 'o> {
 /// One block of the read-ahead: which block, and what reading it gave.
 type ReadAhead = (BlkPtr, std::result::Result<Arc<Vec<u8>>, tarn_zio::ZioError>);
 
-/// Data blocks a send reads ahead of the one it is writing (each up to the largest
-/// record size): the reading, checksumming and decompression of the next blocks run
-/// on a second thread while the stream is written.
-pub const READ_AHEAD_BLOCKS: usize = 8;
+/// Data blocks a send reads ahead of the one it is writing: the reading,
+/// checksumming and decompression of the next blocks run on a second thread while the
+/// stream is written. The reader takes them in batches of at most
+/// [`READ_AHEAD_BATCH_BYTES`] (logical), read with `Zio::read_blocks`, which merges
+/// blocks adjacent on disk into large device reads and verifies them on two workers.
+pub const READ_AHEAD_BLOCKS: usize = 32;
+
+/// Logical bytes of one read-ahead batch (one batch waits in the channel while the
+/// next is read, so a send holds about twice this much read-ahead).
+pub const READ_AHEAD_BATCH_BYTES: u64 = 4 << 20;
 
 fn zio_err(e: tarn_zio::ZioError) -> SendError {
     match e {
@@ -484,7 +490,8 @@ impl Walk<'_, '_> {
 
     /// The data blocks under one level-1 indirect block (`children`, the first with
     /// block id `first_child`), in order: those `write` will read (the tests of `tree`
-    /// for level 0) are read on a helper thread, up to [`READ_AHEAD_BLOCKS`] ahead.
+    /// for level 0) are read on a helper thread, in batches, up to [`READ_AHEAD_BLOCKS`]
+    /// ahead.
     fn data_children(&mut self, object: u64, blksz: u64, end_bytes: u64, children: &[BlkPtr], first_child: u64) -> Result<()> {
         let blkid = |i: usize| first_child.saturating_add(i as u64);
         let wanted: Vec<BlkPtr> = children
@@ -506,10 +513,21 @@ impl Walk<'_, '_> {
         std::thread::scope(|s| {
             let (tx, rx) = std::sync::mpsc::sync_channel(READ_AHEAD_BLOCKS);
             s.spawn(move || {
-                for c in wanted {
-                    let r = zio.read_block(&c);
-                    if tx.send((c, r)).is_err() {
-                        break;
+                let mut rest = wanted.as_slice();
+                while !rest.is_empty() {
+                    // At least one block per batch, then up to the batch's bytes.
+                    let mut n = 1;
+                    let mut bytes = u64::from(rest[0].lsize_bytes);
+                    while n < rest.len() && n < READ_AHEAD_BLOCKS && bytes + u64::from(rest[n].lsize_bytes) <= READ_AHEAD_BATCH_BYTES {
+                        bytes += u64::from(rest[n].lsize_bytes);
+                        n += 1;
+                    }
+                    let (batch, tail) = rest.split_at(n);
+                    rest = tail;
+                    for (c, r) in batch.iter().zip(zio.read_blocks(batch, 2)) {
+                        if tx.send((*c, r)).is_err() {
+                            return;
+                        }
                     }
                 }
             });
@@ -556,7 +574,9 @@ impl Walk<'_, '_> {
             if !(object == self.resume_object && at < self.resume_offset_bytes) {
                 let piece = &data[off..off + n];
                 let (compression, payload) = match (whole && self.opts.compressed, bp.compression) {
-                    (true, c @ Compression::Lz4) => match c.compress(piece) {
+                    // The block's own algorithm (zstd at its default level 3: the
+                    // stored level is not kept once the block is decompressed).
+                    (true, c) if c != Compression::Off => match c.compress(piece) {
                         Some(p) => (c, p),
                         None => (Compression::Off, piece.to_vec()),
                     },

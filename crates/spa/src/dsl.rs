@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tarn_dmu::objset::Objset;
 use tarn_dmu::{zap, ObjectStore, TxHold};
-use tarn_phys::{BlkPtr, Compression, ObjectType};
+use tarn_phys::{BlkPtr, ChecksumAlg, CompressSetting, ObjectType};
 use tarn_zil::Zilog;
 
 /// Pool-directory ZAP entry naming the dataset-name ZAP.
@@ -332,13 +332,16 @@ impl DslDatasetPhys {
 pub const DATASET_PROPS: &[(&str, &str)] = &[
     ("recordsize", "128K"),
     ("mountpoint", ""),
+    ("checksum", "on"),
     ("compression", "off"),
     ("atime", "on"),
     ("readonly", "off"),
     ("snapdir", "hidden"),
     ("canmount", "on"),
+    ("copies", "1"),
     ("sync", "standard"),
     ("logbias", "latency"),
+    ("primarycache", "all"),
 ];
 
 /// Parse a human size as zfs(8) and zpool(8) take them ("256M", "4G", "1.5G", "512",
@@ -395,6 +398,15 @@ fn human_size(v: u64) -> String {
         v.to_string()
     }
 }
+
+/// The `compression` values this version implements, as `zfs set` lists them when
+/// refusing one (OpenZFS's list without `lzjb`, which Tarn does not implement).
+pub const COMPRESSION_VALUES: &str =
+    "on | off | gzip | gzip-[1-9] | zle | lz4 | zstd | zstd-[1-19] | zstd-fast | zstd-fast-[1-10,20,30,40,50,60,70,80,90,100,500,1000]";
+
+/// The `checksum` values this version implements (OpenZFS's list without
+/// `fletcher2`, `skein` and `edonr`, which Tarn does not implement).
+pub const CHECKSUM_VALUES: &str = "on | off | fletcher4 | sha256 | sha512 | blake3";
 
 /// Longest user property name, in bytes, plus one (OpenZFS `ZAP_MAXNAMELEN`).
 pub const USER_PROP_NAME_MAX_BYTES: usize = 256;
@@ -501,10 +513,16 @@ pub fn check_dataset_prop(prop: &str, value: &str) -> std::result::Result<String
         "snapdir" => one_of(&["hidden", "visible"]),
         "sync" => one_of(&["standard", "always", "disabled"]),
         "logbias" => one_of(&["latency", "throughput"]),
-        "compression" => match Compression::parse(value) {
+        "primarycache" => one_of(&["all", "none", "metadata"]),
+        "compression" => match CompressSetting::parse(value) {
             Some(_) => Ok(value.into()),
-            None => Err("'compression' must be one of 'on | off | lz4'".into()),
+            None => Err(format!("'compression' must be one of '{COMPRESSION_VALUES}'")),
         },
+        "checksum" => match ChecksumAlg::parse(value) {
+            Some(_) => Ok(value.into()),
+            None => Err(format!("'checksum' must be one of '{CHECKSUM_VALUES}'")),
+        },
+        "copies" => one_of(&["1", "2", "3"]),
         p if READONLY_DATASET_PROPS.contains(&p) => Err(format!("'{p}' is readonly")),
         _ => Err(format!("invalid property '{prop}'")),
     }
@@ -1129,9 +1147,10 @@ impl Pool {
     }
 
     /// Logical and physical bytes of every block that file system or snapshot `name`
-    /// references as of the last synced txg (`lsize` and `psize` summed over its block
-    /// tree, metadata included), from which `refcompressratio` and `compressratio`
-    /// are computed. Walks the whole tree: its cost follows the dataset's size, so it
+    /// references as of the last synced txg (summed over its block tree: the logical
+    /// figure is [`BlkPtr::ucsize_bytes`], lsize for file data and psize for metadata
+    /// as OpenZFS's `ds_uncompressed_bytes`; the physical one psize), from which
+    /// `logicalreferenced` and `refcompressratio` are computed. Walks the whole tree: its cost follows the dataset's size, so it
     /// is asked for only when one of those properties is. `NotFound` when `name` does
     /// not exist.
     pub fn referenced_lsize_psize(&self, name: &str) -> Result<(u64, u64)> {
@@ -1150,15 +1169,28 @@ impl Pool {
         };
         let (mut lsize, mut psize) = (0u64, 0u64);
         tarn_dmu::traverse::traverse(&self.zio, &root, &mut |bp| {
-            lsize += u64::from(bp.lsize_bytes);
+            lsize += bp.ucsize_bytes();
             psize += u64::from(bp.psize_bytes);
         })
         .map_err(dmu_err)?;
         Ok((lsize, psize))
     }
 
-    /// `logicalused` of file system `name` (zfsprops(7)): the logical size (`lsize`,
-    /// metadata included) of every distinct block held by `name`, its snapshots and
+    /// The root block pointer (object-set root) of snapshot `name` (`fs@snap`), as
+    /// recorded in its dataset record. Errors: `NotFound` for a missing snapshot.
+    pub fn snapshot_root_bp(&self, name: &str) -> Result<BlkPtr> {
+        let obj = self
+            .dir
+            .lock()
+            .snaps
+            .get(name)
+            .map(|r| r.obj)
+            .ok_or_else(|| SpaError::NotFound(format!("cannot open '{name}': dataset does not exist")))?;
+        Ok(self.ds_phys(obj)?.rootbp)
+    }
+
+    /// `logicalused` of file system `name` (zfsprops(7)): the logical size
+    /// ([`BlkPtr::ucsize_bytes`]: lsize of file data, psize of metadata) of every distinct block held by `name`, its snapshots and
     /// its descendants with theirs, as of the last synced txg. A clone's blocks born
     /// at or before its origin belong to the origin and are left out, as they are of
     /// `used`. Each block is counted once (by its first DVA) however many of those
@@ -1166,6 +1198,17 @@ impl Pool {
     /// when the property is. Errors: `NotFound` for a missing file system or a
     /// snapshot name (snapshots have no `logicalused`), `Dmu` for unreadable blocks.
     pub fn logical_used(&self, name: &str) -> Result<u64> {
+        Ok(self.used_lsize_psize(name)?.0)
+    }
+
+    /// Logical and physical bytes ([`BlkPtr::ucsize_bytes`], psize summed) of the blocks that make up
+    /// file system `name`'s `used` space: the distinct blocks of [`Pool::logical_used`]
+    /// (its head, its snapshots, its descendants and theirs; a clone's origin blocks
+    /// left out). `compressratio` is their quotient, as OpenZFS divides its dsl_dir's
+    /// `dd_uncompressed_bytes` by `dd_compressed_bytes` (zfsprops(7): "the compression
+    /// ratio achieved for the used space of this dataset"). Copies do not count: a
+    /// block is counted once whatever its DVAs. Errors as [`Pool::logical_used`].
+    pub fn used_lsize_psize(&self, name: &str) -> Result<(u64, u64)> {
         let (heads, snaps) = {
             let d = self.dir.lock();
             if !d.datasets.contains_key(name) {
@@ -1201,7 +1244,7 @@ impl Pool {
             roots.push((self.ds_phys(obj)?.rootbp, min));
         }
         let mut seen = std::collections::HashSet::new();
-        let mut total = 0u64;
+        let (mut lsize, mut psize) = (0u64, 0u64);
         for (root, min_birth_txg) in roots {
             tarn_dmu::traverse::traverse_resumable(
                 &self.zio,
@@ -1210,14 +1253,15 @@ impl Pool {
                 0,
                 &mut |bp, _| {
                     if bp.birth_txg >= min_birth_txg && seen.insert((bp.dva[0].vdev, bp.dva[0].offset_bytes)) {
-                        total += u64::from(bp.lsize_bytes);
+                        lsize += bp.ucsize_bytes();
+                        psize += u64::from(bp.psize_bytes);
                     }
                 },
                 &mut |_| false,
             )
             .map_err(dmu_err)?;
         }
-        Ok(total)
+        Ok((lsize, psize))
     }
 
     /// `zfs set name prop=value`: a native property ([`DATASET_PROPS`]) on a file
@@ -1371,9 +1415,13 @@ impl Pool {
     }
 
     fn apply_props(&self, d: &Dir, name: &str, os: &Objset) {
-        let comp = Compression::parse(&self.effective(d, name, "compression").0).unwrap_or(Compression::Off);
+        let comp = CompressSetting::parse(&self.effective(d, name, "compression").0).unwrap_or(CompressSetting::OFF);
         os.set_compression(comp);
+        let sum = ChecksumAlg::parse(&self.effective(d, name, "checksum").0).unwrap_or(ChecksumAlg::Fletcher4);
+        os.set_checksum(sum);
+        os.set_copies(self.effective(d, name, "copies").0.parse().unwrap_or(1));
         os.set_readonly(self.effective(d, name, "readonly").0 == "on");
+        os.set_primarycache(tarn_zio::CachePolicy::parse(&self.effective(d, name, "primarycache").0).unwrap_or_default());
     }
 
     /// The dataset's object set (for zpl). A fresh dataset has no objects; the caller

@@ -112,7 +112,7 @@ pub fn clear_all() -> Vec<u64> {
     tarn_vdev::inject::remove_all_handlers()
 }
 
-/// Where [`inject_sync_fault`] makes the txg sync thread panic (test hook for pool
+/// Where [`inject_sync_fault`] makes the txg sync (or scan) thread panic (test hook for pool
 /// suspension, `suspend.rs`; OpenZFS tests suspend pools with `zinject` I/O errors).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SyncFault {
@@ -122,6 +122,9 @@ pub enum SyncFault {
     /// After the datasets' blocks are written, before the MOS: in-memory state is
     /// half-synced, so `zpool clear` re-imports the pool from disk.
     PanicAfterData,
+    /// In the scan thread, at the start of a scrub or resilver batch: the scan's
+    /// progress record may be half-changed, so the pool is suspended for a reopen.
+    PanicInScan,
 }
 
 /// Armed sync faults: (pool name, where). Each fires once.
@@ -138,7 +141,7 @@ pub fn clear_sync_faults(pool: &str) {
     SYNC_FAULTS.lock().retain(|(p, _)| p != pool);
 }
 
-/// The sync thread passes `at`: panic if a fault is armed there for `pool`.
+/// The sync or scan thread passes `at`: panic if a fault is armed there for `pool`.
 pub(crate) fn sync_fault_point(pool: &str, at: SyncFault) {
     let fire = {
         let mut f = SYNC_FAULTS.lock();

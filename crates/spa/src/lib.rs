@@ -140,7 +140,7 @@ pub use iostat::{PoolIostat, VdevIostat};
 pub use leak::LeakReport;
 pub use names::{validate_dataset_name, validate_pool_name, validate_snapshot_name};
 pub use pool::{
-    cache_limit, default_cache_limit, format_time, set_cache_limit, LogEvacuateHook, Pool, CACHE_LIMIT_DEFAULT_BYTES, CACHE_LIMIT_DEFAULT_MAX_BYTES,
+    arc, cache_limit, default_cache_limit, format_time, set_cache_limit, LogEvacuateHook, Pool, CACHE_LIMIT_DEFAULT_BYTES, CACHE_LIMIT_DEFAULT_MAX_BYTES,
 };
 pub use rename::RenamePlan;
 pub use repair::FAULT_IO_ERRORS;

@@ -16,7 +16,7 @@ use tarn_phys::label::{LabelConfig, PoolState, VdevConfig};
 use tarn_phys::{BlkPtr, UberblockPhys, TARN_FORMAT_VERSION};
 use tarn_vdev::{label, Leaf, Vdev, VdevError, VdevState};
 use tarn_zil::Zilog;
-use tarn_zio::Zio;
+use tarn_zio::{ArcCache, Zio};
 
 /// Smallest default memory budget for cached and dirty blocks of one pool, bytes
 /// (what a machine with 1 GiB of memory or less gets).
@@ -43,10 +43,10 @@ pub fn default_cache_limit() -> u64 {
 static CACHE_LIMIT_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Set the per-pool memory budget `limit` (bytes, at least 16 MiB) for pools opened
-/// from now on. Half of it is the read cache; a quarter is the dirty-data limit of
-/// one txg, so the open and the syncing txg together hold at most another half.
-/// Block memory therefore stays within `limit`, as OpenZFS counts dirty buffers
-/// inside the ARC.
+/// from now on. A quarter is the dirty-data limit of one txg, so the open and the
+/// syncing txg together hold at most half of it. Called before the shared ARC is
+/// first used ([`arc`]), it also makes `arc_max` half of `limit` (the read cache's
+/// share before the ARC; `tarn daemon --set arc_max=…` changes it later).
 pub fn set_cache_limit(limit_bytes: u64) {
     CACHE_LIMIT_BYTES.store(limit_bytes.max(16 << 20), Ordering::Relaxed);
 }
@@ -64,8 +64,35 @@ pub fn cache_limit() -> u64 {
     }
 }
 
-fn cache_max_bytes() -> u64 {
-    cache_limit() / 2
+/// The process's one ARC, which every pool opened from now on caches its blocks in
+/// (OpenZFS has one ARC per host). Made on first use: `arc_max` is
+/// [`tarn_zio::arc::default_max_bytes`] of physical memory (half of it), or half of
+/// the memory budget when [`set_cache_limit`] was called first (`TARN_CACHE_MAX`,
+/// as before the ARC); `arc_min` is [`tarn_zio::arc::default_min_bytes`] (1/32 of
+/// memory, at least 32 MiB), at most `arc_max`. The first use also starts its
+/// memory-pressure thread ([`tarn_zio::arc::start_memory_thread`]).
+pub fn arc() -> &'static Arc<ArcCache> {
+    static ARC: std::sync::OnceLock<Arc<ArcCache>> = std::sync::OnceLock::new();
+    ARC.get_or_init(|| {
+        let mem = physical_memory_bytes().unwrap_or(CACHE_LIMIT_DEFAULT_BYTES * 4);
+        let max_bytes = match CACHE_LIMIT_BYTES.load(Ordering::Relaxed) {
+            0 => tarn_zio::arc::default_max_bytes(mem),
+            v => v / 2,
+        };
+        let arc = Arc::new(ArcCache::new(tarn_zio::arc::ArcConfig {
+            max_bytes,
+            min_bytes: tarn_zio::arc::default_min_bytes(mem).min(max_bytes),
+            policy: tarn_zio::arc::Policy::Arc,
+        }));
+        tarn_zio::arc::start_memory_thread(&arc);
+        arc
+    })
+}
+
+fn physical_memory_bytes() -> Option<u64> {
+    // SAFETY: sysconf has no preconditions; it returns -1 for an unknown name.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    (pages > 0 && page > 0).then(|| (pages as u64).saturating_mul(page as u64))
 }
 
 fn dirty_max_bytes() -> u64 {
@@ -476,7 +503,7 @@ impl Pool {
             children: tops_cfg,
             ..VdevConfig::default()
         };
-        let zio = Arc::new(Zio::new(top, space, cache_max_bytes()));
+        let zio = Arc::new(Zio::with_arc(top, space, arc().clone()));
         let gate = Arc::new(TxgGate::new(1, dirty_max_bytes()));
         let mos = Objset::create(zio.clone(), gate.clone(), OS_TYPE_MOS);
         let pool = Arc::new(Pool {
@@ -959,10 +986,10 @@ impl Pool {
         }
         let dims: Vec<(u64, u64)> = top.iter().zip(&cfg.children).map(|(v, c)| (c.asize_bytes, v.alloc_align_bytes())).collect();
         let classes: Vec<AllocClass> = cfg.children.iter().map(class_of).collect();
-        let zio = Arc::new(Zio::new(
+        let zio = Arc::new(Zio::with_arc(
             top.to_vec(),
             SpaceMap::new(dims.iter().zip(&classes).map(|(&(a, al), &c)| VdevSpace::new_class(a, al, c)).collect()),
-            cache_max_bytes(),
+            arc().clone(),
         ));
         let vdims: Vec<VdevDims> = dims
             .iter()
@@ -1157,6 +1184,12 @@ impl Pool {
     /// Number of blocks that failed every copy since import.
     pub fn data_errors(&self) -> u64 {
         self.zio.data_errors.load(Ordering::Relaxed)
+    }
+
+    /// Dirty data of the open and syncing txgs, bytes, as the write throttle counts it
+    /// (a partially written record counts its written bytes).
+    pub fn dirty_bytes(&self) -> u64 {
+        self.gate.dirty_bytes()
     }
 
     /// The config tree with counters for `zpool status`.

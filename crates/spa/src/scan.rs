@@ -511,6 +511,7 @@ impl Pool {
 
 /// One batch: walk, issue, record. Returns false when the scan thread should exit.
 fn scan_batch(pool: &Arc<Pool>) -> bool {
+    crate::inject::sync_fault_point(&pool.name, crate::inject::SyncFault::PanicInScan);
     let Some(mut phys) = pool.scan_phys().filter(|p| p.state == ScanState::Scanning && p.paused_since_s.is_none()) else {
         return false;
     };

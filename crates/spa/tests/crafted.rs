@@ -146,22 +146,11 @@ use std::sync::atomic::Ordering;
 use tarn_dmu::objset::{Objset, DNODE_BLOCK_BYTES};
 use tarn_dmu::txg::TxgGate;
 use tarn_dmu::ObjectStore;
-use tarn_phys::{BlkPtr, Compression, DnodePhys, ObjectType, ObjsetPhys, ZilHeader, BLKPTR_SIZE_BYTES, DNODE_SIZE_BYTES};
+use tarn_phys::{BlkPtr, DnodePhys, ObjectType, ObjsetPhys, ZilHeader, BLKPTR_SIZE_BYTES, DNODE_SIZE_BYTES};
 use tarn_zio::{WriteProps, Zio};
 
 fn put_block(zio: &Zio, data: &[u8], otype: ObjectType, level: u8, txg: u64) -> BlkPtr {
-    zio.write_block(
-        data,
-        WriteProps {
-            otype,
-            level,
-            compression: Compression::Lz4,
-            copies: 1,
-            txg,
-            fill: 1,
-        },
-    )
-    .unwrap()
+    zio.write_block(data, WriteProps::meta(otype, level, 1, txg, 1)).unwrap()
 }
 
 /// Write, with the pool's real pipeline (so every checksum is right), an object set

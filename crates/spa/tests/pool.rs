@@ -386,11 +386,12 @@ fn corrupt_labels_and_newer_version_refuse_import() {
         .expect("version 2 must be refused")
         .to_string();
     assert!(e.contains("older on-disk format version (2)"), "{e}");
-    // Restore, then damage every label's config: the pool is no longer found.
+    // A format 3 pool (before the compression and checksum families) still imports;
+    // then damage every label's config: the pool is no longer found.
     {
         let leaf = tarn_vdev::Leaf::open(&a).unwrap();
         let mut cfg = tarn_vdev::label::read_configs(&leaf).into_iter().flatten().next().unwrap();
-        cfg.version = tarn_phys::TARN_FORMAT_VERSION;
+        cfg.version = 3;
         tarn_vdev::label::write_config(&leaf, &cfg, tarn_vdev::label::LabelHalf::Both).unwrap();
     }
     assert!(Pool::import("lb1", &[d.path().to_path_buf()], Rewind::None, None).map(|p| p.export()).is_ok());

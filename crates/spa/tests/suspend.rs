@@ -239,3 +239,43 @@ fn raidz_txg_needs_all_but_nparity_leaves_flushed() {
     pool.leak_check().unwrap();
     pool.export().unwrap();
 }
+
+/// A panic in the scan thread suspends the pool (cause "scan", marked for a reopen:
+/// the scan's record may be half-changed) instead of ending the scan silently or the
+/// process; synced data stays readable; `zpool clear` re-imports from disk, after
+/// which a scrub runs to the end and the pool checks clean.
+#[test]
+fn scan_thread_panic_suspends_and_clear_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = mirror_pool(dir.path(), "susp_scan", LEAF_BYTES);
+    let os = pool.objset("susp_scan").unwrap();
+    let a = put(&*os, &pattern(21, 500_000));
+    pool.sync().unwrap();
+
+    inject_sync_fault("susp_scan", SyncFault::PanicInScan);
+    pool.scrub_start().unwrap();
+    pool.scan_wait();
+    let s = pool.suspension().expect("a panic in the scan thread suspends the pool");
+    match &s.cause {
+        SuspendCause::Panic { thread, message } => {
+            assert_eq!(thread, "scan");
+            assert!(message.contains("injected sync fault PanicInScan"), "{message}");
+        }
+        other => panic!("cause {other:?}"),
+    }
+    assert!(s.reopen, "the scan record may be half-changed: {s}");
+    assert_eq!(pool.health(), "SUSPENDED");
+    assert_eq!(get(&*os, a), pattern(21, 500_000));
+
+    let pool = reopened(pool.resume());
+    assert!(pool.suspension().is_none());
+    pool.scrub_start().unwrap();
+    pool.scan_wait();
+    let st = pool.scan_status().unwrap().phys;
+    assert_eq!(st.state, tarn_spa::scan::ScanState::Finished);
+    assert_eq!(st.errors, 0);
+    let os = pool.objset("susp_scan").unwrap();
+    assert_eq!(get(&*os, a), pattern(21, 500_000));
+    pool.leak_check().unwrap();
+    pool.export().unwrap();
+}

@@ -48,7 +48,7 @@ use std::sync::Arc;
 use tarn_dmu::objset::Objset;
 use tarn_dmu::txg::TxgGate;
 use tarn_phys::zil::{WriteData, WriteRecord, LWB_HEADER_SIZE_BYTES, LWB_MAX_SIZE_BYTES, LWB_MIN_SIZE_BYTES, RECORD_HEADER_SIZE_BYTES, TX_WRITE};
-use tarn_phys::{BlkPtr, Compression, Dva, LwbHeader, LwbPtr, ObjectType, RecordHeader, ZilHeader};
+use tarn_phys::{BlkPtr, Dva, LwbHeader, LwbPtr, ObjectType, RecordHeader, ZilHeader};
 use tarn_zio::{WriteProps, Zio, ZioError};
 
 /// Errors of the intent log.
@@ -465,10 +465,12 @@ impl Zilog {
                                 WriteProps {
                                     otype: ObjectType::IntentLog,
                                     level: 0,
-                                    compression: Compression::Off,
+                                    compression: tarn_phys::CompressSetting::OFF,
+                                    checksum: tarn_phys::ChecksumAlg::Blake3,
                                     copies: 1,
                                     txg: itx.txg,
                                     fill: 1,
+                                    nop_prev: None,
                                 },
                             )
                             .map_err(|e| {

@@ -34,39 +34,62 @@ pub const AGGREGATE_MAX_BYTES: u64 = 1 << 20;
 pub(crate) struct Prepared<'a> {
     pub(crate) payload: Cow<'a, [u8]>,
     pub(crate) bp: BlkPtr,
+    /// nopwrite: `bp` is the caller's old pointer; allocate and write nothing.
+    pub(crate) nop: bool,
 }
 
 /// The compress and checksum steps of a block write (shared by [`Zio::write_block`]
-/// and [`Zio::write_blocks`]). File data gets fletcher4, OpenZFS's default
-/// (`checksum=on`), several times cheaper; metadata gets BLAKE3, a cryptographic
-/// 256-bit sum.
+/// and [`Zio::write_blocks`]). File data gets the checksum the caller asks for (the
+/// dataset's `checksum` property; `Off` leaves the sum all zeros); every other type
+/// gets BLAKE3, a cryptographic 256-bit sum, whatever is asked (metadata is always
+/// strongly checksummed). Returns `nop: true` when the result equals `props.nop_prev`
+/// (see [`WriteProps::nop_prev`]): then `bp` is that old pointer and nothing is to be
+/// allocated or written.
 pub(crate) fn prepare<'a>(data: &'a [u8], props: &WriteProps) -> Prepared<'a> {
     assert!(!data.is_empty() && data.len() <= u32::MAX as usize, "block size out of range");
     let (payload, compression) = match props.compression.compress(data) {
-        Some(c) => (Cow::Owned(c), props.compression),
+        Some(c) => (Cow::Owned(c), props.compression.alg),
         None => (Cow::Borrowed(data), Compression::Off),
     };
     let checksum_alg = if props.otype == ObjectType::FileData {
-        ChecksumAlg::Fletcher4
+        props.checksum
     } else {
         ChecksumAlg::Blake3
     };
     let checksum = checksum_alg.compute(&payload);
-    Prepared {
-        bp: BlkPtr {
-            lsize_bytes: data.len() as u32,
-            psize_bytes: payload.len() as u32,
-            otype: props.otype,
-            level: props.level,
-            checksum_alg,
-            compression,
-            birth_txg: props.txg,
-            fill: props.fill,
-            checksum,
-            ..BlkPtr::HOLE
-        },
-        payload,
+    let bp = BlkPtr {
+        lsize_bytes: data.len() as u32,
+        psize_bytes: payload.len() as u32,
+        otype: props.otype,
+        level: props.level,
+        checksum_alg,
+        compression,
+        birth_txg: props.txg,
+        fill: props.fill,
+        checksum,
+        ..BlkPtr::HOLE
+    };
+    if let Some(old) = props.nop_prev.filter(|old| nop_write_matches(old, &bp, props.copies)) {
+        return Prepared { payload, bp: old, nop: true };
     }
+    Prepared { bp, payload, nop: false }
+}
+
+/// OpenZFS `zio_nop_write`'s test: the old pointer is a level-0 block of the same
+/// type whose strong checksum algorithm, compression, sizes and number of copies
+/// match the new block's, and whose checksum equals the new content's.
+fn nop_write_matches(old: &BlkPtr, new: &BlkPtr, copies: u8) -> bool {
+    !old.is_hole()
+        && old.level == 0
+        && new.level == 0
+        && old.otype == new.otype
+        && new.checksum_alg.is_strong()
+        && old.checksum_alg == new.checksum_alg
+        && old.compression == new.compression
+        && old.lsize_bytes == new.lsize_bytes
+        && old.psize_bytes == new.psize_bytes
+        && old.dvas().count() == usize::from(copies.clamp(1, 3))
+        && old.checksum == new.checksum
 }
 
 impl Zio {
@@ -95,6 +118,10 @@ impl Zio {
         // Allocate in order, so that a txg's blocks lie next to each other.
         let mut results: Vec<Result<()>> = Vec::with_capacity(n);
         for (p, (_, props)) in prepared.iter_mut().zip(blocks) {
+            if p.nop {
+                results.push(Ok(()));
+                continue;
+            }
             match self.allocate(p.payload.len() as u64, props.copies) {
                 Ok(dva) => {
                     p.bp.dva = dva;
@@ -106,7 +133,7 @@ impl Zio {
         // Every (block, copy) to write, grouped into runs of adjacent allocations.
         let mut copies: Vec<(u32, u64, u64, usize)> = Vec::new(); // (vdev, offset, asize, block)
         for (i, p) in prepared.iter().enumerate() {
-            if results[i].is_ok() {
+            if results[i].is_ok() && !p.nop {
                 copies.extend(p.bp.dvas().map(|d| (d.vdev, d.offset_bytes, d.asize_bytes, i)));
             }
         }
@@ -167,12 +194,9 @@ impl Zio {
         });
         let written = landed;
         drop(vdevs);
-        {
-            let mut cache = self.cache.lock();
-            for ((p, (data, _)), ok) in prepared.iter().zip(blocks).zip(&written) {
-                if *ok {
-                    cache.insert((p.bp.dva[0], p.bp.birth_txg), data.clone());
-                }
+        for ((p, (data, _)), ok) in prepared.iter().zip(blocks).zip(&written) {
+            if *ok && !p.nop {
+                self.arc.insert_written(self.arc_key(&p.bp), data.clone(), crate::bp_is_metadata(&p.bp));
             }
         }
         prepared
@@ -181,6 +205,10 @@ impl Zio {
             .enumerate()
             .map(|(i, (p, r))| {
                 r?;
+                if p.nop {
+                    self.nop_writes.fetch_add(1, Ordering::Relaxed);
+                    return Ok(p.bp);
+                }
                 if !written[i] {
                     self.free_now(&p.bp);
                     return Err(ZioError::Io(format!(

@@ -1,24 +1,37 @@
 //! # zio — the block I/O pipeline
 //!
 //! Theory: every block the pool stores passes through here. A write is
-//! *compress → checksum → allocate → issue*: the logical bytes are compressed when the
-//! dataset asks for it and it saves ≥ 1/8 (`Compression::compress`), the physical bytes
-//! are checksummed (fletcher4 for file data, as OpenZFS's default; BLAKE3 for
-//! metadata), `copies` DVAs are allocated — metadata gets ditto copies
-//! on distinct top-level vdevs when the pool has several (DESIGN invariant 5) — and the
+//! *compress → checksum → (nopwrite) → allocate → issue*: the logical bytes are
+//! compressed with the dataset's algorithm when that saves ≥ 1/8
+//! (`CompressSetting::compress`; zstd ≥ 3 aborts early on incompressible blocks), the
+//! physical bytes are checksummed (file data with the dataset's `checksum`, fletcher4
+//! by default, possibly none; metadata always BLAKE3), a block whose strong checksum
+//! equals that of the pointer it replaces is not written at all (nopwrite,
+//! [`WriteProps::nop_prev`]), `copies` DVAs are allocated — ditto copies (metadata,
+//! and file data of a dataset with `copies=2|3`) on distinct top-level vdevs when the
+//! pool has several, else apart on the same one (DESIGN invariant 5) — and the
 //! bytes are written to each DVA's top-level vdev. The result is a [`BlkPtr`] that the
 //! caller stores in the parent block, so the checksum always lives one level up
 //! (invariant 4). A read is *issue → verify → decompress*: each DVA is tried in turn;
 //! the vdev itself tries mirror sides and raidz reconstructions with our checksum as
 //! the oracle (invariant 6), and ditto copies that failed before one verified are
 //! rewritten with the verified bytes, as a mirror heals its sides. Only when every copy fails does the read return
-//! [`ZioError::Checksum`] or [`ZioError::Io`], and `data_errors` counts it.
+//! [`ZioError::Checksum`] or [`ZioError::Io`], and `data_errors` counts it. A file
+//! data block written with `checksum=off` has nothing to verify against: its first
+//! readable copy is returned as is, and neither reads nor scrub can detect or heal
+//! damage to it (as in OpenZFS); a damaged compressed payload still fails to decode.
 //!
-//! Owns: the pool's [`SpaceMap`] (behind a mutex) and a read cache of logical blocks
-//! keyed by (DVA, birth txg) — the stand-in for the ARC, filled by verified reads and
-//! by batched writes ([`Zio::write_blocks`]), bounded in bytes (`cache_max_bytes`),
-//! evicting the oldest insertions first. A freed block leaves the cache; the key's
-//! birth txg keeps a reallocated DVA from ever matching an older entry.
+//! Owns: the pool's [`SpaceMap`] (behind a mutex). Caches verified logical blocks in
+//! an [`ArcCache`] (module [`arc`]: the Adaptive Replacement Cache) keyed by (this
+//! pipeline's id, first DVA, birth txg), filled by verified reads (demand, or prefetch
+//! from [`Zio::prefetch`]'s workers) and by batched writes ([`Zio::write_blocks`]). A
+//! freed block leaves the cache; the key's birth txg keeps a reallocated DVA from ever
+//! matching an older entry. The ARC lives in zio rather than in a crate above it
+//! (OpenZFS's `arc.c` sits above `zio.c`) because zio itself fills it on writes, empties
+//! it on frees (OpenZFS's `zio_free` calls back up into `arc_freed`) and runs the
+//! prefetch workers: here every call still goes down. The daemon shares one ARC among
+//! its pools ([`Zio::with_arc`]); a dataset's `primarycache` reaches the read path as a
+//! [`CachePolicy`] ([`Zio::read_block_as`]).
 //!
 //! Frees are deferred ([`tarn_metaslab::TXG_DEFER_SIZE`]) so that the last few
 //! uberblocks stay importable for rewind. A free names DVAs read from disk, so it is
@@ -42,7 +55,7 @@
 //! `detach` and `replace` swap a top-level node for one with other children over the
 //! same space ([`Zio::replace_top`]). Ids never move.
 //!
-//! Locks (in order): `vdevs`, then `space`, then `cache`; none is held across I/O
+//! Locks (in order): `vdevs`, then `space`, then the ARC's; none is held across I/O
 //! except the `vdevs` read lock.
 //!
 //! Called by: dmu (block trees), spa (the txg's space structures through
@@ -50,16 +63,18 @@
 //! Calls: metaslab, vdev.
 
 use parking_lot::{Mutex, RwLock};
-use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tarn_metaslab::{AllocClass, SpaceMap, SyncBlock, SyncPlan, VdevSpace};
-use tarn_phys::{BlkPtr, Compression, Dva, ObjectType};
+use tarn_phys::{BlkPtr, ChecksumAlg, CompressSetting, Compression, Dva, ObjectType};
 use tarn_vdev::{Vdev, VdevError};
 
 mod aggregate;
 mod log;
+mod read_batch;
 pub use aggregate::AGGREGATE_MAX_BYTES;
+pub mod arc;
+pub use arc::{Access, ArcCache};
 
 /// Errors of the I/O pipeline.
 #[derive(Debug, thiserror::Error)]
@@ -95,57 +110,83 @@ pub struct WriteProps {
     pub otype: ObjectType,
     /// Indirection level recorded in the block pointer.
     pub level: u8,
-    /// Compression to try.
-    pub compression: Compression,
+    /// Compression to try (algorithm and zstd level).
+    pub compression: CompressSetting,
+    /// Checksum of a file data block (the dataset's `checksum` property). Metadata
+    /// ignores it: any other object type gets BLAKE3, whatever is asked.
+    pub checksum: ChecksumAlg,
     /// Number of DVAs (1..=3).
     pub copies: u8,
     /// Birth txg.
     pub txg: u64,
     /// Fill count to record.
     pub fill: u64,
+    /// nopwrite candidate (OpenZFS `zio_nop_write`): the pointer this block replaces.
+    /// When it is a level-0 block with the same strong checksum algorithm,
+    /// compression, sizes, number of copies and checksum as the new content, the
+    /// write is skipped and this pointer is returned as is. The caller sets it only
+    /// when nopwrite applies (a strong checksum and compression on) and the old block
+    /// is not freed in this txg.
+    pub nop_prev: Option<BlkPtr>,
 }
 
-/// Bounded cache of verified logical blocks (the ARC's stand-in).
-struct BlockCache {
-    map: HashMap<(Dva, u64), Arc<Vec<u8>>>,
-    order: VecDeque<(Dva, u64)>,
-    bytes: u64,
-    max_bytes: u64,
+impl WriteProps {
+    /// Properties of a metadata block: LZ4, BLAKE3, `copies` DVAs, no nopwrite.
+    pub fn meta(otype: ObjectType, level: u8, copies: u8, txg: u64, fill: u64) -> WriteProps {
+        WriteProps {
+            otype,
+            level,
+            compression: CompressSetting::LZ4,
+            checksum: ChecksumAlg::Blake3,
+            copies,
+            txg,
+            fill,
+            nop_prev: None,
+        }
+    }
 }
 
-impl BlockCache {
-    fn get(&self, key: &(Dva, u64)) -> Option<Arc<Vec<u8>>> {
-        self.map.get(key).cloned()
+/// What a dataset lets the cache keep of its blocks: OpenZFS's `primarycache`
+/// property (`all`, `metadata`, `none`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CachePolicy {
+    /// Data and metadata blocks are cached (the default).
+    #[default]
+    All,
+    /// Only metadata blocks (indirect blocks, dnodes, ZAPs...) are cached.
+    Metadata,
+    /// Nothing is cached; reads still count as ARC hits or misses.
+    None,
+}
+
+impl CachePolicy {
+    /// Parse a `primarycache` value.
+    pub fn parse(s: &str) -> Option<CachePolicy> {
+        match s {
+            "all" => Some(CachePolicy::All),
+            "metadata" => Some(CachePolicy::Metadata),
+            "none" => Some(CachePolicy::None),
+            _ => None,
+        }
     }
-    fn insert(&mut self, key: (Dva, u64), data: Arc<Vec<u8>>) {
-        if self.max_bytes == 0 || data.len() as u64 > self.max_bytes / 4 {
-            return;
-        }
-        if let Some(old) = self.map.insert(key, data.clone()) {
-            self.bytes -= old.len() as u64;
-        } else {
-            self.order.push_back(key);
-        }
-        self.bytes += data.len() as u64;
-        while self.bytes > self.max_bytes {
-            let Some(k) = self.order.pop_front() else { break };
-            if let Some(d) = self.map.remove(&k) {
-                self.bytes -= d.len() as u64;
-            }
-        }
-    }
-    fn remove(&mut self, key: &(Dva, u64)) {
-        if let Some(d) = self.map.remove(key) {
-            self.bytes -= d.len() as u64;
-        }
-        // Removed keys stay in `order` until eviction reaches them; compact when they
-        // outnumber the live ones, so a cache that never fills does not grow `order`.
-        if self.order.len() > 2 * self.map.len() + 1024 {
-            let map = &self.map;
-            self.order.retain(|k| map.contains_key(k));
+    /// Whether a block (metadata when `meta`) may be cached.
+    pub fn caches(self, meta: bool) -> bool {
+        match self {
+            CachePolicy::All => true,
+            CachePolicy::Metadata => meta,
+            CachePolicy::None => false,
         }
     }
 }
+
+/// Whether the cache accounts `bp` as metadata: an indirect block or a block of a
+/// metadata type (OpenZFS `BP_IS_METADATA`).
+pub fn bp_is_metadata(bp: &BlkPtr) -> bool {
+    bp.level > 0 || bp.otype.is_metadata()
+}
+
+/// Cache user ids handed to pipelines (keys of pools sharing one [`ArcCache`]).
+static NEXT_ARC_USER: AtomicU64 = AtomicU64::new(1);
 
 /// Worker threads that read prefetched blocks into the cache.
 pub const PREFETCH_THREADS: usize = 2;
@@ -156,10 +197,12 @@ pub const PREFETCH_QUEUE: usize = 64;
 pub struct Zio {
     /// `f64` bits of the worst normal-class asize/psize ratio (see [`Zio::inflation`]).
     inflation_bits: AtomicU64,
-    prefetch_tx: Mutex<Option<std::sync::mpsc::SyncSender<BlkPtr>>>,
+    prefetch_tx: Mutex<Option<std::sync::mpsc::SyncSender<(BlkPtr, CachePolicy)>>>,
     vdevs: RwLock<Vec<Arc<Vdev>>>,
     space: Mutex<SpaceMap>,
-    cache: Mutex<BlockCache>,
+    arc: Arc<ArcCache>,
+    /// This pipeline's id in the keys of `arc`.
+    arc_user: u64,
     /// Reads that failed on every copy since the pool was opened.
     pub data_errors: AtomicU64,
     /// Frees refused since open because the range was not allocated or named no vdev
@@ -167,15 +210,31 @@ pub struct Zio {
     pub refused_frees: AtomicU64,
     /// Blocks written since open (for tests and `zpool iostat`).
     pub blocks_written: AtomicU64,
+    /// Block writes skipped by nopwrite since open (the old pointer was kept, see
+    /// [`WriteProps::nop_prev`]); not counted in `blocks_written`.
+    pub nop_writes: AtomicU64,
     /// Blocks read from disk (cache misses) since open. With `blocks_written` this is
     /// the application activity that scan I/O yields to.
     pub blocks_read: AtomicU64,
 }
 
+impl Drop for Zio {
+    /// A closed pool's blocks leave a shared ARC.
+    fn drop(&mut self) {
+        self.arc.remove_user(self.arc_user);
+    }
+}
+
 impl Zio {
     /// Build a pipeline over top-level vdevs (index = DVA vdev id) and their space map.
-    /// `cache_max_bytes` bounds the read cache.
+    /// The read cache is a private ARC of at most `cache_max_bytes`.
     pub fn new(vdevs: Vec<Arc<Vdev>>, space: SpaceMap, cache_max_bytes: u64) -> Zio {
+        Self::with_arc(vdevs, space, Arc::new(ArcCache::with_max(cache_max_bytes)))
+    }
+
+    /// Build a pipeline that caches its blocks in `arc`, which other pools may share
+    /// (the daemon has one ARC for all pools, as OpenZFS has one per host).
+    pub fn with_arc(vdevs: Vec<Arc<Vdev>>, space: SpaceMap, arc: Arc<ArcCache>) -> Zio {
         assert_eq!(vdevs.len(), space.vdevs.len(), "one VdevSpace per top-level vdev");
         let inflation = Self::compute_inflation(&vdevs, &space);
         Zio {
@@ -183,15 +242,12 @@ impl Zio {
             prefetch_tx: Mutex::new(None),
             vdevs: RwLock::new(vdevs),
             space: Mutex::new(space),
-            cache: Mutex::new(BlockCache {
-                map: HashMap::new(),
-                order: VecDeque::new(),
-                bytes: 0,
-                max_bytes: cache_max_bytes,
-            }),
+            arc,
+            arc_user: NEXT_ARC_USER.fetch_add(1, Ordering::Relaxed),
             data_errors: AtomicU64::new(0),
             refused_frees: AtomicU64::new(0),
             blocks_written: AtomicU64::new(0),
+            nop_writes: AtomicU64::new(0),
             blocks_read: AtomicU64::new(0),
         }
     }
@@ -401,7 +457,11 @@ impl Zio {
     /// Write one block. `data` is the logical content (its length is the lsize).
     /// Returns the block pointer to store in the parent.
     pub fn write_block(&self, data: &[u8], props: WriteProps) -> Result<BlkPtr> {
-        let aggregate::Prepared { payload, mut bp } = aggregate::prepare(data, &props);
+        let aggregate::Prepared { payload, mut bp, nop } = aggregate::prepare(data, &props);
+        if nop {
+            self.nop_writes.fetch_add(1, Ordering::Relaxed);
+            return Ok(bp);
+        }
         bp.dva = self.allocate(payload.len() as u64, props.copies)?;
         let vdevs = self.vdevs.read();
         let mut ok = 0;
@@ -457,20 +517,44 @@ impl Zio {
 
     /// Drop every cached block (after a rewind or for cold-cache measurements).
     pub fn clear_cache(&self) {
-        let mut c = self.cache.lock();
-        c.map.clear();
-        c.order.clear();
-        c.bytes = 0;
+        self.arc.remove_user(self.arc_user);
+    }
+
+    /// The ARC this pipeline caches in.
+    pub fn arc(&self) -> &Arc<ArcCache> {
+        &self.arc
+    }
+
+    /// The ARC key of `bp`: (this pipeline's id, first DVA, birth txg).
+    pub fn arc_key(&self, bp: &BlkPtr) -> arc::ArcKey {
+        (self.arc_user, bp.dva[0], bp.birth_txg)
+    }
+
+    /// Drop `bp`'s block from the ARC (a dataset whose `primarycache` refuses a block
+    /// it has just written).
+    pub fn uncache(&self, bp: &BlkPtr) {
+        if !bp.is_hole() {
+            self.arc.remove(&self.arc_key(bp));
+        }
     }
 
     /// Read and verify a block, returning its logical bytes (`lsize_bytes` long).
-    /// Holes read as zeros.
+    /// Holes read as zeros. A demand read that may cache the block
+    /// ([`CachePolicy::All`]).
     pub fn read_block(&self, bp: &BlkPtr) -> Result<Arc<Vec<u8>>> {
+        self.read_block_as(bp, Access::Demand, CachePolicy::All)
+    }
+
+    /// [`Zio::read_block`] counted as `access` in the ARC statistics, caching the
+    /// block only when `cache` allows it (the dataset's `primarycache`). Shares the
+    /// ARC's buffer when the block is resident.
+    pub fn read_block_as(&self, bp: &BlkPtr, access: Access, cache: CachePolicy) -> Result<Arc<Vec<u8>>> {
         if bp.is_hole() {
             return Ok(Arc::new(vec![0u8; bp.lsize_bytes as usize]));
         }
-        let key = (bp.dva[0], bp.birth_txg);
-        if let Some(d) = self.cache.lock().get(&key) {
+        let key = self.arc_key(bp);
+        let meta = bp_is_metadata(bp);
+        if let Some(d) = self.arc.lookup(&key, access, meta) {
             return Ok(d);
         }
         self.blocks_read.fetch_add(1, Ordering::Relaxed);
@@ -496,7 +580,9 @@ impl Zio {
                     } else {
                         Arc::new(bp.compression.decompress(&phys, bp.lsize_bytes as usize)?)
                     };
-                    self.cache.lock().insert(key, logical.clone());
+                    if cache.caches(meta) {
+                        self.arc.insert_read(key, logical.clone(), meta, access);
+                    }
                     return Ok(logical);
                 }
                 Err(e) => {
@@ -536,24 +622,31 @@ impl Zio {
     /// full, ignored when cached). Workers hold only a weak reference to the pipeline
     /// and exit when it is dropped.
     pub fn prefetch(self: &Arc<Self>, bp: BlkPtr) {
-        if bp.is_hole() || self.cache.lock().get(&(bp.dva[0], bp.birth_txg)).is_some() {
+        self.prefetch_as(bp, CachePolicy::All)
+    }
+
+    /// [`Zio::prefetch`] for a dataset whose `primarycache` is `cache`: nothing is
+    /// prefetched that the cache would not keep. Prefetch reads count as prefetch
+    /// hits or misses in the ARC statistics.
+    pub fn prefetch_as(self: &Arc<Self>, bp: BlkPtr, cache: CachePolicy) {
+        if bp.is_hole() || !cache.caches(bp_is_metadata(&bp)) || self.arc.contains(&self.arc_key(&bp)) {
             return;
         }
         let mut tx = self.prefetch_tx.lock();
         if tx.is_none() {
-            let (send, recv) = std::sync::mpsc::sync_channel::<BlkPtr>(PREFETCH_QUEUE);
+            let (send, recv) = std::sync::mpsc::sync_channel::<(BlkPtr, CachePolicy)>(PREFETCH_QUEUE);
             let recv = Arc::new(Mutex::new(recv));
             for i in 0..PREFETCH_THREADS {
                 let (recv, weak) = (recv.clone(), Arc::downgrade(self));
                 let _ = std::thread::Builder::new().name(format!("zio_prefetch{i}")).spawn(move || loop {
-                    let Ok(bp) = recv.lock().recv() else { break };
+                    let Ok((bp, cache)) = recv.lock().recv() else { break };
                     let Some(zio) = weak.upgrade() else { break };
-                    let _ = zio.read_block(&bp);
+                    let _ = zio.read_block_as(&bp, Access::Prefetch, cache);
                 });
             }
             *tx = Some(send);
         }
-        let _ = tx.as_ref().unwrap().try_send(bp);
+        let _ = tx.as_ref().unwrap().try_send((bp, cache));
     }
 
     /// Free a block's DVAs, deferred until `txg + TXG_DEFER_SIZE` has synced. A DVA
@@ -566,7 +659,7 @@ impl Zio {
         if bp.is_hole() {
             return;
         }
-        self.cache.lock().remove(&(bp.dva[0], bp.birth_txg));
+        self.arc.remove(&self.arc_key(bp));
         let mut space = self.space.lock();
         for d in bp.dvas() {
             match space.vdevs.get_mut(d.vdev as usize) {
@@ -682,10 +775,12 @@ mod tests {
         WriteProps {
             otype: ObjectType::FileData,
             level: 0,
-            compression: Compression::Off,
+            compression: CompressSetting::OFF,
+            checksum: ChecksumAlg::Fletcher4,
             copies,
             txg: 1,
             fill: 1,
+            nop_prev: None,
         }
     }
 
@@ -772,6 +867,41 @@ mod tests {
         // Most-free first: the empty new vdevs take the new blocks.
         assert_eq!(seen, [false, true, true]);
         zio.flush().unwrap();
+    }
+
+    /// A crafted pointer whose checksum is right but whose payload is a decompression
+    /// bomb (zstd, gzip, zle, lz4 streams of 1 MiB of zeros under a 4 KiB lsize) or is
+    /// cut short: the read is an error, not a panic or a 1 MiB allocation. An unknown
+    /// compression code never gets that far: the pointer does not decode.
+    #[test]
+    fn crafted_bombs_and_truncations_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = leaf_vdev(&dir, "a", 0);
+        let space = SpaceMap::new(vec![VdevSpace::new(a.asize_bytes(), a.alloc_align_bytes())]);
+        let zio = Zio::new(vec![a.clone()], space, 1 << 20);
+        for name in ["zstd-19", "gzip-9", "zle", "lz4"] {
+            let s = CompressSetting::parse(name).unwrap();
+            let bomb = s.compress(&vec![0u8; 1 << 20]).unwrap();
+            let mut bp = zio.write_block(&bomb, props(1)).unwrap();
+            // Claim the payload is `s.alg`-compressed 4 KiB of data.
+            bp.compression = s.alg;
+            bp.lsize_bytes = 4096.max(bp.psize_bytes);
+            let e = zio.read_block(&bp).unwrap_err();
+            assert!(matches!(e, ZioError::Corrupt(_)), "{name}: {e}");
+            // The stream cut in half, its length field saying so (checksum matching).
+            let hdr = if s.alg == Compression::Zstd { 8 } else { 4 };
+            let clen = u32::from_le_bytes(bomb[0..4].try_into().unwrap()) as usize / 2;
+            let mut half = bomb[..hdr + clen].to_vec();
+            half[0..4].copy_from_slice(&(clen as u32).to_le_bytes());
+            let mut bp = zio.write_block(&half, props(1)).unwrap();
+            bp.compression = s.alg;
+            bp.lsize_bytes = 1 << 20;
+            assert!(matches!(zio.read_block(&bp), Err(ZioError::Corrupt(_))), "{name} truncated");
+        }
+        let bp = zio.write_block(&[1u8; 4096], props(1)).unwrap();
+        let mut raw = bp.encode();
+        raw[59] = 99;
+        assert!(BlkPtr::decode(&raw).is_err());
     }
 
     #[test]

@@ -1,0 +1,356 @@
+//! Deferred fill of partial records (`tarn_dmu::objset` theory statement): a write of
+//! part of a record on disk reads nothing; reads merge the new bytes over the old;
+//! the txg sync fills the records in batches of aggregated reads; snapshots keep the
+//! old blocks; a fill that cannot read its old block loses that write but the record
+//! then reads as an error, never as zeros.
+//!
+//! The model test is seeded and replayable: TARN_FILL_SEED, TARN_FILL_ROUNDS.
+
+mod common;
+
+use common::{mirror_pool, mkfile, pattern, reimport, Rng};
+use std::sync::atomic::Ordering;
+use tarn_dmu::objset::Objset;
+use tarn_dmu::{ObjectStore, ObjectType};
+use tarn_spa::{CreateSpec, Pool, TopSpec};
+
+const RECORD: u64 = 128 << 10;
+
+/// A new 128 KiB-record file-data object holding `data`, synced to disk.
+fn file_on_disk(pool: &Pool, os: &Objset, data: &[u8]) -> u64 {
+    let tx = os.hold_tx().unwrap();
+    let obj = os.create_object(&tx, ObjectType::FileData, 512, RECORD as u32, &[]).unwrap();
+    os.write(&tx, obj, 0, data).unwrap();
+    drop(tx);
+    pool.sync().unwrap();
+    obj
+}
+
+fn read(os: &dyn ObjectStore, obj: u64, off: u64, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    os.read(obj, off, &mut b).unwrap();
+    b
+}
+
+/// `model` read at `[off, off + len)`, zeros past its end.
+fn model_read(model: &[u8], off: u64, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    let off = off as usize;
+    if off < model.len() {
+        let n = len.min(model.len() - off);
+        b[..n].copy_from_slice(&model[off..off + n]);
+    }
+    b
+}
+
+fn check_whole(os: &dyn ObjectStore, obj: u64, model: &[u8], ctx: &str) {
+    let got = read(os, obj, 0, model.len() + 3 * RECORD as usize);
+    let want = model_read(model, 0, got.len());
+    if got != want {
+        let first = got.iter().zip(&want).position(|(a, b)| a != b).unwrap();
+        panic!("{ctx}: differs from the model at byte {first}");
+    }
+}
+
+/// Random writes (mostly small, into records on disk), reads, punched holes,
+/// truncates, snapshots and txg syncs on one file, against a byte-vector model: every
+/// read is checked, every snapshot is checked against the model of its time at the end,
+/// and after export/import the whole file and every snapshot again.
+#[test]
+fn partial_records_match_model() {
+    let seed: u64 = std::env::var("TARN_FILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5EED_F111);
+    let rounds: u64 = std::env::var("TARN_FILL_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    for round in 0..rounds {
+        let mut rng = Rng((seed + round * 7919) | 1);
+        let d = tempfile::tempdir().unwrap();
+        let name = format!("fill{round}");
+        let mut pool = mirror_pool(d.path(), &name, 192 << 20);
+        let os = pool.objset_concrete(&name).unwrap();
+        // Start with 24 records on disk, so that small writes land in cold records.
+        let mut model = pattern(seed ^ round, 24 * RECORD as usize);
+        let obj = file_on_disk(&pool, &os, &model);
+        let mut snaps: Vec<(String, Vec<u8>)> = Vec::new();
+        let size_max = 40 * RECORD;
+        for step in 0..600 {
+            let ctx = format!("seed {seed} round {round} step {step}");
+            let op = rng.below(100);
+            match op {
+                0..=54 => {
+                    let off = rng.below(size_max);
+                    let len = match rng.below(10) {
+                        0 => 1 + rng.below(3 * RECORD),
+                        1..=3 => 1 + rng.below(512),
+                        _ => 1 + rng.below(16 << 10),
+                    };
+                    let data = pattern(rng.next(), len as usize);
+                    let tx = os.hold_tx().unwrap();
+                    os.write(&tx, obj, off, &data).unwrap();
+                    drop(tx);
+                    let end = (off + len) as usize;
+                    if model.len() < end {
+                        model.resize(end, 0);
+                    }
+                    model[off as usize..end].copy_from_slice(&data);
+                }
+                55..=74 => {
+                    let off = rng.below(size_max);
+                    let cap = if rng.below(2) == 0 { 600 } else { 2 * RECORD };
+                    let len = 1 + rng.below(cap);
+                    let got = read(&*os, obj, off, len as usize);
+                    assert!(got == model_read(&model, off, len as usize), "{ctx}: read {off}+{len} differs");
+                }
+                75..=81 => {
+                    // Punch a hole (the file keeps its length).
+                    let off = rng.below(model.len() as u64 + 1);
+                    let len = 1 + rng.below(2 * RECORD);
+                    let tx = os.hold_tx().unwrap();
+                    os.free_range(&tx, obj, off, len).unwrap();
+                    drop(tx);
+                    let end = ((off + len) as usize).min(model.len());
+                    if (off as usize) < end {
+                        model[off as usize..end].fill(0);
+                    }
+                }
+                82..=85 => {
+                    // Truncate (to anywhere, often inside a record).
+                    let off = rng.below(model.len() as u64 + RECORD);
+                    let tx = os.hold_tx().unwrap();
+                    os.free_range(&tx, obj, off, u64::MAX).unwrap();
+                    drop(tx);
+                    model.truncate(off as usize);
+                }
+                86..=89 => {
+                    let snap = format!("{name}@s{step}");
+                    pool.snapshot(std::slice::from_ref(&snap), false).unwrap();
+                    snaps.push((snap, model.clone()));
+                }
+                _ => pool.sync().unwrap(),
+            }
+        }
+        check_whole(&*os, obj, &model, &format!("seed {seed} round {round} before sync"));
+        pool.sync().unwrap();
+        check_whole(&*os, obj, &model, &format!("seed {seed} round {round} after sync"));
+        for (snap, img) in &snaps {
+            let sos = pool.snapshot_objset(snap).unwrap();
+            check_whole(&*sos, obj, img, &format!("seed {seed} round {round} {snap}"));
+        }
+        assert!(os.fill_stats().synced_fills > 0, "no record was ever filled: the test misses its target");
+        assert_eq!(os.fill_stats().failed_fills, 0);
+        drop(os);
+        pool = reimport(pool, d.path(), &name);
+        let os = pool.objset_concrete(&name).unwrap();
+        check_whole(&*os, obj, &model, &format!("seed {seed} round {round} after import"));
+        for (snap, img) in &snaps {
+            let sos = pool.snapshot_objset(snap).unwrap();
+            check_whole(&*sos, obj, img, &format!("seed {seed} round {round} {snap} after import"));
+        }
+        assert_eq!(pool.data_errors(), 0);
+        drop(os);
+        pool.export().unwrap();
+    }
+}
+
+/// N small writes into N cold records read no block before the sync; the sync fills
+/// all N with aggregated reads (fewer device reads than records), and the result is
+/// right.
+#[test]
+fn cold_partial_writes_read_nothing_until_sync_and_fill_in_batches() {
+    const N: u64 = 64;
+    let d = tempfile::tempdir().unwrap();
+    let pool = mirror_pool(d.path(), "coldfill", 128 << 20);
+    let os = pool.objset_concrete("coldfill").unwrap();
+    let mut model = pattern(1, (N * RECORD) as usize);
+    let obj = file_on_disk(&pool, &os, &model);
+    let zio = pool.zio().clone();
+    let top = zio.vdevs()[0].clone();
+    // Cold: nothing cached. The first write (into record 0) loads the tree's
+    // indirect block; from then on no write reads anything.
+    zio.clear_cache();
+    let first = pattern(100, 8192);
+    let tx = os.hold_tx().unwrap();
+    os.write(&tx, obj, 40_000, &first).unwrap();
+    drop(tx);
+    model[40_000..40_000 + 8192].copy_from_slice(&first);
+    let blocks_read = zio.blocks_read.load(Ordering::Relaxed);
+    let read_ops = top.stats().read_ops.load(Ordering::Relaxed);
+    // One 8 KiB write into the middle of every other record, in a scattered order.
+    for i in 1..N {
+        let rec = (i * 37) % N;
+        let off = rec * RECORD + 40_000;
+        let data = pattern(100 + rec, 8192);
+        let tx = os.hold_tx().unwrap();
+        os.write(&tx, obj, off, &data).unwrap();
+        drop(tx);
+        model[off as usize..off as usize + 8192].copy_from_slice(&data);
+    }
+    assert_eq!(zio.blocks_read.load(Ordering::Relaxed), blocks_read, "a partial write read a block");
+    assert_eq!(top.stats().read_ops.load(Ordering::Relaxed), read_ops, "a partial write read the device");
+    // Reading a written range back needs no fill either (what the intent log does).
+    assert_eq!(read(&*os, obj, 5 * RECORD + 40_000, 8192), model_read(&model, 5 * RECORD + 40_000, 8192));
+    assert_eq!(zio.blocks_read.load(Ordering::Relaxed), blocks_read);
+    let before = os.fill_stats();
+    pool.sync().unwrap();
+    let after = os.fill_stats();
+    assert_eq!(after.synced_fills - before.synced_fills, N, "every record filled at sync");
+    assert_eq!(after.fill_batches - before.fill_batches, 1, "8 MiB of fills is one batch");
+    let blocks = zio.blocks_read.load(Ordering::Relaxed) - blocks_read;
+    let ops = top.stats().read_ops.load(Ordering::Relaxed) - read_ops;
+    assert!(blocks >= N - 1, "{blocks} blocks read for {N} fills");
+    // The records were written contiguously: 1 MiB runs of 8 records, plus a few
+    // metadata reads at most.
+    assert!(ops <= N / 8 + 8, "{ops} device reads for {N} fills: not aggregated");
+    check_whole(&*os, obj, &model, "after sync");
+    drop(os);
+    let pool = reimport(pool, d.path(), "coldfill");
+    let os = pool.objset("coldfill").unwrap();
+    check_whole(&*os, obj, &model, "after import");
+    pool.export().unwrap();
+}
+
+/// Whole-record overwrites need no fill at all.
+#[test]
+fn full_record_overwrites_need_no_fill() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = mirror_pool(d.path(), "fullfill", 64 << 20);
+    let os = pool.objset_concrete("fullfill").unwrap();
+    let obj = file_on_disk(&pool, &os, &pattern(2, 8 * RECORD as usize));
+    // Two halves of one record in one txg make it whole without a read.
+    let tx = os.hold_tx().unwrap();
+    os.write(&tx, obj, 0, &pattern(3, 4 * RECORD as usize)).unwrap();
+    os.write(&tx, obj, 4 * RECORD, &pattern(4, RECORD as usize / 2)).unwrap();
+    drop(tx);
+    let blocks_read = pool.zio().blocks_read.load(Ordering::Relaxed);
+    pool.sync().unwrap();
+    let s = os.fill_stats();
+    assert_eq!((s.synced_fills, s.hole_fills), (1, 0), "only the half-written record is filled");
+    // One read at most: the record may still be cached from its write.
+    assert!(pool.zio().blocks_read.load(Ordering::Relaxed) - blocks_read <= 1);
+    pool.export().unwrap();
+}
+
+/// A partial write into a record whose only copy is damaged: the sync does not fail
+/// (the pool stays healthy for everything else), the write is dropped, and reading the
+/// record reports the checksum error instead of returning zeros or half-new bytes.
+#[test]
+fn failed_fill_keeps_the_error_visible() {
+    let d = tempfile::tempdir().unwrap();
+    let leaf = mkfile(d.path(), "one.img", 64 << 20);
+    let pool = Pool::create(&CreateSpec {
+        name: "badfill".into(),
+        vdevs: vec![TopSpec::Leaf(leaf.clone())],
+        ashift: 12,
+        ..Default::default()
+    })
+    .unwrap();
+    let os = pool.objset_concrete("badfill").unwrap();
+    let data = pattern(7, 4 * RECORD as usize);
+    let obj = file_on_disk(&pool, &os, &data);
+    // Damage record 2 on disk: find its bytes in the image (data is stored raw).
+    let image = std::fs::read(&leaf).unwrap();
+    let marker = &data[2 * RECORD as usize + 1000..2 * RECORD as usize + 1064];
+    let at = image.windows(marker.len()).position(|w| w == marker).expect("record 2 on disk");
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&leaf).unwrap();
+        f.write_all_at(&[0x55u8; 512], at as u64).unwrap();
+    }
+    pool.zio().clear_cache();
+    // Partial writes into records 1 (healthy) and 2 (damaged).
+    let tx = os.hold_tx().unwrap();
+    os.write(&tx, obj, RECORD + 10, b"fine").unwrap();
+    os.write(&tx, obj, 2 * RECORD + 10, b"lost").unwrap();
+    drop(tx);
+    // Before the sync the written bytes read back, the rest of record 2 does not.
+    assert_eq!(read(&*os, obj, 2 * RECORD + 10, 4), b"lost");
+    let mut buf = vec![0u8; RECORD as usize];
+    assert!(os.read(obj, 2 * RECORD, &mut buf).is_err(), "merged read of a damaged record succeeded");
+    pool.sync().unwrap();
+    assert_eq!(os.fill_stats().failed_fills, 1);
+    assert_eq!(os.fill_stats().synced_fills, 1);
+    let mut want = data.clone();
+    want[RECORD as usize + 10..RECORD as usize + 14].copy_from_slice(b"fine");
+    assert_eq!(read(&*os, obj, RECORD, RECORD as usize), &want[RECORD as usize..2 * RECORD as usize]);
+    // Record 2 kept its old, damaged block: every read of it fails, the small one too.
+    assert!(os.read(obj, 2 * RECORD, &mut buf).is_err(), "record 2 read after a failed fill");
+    let mut small = [0u8; 4];
+    assert!(os.read(obj, 2 * RECORD + 10, &mut small).is_err(), "dropped bytes read back");
+    assert!(pool.data_errors() >= 1);
+    // The rest of the file is intact, and the pool goes on syncing.
+    assert_eq!(read(&*os, obj, 0, RECORD as usize), &data[..RECORD as usize]);
+    let tx = os.hold_tx().unwrap();
+    os.write(&tx, obj, 3 * RECORD + 5, b"more").unwrap();
+    drop(tx);
+    pool.sync().unwrap();
+    assert_eq!(read(&*os, obj, 3 * RECORD + 5, 4), b"more");
+    pool.export().unwrap();
+}
+
+/// Dirty accounting of a partial record is its written bytes, and it goes back to
+/// zero after the sync.
+#[test]
+fn partial_records_count_written_bytes_as_dirty() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = mirror_pool(d.path(), "dirtyfill", 64 << 20);
+    let os = pool.objset_concrete("dirtyfill").unwrap();
+    let obj = file_on_disk(&pool, &os, &pattern(9, 8 * RECORD as usize));
+    assert_eq!(pool.dirty_bytes(), 0);
+    let tx = os.hold_tx().unwrap();
+    for r in 0..8u64 {
+        os.write(&tx, obj, r * RECORD + 100, &[1u8; 8192]).unwrap();
+    }
+    // Overlapping and adjacent writes into the same record count once.
+    os.write(&tx, obj, 100 + 4096, &[2u8; 8192]).unwrap();
+    drop(tx);
+    assert_eq!(pool.dirty_bytes(), 8 * 8192 + 4096);
+    pool.sync().unwrap();
+    assert_eq!(pool.dirty_bytes(), 0);
+    pool.export().unwrap();
+}
+
+/// A synchronous write into a record on disk: the intent log records only the written
+/// bytes, fetched from the partial record without reading the old block, and after a
+/// power cut replay rebuilds the file with the new bytes over the old.
+#[test]
+fn fsync_of_a_partial_record_reads_nothing_and_replays() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(d.path()).unwrap();
+    let prefix = dir.display().to_string();
+    let pool = mirror_pool(&dir, "zilfill", 96 << 20);
+    let mount = |pool: &Pool| {
+        tarn_zpl::Fs::open_logged(pool.objset("zilfill").unwrap(), pool.zilog("zilfill").unwrap(), tarn_zpl::ZplOptions::default())
+            .unwrap()
+            .0
+    };
+    let fs = mount(&pool);
+    let root = fs.root();
+    let f = fs.create(root, b"f", 0o644, 0, 0).unwrap().ino;
+    let mut model = pattern(11, 16 * RECORD as usize);
+    fs.write(f, 0, &model).unwrap();
+    fs.fsync(f).unwrap();
+    pool.sync().unwrap();
+    pool.sync().unwrap();
+    pool.zio().clear_cache();
+    // The first write loads the tree's indirect block; from then on nothing is read.
+    // (Records far apart, so that the log's reads of the written ranges do not look
+    // like a sequential stream to the prefetcher.)
+    let mut write = |off: usize, data: &[u8]| {
+        fs.write(f, off as u64, data).unwrap();
+        model[off..off + data.len()].copy_from_slice(data);
+    };
+    write(6 * RECORD as usize + 100, b"warm");
+    let blocks_read = pool.zio().blocks_read.load(Ordering::Relaxed);
+    write(3 * RECORD as usize + 5000, &pattern(12, 8192));
+    write(9 * RECORD as usize + 70_000, &pattern(13, 8192));
+    fs.fsync(f).unwrap();
+    assert_eq!(pool.zio().blocks_read.load(Ordering::Relaxed), blocks_read, "the log commit read a record");
+    // Power cut before any txg sync: the log alone carries the writes.
+    tarn_vdev::inject::power_cut_after(&prefix, 0);
+    drop(fs);
+    common::abandon(pool, &prefix);
+    let pool = Pool::import("zilfill", std::slice::from_ref(&dir), tarn_spa::Rewind::None, None).unwrap();
+    let fs = mount(&pool);
+    let f = fs.lookup(fs.root(), b"f").unwrap().ino;
+    assert_eq!(fs.read(f, 0, model.len() as u32).unwrap(), model);
+    drop(fs);
+    pool.export().unwrap();
+}
