@@ -20,6 +20,8 @@
 //! [`state`], the dataset mount policy [`zfs_mount`], and the pools it brings back
 //! when it starts are listed in the [`cachefile`]. The ARC's tunables and statistics
 //! (`tarn daemon --set`, `tarn kstat arcstats`, `tarn arcstat`) are [`arcstat`].
+//! `tarn zdb` ([`zdb`]) is the exception to "a pool is open in one process": it reads
+//! the leaves itself, read-only and unlocked, and never writes.
 
 pub mod access;
 pub mod arcstat;
@@ -32,6 +34,7 @@ pub mod mounts;
 pub mod proto;
 pub mod scrub;
 pub mod state;
+pub mod zdb;
 pub mod zfs;
 pub mod zfs_holds;
 pub mod zfs_mount;

@@ -2,10 +2,10 @@
 //!
 //! Theory: pick the role from argv. `argv[0]` named `zpool`, `zfs` or `zinject` (a
 //! symlink) means that command family; otherwise the first argument chooses: `zpool`,
-//! `zfs`, `zinject`, `kstat`, `arcstat`, or `daemon [--foreground|--stop|--set
-//! NAME=VALUE…]`. Everything but `daemon` and `arcstat` (a client loop over `kstat`)
-//! is forwarded to the daemon (see `tarn_cli::proto`); the process exits with the
-//! status the daemon returns.
+//! `zfs`, `zinject`, `kstat`, `arcstat`, `zdb`, or `daemon [--foreground|--stop|--set
+//! NAME=VALUE…]`. Everything but `daemon`, `arcstat` (a client loop over `kstat`) and
+//! `zdb` (run here, never in the daemon) is forwarded to the daemon (see
+//! `tarn_cli::proto`); the process exits with the status the daemon returns.
 
 use std::io::Write;
 use std::path::Path;
@@ -14,13 +14,13 @@ use std::time::Duration;
 use tarn_cli::{daemon, proto};
 
 const USAGE: &str =
-    "usage: tarn zpool <command> [args...]\n       tarn zfs <command> [args...]\n       tarn zinject [args...]\n       tarn kstat arcstats\n       tarn arcstat [interval [count]]\n       tarn daemon [--foreground | --stop | --set NAME=VALUE...]\n";
+    "usage: tarn zpool <command> [args...]\n       tarn zfs <command> [args...]\n       tarn zinject [args...]\n       tarn zdb [args...]\n       tarn kstat arcstats\n       tarn arcstat [interval [count]]\n       tarn daemon [--foreground | --stop | --set NAME=VALUE...]\n";
 
 fn main() {
     let mut args: Vec<String> = std::env::args().collect();
     let argv0 = args.remove(0);
     let base = Path::new(&argv0).file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    if base == "zpool" || base == "zfs" || base == "zinject" {
+    if base == "zpool" || base == "zfs" || base == "zinject" || base == "zdb" {
         args.insert(0, base);
     }
     let code = match args.first().map(String::as_str) {
@@ -33,6 +33,8 @@ fn main() {
         Some("zpool") if args.get(1).map(String::as_str) == Some("iostat") => tarn_cli::iostat::client(&args[2..]),
         Some("arcstat") => tarn_cli::arcstat::client(&args[1..]),
         Some("zpool") | Some("zfs") | Some("zinject") | Some("kstat") => forward(args),
+        // Reads the leaves itself, read-only, in this process (never the daemon).
+        Some("zdb") => tarn_cli::zdb::main(&args[1..]),
         Some(other) => {
             eprint!("tarn: unknown command '{other}'\n{USAGE}");
             2

@@ -113,6 +113,7 @@ mod config;
 mod dsl;
 mod holds;
 pub mod inject;
+mod inspect;
 mod iostat;
 mod leak;
 mod names;
@@ -134,6 +135,7 @@ pub use dsl::{
     USER_PROP_NAME_MAX_BYTES, USER_PROP_VALUE_MAX_BYTES,
 };
 pub use holds::{Released, TempHolds, TAG_MAX_BYTES};
+pub use inspect::{BlockStats, DatasetDump, MetaslabInfo, ObjectDump, SimDdtEntry, TypeStats, VdevMetaslabs, RAW_READ_MAX_BYTES, WALK_POINTERS_MAX};
 pub use iostat::{PoolIostat, VdevIostat};
 pub use leak::LeakReport;
 pub use names::{validate_dataset_name, validate_pool_name, validate_snapshot_name};

@@ -231,6 +231,9 @@ pub struct Pool {
     /// Imported with `readonly=on`: no sync thread, no label or uberblock writes, the
     /// txg gate refuses every hold; export only releases the leaves.
     pub(crate) readonly: AtomicBool,
+    /// Opened by `zdb` (`Pool::open_inspect`): read-only unlocked leaves, and the
+    /// pool's name was never entered in the process's table of open pools.
+    pub(crate) inspect: AtomicBool,
     /// Set by a read-only import that had to go back, for `zpool import -Fn`.
     pub(crate) rewound: Mutex<Option<crate::RewindReport>>,
     pub(crate) altroot: Mutex<Option<String>>,
@@ -522,6 +525,7 @@ impl Pool {
             closed: AtomicBool::new(false),
             altroot: Mutex::new(spec.pool_props.get("altroot").cloned()),
             readonly: AtomicBool::new(false),
+            inspect: AtomicBool::new(false),
             rewound: Mutex::new(None),
             config_dirty: AtomicBool::new(false),
             log_evacuate_hook: Mutex::new(None),
@@ -619,6 +623,12 @@ impl Pool {
     /// [`Pool::scan_dirs`], also returning the leaves whose every label was refused
     /// as semantically invalid.
     fn scan_dirs_refused(dirs: &[PathBuf]) -> (Vec<FoundLeaf>, Vec<RefusedLeaf>) {
+        Self::scan_dirs_mode(dirs, false)
+    }
+
+    /// [`Pool::scan_dirs_refused`]; `inspect` opens every leaf read-only and unlocked
+    /// ([`Leaf::open_readonly`], for `zdb`).
+    fn scan_dirs_mode(dirs: &[PathBuf], inspect: bool) -> (Vec<FoundLeaf>, Vec<RefusedLeaf>) {
         use std::os::unix::fs::FileTypeExt;
         let mut out = Vec::new();
         let mut refused = Vec::new();
@@ -637,7 +647,8 @@ impl Pool {
                 if !seen.insert(canon.clone()) {
                     continue;
                 }
-                let Ok(leaf) = Leaf::open(&canon) else { continue };
+                let opened = if inspect { Leaf::open_readonly(&canon) } else { Leaf::open(&canon) };
+                let Ok(leaf) = opened else { continue };
                 let configs = label::read_configs(&leaf);
                 if let Some(config) = configs.iter().flatten().max_by_key(|c| c.txg) {
                     let config = config.clone();
@@ -792,7 +803,14 @@ impl Pool {
     /// `search_dirs`. Without `opts.missing_log`, a pool with a log vdev whose every
     /// leaf is missing is refused with [`SpaError::MissingLogs`].
     pub fn import_with(name_or_guid: &str, search_dirs: &[PathBuf], opts: &ImportOptions) -> Result<Arc<Pool>> {
-        let (found, refused) = Self::scan_dirs_refused(search_dirs);
+        Self::import_mode(name_or_guid, search_dirs, opts, false)
+    }
+
+    /// [`Pool::import_with`]; `inspect` (for `zdb`, see `crate::inspect`) opens the
+    /// leaves read-only and unlocked, forces `readonly`, and leaves the process's
+    /// table of open pool names alone.
+    pub(crate) fn import_mode(name_or_guid: &str, search_dirs: &[PathBuf], opts: &ImportOptions, inspect: bool) -> Result<Arc<Pool>> {
+        let (found, refused) = Self::scan_dirs_mode(search_dirs, inspect);
         let groups = Self::group(found);
         let mut matches: Vec<(u64, Vec<FoundLeaf>)> = groups
             .into_iter()
@@ -854,6 +872,11 @@ impl Pool {
             if !missing.is_empty() {
                 return Err(SpaError::MissingLogs { pool: name, missing });
             }
+        }
+        if inspect {
+            let p = Self::open_pool(name, pool_guid, best.vdev_tree.clone(), leaves, opts.rewind, true)?;
+            p.inspect.store(true, Ordering::SeqCst);
+            return Ok(p);
         }
         register_name(&name)?;
         let r = Self::open_pool(name.clone(), pool_guid, best.vdev_tree.clone(), leaves, opts.rewind, opts.readonly);
@@ -1021,6 +1044,7 @@ impl Pool {
             closed: AtomicBool::new(false),
             altroot: Mutex::new(None),
             readonly: AtomicBool::new(false),
+            inspect: AtomicBool::new(false),
             rewound: Mutex::new(None),
             config_dirty: AtomicBool::new(false),
             log_evacuate_hook: Mutex::new(None),
@@ -1271,7 +1295,9 @@ impl Pool {
         self.objsets.lock().clear();
         self.zilogs.lock().clear();
         self.unregister_live();
-        unregister_name(&self.name);
+        if !self.inspect.load(Ordering::SeqCst) {
+            unregister_name(&self.name);
+        }
     }
 
     /// True when imported with `readonly=on` (see [`crate::ImportOptions::readonly`]).
@@ -1468,7 +1494,9 @@ impl Drop for Pool {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         self.unregister_live();
-        unregister_name(&self.name);
+        if !self.inspect.load(Ordering::SeqCst) {
+            unregister_name(&self.name);
+        }
     }
 }
 

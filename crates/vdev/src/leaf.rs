@@ -195,6 +195,54 @@ impl Leaf {
         })
     }
 
+    /// Open `path` for inspection (`zdb`): read-only (`O_RDONLY`, so the kernel refuses
+    /// every write through it), without the exclusive `flock` and without the direct
+    /// descriptor, so that a pool the daemon has imported can be read beside it and is
+    /// never disturbed. A [`Leaf::pwrite`] on it fails with `EBADF`.
+    ///
+    /// Errors: as [`Leaf::open`], except that a held lock is not `Busy`.
+    pub fn open_readonly(path: &Path) -> Result<Leaf, VdevError> {
+        let path_str = path.display().to_string();
+        let io = |source: std::io::Error| VdevError::Io {
+            path: path_str.clone(),
+            source,
+        };
+        let file = OpenOptions::new().read(true).open(path).map_err(io)?;
+        let size_bytes = Self::size_of(&file).map_err(io)?;
+        Ok(Leaf {
+            path: path_str,
+            size_bytes,
+            file,
+            direct: None,
+        })
+    }
+
+    /// Size of an open regular file or block device, checked against
+    /// [`LEAF_MIN_SIZE_BYTES`].
+    fn size_of(file: &std::fs::File) -> std::io::Result<u64> {
+        let meta = file.metadata()?;
+        let size_bytes = if meta.file_type().is_block_device() {
+            let mut size: u64 = 0;
+            // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which is live.
+            let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64 as _, &mut size as *mut u64) };
+            if rc != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            size
+        } else if meta.file_type().is_file() {
+            meta.len()
+        } else {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file or block device"));
+        };
+        if size_bytes < LEAF_MIN_SIZE_BYTES {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("device is {size_bytes} bytes; at least {LEAF_MIN_SIZE_BYTES} needed"),
+            ));
+        }
+        Ok(size_bytes)
+    }
+
     /// Raw positional read of `buf.len()` bytes at a device offset (labels use this
     /// directly). Errors: `Io`, including `UnexpectedEof` past the end of the device.
     pub fn pread(&self, device_offset_bytes: u64, buf: &mut [u8]) -> Result<(), VdevError> {

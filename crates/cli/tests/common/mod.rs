@@ -126,6 +126,30 @@ impl Env {
         run(c)
     }
 
+    /// The final leak check of an end-to-end test (issue 15): `zpool sync POOL`, then
+    /// `tarn zdb -b POOL`, run beside the daemon, must report no leak. Returns the
+    /// check's output.
+    pub fn assert_no_leaks(&self, pool: &str) -> Out {
+        self.zpool(&["sync", pool]).ok();
+        let out = self.tarn(&["zdb", "-b", pool]);
+        assert!(
+            out.code == 0 && out.stdout.contains("No leaks (block sum matches space maps exactly)"),
+            "zdb -b {pool}: {out:?}"
+        );
+        out
+    }
+
+    /// [`Env::assert_no_leaks`] for an exported pool whose devices are in [`Env::vdir`].
+    pub fn assert_no_leaks_exported(&self, pool: &str) -> Out {
+        let v = self.vdir().display().to_string();
+        let out = self.tarn(&["zdb", "-e", "-p", &v, "-b", pool]);
+        assert!(
+            out.code == 0 && out.stdout.contains("No leaks (block sum matches space maps exactly)"),
+            "zdb -b {pool}: {out:?}"
+        );
+        out
+    }
+
     pub fn daemon_log(&self) -> String {
         std::fs::read_to_string(self.state().join("daemon.log")).unwrap_or_default()
     }
