@@ -438,7 +438,14 @@ impl ArcCache {
 
     /// Whether `key` is resident (no counters, no movement).
     pub fn contains(&self, key: &ArcKey) -> bool {
-        self.st.lock().hdrs.get(key).is_some_and(|h| h.buf.is_some())
+        self.peek(key).is_some()
+    }
+
+    /// The resident buffer of `key`, without counting a hit or miss and without
+    /// moving it between lists: for internal reads that are not an application's
+    /// (the deferred fill of a record its own txg is about to replace).
+    pub fn peek(&self, key: &ArcKey) -> Option<Arc<Vec<u8>>> {
+        self.st.lock().hdrs.get(key).and_then(|h| h.buf.clone())
     }
 
     /// Cache a block just read from disk after a miss by [`ArcCache::lookup`]. A

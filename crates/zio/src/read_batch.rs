@@ -17,12 +17,13 @@
 //! which tries every copy and every mirror side, heals bad copies and counts the
 //! error, so a batched read is never weaker than single reads. Holes read as zeros.
 //!
-//! The read cache is consulted first, as by `read_block` (a record written by the
-//! previous txg is usually still there), but not filled: the callers read blocks that
-//! their own txg is about to replace. Every block read from a device counts in
+//! The ARC is consulted first (a record written by the previous txg is usually still
+//! there), but only peeked at, neither counted, moved nor filled: the callers read
+//! blocks that their own txg is about to replace, which are no application's reads. Every block read from a device counts in
 //! `blocks_read`.
 //!
-//! Called by: dmu (phase 2 of a txg sync, the fill of partial records).
+//! Called by: dmu (phase 2 of a txg sync, the fill of partial records) and send (its
+//! read-ahead of data blocks).
 
 use crate::{Result, Zio, AGGREGATE_MAX_BYTES};
 use std::sync::atomic::Ordering;
@@ -50,7 +51,7 @@ impl Zio {
         for (i, bp) in bps.iter().enumerate() {
             if bp.is_hole() {
                 out[i] = Some(Ok(Arc::new(vec![0u8; bp.lsize_bytes as usize])));
-            } else if let Some(d) = self.arc.lookup(&self.arc_key(bp), crate::Access::Demand, crate::bp_is_metadata(bp)) {
+            } else if let Some(d) = self.arc.peek(&self.arc_key(bp)) {
                 // Verified when it entered the cache, as `read_block` trusts it.
                 out[i] = Some(Ok(d));
             } else {
