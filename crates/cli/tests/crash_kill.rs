@@ -33,15 +33,7 @@ use std::time::{Duration, Instant};
 
 fn content(i: u64) -> Vec<u8> {
     let len = (i.wrapping_mul(7919) % 200_000) as usize + 1;
-    let mut x = i.wrapping_mul(0x9e3779b97f4a7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    xorshift_bytes(len, i.wrapping_mul(0x9e3779b97f4a7c15))
 }
 
 fn mounted(p: &Path) -> bool {

@@ -4,7 +4,7 @@
 //! returning a file's bytes, and refused options.
 
 mod common;
-use common::Env;
+use common::{xorshift_bytes, Env};
 use std::hash::Hasher;
 use std::path::Path;
 
@@ -32,15 +32,7 @@ fn zdb(env: &Env, args: &[&str]) -> common::Out {
 
 /// Deterministic incompressible bytes.
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    xorshift_bytes(len, seed)
 }
 
 /// Pool `tank` on v/a with file systems, snapshots and a destroy; with FUSE also a

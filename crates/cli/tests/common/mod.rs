@@ -223,3 +223,16 @@ pub fn untouched(path: &str, len: usize) -> bool {
     f.read_exact(&mut buf).unwrap();
     buf.iter().all(|b| *b == 0)
 }
+
+/// `len` deterministic, incompressible bytes from `seed` (xorshift64).
+pub fn xorshift_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
