@@ -1709,8 +1709,12 @@ impl Objset {
                     if let Some(top) = top {
                         self.promote(obj, blkid, &top, &data);
                     }
+                    // A block shorter than the dnode's block size (a damaged pool)
+                    // reads as zeros past its end.
                     let avail = data.len().saturating_sub(in_blk).min(n);
-                    dst[..avail].copy_from_slice(&data[in_blk..in_blk + avail]);
+                    if avail > 0 {
+                        dst[..avail].copy_from_slice(&data[in_blk..in_blk + avail]);
+                    }
                     dst[avail..].fill(0);
                 }
             }

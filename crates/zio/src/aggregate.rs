@@ -47,9 +47,11 @@ pub(crate) struct Prepared<'a> {
 /// allocated or written.
 pub(crate) fn prepare<'a>(data: &'a [u8], props: &WriteProps) -> Prepared<'a> {
     assert!(!data.is_empty() && data.len() <= u32::MAX as usize, "block size out of range");
-    let (payload, compression) = match props.compression.compress(data) {
+    let data = crate::craft::mutate(data, props.otype, props.level);
+    let lsize_bytes = data.len() as u32;
+    let (payload, compression) = match props.compression.compress(&data) {
         Some(c) => (Cow::Owned(c), props.compression.alg),
-        None => (Cow::Borrowed(data), Compression::Off),
+        None => (data, Compression::Off),
     };
     let checksum_alg = if props.otype == ObjectType::FileData {
         props.checksum
@@ -58,7 +60,7 @@ pub(crate) fn prepare<'a>(data: &'a [u8], props: &WriteProps) -> Prepared<'a> {
     };
     let checksum = checksum_alg.compute(&payload);
     let bp = BlkPtr {
-        lsize_bytes: data.len() as u32,
+        lsize_bytes,
         psize_bytes: payload.len() as u32,
         otype: props.otype,
         level: props.level,

@@ -70,6 +70,7 @@ use tarn_phys::{BlkPtr, ChecksumAlg, CompressSetting, Compression, Dva, ObjectTy
 use tarn_vdev::{Vdev, VdevError};
 
 mod aggregate;
+pub mod craft;
 mod log;
 mod read_batch;
 pub use aggregate::AGGREGATE_MAX_BYTES;
