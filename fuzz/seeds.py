@@ -82,3 +82,21 @@ put("space_map/seed-log", log)
 
 put("send_record/seed-free", struct.pack("<H", 4) + struct.pack("<QQQ", 5, 0, 4096))
 put("zil/seed-header", bytes(192))
+
+# pool_records: a property list, a bookmark list, an all-zero dataset record.
+props = {"compression": "lz4", "org.tarn:note": "x"}
+b = struct.pack("<I", len(props))
+for k, v in sorted(props.items()):
+    b += struct.pack("<H", len(k)) + k.encode() + struct.pack("<H", len(v)) + v.encode()
+put("pool_records/seed-props", b)
+name = b"tank/fs#b"
+put("pool_records/seed-bookmarks", struct.pack("<IH", 1, len(name)) + name + struct.pack("<QQQ", 7, 9, 1700000000))
+put("pool_records/seed-dataset", bytes(256))
+
+# image: all optional steps; one xor directive on the first metadata block; then a
+# pointer copy in the fifth and an extreme value in the tenth.
+put("image/seed-xor", bytes([31, 0, 0, 0x40, 0, 0x10, 0, 0, 0]))
+put("image/seed-mixed", bytes([31, 4, 4, 1, 0, 0x80, 0, 0, 0, 9, 1, 2, 0, 0x48, 0, 0, 0]))
+
+# decompress: algorithm 0 (off) with a 512-byte logical size.
+put("decompress/seed-off", bytes([0, 0, 0]) + bytes(range(256)) * 2)

@@ -93,7 +93,10 @@ impl Image {
         pool.export().map_err(s)?;
         drop(pool);
         wait_closed(&leaf)?;
-        Ok(Image { size_bytes: LEAF_SIZE_BYTES, extents: data_extents(&leaf).map_err(s)? })
+        Ok(Image {
+            size_bytes: LEAF_SIZE_BYTES,
+            extents: data_extents(&leaf).map_err(s)?,
+        })
     }
 
     /// Bytes of data the image holds (its sparse leaf's allocated extents).
@@ -153,8 +156,19 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
 }
 
 fn open_fs(pool: &Pool, name: &str, snapshot: bool) -> Result<Arc<Fs>, String> {
-    let os: Arc<dyn tarn_dmu::ObjectStore> = if snapshot { pool.snapshot_objset(name).map_err(s)? } else { pool.objset(name).map_err(s)? };
-    Fs::open(os, ZplOptions { readonly: snapshot, ..ZplOptions::default() }).map_err(s)
+    let os: Arc<dyn tarn_dmu::ObjectStore> = if snapshot {
+        pool.snapshot_objset(name).map_err(s)?
+    } else {
+        pool.objset(name).map_err(s)?
+    };
+    Fs::open(
+        os,
+        ZplOptions {
+            readonly: snapshot,
+            ..ZplOptions::default()
+        },
+    )
+    .map_err(s)
 }
 
 fn put_file(fs: &Fs, dir: u64, name: &str, data: &[u8]) -> Result<u64, String> {
@@ -167,7 +181,8 @@ fn put_file(fs: &Fs, dir: u64, name: &str, data: &[u8]) -> Result<u64, String> {
 
 /// The pristine pool's contents (see [`Image::build`]).
 fn populate(pool: &Pool) -> Result<(), String> {
-    pool.create_dataset("fz/a", &BTreeMap::from([("compression".to_string(), "lz4".to_string())])).map_err(s)?;
+    pool.create_dataset("fz/a", &BTreeMap::from([("compression".to_string(), "lz4".to_string())]))
+        .map_err(s)?;
     {
         let fs = open_fs(pool, "fz/a", false)?;
         let root = fs.root();
@@ -424,7 +439,9 @@ fn craft_changes(pool: &Pool) -> Result<(), String> {
 
 /// Every file system and snapshot name of the pool.
 fn all_datasets(pool: &Pool, out: &mut Outcome) -> Vec<(String, bool)> {
-    let Some(list) = out.step("list", pool.list_datasets().map_err(s)) else { return Vec::new() };
+    let Some(list) = out.step("list", pool.list_datasets().map_err(s)) else {
+        return Vec::new();
+    };
     let mut v = Vec::new();
     for d in list {
         for snap in pool.snapshots_of(&d.name) {
@@ -443,8 +460,7 @@ fn walk(fs: &Fs, out: &mut Outcome) -> Option<(u64, Vec<u8>)> {
     let mut first_file = None;
     while let Some((dir, depth)) = queue.pop() {
         let mut cursor = 0u64;
-        loop {
-            let Some(batch) = out.step("readdir", fs.readdir(dir, cursor, 256).map_err(s)) else { break };
+        while let Some(batch) = out.step("readdir", fs.readdir(dir, cursor, 256).map_err(s)) {
             if batch.is_empty() {
                 break;
             }
@@ -456,7 +472,9 @@ fn walk(fs: &Fs, out: &mut Outcome) -> Option<(u64, Vec<u8>)> {
                 if e.name == b"." || e.name == b".." {
                     continue;
                 }
-                let Some(a) = out.step("getattr", fs.getattr(e.ino).map_err(s)) else { continue };
+                let Some(a) = out.step("getattr", fs.getattr(e.ino).map_err(s)) else {
+                    continue;
+                };
                 match e.kind {
                     FileKind::Dir if depth < 8 => queue.push((e.ino, depth + 1)),
                     FileKind::File => {
@@ -494,13 +512,25 @@ fn walk(fs: &Fs, out: &mut Outcome) -> Option<(u64, Vec<u8>)> {
 /// The exercise phase over an imported (possibly damaged) pool.
 fn exercise(pool: &Pool, ops: Ops, out: &mut Outcome) {
     for (name, is_snap) in all_datasets(pool, out) {
-        let Some(fs) = out.step("open", open_fs(pool, &name, is_snap)) else { continue };
+        let Some(fs) = out.step("open", open_fs(pool, &name, is_snap)) else {
+            continue;
+        };
         let first = walk(&fs, out);
         if ops.has(Ops::CHANGE) && !is_snap {
             let root = fs.root();
             if let Some((ino, fname)) = first {
                 out.step("write", fs.write(ino, 4096, &pattern(6, 12 << 10)).map_err(s));
-                out.step("truncate", fs.setattr(ino, SetAttr { size: Some(1000), ..Default::default() }).map_err(s));
+                out.step(
+                    "truncate",
+                    fs.setattr(
+                        ino,
+                        SetAttr {
+                            size: Some(1000),
+                            ..Default::default()
+                        },
+                    )
+                    .map_err(s),
+                );
                 out.step("unlink", fs.unlink(root, &fname).map_err(s));
             }
             out.step("create", put_file(&fs, root, "after-import", &pattern(7, 40 << 10)));
@@ -508,7 +538,10 @@ fn exercise(pool: &Pool, ops: Ops, out: &mut Outcome) {
         }
     }
     if ops.has(Ops::SNAPSHOT) {
-        let heads: Vec<String> = pool.list_datasets().map(|l| l.into_iter().map(|d| format!("{}@later", d.name)).collect()).unwrap_or_default();
+        let heads: Vec<String> = pool
+            .list_datasets()
+            .map(|l| l.into_iter().map(|d| format!("{}@later", d.name)).collect())
+            .unwrap_or_default();
         out.step("snapshot", pool.snapshot(&heads, false).map_err(s));
     }
     if ops.has(Ops::ROLLBACK) {

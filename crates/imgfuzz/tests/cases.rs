@@ -61,7 +61,11 @@ fn pristine_case_succeeds_at_every_step() {
     // The only refusal on the pristine path: fz/a@s1 has a clone (fz/c) until the clone
     // is destroyed, so the first destroy of the snapshot fails and the second succeeds.
     assert_eq!(out.errors.len(), 1, "{:?}", out.errors);
-    assert!(out.errors[0].starts_with("destroy snapshot") && out.errors[0].contains("clone"), "{:?}", out.errors);
+    assert!(
+        out.errors[0].starts_with("destroy snapshot") && out.errors[0].contains("clone"),
+        "{:?}",
+        out.errors
+    );
     assert!(out.steps_ok > 60, "{out:?}");
     assert!(panics().lock().unwrap().is_empty());
 }

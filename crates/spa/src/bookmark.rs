@@ -59,7 +59,7 @@ pub fn validate_bookmark_name(name: &str) -> Result<()> {
         .map_err(|e| SpaError::Invalid(format!("cannot create bookmark '{name}': {}", e.to_string().rsplit(": ").next().unwrap_or(""))))
 }
 
-fn encode(list: &[Bookmark]) -> Vec<u8> {
+pub(crate) fn encode(list: &[Bookmark]) -> Vec<u8> {
     let mut b = (list.len() as u32).to_le_bytes().to_vec();
     for m in list {
         b.extend_from_slice(&(m.name.len() as u16).to_le_bytes());
@@ -71,7 +71,7 @@ fn encode(list: &[Bookmark]) -> Vec<u8> {
     b
 }
 
-fn decode(b: &[u8]) -> Result<Vec<Bookmark>> {
+pub(crate) fn decode(b: &[u8]) -> Result<Vec<Bookmark>> {
     let bad = |what: &str| SpaError::Corrupt(format!("bookmark record damaged: {what}"));
     if b.is_empty() {
         return Ok(Vec::new());

@@ -111,6 +111,8 @@ use std::path::PathBuf;
 mod bookmark;
 mod config;
 mod dsl;
+#[doc(hidden)]
+pub mod fuzzing;
 mod holds;
 pub mod inject;
 mod inspect;
