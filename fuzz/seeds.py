@@ -100,3 +100,12 @@ put("image/seed-mixed", bytes([31, 4, 4, 1, 0, 0x80, 0, 0, 0, 9, 1, 2, 0, 0x48, 
 
 # decompress: algorithm 0 (off) with a 512-byte logical size.
 put("decompress/seed-off", bytes([0, 0, 0]) + bytes(range(256)) * 2)
+
+# znode: a regular file, mode 0644, one link, 4096 bytes, parent 34 (layout in
+# crates/zpl/src/znode.rs `offset`; times at 64/80/96/112 as sec i64 + nsec u32).
+z = bytearray(128)
+z[0:4] = b"ZNOD"
+struct.pack_into("<IIIQQQQ", z, 4, 0o100644, 1000, 1000, 1, 4096, 34, 1)
+for at in (64, 80, 96, 112):
+    struct.pack_into("<qI", z, at, 1700000000, 5)
+put("znode/seed-file", bytes(z))

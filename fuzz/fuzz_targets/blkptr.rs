@@ -1,13 +1,6 @@
-//! Block pointer: `BlkPtr::decode` never panics, and what it accepts re-encodes to the
-//! same bytes (the decoder checks every field it keeps).
+//! Block pointers (`tarn_fuzzing::targets::blkptr`). The body lives in crates/fuzzing so CI replays the corpus on stable.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tarn_phys::{BlkPtr, BLKPTR_SIZE_BYTES};
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(bp) = BlkPtr::decode(data) {
-        assert_eq!(&bp.encode()[..], &data[..BLKPTR_SIZE_BYTES]);
-        let _ = bp.asize_total_bytes();
-    }
-});
+fuzz_target!(|data: &[u8]| tarn_fuzzing::targets::blkptr(data));

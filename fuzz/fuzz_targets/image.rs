@@ -1,4 +1,4 @@
-//! The structure-aware image fuzzer (`crates/imgfuzz`): the input picks which metadata
+//! The structure-aware image fuzzer (`crates/fuzzing/src/image.rs`): the input picks which metadata
 //! blocks of a small real pool are damaged (and re-sealed by the write path) and which
 //! operations run over the damaged pool after import. Slow (about a case per second):
 //! run it with `-timeout=120` and under a memory limit.
@@ -6,7 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
-use tarn_imgfuzz::{run_case, Image};
+use tarn_fuzzing::{run_case, Image};
 
 fn image() -> &'static Image {
     static I: OnceLock<Image> = OnceLock::new();

@@ -1,5 +1,4 @@
-//! The pool directory's records in the MOS: dataset record, property list, bookmark
-//! list, scan record (`tarn_spa::fuzzing::pool_records` checks round trips).
+//! The pool directory's MOS records (`tarn_spa::fuzzing::pool_records`). The body lives in crates/fuzzing so CI replays the corpus on stable.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

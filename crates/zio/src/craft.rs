@@ -1,4 +1,4 @@
-//! A write-path hook for crafting corrupted pools (the image fuzzer, `crates/imgfuzz`).
+//! A write-path hook for crafting corrupted pools (the image fuzzer, `crates/fuzzing`).
 //!
 //! Theory: the decoders above zio only ever see blocks whose checksums verified, so a
 //! fuzzer that flips bytes on the device only exercises checksum failure. To reach the

@@ -1,4 +1,4 @@
-//! The structure-aware image fuzzer (issue 11 §1): a small real pool whose metadata is
+//! The structure-aware image fuzzer: a small real pool whose metadata is
 //! damaged and re-sealed, then imported, read, changed, destroyed and scrubbed.
 //!
 //! Theory. Byte-level fuzzers of single decoders (`fuzz/`) cannot reach the paths

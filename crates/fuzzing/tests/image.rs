@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use tarn_imgfuzz::{parse_input, run_case, Image, Ops};
+use tarn_fuzzing::{parse_input, run_case, Image, Ops};
 
 /// Panics seen in any thread since the hook was installed, with their messages.
 fn panics() -> &'static Mutex<Vec<String>> {
