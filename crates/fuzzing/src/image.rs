@@ -48,7 +48,7 @@ pub const LEAF_SIZE_BYTES: u64 = tarn_phys::MIN_DEVICE_SIZE_BYTES;
 pub const DIRECTIVES_MAX: usize = 16;
 /// Directive block indices are taken modulo this (about the number of metadata blocks
 /// the craft phase writes).
-pub const BLOCK_WINDOW: usize = 48;
+pub const BLOCK_WINDOW: usize = 64;
 /// Entries a walk visits at most per dataset (a damaged directory may claim millions).
 const WALK_ENTRIES_MAX: usize = 4096;
 /// Bytes read at most per file.
@@ -429,6 +429,14 @@ fn craft_changes(pool: &Pool) -> Result<(), String> {
         fs.mkdir(root, b"cd", 0o700, 0, 0).map_err(s)?;
         let big = fs.lookup(root, b"big").map_err(s)?;
         fs.write(big.ino, 600 << 10, &pattern(5, 4 << 10)).map_err(s)?;
+        let d = fs.lookup(root, b"d").map_err(s)?;
+        put_file(&fs, d.ino, "g", b"in d")?;
+        fs.unlink(d.ino, b"f05").map_err(s)?;
+        fs.sync_fs().map_err(s)?;
+    }
+    {
+        let fs = open_fs(pool, "fz/c", false)?;
+        put_file(&fs, fs.root(), "in-clone", &pattern(8, 5000))?;
         fs.sync_fs().map_err(s)?;
     }
     pool.set_dataset_prop("fz/a", "org.tarn:note", "crafted").map_err(s)?;

@@ -76,7 +76,11 @@ fn seeded_damaged_images_give_errors_not_panics() {
     panics();
     let cases: u64 = std::env::var("TARN_IMGFUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
     let scratch = tempfile::tempdir().unwrap();
-    let mut x = 0x243f_6a88_85a3_08d3u64;
+    let mut x: u64 = std::env::var("TARN_IMGFUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x243f_6a88_85a3_08d3)
+        | 1;
     let mut next = move || {
         x ^= x << 13;
         x ^= x >> 7;
