@@ -1,0 +1,120 @@
+//! Space-structure bytes written per txg against pool size and fragmentation (issue
+//! 12's benchmark; `bench/spacemap.sh` runs it and plots the CSV it prints).
+//!
+//! The allocator and the space-map structures run in memory, as the txg sync drives
+//! them (`SpaceMap::sync_plan`, `sync_done`), without data I/O: what is measured is
+//! the bytes of the blocks a sync would write for free-space accounting (log blocks,
+//! flushed metaslab maps, directory pages, the root), which is what grows with the
+//! pool's size if any structure is rewritten whole.
+//!
+//! For each vdev size: a *fresh* phase (empty pool, each txg allocates `--txg-mib` of
+//! 128 KiB blocks and frees a quarter as many older ones), then a *fragmented* phase:
+//! the pool is filled to 80% in 16 MiB allocations, a random half of its 1 MiB pieces
+//! is freed, and the same txgs run again. Prints `phase,size_gib,txg,bytes,frag_pct`.
+//!
+//! Usage: `cargo run --release -p tarn-metaslab --example sm_bytes -- [--sizes-gib 64,256,1024,4096,16384] [--txgs 40] [--txg-mib 64]`
+
+use tarn_metaslab::{SpaceMap, VdevSpace};
+use tarn_phys::Dva;
+
+const ALIGN_BYTES: u64 = 4096;
+const BLOCK_BYTES: u64 = 128 << 10;
+
+struct Rng(u64);
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+/// Allocation callback for the space structures' own blocks (one copy).
+fn alloc_one(sm: &mut SpaceMap, psize: u64) -> Option<[Dva; 3]> {
+    let v = sm.pick_vdev(&[])?;
+    let vs = &mut sm.vdevs[v as usize];
+    let asize = psize.div_ceil(vs.align_bytes()) * vs.align_bytes();
+    let off = vs.alloc(asize)?;
+    let mut d = [Dva::default(); 3];
+    d[0] = Dva { vdev: v, asize_bytes: asize, offset_bytes: off };
+    Some(d)
+}
+
+/// Run `txgs` txgs of the workload from `txg0`, printing one line per txg.
+fn run_txgs(sm: &mut SpaceMap, live: &mut Vec<u64>, rng: &mut Rng, phase: &str, size_gib: u64, txg0: u64, txgs: u64, txg_bytes: u64) -> u64 {
+    let mut txg = txg0;
+    for _ in 0..txgs {
+        txg += 1;
+        let n = txg_bytes / BLOCK_BYTES;
+        for _ in 0..n {
+            match sm.vdevs[0].alloc(BLOCK_BYTES) {
+                Some(off) => live.push(off),
+                None => break,
+            }
+        }
+        for _ in 0..n / 4 {
+            if live.is_empty() {
+                break;
+            }
+            let i = rng.below(live.len() as u64) as usize;
+            let off = live.swap_remove(i);
+            sm.vdevs[0].free(txg, off, BLOCK_BYTES);
+        }
+        sm.sync_plan(txg, &mut alloc_one).expect("space for the space structures");
+        sm.sync_done(txg);
+        println!("{phase},{size_gib},{},{},{}", txg - txg0, sm.last_sync_bytes(), sm.fragmentation_pct().unwrap_or(0));
+    }
+    txg
+}
+
+fn main() {
+    let mut sizes_gib: Vec<u64> = vec![64, 256, 1024, 4096, 16384];
+    let (mut txgs, mut txg_mib) = (40u64, 64u64);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < args.len() {
+        let v = args.get(i + 1).cloned().unwrap_or_default();
+        match args[i].as_str() {
+            "--sizes-gib" => sizes_gib = v.split(',').map(|x| x.parse().expect("size in GiB")).collect(),
+            "--txgs" => txgs = v.parse().expect("txg count"),
+            "--txg-mib" => txg_mib = v.parse().expect("MiB per txg"),
+            a => panic!("unknown argument {a}"),
+        }
+        i += 2;
+    }
+    println!("phase,size_gib,txg,bytes,frag_pct");
+    for &g in &sizes_gib {
+        let size = g << 30;
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ g);
+        let mut sm = SpaceMap::new(vec![VdevSpace::new(size, ALIGN_BYTES)]);
+        let mut live = Vec::new();
+        let txg = run_txgs(&mut sm, &mut live, &mut rng, "fresh", g, 0, txgs, txg_mib << 20);
+        // Fill to 80% in 16 MiB pieces, then free a random half of the 1 MiB pieces.
+        let mut pieces = Vec::new();
+        while sm.vdevs[0].alloc_bytes() < size / 10 * 8 {
+            match sm.vdevs[0].alloc(16 << 20) {
+                Some(off) => pieces.push(off),
+                None => break,
+            }
+        }
+        let mut txg = txg + 1;
+        for p in &pieces {
+            for k in 0..16u64 {
+                if rng.below(2) == 0 {
+                    sm.vdevs[0].free(txg, p + (k << 20), 1 << 20);
+                }
+            }
+        }
+        sm.sync_plan(txg, &mut alloc_one).expect("space for the space structures");
+        sm.sync_done(txg);
+        eprintln!("{g} GiB: filled and fragmented, first sync wrote {} bytes", sm.last_sync_bytes());
+        // Let the deferred frees mature and the log flush settle before measuring.
+        for _ in 0..8 {
+            txg += 1;
+            sm.sync_plan(txg, &mut alloc_one).expect("space for the space structures");
+            sm.sync_done(txg);
+        }
+        run_txgs(&mut sm, &mut live, &mut rng, "fragmented", g, txg, txgs, txg_mib << 20);
+    }
+}
