@@ -37,35 +37,55 @@ fn alloc_one(sm: &mut SpaceMap, psize: u64) -> Option<[Dva; 3]> {
     let asize = psize.div_ceil(vs.align_bytes()) * vs.align_bytes();
     let off = vs.alloc(asize)?;
     let mut d = [Dva::default(); 3];
-    d[0] = Dva { vdev: v, asize_bytes: asize, offset_bytes: off };
+    d[0] = Dva {
+        vdev: v,
+        asize_bytes: asize,
+        offset_bytes: off,
+    };
     Some(d)
 }
 
-/// Run `txgs` txgs of the workload from `txg0`, printing one line per txg.
-fn run_txgs(sm: &mut SpaceMap, live: &mut Vec<u64>, rng: &mut Rng, phase: &str, size_gib: u64, txg0: u64, txgs: u64, txg_bytes: u64) -> u64 {
-    let mut txg = txg0;
-    for _ in 0..txgs {
-        txg += 1;
-        let n = txg_bytes / BLOCK_BYTES;
-        for _ in 0..n {
-            match sm.vdevs[0].alloc(BLOCK_BYTES) {
-                Some(off) => live.push(off),
-                None => break,
-            }
-        }
-        for _ in 0..n / 4 {
-            if live.is_empty() {
-                break;
-            }
-            let i = rng.below(live.len() as u64) as usize;
-            let off = live.swap_remove(i);
-            sm.vdevs[0].free(txg, off, BLOCK_BYTES);
-        }
-        sm.sync_plan(txg, &mut alloc_one).expect("space for the space structures");
-        sm.sync_done(txg);
-        println!("{phase},{size_gib},{},{},{}", txg - txg0, sm.last_sync_bytes(), sm.fragmentation_pct().unwrap_or(0));
+/// One vdev's simulation: its map, the blocks allocated by the workload, the txg.
+struct Sim {
+    sm: SpaceMap,
+    live: Vec<u64>,
+    rng: Rng,
+    size_gib: u64,
+    txg: u64,
+}
+
+impl Sim {
+    /// Sync the space structures of the current txg.
+    fn sync(&mut self) {
+        self.sm.sync_plan(self.txg, &mut alloc_one).expect("space for the space structures");
+        self.sm.sync_done(self.txg);
     }
-    txg
+
+    /// Run `txgs` txgs of the workload (`txg_bytes` of 128 KiB allocations, a quarter
+    /// as many frees of older blocks), printing one CSV line per txg.
+    fn run_txgs(&mut self, phase: &str, txgs: u64, txg_bytes: u64) {
+        for k in 1..=txgs {
+            self.txg += 1;
+            let n = txg_bytes / BLOCK_BYTES;
+            for _ in 0..n {
+                match self.sm.vdevs[0].alloc(BLOCK_BYTES) {
+                    Some(off) => self.live.push(off),
+                    None => break,
+                }
+            }
+            for _ in 0..n / 4 {
+                if self.live.is_empty() {
+                    break;
+                }
+                let i = self.rng.below(self.live.len() as u64) as usize;
+                let off = self.live.swap_remove(i);
+                self.sm.vdevs[0].free(self.txg, off, BLOCK_BYTES);
+            }
+            self.sync();
+            let frag = self.sm.fragmentation_pct().unwrap_or(0);
+            println!("{phase},{},{k},{},{frag}", self.size_gib, self.sm.last_sync_bytes());
+        }
+    }
 }
 
 fn main() {
@@ -86,35 +106,37 @@ fn main() {
     println!("phase,size_gib,txg,bytes,frag_pct");
     for &g in &sizes_gib {
         let size = g << 30;
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ g);
-        let mut sm = SpaceMap::new(vec![VdevSpace::new(size, ALIGN_BYTES)]);
-        let mut live = Vec::new();
-        let txg = run_txgs(&mut sm, &mut live, &mut rng, "fresh", g, 0, txgs, txg_mib << 20);
+        let mut sim = Sim {
+            sm: SpaceMap::new(vec![VdevSpace::new(size, ALIGN_BYTES)]),
+            live: Vec::new(),
+            rng: Rng(0x9e37_79b9_7f4a_7c15 ^ g),
+            size_gib: g,
+            txg: 0,
+        };
+        sim.run_txgs("fresh", txgs, txg_mib << 20);
         // Fill to 80% in 16 MiB pieces, then free a random half of the 1 MiB pieces.
         let mut pieces = Vec::new();
-        while sm.vdevs[0].alloc_bytes() < size / 10 * 8 {
-            match sm.vdevs[0].alloc(16 << 20) {
+        while sim.sm.vdevs[0].alloc_bytes() < size / 10 * 8 {
+            match sim.sm.vdevs[0].alloc(16 << 20) {
                 Some(off) => pieces.push(off),
                 None => break,
             }
         }
-        let mut txg = txg + 1;
+        sim.txg += 1;
         for p in &pieces {
             for k in 0..16u64 {
-                if rng.below(2) == 0 {
-                    sm.vdevs[0].free(txg, p + (k << 20), 1 << 20);
+                if sim.rng.below(2) == 0 {
+                    sim.sm.vdevs[0].free(sim.txg, p + (k << 20), 1 << 20);
                 }
             }
         }
-        sm.sync_plan(txg, &mut alloc_one).expect("space for the space structures");
-        sm.sync_done(txg);
-        eprintln!("{g} GiB: filled and fragmented, first sync wrote {} bytes", sm.last_sync_bytes());
+        sim.sync();
+        eprintln!("{g} GiB: filled and fragmented, first sync wrote {} bytes", sim.sm.last_sync_bytes());
         // Let the deferred frees mature and the log flush settle before measuring.
         for _ in 0..8 {
-            txg += 1;
-            sm.sync_plan(txg, &mut alloc_one).expect("space for the space structures");
-            sm.sync_done(txg);
+            sim.txg += 1;
+            sim.sync();
         }
-        run_txgs(&mut sm, &mut live, &mut rng, "fragmented", g, txg, txgs, txg_mib << 20);
+        sim.run_txgs("fragmented", txgs, txg_mib << 20);
     }
 }
