@@ -5,6 +5,8 @@
 # Usage: bash bench/fio.sh [--targets raw,tarn,zfs-fuse,btrfs] [--size 1G]
 #                          [--runtime 20] [--files 5000] [--workdir DIR]
 #                          [--workloads seqwrite,seqread,randread,randwrite,...]
+# (the eleven-metrics keys csrl,srl,csr,sr,swl,sw,syncw,crr,rr,fc run only when named:
+# bench/eleven.sh)
 # (--workloads: keys of the WORKLOADS table below, default all; the file the
 # single-file workloads use is always laid out by the seq write and read cold.)
 #
@@ -12,6 +14,7 @@
 #   raw       a plain directory on the file system that holds the vdev files
 #   tarn      a Tarn mount: `zpool create -o size=4G benchpool mirror a.img b.img`
 #             with a private daemon (TARN_SOCKET / TARN_STATE_DIR under the workdir)
+#   tarn-slog the same plus `log slog.img` (a 1 GiB plain file on the same disk)
 #   zfs-fuse  Debian's zfs-fuse daemon in a private mount namespace, a mirror of two
 #             4 GiB files, pool created with -o cachefile=none
 #   btrfs     btrfs raid1 (data and metadata) over two loop devices on 4 GiB files
@@ -36,7 +39,7 @@ WORK=${BENCH_DIR:-/var/tmp/tarn-bench}
 ONLY=all
 VDEV_SIZE=4G
 
-usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case $1 in
         --targets) TARGETS=$2; shift 2 ;;
@@ -88,15 +91,18 @@ teardown_raw() { rm -rf "$WORK/raw"; }
 # ---- target: tarn --------------------------------------------------------------------------
 TARN_POOL=benchpool
 tarn() { "$TARN" "$@"; }
-setup_tarn() {
+setup_tarn() {  # setup_tarn [EXTRA VDEV SPEC...]
     find_tarn
     local d=$WORK/tarn
     rm -rf "$d"; mkdir -p "$d/state"  # the daemon makes $d/run itself, mode 0700
     export TARN_STATE_DIR=$d/state TARN_CACHEFILE=$d/state/tarn.cache TARN_SOCKET=$d/run/tarn.sock
-    (cd "$d" && tarn zpool create -o size=$VDEV_SIZE -m "$d/mnt" $TARN_POOL mirror a.img b.img)
+    (cd "$d" && tarn zpool create -o size=$VDEV_SIZE -m "$d/mnt" $TARN_POOL mirror a.img b.img "$@")
     mountpoint -q "$d/mnt" || die "tarn: $d/mnt is not mounted"
     DIR=$d/mnt
 }
+setup_tarn_slog() { mkdir -p "$WORK/tarn-slog"; truncate -s 1G "$WORK/tarn-slog/slog.img"; setup_tarn log "$WORK/tarn-slog/slog.img"; }
+cold_tarn_slog() { cold_tarn; }
+teardown_tarn_slog() { teardown_tarn; rm -rf "$WORK/tarn-slog"; }
 cold_tarn() {
     tarn zpool export $TARN_POOL
     drop_caches
@@ -236,7 +242,21 @@ WORKLOADS=(
     "fsync8|rand write 8K, fsync=1, 8 jobs|IOPS"
     "small1|5k files 8K+fsync, 1 thread|files/s"
     "small4|5k files 8K+fsync, 4 threads|files/s"
+    # Seed 003's eleven metrics (filebench on a Sun Storage 7000), scaled to this
+    # machine: --size is the whole working set; 20-thread sets are 20 files of size/20,
+    # the sync-write set 128 files of size/128. `bench/eleven.sh` runs these.
+    "csrl|Cold Stream Read light (1 thread)|MiB/s"
+    "srl|Stream Read light (1 thread, cached)|MiB/s"
+    "csr|Cold Stream Read (20 threads)|MiB/s"
+    "sr|Stream Read (10 threads, cached)|MiB/s"
+    "swl|Stream Write light (1 thread)|MiB/s"
+    "sw|Stream Write (20 threads)|MiB/s"
+    "syncw|Sync write 8K (128 threads)|IOPS"
+    "crr|Cold Random Read 8K (20 threads)|IOPS"
+    "rr|Random Read 8K (128 threads)|IOPS"
+    "fc|Filecreate 8K (8 threads)|files/s"
 )
+ELEVEN=(csrl srl csr sr swl sw syncw crr rr fc)
 
 record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >> "$RESULTS"; }
 
@@ -250,7 +270,59 @@ fio_run() {
         '$1 == "3" { printf "%.1f\n", $f / d; found = 1 } END { if (!found) exit 1 }'
 }
 
-want() { [ "$ONLY" = all ] || [[ ",$ONLY," == *",$1,"* ]]; }
+want() {
+    if [ "$ONLY" = all ]; then [[ " ${ELEVEN[*]} " != *" $1 "* ]]; else [[ ",$ONLY," == *",$1,"* ]]; fi
+}
+
+# fio_dir FIELD DIVISOR NAME [fio args...]: like fio_run, but each job has its own file
+# $DIR/eleven/NAME.<job number> (jobs of the same NAME in later runs reuse the files).
+fio_dir() {
+    local field=$1 div=$2 name=$3; shift 3
+    local out
+    "${RUN[@]}" mkdir -p "$DIR/eleven"
+    out=$("${RUN[@]}" fio --name="$name" --directory="$DIR/eleven" --filename_format='$jobname.$jobnum' \
+        --ioengine=psync --group_reporting --output-format=terse --terse-version=3 "$@")
+    printf '%s\n' "$out" | awk -F';' -v f="$field" -v d="$div" \
+        '$1 == "3" { printf "%.1f\n", $f / d; found = 1 } END { if (!found) exit 1 }'
+}
+
+# The eleven-metrics workloads (seed 003), in an order where each reuses the files
+# and the cache state the previous ones left.
+run_eleven() {
+    local t=$1 cold=$2 v
+    local mib; mib=$(numfmt --from=iec "$SIZE"); mib=$((mib >> 20))
+    local any=0 k
+    for k in "${ELEVEN[@]}"; do want "$k" && any=1; done
+    [ $any -eq 1 ] || return 0
+    log "$t: eleven metrics, working set ${mib} MiB"
+    v=$(fio_dir 48 1024 one --rw=write --bs=1M --size="${mib}m" --end_fsync=1); want swl && record "$t" swl "$v"
+    $cold
+    v=$(fio_dir 7 1024 one --rw=read --bs=1M --size="${mib}m"); want csrl && record "$t" csrl "$v"
+    v=$(fio_dir 7 1024 one --rw=read --bs=1M --size="${mib}m"); want srl && record "$t" srl "$v"
+    "${RUN[@]}" rm -f "$DIR/eleven/one.0"
+    v=$(fio_dir 48 1024 twenty --rw=write --bs=1M --size="$((mib / 20))m" --numjobs=20 --end_fsync=1)
+    want sw && record "$t" sw "$v"
+    $cold
+    v=$(fio_dir 7 1024 twenty --rw=read --bs=1M --size="$((mib / 20))m" --numjobs=20); want csr && record "$t" csr "$v"
+    v=$(fio_dir 7 1024 twenty --rw=read --bs=1M --size="$((mib / 20))m" --numjobs=10); want sr && record "$t" sr "$v"
+    $cold
+    v=$(fio_dir 8 1 twenty --rw=randread --bs=8k --size="$((mib / 20))m" --numjobs=20 \
+        --runtime="$RUNTIME" --time_based); want crr && record "$t" crr "$v"
+    "${RUN[@]}" rm -f "$DIR"/eleven/twenty.*
+    v=$(fio_dir 49 1 db --rw=randwrite --bs=8k --size="$((mib / 128))m" --numjobs=128 --sync=1 \
+        --runtime="$RUNTIME" --time_based); want syncw && record "$t" syncw "$v"
+    v=$(fio_dir 8 1 db --rw=randread --bs=8k --size="$((mib / 128))m" --numjobs=128 \
+        --runtime="$RUNTIME" --time_based); want rr && record "$t" rr "$v"
+    "${RUN[@]}" rm -rf "$DIR/eleven"
+    if want fc; then
+        "${RUN[@]}" mkdir -p "$DIR/fc"
+        v=$("${RUN[@]}" env SMALLFILES_FSYNC=0 "$SMALLFILES" "$DIR/fc" "$NFILES" 8 8192 |
+            sed -n 's/.*files_per_s=\([0-9.]*\).*/\1/p')
+        [ -n "$v" ] || die "$t: smallfiles printed no result"
+        record "$t" fc "$v"
+        "${RUN[@]}" rm -rf "$DIR/fc"
+    fi
+}
 
 run_workloads() {
     local t=$1 cold=cold_${1//-/_} v
@@ -297,6 +369,7 @@ run_workloads() {
         record "$t" "small$threads" "$v"
         "${RUN[@]}" rm -rf "$DIR/small$threads"
     done
+    run_eleven "$t" "$cold"
 }
 
 run_target() {  # in a subshell: teardown always runs, a failure does not stop the others

@@ -5,6 +5,9 @@
  *   cc -O2 -pthread -o smallfiles bench/smallfiles.c
  *   smallfiles DIR NFILES THREADS [SIZE_BYTES]       (SIZE defaults to 8192)
  *
+ * With SMALLFILES_FSYNC=0 in the environment the files are not fsynced (filebench's
+ * filecreate: create, write, close).
+ *
  * Output, one line:  files=5000 threads=4 bytes=8192 seconds=1.234 files_per_s=4051.8
  * Exit status is non-zero if any create/write/fsync/close fails. The files are left in
  * DIR (named t<thread>-<n>); the caller removes them.
@@ -21,6 +24,7 @@
 
 static const char *dir;
 static long nfiles, nthreads, size_bytes;
+static int do_fsync = 1;
 static char *buf;
 
 struct worker {
@@ -54,7 +58,7 @@ static void *run(void *arg) {
             }
             done += r;
         }
-        if (fsync(fd) != 0) {
+        if (do_fsync && fsync(fd) != 0) {
             fprintf(stderr, "smallfiles: fsync %s: %s\n", path, strerror(errno));
             w->failed = 1;
             close(fd);
@@ -74,6 +78,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s DIR NFILES THREADS [SIZE_BYTES]\n", argv[0]);
         return 2;
     }
+    const char *f = getenv("SMALLFILES_FSYNC");
+    do_fsync = !(f && strcmp(f, "0") == 0);
     dir = argv[1];
     nfiles = strtol(argv[2], NULL, 10);
     nthreads = strtol(argv[3], NULL, 10);
