@@ -245,6 +245,11 @@ impl Ops {
     pub const SNAPSHOT: u8 = 8;
     /// Roll `fz/a` back to its newest snapshot.
     pub const ROLLBACK: u8 = 16;
+    /// Before the import, open the pool for inspection as `zdb` does and run its walks
+    /// (block statistics, leak check, metaslabs, dataset dump).
+    pub const INSPECT: u8 = 32;
+    /// Send `fz/a@s2` in full and incrementally from `@s1` (to a sink).
+    pub const SEND: u8 = 64;
 
     fn has(self, bit: u8) -> bool {
         self.0 & bit != 0
@@ -400,6 +405,9 @@ pub fn run_case(image: &Image, scratch: &Path, input: &[u8]) -> Result<Outcome, 
     out.mutated_blocks = mutated.load(Ordering::Relaxed);
 
     // Exercise phase.
+    if ops.has(Ops::INSPECT) {
+        inspect(&search, &mut out);
+    }
     let Some(pool) = out.step("import", Pool::import(POOL, &search, Rewind::None, None).map_err(s)) else {
         return Ok(out);
     };
@@ -517,8 +525,30 @@ fn walk(fs: &Fs, out: &mut Outcome) -> Option<(u64, Vec<u8>)> {
     first_file
 }
 
+/// What `tarn zdb` does to an exported pool: open it read-only and unlocked, then walk
+/// it every way zdb can.
+fn inspect(search: &[PathBuf], out: &mut Outcome) {
+    let Some(p) = out.step("open for inspection", Pool::open_inspect(POOL, search).map_err(s)) else {
+        return;
+    };
+    out.step("block statistics", p.block_stats().map_err(s));
+    out.step("leak check", p.leak_check());
+    let _ = p.metaslab_report();
+    let _ = p.active_uberblock();
+    out.step("dataset dump", p.dataset_dump("fz/a", &[]).map_err(s));
+    out.step("dataset dump", p.dataset_dump("fz/c", &[1, 2, 3, 4, 5, 6, 7, 8]).map_err(s));
+}
+
 /// The exercise phase over an imported (possibly damaged) pool.
 fn exercise(pool: &Pool, ops: Ops, out: &mut Outcome) {
+    if ops.has(Ops::SEND) {
+        let opts = tarn_send::SendOpts::default();
+        for from in [None, Some("@s1")] {
+            if let Some(src) = out.step("send source", pool.send_source("fz/a@s2", from).map_err(s)) {
+                out.step("send", tarn_send::send(pool.zio(), &src, &opts, &mut std::io::sink()).map_err(s));
+            }
+        }
+    }
     for (name, is_snap) in all_datasets(pool, out) {
         let Some(fs) = out.step("open", open_fs(pool, &name, is_snap)) else {
             continue;

@@ -54,7 +54,7 @@ fn pristine_case_succeeds_at_every_step() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     panics();
     let scratch = tempfile::tempdir().unwrap();
-    let all = Ops::CHANGE | Ops::DESTROY | Ops::SCRUB | Ops::SNAPSHOT | Ops::ROLLBACK;
+    let all = Ops::CHANGE | Ops::DESTROY | Ops::SCRUB | Ops::SNAPSHOT | Ops::ROLLBACK | Ops::INSPECT | Ops::SEND;
     let out = run_case(image(), scratch.path(), &[all]).unwrap();
     assert_eq!(out.mutated_blocks, 0);
     assert!(out.imported);
@@ -90,7 +90,7 @@ fn seeded_damaged_images_give_errors_not_panics() {
     let (mut mutated, mut imported, mut refused) = (0, 0, 0);
     for case in 0..cases {
         let n = 1 + next() as usize % 4;
-        let mut input = vec![(next() % 32) as u8];
+        let mut input = vec![(next() % 128) as u8];
         for _ in 0..n {
             input.extend_from_slice(&next().to_le_bytes());
         }
