@@ -41,6 +41,7 @@
 
 pub mod dtl;
 pub mod inject;
+pub mod iopool;
 pub mod leaf;
 pub mod raidz;
 pub mod scan;

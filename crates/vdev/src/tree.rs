@@ -96,22 +96,7 @@ pub struct VdevStats {
     pub checksum_errors: AtomicU64,
 }
 
-/// Run `f` on every item at once: the first on this thread, the others on scoped
-/// threads (a mirror's or raidz's children are separate devices, so a write to each
-/// should cost one device round trip, not one per child). Results are in item order.
-pub(crate) fn each_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    match items {
-        [] => Vec::new(),
-        [one] => vec![f(one)],
-        [first, rest @ ..] => std::thread::scope(|s| {
-            let f = &f;
-            let handles: Vec<_> = rest.iter().map(|it| s.spawn(move || f(it))).collect();
-            let mut out = vec![f(first)];
-            out.extend(handles.into_iter().map(|h| h.join().expect("child vdev I/O thread")));
-            out
-        }),
-    }
-}
+pub use crate::iopool::each_parallel;
 
 pub(crate) fn bump(c: &AtomicU64, by: u64) {
     c.fetch_add(by, Ordering::Relaxed);

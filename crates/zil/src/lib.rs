@@ -664,14 +664,7 @@ impl Zilog {
         vdevs.sort_unstable();
         vdevs.dedup();
         let write = |b: &Building| self.zio.write_raw(&b.ptr.dva(), &b.buf);
-        let wrote: std::result::Result<(), ZioError> = if blocks.len() == 1 {
-            write(&blocks[0])
-        } else {
-            std::thread::scope(|s| {
-                let hs: Vec<_> = blocks.iter().map(|b| s.spawn(move || write(b))).collect();
-                hs.into_iter().try_for_each(|h| h.join().expect("lwb writer"))
-            })
-        };
+        let wrote: std::result::Result<(), ZioError> = tarn_zio::each_parallel(&blocks, write).into_iter().collect();
         let ok = wrote.and_then(|()| self.zio.flush_vdevs(&vdevs));
         self.stats.lwbs_written.fetch_add(blocks.len() as u64, Ordering::Relaxed);
         self.stats.records.fetch_add(blocks.iter().map(|b| b.nrecords as u64).sum(), Ordering::Relaxed);

@@ -76,6 +76,9 @@ mod read_batch;
 pub use aggregate::AGGREGATE_MAX_BYTES;
 pub mod arc;
 pub use arc::{Access, ArcCache};
+/// Run a closure on every item at once on the vdev I/O pool (for callers above zio
+/// that issue parallel device I/O, such as the intent log's block writes).
+pub use tarn_vdev::iopool::each_parallel;
 
 /// Errors of the I/O pipeline.
 #[derive(Debug, thiserror::Error)]
@@ -710,14 +713,7 @@ impl Zio {
         // An unusable leaf (offline, faulted, missing) got none of the writes: it
         // counts as not flushed.
         let flush = |leaf: &Vdev| leaf.state().is_usable() && leaf.flush().is_ok();
-        let results: Vec<bool> = if leaves.len() == 1 {
-            vec![flush(leaves[0].1)]
-        } else {
-            std::thread::scope(|s| {
-                let handles: Vec<_> = leaves.iter().map(|&(_, leaf)| s.spawn(move || flush(leaf))).collect();
-                handles.into_iter().map(|h| h.join().expect("flush thread")).collect()
-            })
-        };
+        let results: Vec<bool> = tarn_vdev::iopool::each_parallel(&leaves, |&(_, leaf)| flush(leaf));
         let flushed: Vec<*const Vdev> = leaves
             .iter()
             .zip(&results)
