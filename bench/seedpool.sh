@@ -67,6 +67,7 @@ for d in range((n + per - 1) // per):
             f.write((b"%d/%d " % (d, i)) * (1 + (d * per + i) % 400))
 PY
 "$TARN" zpool list seed
+t "zpool sync (what the copy left dirty)" "$TARN" zpool sync seed
 t "zpool export" "$TARN" zpool export seed
 t "zpool import -d (no cachefile)" "$TARN" zpool import -o cachefile=none -d "$WORK" seed
 t "zpool scrub -w" "$TARN" zpool scrub -w seed
