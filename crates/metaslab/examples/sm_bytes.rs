@@ -14,8 +14,7 @@
 //!
 //! Usage: `cargo run --release -p tarn-metaslab --example sm_bytes -- [--sizes-gib 64,256,1024,4096,16384] [--txgs 40] [--txg-mib 64]`
 
-use tarn_metaslab::{SpaceMap, VdevSpace};
-use tarn_phys::Dva;
+use tarn_metaslab::{alloc_one_copy as alloc_one, SpaceMap, VdevSpace};
 
 const ALIGN_BYTES: u64 = 4096;
 const BLOCK_BYTES: u64 = 128 << 10;
@@ -28,21 +27,6 @@ impl Rng {
         self.0 ^= self.0 << 17;
         self.0 % n.max(1)
     }
-}
-
-/// Allocation callback for the space structures' own blocks (one copy).
-fn alloc_one(sm: &mut SpaceMap, psize: u64) -> Option<[Dva; 3]> {
-    let v = sm.pick_vdev(&[])?;
-    let vs = &mut sm.vdevs[v as usize];
-    let asize = psize.div_ceil(vs.align_bytes()) * vs.align_bytes();
-    let off = vs.alloc(asize)?;
-    let mut d = [Dva::default(); 3];
-    d[0] = Dva {
-        vdev: v,
-        asize_bytes: asize,
-        offset_bytes: off,
-    };
-    Some(d)
 }
 
 /// One vdev's simulation: its map, the blocks allocated by the workload, the txg.

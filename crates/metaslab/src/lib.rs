@@ -154,7 +154,7 @@ mod range_tree;
 mod vdev_space;
 
 pub use metaslab::{Metaslab, DF_ALLOC_THRESHOLD_BYTES, DF_FREE_PCT, FRAG_TABLE_PCT};
-pub use persist::{LoadError, SyncBlock, SyncPlan, VdevDims};
+pub use persist::{alloc_one_copy, LoadError, SyncBlock, SyncPlan, VdevDims};
 pub use range_tree::{RangeTree, HISTOGRAM_BUCKETS};
 pub use vdev_space::{default_ms_shift, ms_size_bytes, VdevSpace, MS_COUNT_LIMIT, MS_SHIFT_MAX, MS_SHIFT_MIN};
 

@@ -11,6 +11,24 @@ use tarn_phys::{BlkPtr, ChecksumAlg, Compression, Dva, ObjectType};
 /// Allocation unit of the space-structure blocks' physical size.
 const BLOCK_ROUND_BYTES: u64 = 4096;
 
+/// The simplest allocation callback for [`SpaceMap::sync_plan`]: one copy, on the
+/// top-level vdev [`SpaceMap::pick_vdev`] chooses, rounded up to its allocation unit.
+/// `None` when no vdev has room. For tests and benchmarks: the pool allocates the space
+/// structures through zio, with ditto copies.
+pub fn alloc_one_copy(sm: &mut SpaceMap, psize_bytes: u64) -> Option<[Dva; 3]> {
+    let v = sm.pick_vdev(&[])?;
+    let vs = &mut sm.vdevs[v as usize];
+    let asize_bytes = psize_bytes.div_ceil(vs.align_bytes()) * vs.align_bytes();
+    let offset_bytes = vs.alloc(asize_bytes)?;
+    let mut d = [Dva::default(); 3];
+    d[0] = Dva {
+        vdev: v,
+        asize_bytes,
+        offset_bytes,
+    };
+    Some(d)
+}
+
 /// A top-level vdev as the pool config describes it (what import checks the root
 /// against).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

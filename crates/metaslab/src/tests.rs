@@ -3,7 +3,7 @@
 use super::*;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
-use tarn_phys::{BlkPtr, Dva};
+use tarn_phys::BlkPtr;
 
 const K: u64 = 4096;
 
@@ -474,19 +474,7 @@ impl Disk {
     }
 }
 
-fn alloc_one(sm: &mut SpaceMap, psize: u64) -> Option<[Dva; 3]> {
-    let v = sm.pick_vdev(&[])?;
-    let vs = &mut sm.vdevs[v as usize];
-    let asize = psize.div_ceil(vs.align_bytes()) * vs.align_bytes();
-    let off = vs.alloc(asize)?;
-    let mut d = [Dva::default(); 3];
-    d[0] = Dva {
-        vdev: v,
-        asize_bytes: asize,
-        offset_bytes: off,
-    };
-    Some(d)
-}
+use crate::alloc_one_copy as alloc_one;
 
 type Snapshot = Vec<(Vec<(u64, u64)>, Vec<(u64, u64, u64)>)>;
 
