@@ -532,6 +532,21 @@ impl ArcCache {
         }
     }
 
+    /// Like [`ArcCache::remove_user`], taking the lock for at most 4,096 headers at a
+    /// time, so that other pools' lookups interleave with the purge of a closed pool
+    /// that had a million blocks cached.
+    pub fn remove_user_gradually(&self, user: u64) {
+        let keys: Vec<ArcKey> = self.st.lock().hdrs.keys().filter(|k| k.0 == user).copied().collect();
+        for chunk in keys.chunks(4096) {
+            let mut st = self.st.lock();
+            for k in chunk {
+                if st.unlink(k).is_some() {
+                    st.counters.deleted += 1;
+                }
+            }
+        }
+    }
+
     /// Set `c_max` (`arc_max`), bytes. Lowering it lowers `c` and evicts down to it
     /// before returning. `c_min` follows when it would exceed it.
     pub fn set_max_bytes(&self, max_bytes: u64) {
