@@ -223,10 +223,11 @@ pub struct Zio {
 }
 
 impl Drop for Zio {
-    /// A closed pool's blocks leave the shared ARC, on a thread of their own: the
-    /// purge of a pool with a million cached blocks took a quarter of its export
-    /// (`bench/seedpool.sh`). Nothing can hit them meanwhile: `arc_user` is never
-    /// reused, so no later key matches them.
+    /// A closed pool's blocks leave the shared ARC, on a thread of their own and a
+    /// batch at a time ([`ArcCache::remove_user_gradually`]): purging a pool with a
+    /// million cached blocks in one lock hold stalled every other pool's reads and the
+    /// thread that dropped the pool. Nothing can hit them meanwhile: `arc_user` is
+    /// never reused, so no later key matches them.
     fn drop(&mut self) {
         let (arc, user) = (self.arc.clone(), self.arc_user);
         let purge = std::thread::Builder::new()
