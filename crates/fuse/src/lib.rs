@@ -754,9 +754,10 @@ impl Filesystem for TarnFuse {
         });
     }
 
-    fn fallocate(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _offset: u64, _length: u64, _mode: i32, reply: ReplyEmpty) {
-        self.guard("fallocate", || {
-            reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+    fn fallocate(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        self.guard("fallocate", || match self.vfs.fallocate(self.zino(ino), offset, length, mode as u32) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
         });
     }
 }

@@ -216,3 +216,63 @@ fn crafted_fsname_cannot_inject_options() {
     assert_eq!(source, "t_suid_dev");
     assert!(mountinfo(&mnt).is_none());
 }
+
+/// `fallocate(1)` through the kernel: a punched range reads as zeros and the size
+/// stays; mode 0 grows a file without writing it; what the kernel's FUSE client or
+/// OpenZFS refuses (collapse, insert) fails with "Operation not supported" and changes
+/// nothing. `-z` (zero range) is checked against whatever the kernel allows: it either
+/// zeroes the range or is refused before reaching the file system, never half done.
+#[test]
+fn fallocate_through_the_kernel() {
+    if !can_mount() {
+        return;
+    }
+    if std::process::Command::new("fallocate").arg("--version").output().is_err() {
+        println!("skipping: fallocate(1) (util-linux) is missing");
+        return;
+    }
+    let store = Arc::new(MemStore::new());
+    let zfs = Fs::open(store, ZplOptions::default()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    let opts = MountOptions {
+        fsname: "tank/falloc".into(),
+        threads: 2,
+        ..Default::default()
+    };
+    let m = mount(Vfs::new(zfs, Arc::new(NoSnapshots), SnapDir::Hidden), &mnt, &opts).unwrap();
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new("fallocate").args(args).output().unwrap();
+        (o.status.success(), String::from_utf8_lossy(&o.stderr).to_string())
+    };
+    let f = mnt.join("f");
+    let data: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8 + 1).collect();
+    fs::write(&f, &data).unwrap();
+    let fp = f.to_str().unwrap();
+
+    let (ok, err) = run(&["-p", "-o", "100000", "-l", "300000", fp]);
+    assert!(ok, "punch: {err}");
+    let mut want = data.clone();
+    want[100_000..400_000].fill(0);
+    assert_eq!(fs::read(&f).unwrap(), want);
+    assert_eq!(fs::metadata(&f).unwrap().len(), 1_000_000);
+
+    let g = mnt.join("g");
+    let (ok, err) = run(&["-l", "2MiB", g.to_str().unwrap()]);
+    assert!(ok, "mode 0: {err}");
+    assert_eq!(fs::metadata(&g).unwrap().len(), 2 << 20);
+    assert!(fs::read(&g).unwrap().iter().all(|&b| b == 0));
+
+    for flag in ["-c", "-i"] {
+        let (ok, err) = run(&[flag, "-o", "0", "-l", "4096", fp]);
+        assert!(!ok && err.contains("Operation not supported"), "{flag}: {err}");
+    }
+    let (ok, err) = run(&["-z", "-o", "500000", "-l", "10000", fp]);
+    if ok {
+        want[500_000..510_000].fill(0);
+    } else {
+        assert!(err.contains("Operation not supported"), "-z: {err}");
+    }
+    assert_eq!(fs::read(&f).unwrap(), want);
+    drop(m);
+}

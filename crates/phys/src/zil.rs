@@ -283,6 +283,9 @@ pub const TX_RENAME: u16 = 8;
 /// Record type of a file write. The log layer itself understands this one body prefix,
 /// because it must copy the data in (or write it elsewhere and point at it).
 pub const TX_WRITE: u16 = 9;
+/// Record type: free a byte range of a file, a hole punched by `fallocate(2)`; the
+/// file grows to the range's end when that is past it (OpenZFS `TX_TRUNCATE`).
+pub const TX_TRUNCATE: u16 = 10;
 /// Record type: change attributes (mode, owner, size, times).
 pub const TX_SETATTR: u16 = 11;
 

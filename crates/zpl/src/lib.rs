@@ -72,7 +72,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, Ordering};
 use tarn_dmu::{zap, DmuError, ObjectType, TxHold};
-use tarn_phys::zil::{TX_CREATE, TX_LINK, TX_MKDIR, TX_REMOVE, TX_RENAME, TX_RMDIR, TX_SETATTR, TX_SYMLINK};
+use tarn_phys::zil::{TX_CREATE, TX_LINK, TX_MKDIR, TX_REMOVE, TX_RENAME, TX_RMDIR, TX_SETATTR, TX_SYMLINK, TX_TRUNCATE};
 pub use tarn_zil::{ReplayStats, Zilog};
 
 pub use ctldir::{NoSnapshots, SnapDir, SnapshotSource};
@@ -99,6 +99,16 @@ pub const FILE_SIZE_MAX_BYTES: u64 = i64::MAX as u64;
 pub const LINK_MAX: u64 = u32::MAX as u64;
 /// Bound on parent-chain walks (rename loop check).
 pub const MAX_DEPTH: usize = 1 << 16;
+/// `fallocate(2)` mode bit (Linux `falloc.h`): do not change the file size.
+pub const FALLOC_FL_KEEP_SIZE: u32 = 0x01;
+/// `fallocate(2)` mode bit: free the range (the kernel requires `KEEP_SIZE` with it).
+pub const FALLOC_FL_PUNCH_HOLE: u32 = 0x02;
+/// `fallocate(2)` mode bit: make the range read as zeros.
+pub const FALLOC_FL_ZERO_RANGE: u32 = 0x10;
+/// Percent of the requested length that must be available for a space-reserving
+/// `fallocate` (mode 0 or `KEEP_SIZE`): OpenZFS's `zfs_fallocate_reserve_percent`
+/// default, the 10% being room for indirect blocks and other metadata.
+pub const FALLOCATE_RESERVE_PCT: u64 = 110;
 /// `rename` flag: fail with `Exists` if the target exists.
 pub const RENAME_NOREPLACE: u32 = 1;
 /// `rename` flag: atomically swap source and target (both must exist).
@@ -737,6 +747,99 @@ impl Fs {
         drop(_ns);
         self.sync_always()?;
         self.attr_of(ino, &out)
+    }
+
+    /// `fallocate(2)` on file `ino`, as OpenZFS on Linux does it (`zpl_fallocate`):
+    ///
+    /// - mode 0 or [`FALLOC_FL_KEEP_SIZE`]: a copy-on-write pool cannot set space aside
+    ///   for later writes (a snapshot or a clone may hold the old blocks), so nothing
+    ///   is allocated; the call checks that [`FALLOCATE_RESERVE_PCT`] % of `len_bytes`
+    ///   is available (else [`ZplError::NoSpace`]) and, without `KEEP_SIZE`, grows the
+    ///   file to `offset + len` (sparse) when it is shorter;
+    /// - [`FALLOC_FL_PUNCH_HOLE`] or [`FALLOC_FL_ZERO_RANGE`]: the range is freed —
+    ///   whole records become holes (their blocks go back to the pool, or to the
+    ///   snapshots' dead lists, when the txg syncs) and the partial records at its
+    ///   edges are zeroed in place — so it reads as zeros. With `KEEP_SIZE` the range
+    ///   is cut at the end of the file (nothing happens when it starts past it);
+    ///   without, a range past the end grows the file to its end. The change is logged
+    ///   (`TX_TRUNCATE`), so an `fsync` makes it survive a crash.
+    ///
+    /// Errors: [`ZplError::NotSupported`] for any other mode bit (collapse, insert,
+    /// unshare); [`ZplError::Invalid`] for a zero length or a range past the largest
+    /// file size; [`ZplError::IsDir`] / [`ZplError::Invalid`] for a directory or
+    /// another non-regular file; [`ZplError::ReadOnly`].
+    pub fn fallocate(&self, ino: u64, offset_bytes: u64, len_bytes: u64, mode: u32) -> Result<()> {
+        let zeroing = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE;
+        if mode & !(FALLOC_FL_KEEP_SIZE | zeroing) != 0 {
+            return Err(ZplError::NotSupported);
+        }
+        if len_bytes == 0 || offset_bytes.checked_add(len_bytes).is_none_or(|end| end > FILE_SIZE_MAX_BYTES) {
+            return Err(ZplError::Invalid("fallocate range"));
+        }
+        self.check_writable()?;
+        let a = self.getattr(ino)?;
+        match a.kind {
+            FileKind::File => {}
+            FileKind::Dir => return Err(ZplError::IsDir),
+            _ => return Err(ZplError::Invalid("fallocate of a non-regular file")),
+        }
+        let keep_size = mode & FALLOC_FL_KEEP_SIZE != 0;
+        if mode & zeroing != 0 {
+            let mut len = len_bytes;
+            if keep_size {
+                if offset_bytes >= a.size {
+                    return Ok(());
+                }
+                len = len.min(a.size - offset_bytes);
+            }
+            return self.punch_hole(ino, offset_bytes, len);
+        }
+        let st = self.statfs()?;
+        let avail_bytes = st.bavail.saturating_mul(u64::from(st.bsize));
+        if u128::from(len_bytes) * u128::from(FALLOCATE_RESERVE_PCT) > u128::from(avail_bytes) * 100 {
+            return Err(ZplError::NoSpace);
+        }
+        let end = offset_bytes + len_bytes;
+        if !keep_size && end > a.size {
+            self.setattr(
+                ino,
+                SetAttr {
+                    size: Some(end),
+                    ..SetAttr::default()
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Free `[offset, offset + len)` of file `ino` (whole records become holes, the
+    /// partial ones at the edges are zeroed), growing the file to the range's end
+    /// when that is past it; logged as `TX_TRUNCATE`, replayed by calling this again.
+    pub(crate) fn punch_hole(&self, ino: u64, offset_bytes: u64, len_bytes: u64) -> Result<()> {
+        self.check_writable()?;
+        let tx = self.hold()?;
+        let _ns = self.ns.write();
+        let mut op = Op::new(self, tx);
+        let z = op.get(ino)?.clone();
+        if z.kind() != FileKind::File {
+            return Err(ZplError::Invalid("hole punched in a non-regular file"));
+        }
+        let end = offset_bytes
+            .checked_add(len_bytes)
+            .filter(|&e| e <= FILE_SIZE_MAX_BYTES)
+            .ok_or(ZplError::FileTooBig)?;
+        if offset_bytes < z.size {
+            // Past the old end there is nothing to free: the object holds no data there.
+            self.os.free_range(&op.tx, ino, offset_bytes, end.min(z.size) - offset_bytes)?;
+        }
+        let now = op.now;
+        let zm = op.get_mut(ino)?;
+        zm.size = zm.size.max(end);
+        zm.mtime = now;
+        zm.ctime = now;
+        op.commit_log(TX_TRUNCATE, log::truncate_body(ino, offset_bytes, len_bytes))?;
+        drop(_ns);
+        self.sync_always()
     }
 
     /// Free everything of `ino` past `new_size`, zeroing the tail of the last partial

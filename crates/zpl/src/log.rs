@@ -17,6 +17,7 @@
 //! - rename: sdir u64, tdir u64, flags u32, sname_len u16, tname_len u16, sname, tname.
 //! - setattr: obj u64, has_size u8, pad 7, mode u32, uid u32, gid u32, pad 4, size u64,
 //!   atime, mtime, ctime (each sec i64, nsec u32, pad 4).
+//! - truncate (a punched hole): obj u64, offset u64, length u64.
 //!
 //! Replay runs once at mount, single-threaded, before the file system is shown to
 //! anyone. Each record is applied by the ordinary operation (or, for creates, a variant
@@ -25,7 +26,7 @@
 
 use crate::znode::{ZnodePhys, ZNODE_PHYS_SIZE_BYTES};
 use crate::{Fs, Result, SetAttr, SetTime, Timespec, ZplError};
-use tarn_phys::zil::{TX_CREATE, TX_LINK, TX_MKDIR, TX_REMOVE, TX_RENAME, TX_RMDIR, TX_SETATTR, TX_SYMLINK, TX_WRITE};
+use tarn_phys::zil::{TX_CREATE, TX_LINK, TX_MKDIR, TX_REMOVE, TX_RENAME, TX_RMDIR, TX_SETATTR, TX_SYMLINK, TX_TRUNCATE, TX_WRITE};
 use tarn_zil::ReplayRecord;
 
 /// Appends little-endian fields.
@@ -139,6 +140,11 @@ pub(crate) fn setattr_body(obj: u64, z: &ZnodePhys, size_changed: bool) -> Vec<u
         .0
 }
 
+/// Body of a truncate record (a hole punched in `[offset, offset + len)`).
+pub(crate) fn truncate_body(obj: u64, offset_bytes: u64, len_bytes: u64) -> Vec<u8> {
+    Body::default().u64(obj).u64(offset_bytes).u64(len_bytes).0
+}
+
 impl Fs {
     /// Apply one replayed record (see the module theory). Expected-outcome errors
     /// (the change is already there) are reported like any other failure.
@@ -202,6 +208,16 @@ impl Fs {
                     ctime: Some(ctime),
                 };
                 self.setattr(obj, s).map(|_| ())
+            }
+            TX_TRUNCATE => {
+                let obj = rd.u64()?;
+                let off = rd.u64()?;
+                let len = rd.u64()?;
+                match self.punch_hole(obj, off, len) {
+                    // The file was removed later in the log (or was already gone).
+                    Ok(()) | Err(ZplError::NotFound) => Ok(()),
+                    Err(e) => Err(e),
+                }
             }
             TX_WRITE => {
                 let Some((obj, off, data)) = &r.write else {

@@ -464,6 +464,14 @@ impl Vfs {
         }
     }
 
+    /// `fallocate(2)` ([`Fs::fallocate`]); `ReadOnly` under `.zfs`.
+    pub fn fallocate(&self, ino: u64, offset_bytes: u64, len_bytes: u64, mode: u32) -> Result<()> {
+        match Self::node(ino)? {
+            Node::Live(i) => self.fs.fallocate(i, offset_bytes, len_bytes, mode),
+            _ => Err(ZplError::ReadOnly),
+        }
+    }
+
     /// Make changes to `ino` durable ([`Fs::fsync`]); nothing to do under `.zfs`.
     pub fn fsync(&self, ino: u64) -> Result<()> {
         match Self::node(ino)? {

@@ -653,3 +653,107 @@ fn concurrent_writers_and_namespace_ops() {
     }
     fsck(&store, &fs, 0);
 }
+
+/// `fallocate` by model: random punches (with and without `KEEP_SIZE`), zeroed ranges,
+/// extensions and writes against a byte vector; every step reads back as the model,
+/// and the object's allocated size shrinks when whole records are punched.
+#[test]
+fn fallocate_modes_by_model() {
+    let (store, fs) = new_fs();
+    let root = fs.root();
+    let f = mkfile(&fs, root, "f", &[]);
+    let mut model: Vec<u8> = Vec::new();
+    let mut x = 0x1234_5678_9abc_def1u64;
+    let mut next = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n.max(1)
+    };
+    for step in 0..300 {
+        let off = next(1_200_000);
+        let len = 1 + next(400_000);
+        match next(5) {
+            0 => {
+                let b: Vec<u8> = (0..len).map(|i| (i % 253) as u8 + 1).collect();
+                fs.write(f, off, &b).unwrap();
+                let end = (off + len) as usize;
+                if model.len() < end {
+                    model.resize(end, 0);
+                }
+                model[off as usize..end].copy_from_slice(&b);
+            }
+            1 => {
+                fs.fallocate(f, off, len, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE).unwrap();
+                let end = ((off + len) as usize).min(model.len());
+                if (off as usize) < end {
+                    model[off as usize..end].fill(0);
+                }
+            }
+            2 => {
+                fs.fallocate(f, off, len, FALLOC_FL_ZERO_RANGE).unwrap();
+                let end = (off + len) as usize;
+                if model.len() < end {
+                    model.resize(end, 0);
+                }
+                model[off as usize..end].fill(0);
+            }
+            3 => {
+                fs.fallocate(f, off, len, 0).unwrap();
+                let end = (off + len) as usize;
+                if model.len() < end {
+                    model.resize(end, 0);
+                }
+            }
+            _ => {
+                fs.fallocate(f, off, len, FALLOC_FL_KEEP_SIZE).unwrap();
+            }
+        }
+        let a = fs.getattr(f).unwrap();
+        assert_eq!(a.size as usize, model.len(), "step {step}: size");
+        assert_eq!(read_all(&fs, f), model, "step {step}: content");
+    }
+    // Punching everything frees every whole record: what stays allocated is at most
+    // the partial last record, zeroed in place (as OpenZFS's dmu_free_range does).
+    let before = fs.getattr(f).unwrap();
+    fs.fallocate(f, 0, before.size, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE).unwrap();
+    assert!(read_all(&fs, f).iter().all(|&b| b == 0));
+    let after = fs.getattr(f).unwrap();
+    assert!(
+        after.blocks * 512 <= 128 << 10,
+        "{} blocks stay after punching {} bytes",
+        after.blocks,
+        before.size
+    );
+    assert!(after.blocks < before.blocks, "{} blocks before, {} after", before.blocks, after.blocks);
+    fsck(&store, &fs, 0);
+}
+
+/// Modes OpenZFS refuses, bad ranges and non-regular files: an error, nothing changed.
+#[test]
+fn fallocate_refusals() {
+    let (store, fs) = new_fs();
+    let root = fs.root();
+    let f = mkfile(&fs, root, "f", b"0123456789");
+    let d = mkdir(&fs, root, "d");
+    const COLLAPSE: u32 = 0x08;
+    const INSERT: u32 = 0x20;
+    const UNSHARE: u32 = 0x40;
+    for mode in [COLLAPSE, INSERT, UNSHARE, COLLAPSE | FALLOC_FL_KEEP_SIZE] {
+        assert_eq!(fs.fallocate(f, 0, 4, mode), Err(ZplError::NotSupported), "mode {mode:#x}");
+    }
+    assert!(matches!(fs.fallocate(f, 0, 0, 0), Err(ZplError::Invalid(_))));
+    assert!(matches!(fs.fallocate(f, u64::MAX - 1, 4, 0), Err(ZplError::Invalid(_))));
+    assert_eq!(fs.fallocate(d, 0, 4, 0), Err(ZplError::IsDir));
+    // More than the pool has room for (110% of the length must be available).
+    let avail = fs.statfs().unwrap().bavail * 4096;
+    assert_eq!(fs.fallocate(f, 0, avail, 0), Err(ZplError::NoSpace));
+    assert_eq!(read_all(&fs, f), b"0123456789");
+    assert_eq!(fs.getattr(f).unwrap().size, 10);
+    // KEEP_SIZE alone and a punch starting past the end change nothing.
+    fs.fallocate(f, 0, 1 << 20, FALLOC_FL_KEEP_SIZE).unwrap();
+    fs.fallocate(f, 100, 50, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE).unwrap();
+    assert_eq!(fs.getattr(f).unwrap().size, 10);
+    assert_eq!(read_all(&fs, f), b"0123456789");
+    fsck(&store, &fs, 0);
+}
