@@ -199,7 +199,7 @@ impl Compression {
 /// Whether `level` is a zstd level a payload may carry: 1..=19, or −N for an N of
 /// [`ZSTD_FAST_LEVELS`].
 fn zstd_level_valid(level: i32) -> bool {
-    (1..=19).contains(&level) || (level < 0 && ZSTD_FAST_LEVELS.contains(&-level))
+    (1..=19).contains(&level) || (level < 0 && level.checked_neg().is_some_and(|n| ZSTD_FAST_LEVELS.contains(&n)))
 }
 
 /// A dataset's `compression` setting: the algorithm and, for zstd, the level (OpenZFS's
