@@ -96,13 +96,15 @@ setup_tarn() {  # setup_tarn [EXTRA VDEV SPEC...]
     local d=$WORK/tarn
     rm -rf "$d"; mkdir -p "$d/state"  # the daemon makes $d/run itself, mode 0700
     export TARN_STATE_DIR=$d/state TARN_CACHEFILE=$d/state/tarn.cache TARN_SOCKET=$d/run/tarn.sock
+    local a
+    for a in "$@"; do case $a in *.img) truncate -s 1G "$d/$a" ;; esac; done  # extra vdevs: 1 GiB files
     (cd "$d" && tarn zpool create -o size=$VDEV_SIZE -m "$d/mnt" $TARN_POOL mirror a.img b.img "$@")
     mountpoint -q "$d/mnt" || die "tarn: $d/mnt is not mounted"
     DIR=$d/mnt
 }
-setup_tarn_slog() { mkdir -p "$WORK/tarn-slog"; truncate -s 1G "$WORK/tarn-slog/slog.img"; setup_tarn log "$WORK/tarn-slog/slog.img"; }
+setup_tarn_slog() { setup_tarn log slog.img; }  # in the pool's directory, so import -d finds it
 cold_tarn_slog() { cold_tarn; }
-teardown_tarn_slog() { teardown_tarn; rm -rf "$WORK/tarn-slog"; }
+teardown_tarn_slog() { teardown_tarn; }
 cold_tarn() {
     tarn zpool export $TARN_POOL
     drop_caches
