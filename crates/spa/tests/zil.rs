@@ -613,7 +613,11 @@ fn punched_space_comes_back_unless_a_snapshot_holds_it() {
     let before = pool.alloc_bytes();
     fs.fallocate(b, 1 << 20, 6 << 20, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE).unwrap();
     settle();
-    assert!(pool.alloc_bytes() + (1 << 20) >= before, "a snapshot's blocks were freed: {before} -> {}", pool.alloc_bytes());
+    assert!(
+        pool.alloc_bytes() + (1 << 20) >= before,
+        "a snapshot's blocks were freed: {before} -> {}",
+        pool.alloc_bytes()
+    );
     drop(fs);
     pool.export().unwrap();
 }
