@@ -754,6 +754,28 @@ impl Filesystem for TarnFuse {
         });
     }
 
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        self.guard("copy_file_range", || {
+            match self.vfs.copy_file_range(self.zino(ino_in), offset_in, self.zino(ino_out), offset_out, len) {
+                // At most COPY_RANGE_MAX_BYTES, which fits the reply's u32.
+                Ok(n) => reply.written(n as u32),
+                Err(e) => reply.error(err(e)),
+            }
+        });
+    }
+
     fn fallocate(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
         self.guard("fallocate", || match self.vfs.fallocate(self.zino(ino), offset, length, mode as u32) {
             Ok(()) => reply.ok(),

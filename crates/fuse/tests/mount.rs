@@ -276,3 +276,84 @@ fn fallocate_through_the_kernel() {
     assert_eq!(fs::read(&f).unwrap(), want);
     drop(m);
 }
+
+/// `copy_file_range(2)` through the kernel reaches the file system and copies inside
+/// it: whole files, a range into the middle of another file, a short copy at the
+/// source's end; overlapping ranges of one file are refused (EINVAL), as on Linux.
+#[test]
+fn copy_file_range_through_the_kernel() {
+    use std::os::fd::AsRawFd;
+    if !can_mount() {
+        return;
+    }
+    let store = Arc::new(MemStore::new());
+    let zfs = Fs::open(store, ZplOptions::default()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    let opts = MountOptions {
+        fsname: "tank/cfr".into(),
+        threads: 2,
+        ..Default::default()
+    };
+    let m = mount(Vfs::new(zfs.clone(), Arc::new(NoSnapshots), SnapDir::Hidden), &mnt, &opts).unwrap();
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+    fs::write(mnt.join("src"), &data).unwrap();
+    fs::write(mnt.join("dst"), vec![b'x'; 1_000_000]).unwrap();
+    let src = fs::File::open(mnt.join("src")).unwrap();
+    let dst = fs::OpenOptions::new().write(true).open(mnt.join("dst")).unwrap();
+    let copy = |off_in: i64, off_out: i64, len: usize| -> isize {
+        let (mut a, mut b) = (off_in, off_out);
+        // SAFETY: both descriptors are open; the offsets are locals.
+        unsafe { libc::copy_file_range(src.as_raw_fd(), &mut a, dst.as_raw_fd(), &mut b, len, 0) }
+    };
+    // A range into the middle of dst, then a copy that runs into src's end.
+    let calls = tarn_zpl::vfs::copy_file_range_calls();
+    assert_eq!(copy(100_000, 200_000, 500_000), 500_000);
+    assert!(tarn_zpl::vfs::copy_file_range_calls() > calls, "the kernel copied by itself");
+    let tail = copy(2_900_000, 1_500_000, 1_000_000);
+    assert_eq!(tail, 100_000, "a copy stops at the source's end");
+    let mut want = vec![b'x'; 1_000_000];
+    want[200_000..700_000].copy_from_slice(&data[100_000..600_000]);
+    want.resize(1_500_000, 0);
+    want.extend_from_slice(&data[2_900_000..]);
+    assert_eq!(fs::read(mnt.join("dst")).unwrap(), want);
+    // The whole file, as cp does it.
+    let whole = fs::OpenOptions::new().write(true).create(true).truncate(true).open(mnt.join("whole")).unwrap();
+    let (mut a, mut b) = (0i64, 0i64);
+    let mut copied = 0usize;
+    while copied < data.len() {
+        // SAFETY: as above.
+        let n = unsafe { libc::copy_file_range(src.as_raw_fd(), &mut a, whole.as_raw_fd(), &mut b, data.len() - copied, 0) };
+        assert!(n > 0, "copy_file_range: {}", std::io::Error::last_os_error());
+        copied += n as usize;
+    }
+    assert_eq!(fs::read(mnt.join("whole")).unwrap(), data);
+    // Overlapping ranges of one file.
+    let same = fs::OpenOptions::new().read(true).write(true).open(mnt.join("whole")).unwrap();
+    let (mut a, mut b) = (0i64, 1000i64);
+    // SAFETY: as above.
+    let r = unsafe { libc::copy_file_range(same.as_raw_fd(), &mut a, same.as_raw_fd(), &mut b, 10_000, 0) };
+    assert_eq!(r, -1);
+    assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EINVAL));
+    drop((src, dst, whole, same));
+    // cp: --reflink=always needs FICLONE, which Linux does not pass to a FUSE file
+    // system; --reflink=auto falls back to copy_file_range, served here.
+    let cp = |mode: &str, to: &str| {
+        let o = std::process::Command::new("cp")
+            .arg(mode)
+            .arg(mnt.join("src"))
+            .arg(mnt.join(to))
+            .output()
+            .unwrap();
+        (o.status.success(), String::from_utf8_lossy(&o.stderr).to_string())
+    };
+    let (ok, err) = cp("--reflink=always", "clone");
+    assert!(!ok, "cp --reflink=always succeeded");
+    assert!(err.contains("not supported") || err.contains("Invalid"), "{err}");
+    let calls = tarn_zpl::vfs::copy_file_range_calls();
+    let (ok, err) = cp("--reflink=auto", "copy");
+    assert!(ok, "{err}");
+    assert_eq!(fs::read(mnt.join("copy")).unwrap(), data);
+    assert!(tarn_zpl::vfs::copy_file_range_calls() > calls, "cp did not use copy_file_range");
+    drop(m);
+}
