@@ -24,6 +24,22 @@ fn can_mount() -> bool {
     true
 }
 
+/// A MemStore-backed file system mounted with two threads on a new temporary
+/// directory: the temporary directory (kept alive), the mountpoint, the file system
+/// and the mount.
+fn mem_mount(fsname: &str) -> (tempfile::TempDir, std::path::PathBuf, Arc<Fs>, tarn_fuse::Mount) {
+    let zfs = Fs::open(Arc::new(MemStore::new()), ZplOptions::default()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    let opts = MountOptions {
+        fsname: fsname.into(),
+        threads: 2,
+        ..Default::default()
+    };
+    let m = mount(Vfs::new(zfs.clone(), Arc::new(NoSnapshots), SnapDir::Hidden), &mnt, &opts).unwrap();
+    (tmp, mnt, zfs, m)
+}
+
 #[test]
 fn mount_and_use() {
     if !can_mount() {
@@ -231,16 +247,7 @@ fn fallocate_through_the_kernel() {
         println!("skipping: fallocate(1) (util-linux) is missing");
         return;
     }
-    let store = Arc::new(MemStore::new());
-    let zfs = Fs::open(store, ZplOptions::default()).unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let mnt = tmp.path().join("mnt");
-    let opts = MountOptions {
-        fsname: "tank/falloc".into(),
-        threads: 2,
-        ..Default::default()
-    };
-    let m = mount(Vfs::new(zfs, Arc::new(NoSnapshots), SnapDir::Hidden), &mnt, &opts).unwrap();
+    let (_tmp, mnt, _zfs, m) = mem_mount("tank/falloc");
     let run = |args: &[&str]| {
         let o = std::process::Command::new("fallocate").args(args).output().unwrap();
         (o.status.success(), String::from_utf8_lossy(&o.stderr).to_string())
@@ -286,16 +293,7 @@ fn copy_file_range_through_the_kernel() {
     if !can_mount() {
         return;
     }
-    let store = Arc::new(MemStore::new());
-    let zfs = Fs::open(store, ZplOptions::default()).unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let mnt = tmp.path().join("mnt");
-    let opts = MountOptions {
-        fsname: "tank/cfr".into(),
-        threads: 2,
-        ..Default::default()
-    };
-    let m = mount(Vfs::new(zfs.clone(), Arc::new(NoSnapshots), SnapDir::Hidden), &mnt, &opts).unwrap();
+    let (_tmp, mnt, _zfs, m) = mem_mount("tank/cfr");
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
     fs::write(mnt.join("src"), &data).unwrap();
     fs::write(mnt.join("dst"), vec![b'x'; 1_000_000]).unwrap();
