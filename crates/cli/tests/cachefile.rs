@@ -43,16 +43,11 @@ fn kill_daemon(env: &Env, mounts: &[&Path]) {
     }
     // SAFETY: signalling the daemon this test started.
     unsafe { kill(pid, 9) };
+    assert!(wait_daemon_gone(env, pid, Duration::from_secs(20)), "daemon {pid} survived kill -9");
     let t = Instant::now();
-    let alive = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| !s.contains(") Z "))
-            .unwrap_or(false)
-    };
-    while (alive() || mounts.iter().any(|m| mounted(m))) && t.elapsed() < Duration::from_secs(20) {
+    while mounts.iter().any(|m| mounted(m)) && t.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(!alive(), "daemon {pid} survived kill -9");
     for m in mounts {
         assert!(!mounted(m), "{} still mounted after kill -9", m.display());
     }

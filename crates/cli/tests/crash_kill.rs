@@ -165,13 +165,10 @@ fn run(test: &str, with_slog: bool, default_iterations: u64) {
         let pid = daemon_pid(&env);
         sigkill(pid);
         // Wait until the process is gone, as an init system would.
-        let t = Instant::now();
-        while std::path::Path::new(&format!("/proc/{pid}/stat")).exists()
-            && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ")
-            && t.elapsed() < Duration::from_secs(10)
-        {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        assert!(
+            wait_daemon_gone(&env, pid, Duration::from_secs(10)),
+            "{test} iteration {iter}: daemon {pid} still running 10 s after kill -9"
+        );
         stop.store(true, Ordering::SeqCst);
         let reached = writer.join().unwrap();
         if reached > start {

@@ -320,11 +320,7 @@ fn sigkill_daemon(env: &Env) {
     let pid: i32 = std::fs::read_to_string(env.state().join("daemon.pid")).unwrap().trim().parse().unwrap();
     // SAFETY: signalling the daemon this test started.
     unsafe { kill(pid, 9) };
-    let t = std::time::Instant::now();
-    while env.socket().exists() && std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| !s.contains("State:\tZ")) {
-        assert!(t.elapsed().as_secs() < 20, "daemon did not die");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    assert!(wait_daemon_gone(env, pid, std::time::Duration::from_secs(20)), "daemon did not die");
 }
 
 /// Start `zfs recv ARGS` fed with the first half of `stream`, wait until the daemon

@@ -156,6 +156,37 @@ impl Env {
 }
 
 /// Run a command to completion and collect its output (stdout as text).
+/// Wait (at most `timeout`) until a `kill -9`ed daemon has really let go: no thread of
+/// process `pid` still runs and its socket refuses connections. A killed process's
+/// group leader turns zombie while its other threads are still exiting, and the
+/// shared descriptor table (the listening socket, the lock) closes only with the
+/// last of them; until then a connect still succeeds. Returns whether it is gone.
+#[allow(dead_code)]
+pub fn wait_daemon_gone(env: &Env, pid: i32, timeout: std::time::Duration) -> bool {
+    let t = std::time::Instant::now();
+    let running = || {
+        // Any thread of the group not yet a zombie (or the group leader alive).
+        match std::fs::read_dir(format!("/proc/{pid}/task")) {
+            Err(_) => false,
+            Ok(tasks) => tasks.flatten().any(|task| {
+                std::fs::read_to_string(task.path().join("stat"))
+                    .map(|s| !s.contains(") Z ") && !s.contains(") X "))
+                    .unwrap_or(false)
+            }),
+        }
+    };
+    loop {
+        let gone = !running() && std::os::unix::net::UnixStream::connect(env.socket()).is_err();
+        if gone {
+            return true;
+        }
+        if t.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 pub fn run(mut c: Command) -> Out {
     let o = c.output().expect("run tarn");
     Out {
