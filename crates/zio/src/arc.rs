@@ -44,8 +44,11 @@
 //! one cache; the birth txg makes a rewritten block (new birth) a different key, and a
 //! free removes the key ([`ArcCache::remove`]), so a stale buffer is never served.
 //!
+//! The pools' L2ARCs (module [`crate::l2arc`]) feed from the eviction end of the
+//! MFU and MRU ([`ArcCache::l2_candidates`]); their counters join `stats`.
+//!
 //! Not done: blocks are cached decompressed (OpenZFS's compressed ARC keeps them as
-//! stored); there is no L2ARC.
+//! stored).
 //!
 //! Replacement policy: [`Policy::Arc`] by default; [`Policy::Lru`] and [`Policy::Fifo`]
 //! (the pipeline's cache before the ARC) exist to measure the ARC against them (tests,
@@ -131,6 +134,8 @@ struct Hdr {
     meta: bool,
     /// Brought in by a prefetch and not demand-read since.
     prefetch: bool,
+    /// May be written to a cache device (its dataset's `secondarycache` allows it).
+    l2: bool,
     buf: Option<Arc<Vec<u8>>>,
 }
 
@@ -197,6 +202,8 @@ struct State {
 /// The cache. Cheap to share: every method takes `&self` and one mutex.
 pub struct ArcCache {
     st: Mutex<State>,
+    /// The L2ARCs of the pools using this cache, for host-wide `l2_*` statistics.
+    l2s: Mutex<Vec<std::sync::Weak<crate::l2arc::L2Arc>>>,
 }
 
 fn total(s: &[u64; 2]) -> u64 {
@@ -362,6 +369,7 @@ impl ArcCache {
                 memory_available_bytes: None,
                 no_grow: false,
             }),
+            l2s: Mutex::new(Vec::new()),
         }
     }
 
@@ -504,6 +512,7 @@ impl ArcCache {
                 size_bytes: size,
                 meta,
                 prefetch,
+                l2: true,
                 buf: Some(buf),
             },
             to,
@@ -519,6 +528,54 @@ impl ArcCache {
         if st.unlink(key).is_some() {
             st.counters.deleted += 1;
         }
+    }
+
+    /// Whether `key`'s block may go to a cache device (a dataset whose
+    /// `secondarycache` refuses it clears this after each read or write).
+    pub fn set_l2_eligible(&self, key: &ArcKey, eligible: bool) {
+        if let Some(h) = self.st.lock().hdrs.get_mut(key) {
+            h.l2 = eligible;
+        }
+    }
+
+    /// Buffers of cache user `user` that the L2ARC feed should copy: from the
+    /// eviction end of the MFU and then the MRU, looking at most `scan_max_bytes` of
+    /// each list, at most `write_max_bytes` in all; buffers brought in by a prefetch
+    /// and not yet demand-read (OpenZFS `l2arc_noprefetch`), buffers whose dataset
+    /// refuses the L2ARC, and buffers for which `skip` is true (already on a cache
+    /// device) are left out. Returns (key, shared buffer, metadata?) oldest first.
+    /// `skip` runs under the ARC's lock.
+    pub fn l2_candidates(&self, user: u64, scan_max_bytes: u64, write_max_bytes: u64, skip: &dyn Fn(&ArcKey) -> bool) -> Vec<(ArcKey, Arc<Vec<u8>>, bool)> {
+        let st = self.st.lock();
+        let mut out = Vec::new();
+        let mut total = 0u64;
+        for l in [List::Mfu, List::Mru] {
+            let mut scanned = 0u64;
+            for key in st.lists[l as usize].values() {
+                if scanned >= scan_max_bytes || total >= write_max_bytes {
+                    break;
+                }
+                if key.0 != user {
+                    continue;
+                }
+                let h = &st.hdrs[key];
+                scanned += h.size_bytes;
+                let Some(buf) = &h.buf else { continue };
+                if h.prefetch || !h.l2 || total + h.size_bytes > write_max_bytes || skip(key) {
+                    continue;
+                }
+                total += h.size_bytes;
+                out.push((*key, buf.clone(), h.meta));
+            }
+        }
+        out
+    }
+
+    /// Count `l2`'s statistics in [`ArcCache::stats`] while it lives.
+    pub fn register_l2(&self, l2: &Arc<crate::l2arc::L2Arc>) {
+        let mut v = self.l2s.lock();
+        v.retain(|w| w.strong_count() > 0);
+        v.push(Arc::downgrade(l2));
     }
 
     /// Drop every header of cache user `user` (a pool closed, or asked for a cold
@@ -643,7 +700,7 @@ impl ArcCache {
         let (mru, mfu, mrug, mfug) = (sz(List::Mru), sz(List::Mfu), sz(List::MruGhost), sz(List::MfuGhost));
         let data = mru[0] + mfu[0];
         let meta = mru[1] + mfu[1];
-        vec![
+        let mut out = vec![
             u("hits", c.hits),
             u("misses", c.misses),
             u("demand_data_hits", c.demand_data_hits),
@@ -682,7 +739,18 @@ impl ArcCache {
             ("memory_available_bytes", 3, st.memory_available_bytes.unwrap_or(0)),
             u("demand_hit_predictive_prefetch", c.demand_hit_predictive_prefetch),
             u("evicted", c.evicted),
-        ]
+        ];
+        drop(st);
+        // The L2ARCs of every pool, summed (OpenZFS's arcstats are per host).
+        let l2s: Vec<Arc<crate::l2arc::L2Arc>> = self.l2s.lock().iter().filter_map(|w| w.upgrade()).collect();
+        let mut l2 = crate::l2arc::L2Arc::new().stats();
+        for x in &l2s {
+            for (slot, (_, v)) in l2.iter_mut().zip(x.stats()) {
+                slot.1 += v;
+            }
+        }
+        out.extend(l2.into_iter().map(|(n, v)| u(n, v)));
+        out
     }
 
     #[cfg(test)]

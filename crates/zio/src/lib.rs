@@ -76,6 +76,8 @@ mod read_batch;
 pub use aggregate::AGGREGATE_MAX_BYTES;
 pub mod arc;
 pub use arc::{Access, ArcCache};
+pub mod l2arc;
+pub use l2arc::L2Arc;
 /// Run a closure on every item at once on the vdev I/O pool (for callers above zio
 /// that issue parallel device I/O, such as the intent log's block writes).
 pub use tarn_vdev::iopool::each_parallel;
@@ -207,6 +209,10 @@ pub struct Zio {
     arc: Arc<ArcCache>,
     /// This pipeline's id in the keys of `arc`.
     arc_user: u64,
+    /// The pool's cache devices and the headers of what they hold.
+    l2arc: Arc<L2Arc>,
+    /// The L2ARC feed thread has been started.
+    l2_feeding: std::sync::atomic::AtomicBool,
     /// Reads that failed on every copy since the pool was opened.
     pub data_errors: AtomicU64,
     /// Frees refused since open because the range was not allocated or named no vdev
@@ -251,6 +257,8 @@ impl Zio {
     pub fn with_arc(vdevs: Vec<Arc<Vdev>>, space: SpaceMap, arc: Arc<ArcCache>) -> Zio {
         assert_eq!(vdevs.len(), space.vdevs.len(), "one VdevSpace per top-level vdev");
         let inflation = Self::compute_inflation(&vdevs, &space);
+        let l2arc = Arc::new(L2Arc::new());
+        arc.register_l2(&l2arc);
         Zio {
             inflation_bits: AtomicU64::new(inflation.to_bits()),
             prefetch_tx: Mutex::new(None),
@@ -258,6 +266,8 @@ impl Zio {
             space: Mutex::new(space),
             arc,
             arc_user: NEXT_ARC_USER.fetch_add(1, Ordering::Relaxed),
+            l2arc,
+            l2_feeding: std::sync::atomic::AtomicBool::new(false),
             data_errors: AtomicU64::new(0),
             refused_frees: AtomicU64::new(0),
             blocks_written: AtomicU64::new(0),
@@ -529,7 +539,8 @@ impl Zio {
         self.blocks_read.load(Ordering::Relaxed) + self.blocks_written.load(Ordering::Relaxed)
     }
 
-    /// Drop every cached block (after a rewind or for cold-cache measurements).
+    /// Drop every block cached in RAM (after a rewind or for cold-cache
+    /// measurements). The L2ARC keeps its copies: they are keyed by birth txg too.
     pub fn clear_cache(&self) {
         self.arc.remove_user(self.arc_user);
     }
@@ -542,6 +553,41 @@ impl Zio {
     /// The ARC key of `bp`: (this pipeline's id, first DVA, birth txg).
     pub fn arc_key(&self, bp: &BlkPtr) -> arc::ArcKey {
         (self.arc_user, bp.dva[0], bp.birth_txg)
+    }
+
+    /// The pool's L2ARC (cache devices, their headers and counters).
+    pub fn l2arc(&self) -> &Arc<L2Arc> {
+        &self.l2arc
+    }
+
+    /// Add a cache device to the L2ARC (see [`L2Arc::add_device`]) and start the feed
+    /// thread on the first one. The thread holds only a weak reference to the
+    /// pipeline and exits when it is dropped.
+    pub fn add_cache_device(self: &Arc<Self>, vdev: Arc<Vdev>, rebuild: bool, max_birth_txg: u64) -> l2arc::RebuildReport {
+        let r = self.l2arc.add_device(vdev, rebuild, max_birth_txg);
+        if !self.l2_feeding.swap(true, Ordering::SeqCst) {
+            let weak = Arc::downgrade(self);
+            let _ = std::thread::Builder::new().name("l2arc_feed".into()).spawn(move || loop {
+                std::thread::sleep(std::time::Duration::from_millis(l2arc::L2ARC_FEED_INTERVAL_MS));
+                let Some(zio) = weak.upgrade() else { break };
+                zio.l2arc_feed();
+            });
+        }
+        r
+    }
+
+    /// Run one L2ARC feed for this pool now (the feed thread's step; tests and
+    /// benchmarks call it to fill the cache devices at once). Returns bytes written.
+    pub fn l2arc_feed(&self) -> u64 {
+        self.l2arc.feed(&self.arc, self.arc_user)
+    }
+
+    /// Whether `bp`'s block may be copied to a cache device (a dataset's
+    /// `secondarycache`).
+    pub fn set_l2_eligible(&self, bp: &BlkPtr, eligible: bool) {
+        if !bp.is_hole() {
+            self.arc.set_l2_eligible(&self.arc_key(bp), eligible);
+        }
     }
 
     /// Drop `bp`'s block from the ARC (a dataset whose `primarycache` refuses a block
@@ -570,6 +616,15 @@ impl Zio {
         let meta = bp_is_metadata(bp);
         if let Some(d) = self.arc.lookup(&key, access, meta) {
             return Ok(d);
+        }
+        if !self.l2arc.is_empty() {
+            if let Some(b) = self.l2arc.read(&(key.1, key.2)).filter(|b| b.len() == bp.lsize_bytes as usize) {
+                let logical = Arc::new(b);
+                if cache.caches(meta) {
+                    self.arc.insert_read(key, logical.clone(), meta, access);
+                }
+                return Ok(logical);
+            }
         }
         self.blocks_read.fetch_add(1, Ordering::Relaxed);
         let vdevs = self.vdevs.read();
@@ -674,6 +729,7 @@ impl Zio {
             return;
         }
         self.arc.remove(&self.arc_key(bp));
+        self.l2arc.remove(&(bp.dva[0], bp.birth_txg));
         let mut space = self.space.lock();
         for d in bp.dvas() {
             match space.vdevs.get_mut(d.vdev as usize) {
