@@ -109,3 +109,9 @@ struct.pack_into("<IIIQQQQ", z, 4, 0o100644, 1000, 1000, 1, 4096, 34, 1)
 for at in (64, 80, 96, 112):
     struct.pack_into("<qI", z, at, 1700000000, 5)
 put("znode/seed-file", bytes(z))
+
+# L2ARC (docs/format.md section 16): the target seals its input with BLAKE3 itself,
+# so the seeds are the bytes before the checksum.
+put("l2arc/seed-header", b"TARNL2DH" + struct.pack("<II6Q", 1, 0, 7, 9, 3, 8192, 4096, 16384))
+entry = struct.pack("<IQQQQIQB", 0, 8192, 1 << 20, 5, 4096, 8192, 0x1234, 0)
+put("l2arc/seed-logblock", b"TARNL2LB" + struct.pack("<II7Q", 1, 1, 7, 9, 3, 4096, 16384, 0, 0) + entry)

@@ -127,7 +127,8 @@ fn vdev_keyword(w: &str) -> Option<Result<VdevKind, String>> {
         "raidz3" => Some(Ok(VdevKind::Raidz(3))),
         "log" => Some(Ok(VdevKind::Log)),
         "spare" => Some(Ok(VdevKind::Spare)),
-        "cache" | "special" | "dedup" => Some(Err(format!("invalid vdev specification: '{w}' vdevs are not supported yet"))),
+        "cache" => Some(Ok(VdevKind::Cache)),
+        "special" | "dedup" => Some(Err(format!("invalid vdev specification: '{w}' vdevs are not supported yet"))),
         _ if w.starts_with("raidz") || w.starts_with("draid") => Some(Err(format!("invalid vdev specification: unknown vdev type '{w}'"))),
         _ => None,
     }
@@ -139,6 +140,7 @@ enum VdevKind {
     Raidz(u8),
     Log,
     Spare,
+    Cache,
 }
 
 /// The vdev words of `zpool create` / `zpool add`, grouped.
@@ -150,6 +152,8 @@ pub struct VdevSpecWords {
     pub logs: Vec<VdevWords>,
     /// Hot spares (after `spare`): single devices.
     pub spares: Vec<String>,
+    /// Cache devices (after `cache`, the L2ARC): single devices.
+    pub caches: Vec<String>,
 }
 
 /// Parse the vdev words of `zpool create` / `zpool add` into groups, checking device
@@ -161,26 +165,33 @@ pub fn parse_vdev_words(words: &[String]) -> Result<VdevSpecWords, String> {
     let mut spec = VdevSpecWords::default();
     let mut seen_log = false;
     let mut seen_spare = false;
+    let mut seen_cache = false;
     let mut i = 0;
     while i < words.len() {
         let out = if seen_log { &mut spec.logs } else { &mut spec.normal };
         match vdev_keyword(&words[i]) {
             Some(Err(e)) => return Err(e),
-            Some(Ok(VdevKind::Spare)) => {
-                if seen_spare {
-                    return Err("invalid vdev specification: 'spare' can be specified only once".into());
+            Some(Ok(k @ (VdevKind::Spare | VdevKind::Cache))) => {
+                // Both take single devices up to the next section (OpenZFS
+                // `construct_spec`).
+                let (word, seen, list) = match k {
+                    VdevKind::Spare => ("spare", &mut seen_spare, &mut spec.spares),
+                    _ => ("cache", &mut seen_cache, &mut spec.caches),
+                };
+                if *seen {
+                    return Err(format!("invalid vdev specification: '{word}' can be specified only once"));
                 }
-                seen_spare = true;
+                *seen = true;
                 i += 1;
                 while i < words.len() && vdev_keyword(&words[i]).is_none() {
-                    spec.spares.push(words[i].clone());
+                    list.push(words[i].clone());
                     i += 1;
                 }
-                if spec.spares.is_empty() {
-                    return Err("invalid vdev specification: spare requires at least 1 device".into());
+                if list.is_empty() {
+                    return Err(format!("invalid vdev specification: {word} requires at least 1 device"));
                 }
-                if let Some(w) = words.get(i).filter(|w| w.as_str() != "log") {
-                    return Err(format!("invalid vdev specification: unsupported 'spare' device: {w}"));
+                if let Some(w) = words.get(i).filter(|w| !matches!(w.as_str(), "log" | "spare" | "cache")) {
+                    return Err(format!("invalid vdev specification: unsupported '{word}' device: {w}"));
                 }
             }
             Some(Ok(VdevKind::Log)) => {
@@ -216,7 +227,7 @@ pub fn parse_vdev_words(words: &[String]) -> Result<VdevSpecWords, String> {
                         }
                         out.push(VdevWords::Raidz(p, devs));
                     }
-                    VdevKind::Log | VdevKind::Spare => unreachable!("handled above"),
+                    VdevKind::Log | VdevKind::Spare | VdevKind::Cache => unreachable!("handled above"),
                 }
             }
             None => {
@@ -270,7 +281,7 @@ pub fn resolve_device(word: &str, cwd: &Path, create_missing: bool) -> PathBuf {
 }
 
 /// The dataset properties the CLI knows, in `zfs get all` order.
-pub const FS_PROPS: [&str; 12] = [
+pub const FS_PROPS: [&str; 13] = [
     "recordsize",
     "mountpoint",
     "checksum",
@@ -283,6 +294,7 @@ pub const FS_PROPS: [&str; 12] = [
     "sync",
     "logbias",
     "primarycache",
+    "secondarycache",
 ];
 
 /// Short column header of a dataset property for `zfs list -o`.
@@ -459,6 +471,29 @@ mod tests {
         assert_eq!(
             parse_vdev_words(&s(&["a", "spare", "b", "mirror", "c", "d"])).unwrap_err(),
             "invalid vdev specification: unsupported 'spare' device: mirror"
+        );
+    }
+
+    #[test]
+    fn cache_section_grammar() {
+        let g = parse_vdev_words(&s(&["mirror", "a", "b", "cache", "c", "d", "spare", "e", "log", "f"])).unwrap();
+        assert_eq!(
+            (g.normal.len(), g.logs.len(), g.spares.clone(), g.caches.clone()),
+            (1, 1, s(&["e"]), s(&["c", "d"]))
+        );
+        let g = parse_vdev_words(&s(&["cache", "c"])).unwrap();
+        assert!(g.normal.is_empty() && g.caches == s(&["c"]));
+        assert_eq!(
+            parse_vdev_words(&s(&["a", "cache"])).unwrap_err(),
+            "invalid vdev specification: cache requires at least 1 device"
+        );
+        assert_eq!(
+            parse_vdev_words(&s(&["a", "cache", "b", "cache", "c"])).unwrap_err(),
+            "invalid vdev specification: 'cache' can be specified only once"
+        );
+        assert_eq!(
+            parse_vdev_words(&s(&["a", "cache", "b", "mirror", "c", "d"])).unwrap_err(),
+            "invalid vdev specification: unsupported 'cache' device: mirror"
         );
     }
 

@@ -15,6 +15,8 @@
 //!   `logs` line (OpenZFS `print_class_vdevs`: a tab, "logs", a tab), two spaces in;
 //!   the name column's width counts them too. Hot spares follow under `spares`
 //!   (OpenZFS `print_spares`): AVAIL, or INUSE "currently in use", no counters.
+//!   Cache devices come between the two under `cache` (OpenZFS `print_l2cache`),
+//!   with their counters.
 //!   A leaf that a running resilver writes ends with "(resilvering)"; a faulted leaf
 //!   says "too many errors".
 //!
@@ -204,8 +206,8 @@ pub fn table(columns: &[Column], rows: &[Vec<String>], scripted: bool) -> String
 
 fn tree_width(v: &VdevStatus, depth: usize) -> usize {
     let own = v.name.chars().count() + depth;
-    let spares = v.spares.iter().map(|c| tree_width(c, depth + 2));
-    v.children.iter().map(|c| tree_width(c, depth + 2)).chain(spares).fold(own, usize::max)
+    let extra = v.spares.iter().chain(&v.caches).map(|c| tree_width(c, depth + 2));
+    v.children.iter().map(|c| tree_width(c, depth + 2)).chain(extra).fold(own, usize::max)
 }
 
 fn is_leaf(v: &VdevStatus) -> bool {
@@ -269,6 +271,14 @@ pub fn status_config(root: &VdevStatus) -> String {
         out.push_str("\tlogs\t\n");
         for l in logs {
             status_rows(l, 2, width, false, &mut out);
+        }
+    }
+    if !root.caches.is_empty() {
+        // OpenZFS `print_l2cache`: after the log vdevs, before the spares, with
+        // counters.
+        out.push_str("\tcache\n");
+        for c in &root.caches {
+            status_rows(c, 2, width, false, &mut out);
         }
     }
     if !root.spares.is_empty() {
@@ -641,6 +651,30 @@ mod tests {
         assert_eq!(
             missing_vdev_tree(&[gone, m]),
             "\t    /srv/slog [log]\n\t    mirror-1 [log]\n\t      /srv/c\n\t      /srv/d\n"
+        );
+    }
+
+    #[test]
+    fn status_tree_with_cache_between_logs_and_spares() {
+        let mut slog = v("/srv/slog", "ONLINE", vec![]);
+        slog.is_log = true;
+        let mut root = v("tank", "ONLINE", vec![v("/srv/a", "ONLINE", vec![]), slog]);
+        let mut ssd = v("/srv/ssd-cache", "ONLINE", vec![]);
+        ssd.read_errors = 2;
+        root.caches = vec![ssd, v("/srv/gone", "UNAVAIL", vec![])];
+        root.spares = vec![v("/srv/sp", "AVAIL", vec![])];
+        assert_eq!(
+            status_config(&root),
+            "\tNAME              STATE     READ WRITE CKSUM\n\
+             \ttank              ONLINE       0     0     0\n\
+             \t  /srv/a          ONLINE       0     0     0\n\
+             \tlogs\t\n\
+             \t  /srv/slog       ONLINE       0     0     0\n\
+             \tcache\n\
+             \t  /srv/ssd-cache  ONLINE       2     0     0\n\
+             \t  /srv/gone       UNAVAIL      0     0     0  cannot open\n\
+             \tspares\n\
+             \t  /srv/sp         AVAIL   \n"
         );
     }
 

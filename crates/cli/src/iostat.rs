@@ -25,8 +25,8 @@
 //! interval and the count. Layout (OpenZFS `print_iostat_header`, `print_vdev_stats`):
 //! a name column at least 10 wide (the widest name plus two spaces per level with
 //! `-v`), six value columns 5 wide (15 with `-p`) each after two spaces, capacity only
-//! for the pool and its top-level vdevs (`-` elsewhere), log vdevs after a `logs` row
-//! of dashes, and with `-v` a dashed line after each pool.
+//! for the pool, its top-level vdevs and cache devices (`-` elsewhere), log vdevs
+//! after a `logs` row of dashes and cache devices after a `cache` row, and with `-v` a dashed line after each pool.
 //!
 //! Errors and exit status (OpenZFS's): a bad option, an interval of zero, or a pool
 //! followed by names that are not its vdevs print a message and the usage, exit 2;
@@ -351,16 +351,22 @@ fn node_rows(out: &mut String, lay: &Layout, new: &VdevIostat, old: Option<&Vdev
     // Children are matched with the old snapshot by position and name; a vdev that is
     // new since then reports its average since import.
     let old_child = |i: usize, c: &VdevIostat| old.and_then(|o| o.children.get(i)).filter(|oc| oc.name == c.name);
-    for (i, c) in new.children.iter().enumerate().filter(|(_, c)| !c.is_log) {
+    for (i, c) in new.children.iter().enumerate().filter(|(_, c)| !c.is_log && !c.is_cache) {
         node_rows(out, lay, c, old_child(i, c), tdelta_ns, depth + 2);
     }
-    if new.children.iter().any(|c| c.is_log) {
-        if !lay.scripted && lay.vdevs.is_empty() {
-            out.push_str(&lay.class_row("logs"));
-        }
-        out.push('\n');
-        for (i, c) in new.children.iter().enumerate().filter(|(_, c)| c.is_log) {
-            node_rows(out, lay, c, old_child(i, c), tdelta_ns, depth + 2);
+    // Log vdevs, then cache devices (OpenZFS `print_iostat_vdevs` order).
+    for (word, pick) in [
+        ("logs", (|c: &VdevIostat| c.is_log) as fn(&VdevIostat) -> bool),
+        ("cache", |c: &VdevIostat| c.is_cache),
+    ] {
+        if new.children.iter().any(pick) {
+            if !lay.scripted && lay.vdevs.is_empty() {
+                out.push_str(&lay.class_row(word));
+            }
+            out.push('\n');
+            for (i, c) in new.children.iter().enumerate().filter(|(_, c)| pick(c)) {
+                node_rows(out, lay, c, old_child(i, c), tdelta_ns, depth + 2);
+            }
         }
     }
 }

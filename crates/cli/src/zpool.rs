@@ -248,6 +248,10 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         Ok(v) => v,
         Err(r) => return r,
     };
+    let caches = match groups.caches.iter().map(|w| resolve(w)).collect::<Result<Vec<_>, _>>() {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
     if let Some(n) = size_bytes {
         if n < MIN_DEVICE_BYTES && planned.iter().any(|l| l.create) {
             return fail("one or more devices is less than the minimum size (64M)".into());
@@ -274,6 +278,10 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         if !logs.is_empty() {
             out.push_str("\tlogs\n");
             out.push_str(&spec_tree(&logs));
+        }
+        if !caches.is_empty() {
+            out.push_str("\tcache\n");
+            out.push_str(&spec_tree(&caches.iter().cloned().map(TopSpec::Leaf).collect::<Vec<_>>()));
         }
         if !spares.is_empty() {
             out.push_str("\tspares\n");
@@ -307,6 +315,7 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         vdevs: tops,
         logs,
         spares,
+        caches,
         ashift,
         force,
         pool_props,
@@ -435,6 +444,10 @@ fn add(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         Ok(v) => v,
         Err(r) => return r,
     };
+    let caches = match groups.caches.iter().map(|w| resolve(w)).collect::<Result<Vec<_>, _>>() {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
     if p.has('n') {
         let root = entry.pool.status();
         let mut out = format!("would update '{name}' to the following configuration:\n\n\t{name}\n");
@@ -451,6 +464,7 @@ fn add(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         vdevs,
         logs,
         spares,
+        caches,
         force: p.has('f'),
     };
     if let Err(e) = entry.pool.add_vdevs(&spec) {
@@ -501,7 +515,8 @@ fn each_device(
     resp
 }
 
-/// `zpool remove POOL DEVICE...`: remove separate log vdevs and idle spares.
+/// `zpool remove POOL DEVICE...`: remove separate log vdevs, idle spares and cache
+/// devices.
 fn remove(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     each_device(
         st,

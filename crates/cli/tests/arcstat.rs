@@ -2,8 +2,8 @@
 //! OpenZFS arcstats names in the SPL kstat text form; `tarn arcstat [interval
 //! [count]]` prints arcstat's default columns; `tarn daemon --set` changes
 //! `arc_max`/`arc_min`/`arc_policy` at run time (seen in `c_max`, `c`), and refuses bad
-//! settings without changing anything; `primarycache` is a dataset property with
-//! OpenZFS's values and wording, and `secondarycache` is refused (no L2ARC).
+//! settings without changing anything; `primarycache` and `secondarycache` are
+//! dataset properties with OpenZFS's values and wording.
 
 mod common;
 use common::*;
@@ -120,7 +120,11 @@ fn kstat_arcstat_tunables_and_primarycache() {
     assert_eq!(got, "metadata\tinherited from tank\n");
     env.zfs(&["set", "primarycache=some", "tank/fs"])
         .fails_with("'primarycache' must be one of 'all | none | metadata'");
-    env.zfs(&["set", "secondarycache=all", "tank/fs"]).fails_with("secondarycache");
+    env.zfs(&["set", "secondarycache=metadata", "tank/fs"]).ok();
+    let got = env.zfs(&["get", "-H", "-o", "value,source", "secondarycache", "tank/fs"]).ok().stdout;
+    assert_eq!(got, "metadata\tlocal\n");
+    env.zfs(&["set", "secondarycache=ssd", "tank/fs"])
+        .fails_with("'secondarycache' must be one of 'all | none | metadata'");
     env.zfs(&["inherit", "primarycache", "tank"]).ok();
     let got = env.zfs(&["get", "-H", "-o", "value,source", "primarycache", "tank/fs"]).ok().stdout;
     assert_eq!(got, "all\tdefault\n");

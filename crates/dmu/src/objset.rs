@@ -388,6 +388,8 @@ pub struct Objset {
     data_copies: AtomicU8,
     /// The `primarycache` property ([`CachePolicy`] as u8).
     primarycache: AtomicU8,
+    /// The `secondarycache` property ([`CachePolicy`] as u8).
+    secondarycache: AtomicU8,
     readonly: std::sync::atomic::AtomicBool,
     st: Mutex<OsState>,
     /// Bytes kept free for metadata when pool space runs low (1/32 of the pool, ZFS slop).
@@ -440,6 +442,7 @@ impl Objset {
             checksum: AtomicU8::new(ChecksumAlg::Fletcher4 as u8),
             data_copies: AtomicU8::new(1),
             primarycache: AtomicU8::new(0),
+            secondarycache: AtomicU8::new(0),
             readonly: false.into(),
             st: Mutex::new(OsState {
                 meta: Tree {
@@ -492,6 +495,7 @@ impl Objset {
             checksum: AtomicU8::new(ChecksumAlg::Fletcher4 as u8),
             data_copies: AtomicU8::new(1),
             primarycache: AtomicU8::new(0),
+            secondarycache: AtomicU8::new(0),
             readonly: false.into(),
             st: Mutex::new(OsState {
                 meta: Tree {
@@ -599,30 +603,45 @@ impl Objset {
     /// property): reads of blocks it may not keep still count in the ARC statistics
     /// but leave nothing behind, and blocks just written are dropped from it.
     pub fn set_primarycache(&self, c: CachePolicy) {
-        let v = match c {
-            CachePolicy::All => 0,
-            CachePolicy::Metadata => 1,
-            CachePolicy::None => 2,
-        };
-        self.primarycache.store(v, Ordering::Relaxed);
+        self.primarycache.store(policy_code(c), Ordering::Relaxed);
     }
 
     /// The `primarycache` policy in force.
     pub fn primarycache(&self) -> CachePolicy {
-        match self.primarycache.load(Ordering::Relaxed) {
-            1 => CachePolicy::Metadata,
-            2 => CachePolicy::None,
-            _ => CachePolicy::All,
+        policy_of(self.primarycache.load(Ordering::Relaxed))
+    }
+
+    /// What the L2ARC may take of this object set's blocks (the `secondarycache`
+    /// property): blocks it refuses are marked in the ARC after each read and write
+    /// so that the feed skips them.
+    pub fn set_secondarycache(&self, c: CachePolicy) {
+        self.secondarycache.store(policy_code(c), Ordering::Relaxed);
+    }
+
+    /// The `secondarycache` policy in force.
+    pub fn secondarycache(&self) -> CachePolicy {
+        policy_of(self.secondarycache.load(Ordering::Relaxed))
+    }
+
+    /// Mark `bp` for the L2ARC feed as `secondarycache` says (nothing to do for the
+    /// default `all`).
+    fn mark_secondary(&self, bp: &BlkPtr) {
+        let policy = self.secondarycache();
+        if policy != CachePolicy::All && !policy.caches(tarn_zio::bp_is_metadata(bp)) {
+            self.zio.set_l2_eligible(bp, false);
         }
     }
 
-    /// A demand read of `bp` through the ARC under this object set's `primarycache`.
+    /// A demand read of `bp` through the ARC under this object set's `primarycache`
+    /// and `secondarycache`.
     fn read_bp(&self, bp: &BlkPtr) -> std::result::Result<Arc<Vec<u8>>, ZioError> {
-        self.zio.read_block_as(bp, tarn_zio::Access::Demand, self.primarycache())
+        let r = self.zio.read_block_as(bp, tarn_zio::Access::Demand, self.primarycache());
+        self.mark_secondary(bp);
+        r
     }
 
     /// [`Zio::write_blocks`], then drop from the ARC what `primarycache` does not let
-    /// it keep.
+    /// it keep, and mark what `secondarycache` keeps off the cache devices.
     fn write_bps(&self, blocks: &[(Arc<Vec<u8>>, WriteProps)], threads: usize) -> Vec<std::result::Result<BlkPtr, ZioError>> {
         let out = self.zio.write_blocks(blocks, threads);
         let policy = self.primarycache();
@@ -631,6 +650,11 @@ impl Objset {
                 if !policy.caches(tarn_zio::bp_is_metadata(bp)) {
                     self.zio.uncache(bp);
                 }
+            }
+        }
+        if self.secondarycache() != CachePolicy::All {
+            for bp in out.iter().flatten() {
+                self.mark_secondary(bp);
             }
         }
         out
@@ -1953,5 +1977,23 @@ impl Objset {
     /// that freeing a huge id range costs what the object set holds, not the range.
     pub fn object_id_end(&self) -> u64 {
         self.st.lock().next_obj
+    }
+}
+
+/// [`CachePolicy`] as stored in an atomic byte.
+fn policy_code(c: CachePolicy) -> u8 {
+    match c {
+        CachePolicy::All => 0,
+        CachePolicy::Metadata => 1,
+        CachePolicy::None => 2,
+    }
+}
+
+/// The [`CachePolicy`] of [`policy_code`]'s byte.
+fn policy_of(v: u8) -> CachePolicy {
+    match v {
+        1 => CachePolicy::Metadata,
+        2 => CachePolicy::None,
+        _ => CachePolicy::All,
     }
 }

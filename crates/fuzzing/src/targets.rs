@@ -13,10 +13,11 @@ use tarn_send::{read_package, Record, ResumeToken, StreamReader};
 use tarn_zpl::ZnodePhys;
 
 /// Names of the decoder targets (the image target is driven by [`crate::run_case`]).
-pub const TARGETS: [&str; 11] = [
+pub const TARGETS: [&str; 12] = [
     "blkptr",
     "decompress",
     "dnode",
+    "l2arc",
     "label_config",
     "pool_records",
     "send_record",
@@ -33,6 +34,7 @@ pub fn run(name: &str, data: &[u8]) -> bool {
         "blkptr" => blkptr(data),
         "decompress" => decompress(data),
         "dnode" => dnode(data),
+        "l2arc" => l2arc(data),
         "label_config" => label_config(data),
         "pool_records" => tarn_spa::fuzzing::pool_records(data),
         "send_record" => send_record(data),
@@ -44,6 +46,12 @@ pub fn run(name: &str, data: &[u8]) -> bool {
         _ => return false,
     }
     true
+}
+
+/// L2ARC device header and log block, as read and sealed with their checksum
+/// (`tarn_zio::l2arc::fuzz_decode`).
+pub fn l2arc(data: &[u8]) {
+    tarn_zio::l2arc::fuzz_decode(data);
 }
 
 /// `BlkPtr::decode`; an accepted pointer re-encodes to the same bytes.

@@ -79,7 +79,7 @@ pub const VDEV_CHILDREN_MAX: usize = 255;
 /// Most top-level vdevs (holes included) a pool may have. The metaslab root block
 /// grows by about 2 KiB per top-level vdev and must stay within one block.
 pub const TOP_VDEVS_MAX: usize = 256;
-/// Most hot spares a pool may list.
+/// Most hot spares (and, apart, most cache devices) a pool may list.
 pub const SPARES_MAX: usize = 255;
 /// Deepest vdev tree below the root: top-level → replacing/spare → (spare) → leaf.
 pub const VDEV_TREE_DEPTH_MAX: usize = 4;
@@ -134,6 +134,10 @@ pub struct VdevConfig {
     /// The root's hot spares (leaves; each carries a label naming the pool).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub spares: Vec<VdevConfig>,
+    /// The root's cache devices (L2ARC leaves, OpenZFS's `l2cache` list; each carries
+    /// a label naming the pool). Never part of the pool's capacity or GUID sum.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub l2cache: Vec<VdevConfig>,
 }
 
 impl VdevConfig {
@@ -282,6 +286,20 @@ impl LabelConfig {
                 return Err(bad(format!("top-level vdev {i}: size {} bytes", top.asize_bytes)));
             }
             validate_node(top, 1, &mut guids)?;
+        }
+        if root.l2cache.len() > SPARES_MAX {
+            return Err(bad(format!("{} cache devices (at most {SPARES_MAX})", root.l2cache.len())));
+        }
+        for c in &root.l2cache {
+            if !is_leaf_kind(&c.kind) || !c.children.is_empty() || c.guid == 0 {
+                return Err(bad(format!("cache device {} is not a leaf", c.guid)));
+            }
+            if c.ashift != 0 && !(ASHIFT_MIN..=ASHIFT_MAX).contains(&c.ashift) {
+                return Err(bad(format!("cache device {}: ashift {}", c.guid, c.ashift)));
+            }
+            if !guids.insert(c.guid) {
+                return Err(bad(format!("cache device GUID {} listed twice", c.guid)));
+            }
         }
         let mut spare_guids = std::collections::HashSet::new();
         for s in &root.spares {

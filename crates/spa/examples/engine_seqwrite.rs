@@ -23,6 +23,7 @@ fn main() {
         vdevs: vec![TopSpec::Mirror(vec![mk("a.img"), mk("b.img")])],
         logs: Vec::new(),
         spares: Vec::new(),
+        caches: Vec::new(),
         ashift: 12,
         force: true,
         pool_props: BTreeMap::new(),

@@ -342,6 +342,7 @@ pub const DATASET_PROPS: &[(&str, &str)] = &[
     ("sync", "standard"),
     ("logbias", "latency"),
     ("primarycache", "all"),
+    ("secondarycache", "all"),
 ];
 
 /// Parse a human size as zfs(8) and zpool(8) take them ("256M", "4G", "1.5G", "512",
@@ -513,7 +514,7 @@ pub fn check_dataset_prop(prop: &str, value: &str) -> std::result::Result<String
         "snapdir" => one_of(&["hidden", "visible"]),
         "sync" => one_of(&["standard", "always", "disabled"]),
         "logbias" => one_of(&["latency", "throughput"]),
-        "primarycache" => one_of(&["all", "none", "metadata"]),
+        "primarycache" | "secondarycache" => one_of(&["all", "none", "metadata"]),
         "compression" => match CompressSetting::parse(value) {
             Some(_) => Ok(value.into()),
             None => Err(format!("'compression' must be one of '{COMPRESSION_VALUES}'")),
@@ -1422,6 +1423,7 @@ impl Pool {
         os.set_copies(self.effective(d, name, "copies").0.parse().unwrap_or(1));
         os.set_readonly(self.effective(d, name, "readonly").0 == "on");
         os.set_primarycache(tarn_zio::CachePolicy::parse(&self.effective(d, name, "primarycache").0).unwrap_or_default());
+        os.set_secondarycache(tarn_zio::CachePolicy::parse(&self.effective(d, name, "secondarycache").0).unwrap_or_default());
     }
 
     /// The dataset's object set (for zpl). A fresh dataset has no objects; the caller

@@ -39,6 +39,9 @@ pub struct VdevIostat {
     pub name: String,
     /// A top-level separate intent-log vdev (listed under `logs`).
     pub is_log: bool,
+    /// A cache device (listed under `cache`; not counted in the pool's row).
+    #[serde(default)]
+    pub is_cache: bool,
     /// Allocated bytes (root and top-level vdevs; 0 elsewhere).
     pub alloc_bytes: u64,
     /// Total allocatable bytes (root and top-level vdevs; 0 elsewhere: no capacity).
@@ -70,6 +73,7 @@ impl VdevIostat {
         VdevIostat {
             name: v.display_name(),
             is_log: false,
+            is_cache: false,
             alloc_bytes: 0,
             space_bytes: 0,
             read_ops: s.read_ops.load(Ordering::Relaxed),
@@ -112,15 +116,26 @@ impl Pool {
             })
             .collect();
         let sum = |f: fn(&VdevIostat) -> u64| tops.iter().map(f).sum::<u64>();
+        let (read_ops, write_ops, read_bytes, write_bytes) = (sum(|t| t.read_ops), sum(|t| t.write_ops), sum(|t| t.read_bytes), sum(|t| t.write_bytes));
+        // Cache devices after the top-level vdevs, with what the L2ARC holds there as
+        // their allocated space (OpenZFS shows l2arc capacity the same way).
+        let mut tops = tops;
+        tops.extend(self.zio.l2arc().devices().iter().map(|d| VdevIostat {
+            is_cache: true,
+            alloc_bytes: d.asize_bytes(),
+            space_bytes: d.vdev().asize_bytes(),
+            ..VdevIostat::of(d.vdev())
+        }));
         let root = VdevIostat {
             name: self.name.clone(),
             is_log: false,
+            is_cache: false,
             alloc_bytes: self.alloc_bytes(),
             space_bytes: self.size_bytes(),
-            read_ops: sum(|t| t.read_ops),
-            write_ops: sum(|t| t.write_ops),
-            read_bytes: sum(|t| t.read_bytes),
-            write_bytes: sum(|t| t.write_bytes),
+            read_ops,
+            write_ops,
+            read_bytes,
+            write_bytes,
             children: tops,
         };
         PoolIostat { elapsed_ns, root }

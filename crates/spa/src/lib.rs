@@ -117,6 +117,7 @@ mod holds;
 pub mod inject;
 mod inspect;
 mod iostat;
+mod l2cache;
 mod leak;
 mod names;
 mod pool;
@@ -251,6 +252,8 @@ pub struct CreateSpec {
     pub logs: Vec<TopSpec>,
     /// Hot spares (`spare ...`): single devices.
     pub spares: Vec<PathBuf>,
+    /// Cache devices (`cache ...`, the L2ARC): single devices.
+    pub caches: Vec<PathBuf>,
     /// log2 sector size, 9 or 12 (default 12).
     pub ashift: u8,
     /// `-f`: use devices that belong to an exported or destroyed pool.
@@ -269,6 +272,7 @@ impl Default for CreateSpec {
             vdevs: Vec::new(),
             logs: Vec::new(),
             spares: Vec::new(),
+            caches: Vec::new(),
             ashift: 12,
             force: false,
             pool_props: BTreeMap::new(),
@@ -286,6 +290,8 @@ pub struct AddSpec {
     pub logs: Vec<TopSpec>,
     /// New hot spares: single devices.
     pub spares: Vec<PathBuf>,
+    /// New cache devices (L2ARC): single devices.
+    pub caches: Vec<PathBuf>,
     /// `-f`: use devices of exported or destroyed pools, and accept a replication
     /// level different from the pool's.
     pub force: bool,
@@ -389,6 +395,9 @@ pub struct VdevStatus {
     pub resilvering: bool,
     /// The root's hot spares (empty elsewhere).
     pub spares: Vec<VdevStatus>,
+    /// The root's cache devices (empty elsewhere): state "ONLINE" or "UNAVAIL",
+    /// `alloc_bytes` what the L2ARC holds there.
+    pub caches: Vec<VdevStatus>,
 }
 
 impl VdevStatus {
@@ -406,6 +415,7 @@ impl VdevStatus {
             children,
             resilvering: false,
             spares: Vec::new(),
+            caches: Vec::new(),
         }
     }
 }

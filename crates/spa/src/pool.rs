@@ -267,9 +267,9 @@ pub struct Pool {
     pub(crate) sync_untrusted: AtomicBool,
 }
 
-struct FoundLeaf {
-    path: PathBuf,
-    leaf: Leaf,
+pub(crate) struct FoundLeaf {
+    pub(crate) path: PathBuf,
+    pub(crate) leaf: Leaf,
     config: LabelConfig,
 }
 
@@ -313,11 +313,14 @@ impl Pool {
             }
         }
         let spares: Vec<TopSpec> = spec.spares.iter().cloned().map(TopSpec::Leaf).collect();
-        let tops = tops_in_order(&spec.vdevs, &spec.logs, &spares);
+        let caches: Vec<TopSpec> = spec.caches.iter().cloned().map(TopSpec::Leaf).collect();
+        let mut tops = tops_in_order(&spec.vdevs, &spec.logs, &spares);
+        tops.extend(caches.iter().map(|t| (t, false)));
         let mut opened = Self::open_new_tops(&tops, spec.force, None)?;
+        let cache_leaves: Vec<(PathBuf, Leaf)> = opened.split_off(opened.len() - caches.len()).into_iter().flatten().collect();
         let spare_leaves: Vec<(PathBuf, Leaf)> = opened.split_off(opened.len() - spares.len()).into_iter().flatten().collect();
         register_name(&spec.name)?;
-        let res = Self::create_inner(spec, opened, spare_leaves);
+        let res = Self::create_inner(spec, opened, spare_leaves, cache_leaves);
         if res.is_err() {
             unregister_name(&spec.name);
         }
@@ -368,6 +371,7 @@ impl Pool {
                 .iter()
                 .flat_map(|t| t.leaves())
                 .chain(cfg.spares.iter())
+                .chain(cfg.l2cache.iter())
                 .filter_map(|l| l.path.as_ref())
                 .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p)))
                 .collect();
@@ -406,6 +410,7 @@ impl Pool {
                                 .iter()
                                 .flat_map(|t| t.leaves())
                                 .chain(tree.spares.iter())
+                                .chain(tree.l2cache.iter())
                                 .any(|l| l.guid == cfg.guid)
                     });
                     let state = match cfg.state {
@@ -480,7 +485,7 @@ impl Pool {
         (Arc::new(vdev), cfg)
     }
 
-    fn create_inner(spec: &CreateSpec, opened: Vec<Vec<(PathBuf, Leaf)>>, spares: Vec<(PathBuf, Leaf)>) -> Result<Arc<Pool>> {
+    fn create_inner(spec: &CreateSpec, opened: Vec<Vec<(PathBuf, Leaf)>>, spares: Vec<(PathBuf, Leaf)>, caches: Vec<(PathBuf, Leaf)>) -> Result<Arc<Pool>> {
         let ashift = spec.ashift;
         let mut top = Vec::new();
         let mut tops_cfg = Vec::new();
@@ -541,6 +546,7 @@ impl Pool {
             sync_untrusted: AtomicBool::new(false),
         });
         pool.add_spares(spares, ashift);
+        pool.add_caches(caches, ashift);
         // Labels first (state active), so a crash mid-create leaves a recognisable pool.
         pool.write_labels(PoolState::Active, 0)?;
         {
@@ -563,8 +569,8 @@ impl Pool {
         Ok(pool)
     }
 
-    /// Write every leaf's label config with `state`, hot spares not in use included,
-    /// in one two-phase update (`tarn_vdev::label::sync_configs`).
+    /// Write every leaf's label config with `state`, hot spares not in use and cache
+    /// devices included, in one two-phase update (`tarn_vdev::label::sync_configs`).
     pub(crate) fn write_labels(&self, state: PoolState, txg: u64) -> Result<()> {
         self.write_label_set(state, txg, &|_| true, true)
     }
@@ -595,7 +601,15 @@ impl Pool {
             vdev_tree: cfg.clone(),
         };
         let tops = self.zio.vdevs();
-        let idle = if spares { self.idle_spares() } else { Vec::new() };
+        // Idle spares and cache devices carry the whole config too (top GUID 0).
+        let idle = if spares {
+            self.idle_spares()
+                .into_iter()
+                .chain(self.cache_vdevs().into_iter().filter(|c| c.state().is_usable()))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut items: Vec<(&Vdev, LabelConfig)> = Vec::new();
         for (t, tcfg) in tops.iter().zip(cfg.children.iter()).filter(|(_, c)| pick(c)) {
             for (leaf, lcfg) in t.leaves().into_iter().zip(tcfg.leaves()) {
@@ -958,6 +972,7 @@ impl Pool {
                         p.discard_newer_uberblocks(ub.txg);
                     }
                     *p.repair.spares.lock() = spares;
+                    p.open_caches(&cfg, &mut found, ub.txg);
                     p.write_labels(PoolState::Active, ub.txg)?;
                     p.start_sync_thread();
                     p.resume_scan();
@@ -1210,6 +1225,7 @@ impl Pool {
                     children: v.children().iter().map(|c| node(c, false, 0, resilvering)).collect(),
                     resilvering: resilvering && leaf && v.state().is_usable() && !v.dtl().is_empty(),
                     spares: Vec::new(),
+                    caches: Vec::new(),
                 }
             }
             node(v, top, alloc, resilvering)
@@ -1236,6 +1252,7 @@ impl Pool {
                 .collect(),
             resilvering: false,
             spares: self.spare_status(),
+            caches: self.cache_status(),
         }
     }
 
@@ -1283,9 +1300,10 @@ impl Pool {
         r
     }
 
-    /// Flush and unlock every leaf, idle spares included (export, destroy, reopen).
+    /// Flush and unlock every leaf, idle spares and cache devices included (export,
+    /// destroy, reopen).
     pub(crate) fn release_leaves(&self) {
-        for v in self.zio.vdevs().iter().chain(self.idle_spares().iter()) {
+        for v in self.zio.vdevs().iter().chain(self.idle_spares().iter()).chain(self.cache_vdevs().iter()) {
             v.release();
         }
     }

@@ -182,18 +182,21 @@ impl Pool {
         if self.closed.load(Ordering::SeqCst) {
             return Err(SpaError::NotFound(format!("cannot open '{}': no such pool", self.name)));
         }
-        if spec.vdevs.is_empty() && spec.logs.is_empty() && spec.spares.is_empty() {
+        if spec.vdevs.is_empty() && spec.logs.is_empty() && spec.spares.is_empty() && spec.caches.is_empty() {
             return Err(SpaError::Invalid(
                 "invalid vdev specification: at least one toplevel vdev must be specified".into(),
             ));
         }
         let cfg = self.config.lock().clone();
         let spares: Vec<TopSpec> = spec.spares.iter().cloned().map(TopSpec::Leaf).collect();
-        let all = crate::pool::tops_in_order(&spec.vdevs, &spec.logs, &spares);
-        let tops = &all[..all.len() - spares.len()];
+        let caches: Vec<TopSpec> = spec.caches.iter().cloned().map(TopSpec::Leaf).collect();
+        let mut all = crate::pool::tops_in_order(&spec.vdevs, &spec.logs, &spares);
+        all.extend(caches.iter().map(|t| (t, false)));
+        let tops = &all[..all.len() - spares.len() - caches.len()];
         // As OpenZFS's make_root_vdev: the spec and the devices first, then the
         // replication level. Opening writes nothing; on error the leaves are closed.
         let mut opened = Self::open_new_tops(&all, spec.force, Some((&self.name, self.guid, &cfg)))?;
+        let cache_leaves: Vec<_> = opened.split_off(opened.len() - caches.len()).into_iter().flatten().collect();
         let spare_leaves: Vec<_> = opened.split_off(opened.len() - spares.len()).into_iter().flatten().collect();
         if !spec.force {
             if let Some(why) = replication_mismatch(&cfg, &spec.vdevs) {
@@ -207,6 +210,11 @@ impl Pool {
             let _s = self.sync_lock.lock();
             self.add_spares(spare_leaves, ashift);
             self.config_dirty.store(true, Ordering::SeqCst);
+        }
+        if !cache_leaves.is_empty() {
+            // Cache devices change no GUID sum either.
+            let _s = self.sync_lock.lock();
+            self.add_caches(cache_leaves, ashift);
         }
         if tops.is_empty() {
             return self.sync();
@@ -294,7 +302,7 @@ impl Pool {
     /// vdevs — normal ones, and leaves inside a vdev — cannot be removed (`Invalid`);
     /// an unknown device is `NotFound`.
     pub fn remove_vdev(&self, device: &str) -> Result<()> {
-        if self.remove_spare(device)? {
+        if self.remove_spare(device)? || self.remove_cache(device)? {
             return Ok(());
         }
         let Some((id, top_level)) = self.find_vdev(device) else {

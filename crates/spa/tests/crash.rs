@@ -54,6 +54,7 @@ fn run_one(seed: u64, layout: &str) -> bool {
         vdevs,
         logs: Vec::new(),
         spares: Vec::new(),
+        caches: Vec::new(),
         ashift: 12,
         force: false,
         pool_props: BTreeMap::new(),

@@ -22,6 +22,7 @@ fn create(name: &str, vdevs: Vec<TopSpec>) -> std::sync::Arc<Pool> {
         vdevs,
         logs: Vec::new(),
         spares: Vec::new(),
+        caches: Vec::new(),
         ashift: 12,
         force: false,
         pool_props: BTreeMap::new(),

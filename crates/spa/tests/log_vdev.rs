@@ -257,6 +257,7 @@ fn bad_requests_fail_clearly_and_change_nothing() {
             vdevs,
             logs,
             spares: Vec::new(),
+            caches: Vec::new(),
             force,
         })
     };

@@ -44,6 +44,7 @@ fn objset_matches_memstore() {
             vdevs: vec![TopSpec::Mirror(vec![mk("a"), mk("b")])],
             logs: Vec::new(),
             spares: Vec::new(),
+            caches: Vec::new(),
             ashift: 9 + 3 * (round % 2) as u8,
             force: false,
             pool_props: BTreeMap::new(),

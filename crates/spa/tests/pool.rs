@@ -22,6 +22,7 @@ fn spec(name: &str, vdevs: Vec<TopSpec>) -> CreateSpec {
         vdevs,
         logs: Vec::new(),
         spares: Vec::new(),
+        caches: Vec::new(),
         ashift: 12,
         force: false,
         pool_props: BTreeMap::new(),

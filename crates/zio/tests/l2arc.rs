@@ -266,3 +266,25 @@ fn the_ring_wraps_and_a_rebuild_after_it_restores_only_live_buffers() {
     assert_eq!(stat(&zio, "l2_cksum_bad"), 0, "a rebuilt header pointed at overwritten bytes");
     assert_eq!(stat(&zio, "l2_hits"), r.bufs);
 }
+
+#[test]
+fn a_feed_writes_at_most_write_max_and_more_while_the_arc_warms() {
+    let dir = tempfile::tempdir().unwrap();
+    let zio = pipeline(&dir, 64 << 20);
+    zio.add_cache_device(leaf(&dir, "cache", 0, 900, 64 << 20), false, 0);
+    let l2 = zio.l2arc();
+    l2.write_max_bytes.store(256 << 10, Ordering::Relaxed);
+    l2.write_boost_bytes.store(256 << 10, Ordering::Relaxed);
+    write_all(&zio, 32, 64 << 10, 5);
+    // The ARC has evicted nothing yet: boosted to 512 KiB of buffers (plus the log
+    // block's sector).
+    let n = zio.l2arc_feed();
+    assert!(n > 256 << 10 && n <= (512 << 10) + 8192, "boosted feed wrote {n}");
+    assert_eq!(l2.header_count(), 8);
+    // Once the ARC evicts, the boost stops.
+    zio.arc().set_max_bytes(1 << 20);
+    write_all(&zio, 16, 64 << 10, 6);
+    assert!(zio.arc().counters().evicted > 0);
+    let n = zio.l2arc_feed();
+    assert!(n > 0 && n <= (256 << 10) + 8192, "feed wrote {n}");
+}

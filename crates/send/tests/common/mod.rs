@@ -19,6 +19,7 @@ pub fn pool(dir: &Path, name: &str) -> Arc<Pool> {
         vdevs: vec![TopSpec::Leaf(p)],
         logs: Vec::new(),
         spares: Vec::new(),
+        caches: Vec::new(),
         ashift: 12,
         force: false,
         pool_props: BTreeMap::new(),
