@@ -796,6 +796,9 @@ fn pool_column(c: &str) -> Option<(&'static str, Column)> {
         "ckpoint" | "checkpoint" => ("checkpoint", Column::right("CKPOINT")),
         "expandsz" | "expandsize" => ("expandsize", Column::right("EXPANDSZ")),
         "dedup" | "dedupratio" => ("dedupratio", Column::right("DEDUP")),
+        "bcloneused" => ("bcloneused", Column::right("BCLONE_USED")),
+        "bclonesaved" => ("bclonesaved", Column::right("BCLONE_SAVED")),
+        "bcloneratio" => ("bcloneratio", Column::right("BCLONE_RATIO")),
         "cachefile" => ("cachefile", Column::left("CACHEFILE")),
         "autotrim" => ("autotrim", Column::left("AUTOTRIM")),
         "autoexpand" | "expand" => ("autoexpand", Column::left("EXPAND")),
@@ -839,6 +842,17 @@ fn pool_value(name: &str, entry: &PoolEntry, prop: &str, parsable: bool) -> (Str
         // a pool without them.
         "checkpoint" | "expandsize" => ("-".into(), ro),
         "dedupratio" => (format::ratio(1, 1, parsable), ro),
+        // Block cloning (OpenZFS 2.2): bytes of the shared blocks, bytes their extra
+        // references would take as copies, and (used + saved) / used.
+        "bcloneused" | "bclonesaved" | "bcloneratio" => {
+            let (used, saved) = entry.pool.zio().brt().space_bytes();
+            match prop {
+                "bcloneused" => (num(used), ro),
+                "bclonesaved" => (num(saved), ro),
+                _ if used == 0 => (format::ratio(1, 1, parsable), ro),
+                _ => (format::ratio(used + saved, used, parsable), ro),
+            }
+        }
         "cachefile" => match &entry.cachefile {
             Some(c) => (c.clone(), "local".into()),
             None => ("-".into(), "default".into()),
@@ -1258,7 +1272,15 @@ fn get(st: &mut State, args: &[String]) -> Response {
     let props: Vec<String> = if props_arg == "all" {
         tarn_spa::Pool::prop_names()
             .iter()
-            .chain(&["cachefile", "dedupratio", "expandsize", "checkpoint"])
+            .chain(&[
+                "cachefile",
+                "dedupratio",
+                "expandsize",
+                "checkpoint",
+                "bcloneused",
+                "bclonesaved",
+                "bcloneratio",
+            ])
             .map(|s| s.to_string())
             .collect()
     } else {

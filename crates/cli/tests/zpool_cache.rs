@@ -93,7 +93,7 @@ fn cache_devices_in_create_add_remove_status_and_iostat() {
     env.zpool(&["import", "-d", "v", "tank"]).ok();
     let s = status(&env);
     assert!(s.contains(" state: ONLINE\n"), "{s}");
-    assert!(s.contains(&format!("{c2}")) && s.contains("UNAVAIL      0     0     0  cannot open"), "{s}");
+    assert!(s.contains(c2.as_str()) && s.contains("UNAVAIL      0     0     0  cannot open"), "{s}");
     env.zpool(&["remove", "tank", &c2]).ok();
     assert!(!status(&env).contains("\tcache\n"));
 }

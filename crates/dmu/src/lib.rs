@@ -133,4 +133,21 @@ pub trait ObjectStore: Send + Sync {
     fn is_readonly(&self) -> bool {
         false
     }
+    /// For block cloning: the block size of `obj` and the synced pointers of its
+    /// blocks `[first_blkid, first_blkid + n)` (holes included). `Ok(None)` when a
+    /// block of the range has a change that has not synced yet (wait for a sync and
+    /// ask again), or when this store cannot share blocks (the default).
+    fn block_pointers(&self, obj: u64, first_blkid: u64, n: u64) -> Result<Option<(u32, Vec<tarn_phys::BlkPtr>)>> {
+        let _ = (obj, first_blkid, n);
+        Ok(None)
+    }
+    /// For block cloning: make blocks `[first_blkid, first_blkid + bps.len())` of
+    /// `obj` share `bps` (from [`ObjectStore::block_pointers`] of this store) in the
+    /// held txg, replacing what was there. `blksz_bytes` is the source's block size:
+    /// an object with data and another block size is refused (`Invalid`). Default:
+    /// `Invalid` (no sharing).
+    fn clone_blocks(&self, tx: &TxHold, obj: u64, first_blkid: u64, blksz_bytes: u32, bps: &[tarn_phys::BlkPtr]) -> Result<()> {
+        let _ = (tx, obj, first_blkid, blksz_bytes, bps);
+        Err(DmuError::Invalid("this object store cannot share blocks"))
+    }
 }

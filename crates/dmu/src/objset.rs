@@ -70,6 +70,16 @@
 //! fill fails is thus lost, as a buffered write into a damaged record; the rest of the
 //! txg syncs normally.
 //!
+//! Block cloning (`ObjectStore::clone_blocks`, OpenZFS 2.2's `dmu_brt_clone`): a
+//! record may be another block's pointer (`Dirty::Clone`), taken from the synced tree
+//! of a source object (`block_pointers`, which refuses blocks with unsynced changes).
+//! The pointer keeps its DVAs and checksum, gets the open txg as its birth and keeps
+//! the source's as its physical birth; the pool's block reference table counts the
+//! reference at once, phase 2 installs the pointer without writing, and a clone
+//! record dropped before its sync (replaced, freed with its range or object) gives
+//! its reference back through `Zio::free_block`. A partial write into a block cloned
+//! in the same txg turns it into a whole record (the shared bytes read at once).
+//!
 //! Object ids are reused (OpenZFS `dmu_object_alloc`): a new object takes the lowest
 //! free slot known — a slot whose free has synced (`free_ids`, filled by phase 3), or
 //! one found by scanning the dnode array a few blocks at a time from `scan_cursor`
@@ -167,6 +177,11 @@ enum Dirty {
     /// Only the byte ranges written in this generation (deferred fill); every other
     /// byte is whatever lies below this generation. See the theory statement.
     Partial(Arc<Partial>),
+    /// Another block's pointer, shared by cloning ([`Objset::clone_blocks`]): its
+    /// sync writes nothing and installs the pointer. The pool's block reference
+    /// table counted the reference when the record was made; a record dropped
+    /// before its sync gives it back ([`Objset::drop_record`]).
+    Clone(BlkPtr),
 }
 
 impl Dirty {
@@ -180,6 +195,7 @@ impl Dirty {
         match self {
             Dirty::Full(d) => d.len() as u64,
             Dirty::Partial(p) => p.record_bytes,
+            Dirty::Clone(_) => 0,
         }
     }
 }
@@ -870,6 +886,7 @@ impl Objset {
         match dn.open.blocks.get(&blkid) {
             Some(Dirty::Full(b)) => Ok(Src::Data(b.clone())),
             Some(Dirty::Partial(p)) => Ok(self.resolve_below_open(dn, blkid)?.under(vec![p.clone()])),
+            Some(Dirty::Clone(bp)) => Ok(if bp.is_hole() { Src::Zero } else { Src::Bp(*bp) }),
             None if in_ranges(&dn.open.frees, blkid) => Ok(Src::Zero),
             None => self.resolve_below_open(dn, blkid),
         }
@@ -882,6 +899,7 @@ impl Objset {
             match s.blocks.get(&blkid) {
                 Some(Dirty::Full(b)) => return Ok(Src::Data(b.clone())),
                 Some(Dirty::Partial(p)) => return Ok(self.resolve_tree(&dn.tree, blkid)?.under(vec![p.clone()])),
+                Some(Dirty::Clone(bp)) => return Ok(if bp.is_hole() { Src::Zero } else { Src::Bp(*bp) }),
                 None if in_ranges(&s.frees, blkid) => return Ok(Src::Zero),
                 None => {}
             }
@@ -970,7 +988,7 @@ impl Objset {
         let len = record.dirty_bytes() as i64;
         let dn = st.dnodes.get_mut(&obj).unwrap();
         let old = dn.open.blocks.insert(blkid, record);
-        let delta = len - old.map(|o| o.dirty_bytes() as i64).unwrap_or(0);
+        let delta = len - old.map(|o| self.drop_record(o)).unwrap_or(0);
         if blkid > dn.attrs.maxblkid {
             dn.attrs.maxblkid = blkid;
         }
@@ -1013,6 +1031,15 @@ impl Objset {
                     dn.attrs.maxblkid = blkid;
                 }
                 return Ok(());
+            }
+            Some(Dirty::Clone(bp)) => {
+                // A write into a block cloned in this txg: it becomes a copy (read
+                // now), and the clone's reference goes back in `put_block`.
+                let src = if bp.is_hole() { Src::Zero } else { Src::Bp(*bp) };
+                let mut b = self.fetch(src, blksz as u32)?.as_ref().clone();
+                b.resize(blksz, 0);
+                b[in_blk..in_blk + data.len()].copy_from_slice(data);
+                Dirty::Full(Arc::new(b))
             }
             None => {
                 let below = if in_ranges(&dn.open.frees, blkid) {
@@ -1157,7 +1184,7 @@ impl Objset {
             .iter()
             .map(|&i| match &batch.blocks[i].3 {
                 Dirty::Full(d) => (d.clone(), props(i, batch.blocks[i].2)),
-                Dirty::Partial(_) => unreachable!("filtered above"),
+                Dirty::Partial(_) | Dirty::Clone(_) => unreachable!("filtered above"),
             })
             .collect();
         // With compression on, an all-zero file data block is stored as a hole, not
@@ -1182,6 +1209,12 @@ impl Objset {
             }
         }
         drop(items);
+        // Cloned records: the shared pointer itself.
+        for (i, (_, _, _, record)) in batch.blocks.iter().enumerate() {
+            if let Dirty::Clone(bp) = record {
+                batch.written[i] = Some(*bp);
+            }
+        }
         // Deferred fills: what each partial record lies over, from the synced tree
         // (unchanged since the write, see the theory statement).
         let mut fills: Vec<(usize, Src, u32)> = Vec::new(); // (batch index, old block, blksz)
@@ -1432,6 +1465,19 @@ impl Objset {
     /// this object set stops referencing; see [`BlockKill`].
     pub fn set_block_kill(&self, kill: Option<BlockKill>) {
         *self.block_kill.lock() = kill;
+    }
+
+    /// A dirty record leaves the open generation unsynced (replaced, or freed with
+    /// its range or object): returns the dirty bytes it counted. A cloned record gives
+    /// its reference back as a free would ([`Zio::free_block`] consults the block
+    /// reference table: the block goes only if no pointer names it any more).
+    fn drop_record(&self, rec: Dirty) -> i64 {
+        if let Dirty::Clone(bp) = &rec {
+            if !bp.is_hole() {
+                self.zio.free_block(bp, self.gate.open_txg());
+            }
+        }
+        rec.dirty_bytes() as i64
     }
 
     /// A block leaves the tree in txg `txg`: hand it to the kill hook, or free it
@@ -1749,6 +1795,61 @@ impl Objset {
 }
 
 impl ObjectStore for Objset {
+    fn block_pointers(&self, obj: u64, first_blkid: u64, n: u64) -> Result<Option<(u32, Vec<BlkPtr>)>> {
+        let end = first_blkid.checked_add(n).ok_or(DmuError::Invalid("block range overflows"))?;
+        let mut st = self.st.lock();
+        let dn = self.load_dnode(&mut st, obj)?;
+        let pending = |blocks: &BTreeMap<u64, Dirty>, frees: &[(u64, u64)]| {
+            blocks.range(first_blkid..end).next().is_some() || frees.iter().any(|&(s, e)| s < end && first_blkid < e)
+        };
+        if pending(&dn.open.blocks, &dn.open.frees) || dn.syncing.as_ref().is_some_and(|r| pending(&r.blocks, &r.frees)) {
+            return Ok(None);
+        }
+        let blksz = dn.attrs.blksz;
+        let tree = dn.tree.clone();
+        let bps = (first_blkid..end).map(|b| self.tree_lookup(&tree, b)).collect::<Result<Vec<_>>>()?;
+        Ok(Some((blksz, bps)))
+    }
+
+    fn clone_blocks(&self, tx: &TxHold, obj: u64, first_blkid: u64, blksz_bytes: u32, bps: &[BlkPtr]) -> Result<()> {
+        self.check_writable()?;
+        if bps
+            .iter()
+            .any(|bp| !bp.is_hole() && (bp.otype != ObjectType::FileData || bp.level != 0 || bp.birth_txg >= tx.txg))
+        {
+            return Err(DmuError::Invalid("only synced file data blocks can be cloned"));
+        }
+        first_blkid.checked_add(bps.len() as u64).ok_or(DmuError::Invalid("block range overflows"))?;
+        if !self.zio.brt().has_room(bps.len()) {
+            return Err(DmuError::Invalid("the block reference table is full"));
+        }
+        let mut st = self.st.lock();
+        let dn = self.load_dnode(&mut st, obj)?;
+        if dn.attrs.blksz != blksz_bytes {
+            // An object without data takes the source's block size, as the growing
+            // first block would (OpenZFS `dmu_brt_clone` does the same).
+            let empty = dn.attrs.maxblkid == 0 && !dn.open.blocks.contains_key(&0) && matches!(self.resolve(dn, 0)?, Src::Zero);
+            if !empty || blksz_bytes > dn.attrs.max_blksz || !blksz_bytes.is_multiple_of(512) || blksz_bytes == 0 {
+                return Err(DmuError::Invalid("block sizes differ"));
+            }
+            dn.attrs.blksz = blksz_bytes;
+        }
+        for (i, bp) in bps.iter().enumerate() {
+            let rec = if bp.is_hole() {
+                Dirty::Clone(BlkPtr::HOLE)
+            } else {
+                self.zio.brt().add_ref(bp, tx.txg);
+                let mut c = *bp;
+                c.phys_birth_txg = bp.physical_birth_txg();
+                c.birth_txg = tx.txg;
+                Dirty::Clone(c)
+            };
+            self.put_block(&mut st, obj, first_blkid + i as u64, rec);
+        }
+        Self::mark_dirty(&mut st, obj);
+        Ok(())
+    }
+
     fn hold_tx(&self) -> Result<TxHold> {
         self.check_writable()?;
         self.wait_for_space();
@@ -1790,8 +1891,8 @@ impl ObjectStore for Objset {
         let mut st = self.st.lock();
         let dn = self.load_dnode(&mut st, obj)?;
         dn.attrs.freed = true;
-        let released: i64 = dn.open.blocks.values().map(|b| b.dirty_bytes() as i64).sum();
-        dn.open.blocks.clear();
+        let records = std::mem::take(&mut dn.open.blocks);
+        let released: i64 = records.into_values().map(|b| self.drop_record(b)).sum();
         Self::mark_dirty(&mut st, obj);
         drop(st);
         self.gate.add_dirty(-released);
@@ -1895,7 +1996,7 @@ impl ObjectStore for Objset {
         if first_full < last_full {
             let doomed: Vec<u64> = dn.open.blocks.range(first_full..last_full).map(|(k, _)| *k).collect();
             for k in doomed {
-                released += dn.open.blocks.remove(&k).map(|b| b.dirty_bytes() as i64).unwrap_or(0);
+                released += dn.open.blocks.remove(&k).map(|b| self.drop_record(b)).unwrap_or(0);
             }
             dn.open.frees.push((first_full, last_full));
         }
@@ -1904,11 +2005,11 @@ impl ObjectStore for Objset {
             let keep_to = dn.attrs.maxblkid;
             let doomed: Vec<u64> = dn.open.blocks.range(keep_to + 1..).map(|(k, _)| *k).collect();
             for k in doomed {
-                released += dn.open.blocks.remove(&k).map(|b| b.dirty_bytes() as i64).unwrap_or(0);
+                released += dn.open.blocks.remove(&k).map(|b| self.drop_record(b)).unwrap_or(0);
             }
             if offset_bytes == 0 {
                 // Truncate to zero frees block 0 too.
-                released += dn.open.blocks.remove(&0).map(|b| b.dirty_bytes() as i64).unwrap_or(0);
+                released += dn.open.blocks.remove(&0).map(|b| self.drop_record(b)).unwrap_or(0);
                 dn.open.frees.push((0, u64::MAX));
             } else {
                 dn.open.frees.push((keep_to + 1, u64::MAX));

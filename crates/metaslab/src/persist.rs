@@ -113,6 +113,7 @@ fn seal(dva: [Dva; 3], mut payload: Vec<u8>, psize: u64, otype: ObjectType, txg:
         checksum_alg: ChecksumAlg::Blake3,
         compression: Compression::Off,
         birth_txg: txg,
+        phys_birth_txg: 0,
         fill: 1,
         checksum: ChecksumAlg::Blake3.compute(&payload),
     };

@@ -15,7 +15,8 @@
 //! | 64  | 8    | birth_txg |
 //! | 72  | 8    | fill (non-hole level-0 blocks beneath) |
 //! | 80  | 32   | checksum of the physical block |
-//! | 112 | 16   | reserved, zero |
+//! | 112 | 8    | phys_birth_txg (0: same as birth_txg; set on cloned pointers) |
+//! | 120 | 8    | reserved, zero |
 //!
 //! A hole is the all-zero pointer (birth_txg 0). Every other pointer is checked on
 //! decode the way OpenZFS's `zfs_blkptr_verify` checks one before trusting it: a
@@ -193,8 +194,14 @@ pub struct BlkPtr {
     pub checksum_alg: ChecksumAlg,
     /// How the physical bytes are compressed.
     pub compression: Compression,
-    /// Txg in which this block was written (0 = hole).
+    /// Txg in which this pointer was made (0 = hole): when the block was written,
+    /// or, for a pointer made by cloning (`copy_file_range`), the txg of the clone.
+    /// Snapshots, dead lists and incremental sends go by it.
     pub birth_txg: u64,
+    /// Txg in which the block's bytes were written when that is earlier than
+    /// `birth_txg` (a cloned pointer, OpenZFS's physical birth), else 0. Only level-0
+    /// file data carries one. See [`BlkPtr::physical_birth_txg`].
+    pub phys_birth_txg: u64,
     /// Number of non-hole level-0 blocks at or below this pointer.
     pub fill: u64,
     /// Checksum of the `psize_bytes` physical bytes.
@@ -222,9 +229,20 @@ impl BlkPtr {
         checksum_alg: ChecksumAlg::Off,
         compression: Compression::Off,
         birth_txg: 0,
+        phys_birth_txg: 0,
         fill: 0,
         checksum: [0; 32],
     };
+
+    /// When the block's bytes were written (scans, resilvers and dirty time logs go
+    /// by it): `phys_birth_txg` when set, else `birth_txg`.
+    pub fn physical_birth_txg(&self) -> u64 {
+        if self.phys_birth_txg == 0 {
+            self.birth_txg
+        } else {
+            self.phys_birth_txg
+        }
+    }
 
     /// True when this pointer is a hole.
     pub fn is_hole(&self) -> bool {
@@ -274,6 +292,7 @@ impl BlkPtr {
         put_u64(b, 64, self.birth_txg);
         put_u64(b, 72, self.fill);
         b[80..112].copy_from_slice(&self.checksum);
+        put_u64(b, 112, self.phys_birth_txg);
     }
 
     /// Encode to a fresh array.
@@ -296,7 +315,7 @@ impl BlkPtr {
             }
             return Ok(Self::HOLE);
         }
-        if u32_at(b, 60) != 0 || b[112..128].iter().any(|&x| x != 0) {
+        if u32_at(b, 60) != 0 || b[120..128].iter().any(|&x| x != 0) {
             return Err(Corrupt::new("blkptr", "reserved bytes not zero"));
         }
         let mut dva = [Dva::default(); 3];
@@ -312,9 +331,16 @@ impl BlkPtr {
             checksum_alg: ChecksumAlg::from_u8(b[58])?,
             compression: Compression::from_u8(b[59])?,
             birth_txg,
+            phys_birth_txg: u64_at(b, 112),
             fill: u64_at(b, 72),
             checksum: b[80..112].try_into().unwrap(),
         };
+        if bp.phys_birth_txg != 0 && (bp.phys_birth_txg >= birth_txg || bp.otype != ObjectType::FileData || bp.level != 0) {
+            return Err(Corrupt::new(
+                "blkptr",
+                format!("physical birth {} for a {:?} block born in {birth_txg}", bp.phys_birth_txg, bp.otype),
+            ));
+        }
         if bp.dva[0].is_empty() {
             return Err(Corrupt::new("blkptr", "non-hole without a DVA"));
         }
@@ -446,6 +472,23 @@ mod tests {
         assert!(BlkPtr::decode(&b).is_err());
     }
 
+    #[test]
+    fn physical_birth_only_before_birth_and_on_file_data() {
+        let mut bp = data_bp();
+        bp.birth_txg = 9;
+        bp.phys_birth_txg = 4;
+        let back = BlkPtr::decode(&bp.encode()).unwrap();
+        assert_eq!((back.birth_txg, back.physical_birth_txg()), (9, 4));
+        assert_eq!(data_bp().physical_birth_txg(), data_bp().birth_txg);
+        for (phys, otype, level) in [(9, ObjectType::FileData, 0), (10, ObjectType::FileData, 0), (4, ObjectType::Zap, 0)] {
+            let mut b = bp;
+            b.phys_birth_txg = phys;
+            b.otype = otype;
+            b.level = level;
+            assert!(BlkPtr::decode(&b.encode()).is_err(), "physical birth {phys} on {otype:?}");
+        }
+    }
+
     fn data_bp() -> BlkPtr {
         BlkPtr {
             dva: [
@@ -464,6 +507,7 @@ mod tests {
             checksum_alg: ChecksumAlg::Fletcher4,
             compression: Compression::Off,
             birth_txg: 9,
+            phys_birth_txg: 0,
             fill: 1,
             checksum: [7; 32],
         }

@@ -60,7 +60,14 @@ pub use zil::{LwbHeader, LwbPtr, RecordHeader, ZilHeader};
 /// may have no checksum (`checksum=off`); compressed payloads are rounded up to 512
 /// bytes. A version 3 pool holds none of these and imports unchanged (its labels say 4
 /// from the next label write on, since new blocks may then use the new codes).
-pub const TARN_FORMAT_VERSION: u64 = 4;
+///
+/// Version 5: block cloning. A level-0 file data pointer may carry a physical birth
+/// txg (bytes 112..120, earlier than its birth) when `copy_file_range` made it from
+/// another pointer, and the pool directory may name a block reference table (MOS
+/// object `brt`) counting the extra references of shared blocks; the root config may
+/// list cache devices (`l2cache`). A version 3 or 4 pool holds none of these and
+/// imports unchanged.
+pub const TARN_FORMAT_VERSION: u64 = 5;
 
 /// Oldest format version this build imports. Version 1 pools (JSON pool directory)
 /// and version 2 pools (one whole-pool space map) are refused with a message that

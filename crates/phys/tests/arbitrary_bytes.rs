@@ -25,6 +25,7 @@ fn valid_bp() -> BlkPtr {
         checksum_alg: ChecksumAlg::Fletcher4,
         compression: Compression::Off,
         birth_txg: 5,
+        phys_birth_txg: 0,
         fill: 1,
         checksum: [3; 32],
     }

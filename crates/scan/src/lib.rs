@@ -182,7 +182,10 @@ pub fn collect(zio: &Zio, roots: &Roots, params: &Params, from: Bookmark) -> Col
 }
 
 fn queue(zio: &Zio, params: &Params, bp: &BlkPtr, dataset: u64, object: u64, entries: &mut Vec<Entry>) {
-    if bp.is_hole() || bp.birth_txg < params.min_txg || bp.birth_txg > params.max_txg {
+    // A cloned pointer's bytes were written at its physical birth: that is what a
+    // resilver's txg range (the DTL) is about.
+    let birth = bp.physical_birth_txg();
+    if bp.is_hole() || birth < params.min_txg || birth > params.max_txg {
         return;
     }
     for d in bp.dvas() {
@@ -191,7 +194,7 @@ fn queue(zio: &Zio, params: &Params, bp: &BlkPtr, dataset: u64, object: u64, ent
             offset_bytes: d.offset_bytes,
             asize_bytes: zio.asize_of(d.vdev, bp.psize_bytes as u64),
             psize_bytes: bp.psize_bytes,
-            birth_txg: bp.birth_txg,
+            birth_txg: birth,
             checksum_alg: bp.checksum_alg,
             checksum: bp.checksum,
             dataset,

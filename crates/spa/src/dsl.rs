@@ -35,6 +35,8 @@ pub(crate) const DIR_POOL_PROPS: &[u8] = b"pool_props";
 pub(crate) const DIR_SCAN: &[u8] = b"scan";
 /// Pool-directory ZAP entry naming the persistent error log.
 pub(crate) const DIR_ERRLOG: &[u8] = b"errlog";
+/// Directory entry of the block reference table (present once something was cloned).
+pub(crate) const DIR_BRT: &[u8] = b"brt";
 /// Largest packed record (property list, scan record, error log) read from disk.
 pub(crate) const PACKED_MAX_BYTES: u64 = 16 << 20;
 /// Largest number of datasets and snapshots an import loads.
@@ -59,6 +61,8 @@ pub(crate) struct Dir {
     pub scan_obj: u64,
     /// MOS object holding the error log.
     pub errlog_obj: u64,
+    /// MOS object holding the block reference table (0: none yet).
+    pub brt_obj: u64,
     /// Locally set pool properties (e.g. comment).
     pub pool_props: BTreeMap<String, String>,
     /// The last or current scrub/resilver (absent in pools never scanned).
@@ -164,6 +168,7 @@ impl Dir {
             pool_props_obj: entry(DIR_POOL_PROPS)?,
             scan_obj: entry(DIR_SCAN)?,
             errlog_obj: entry(DIR_ERRLOG)?,
+            brt_obj: zap::lookup(mos, MOS_DIR_OBJ, DIR_BRT).map_err(dmu_err)?.unwrap_or(0),
             ..Dir::default()
         };
         d.pool_props = decode_props(&read_packed(mos, d.pool_props_obj)?)?;

@@ -16,7 +16,10 @@
 //!
 //! A snapshot shares every block born before it with its head, and a clone shares its
 //! origin's: a block named by several dataset trees is counted once, by DVA (the
-//! pointers must agree on birth txg, checksum and sizes). Two *different* block
+//! pointers must agree on physical birth txg, checksum and sizes). Pointers of
+//! different logical births to one block are clones (`copy_file_range`): the block
+//! reference table must have an entry for it, and every entry there must name a
+//! block some tree names. Two *different* block
 //! pointers naming the same DVA, one DVA named twice outside the dataset trees, or
 //! two blocks overlapping, are a double allocation. Dead lists are checked too: every entry must still be named by some
 //! tree (a dead-list entry is a block a snapshot holds; one that is not reachable was
@@ -67,6 +70,8 @@ struct Seen {
     asize_bytes: u64,
     ident: Ident,
     owner: Owner,
+    /// Logical birth txg of the first pointer seen naming it (0 for log blocks).
+    birth_txg: u64,
 }
 
 /// What [`Pool::leak_check`] found in a pool that passed it.
@@ -118,7 +123,10 @@ impl Walk<'_> {
         }
     }
 
-    fn add_dva(&mut self, d: &Dva, ident: Ident, psize_bytes: Option<u32>, owner: Owner) -> Result<(), String> {
+    /// Count DVA `d` of a block named by `owner`; `birth_txg` is the naming pointer's
+    /// logical birth and `brt_key` its first DVA (vdev, offset), the key of the
+    /// block reference table (None for log blocks).
+    fn add_dva(&mut self, d: &Dva, ident: Ident, psize_bytes: Option<u32>, owner: Owner, birth_txg: u64, brt_key: Option<(u32, u64)>) -> Result<(), String> {
         let nvdevs = self.pool.zio.vdevs().len();
         if d.vdev as usize >= nvdevs {
             return Err(format!("{}: block on vdev {}, which does not exist", self.name(owner), d.vdev));
@@ -141,6 +149,14 @@ impl Walk<'_> {
             // its origin); anything else naming one place twice is an error.
             let shared = matches!((prev.owner, owner), (Owner::Dataset(_), Owner::Dataset(_)));
             if shared && prev.ident == ident && prev.asize_bytes == d.asize_bytes {
+                // Two pointers of different births to one block: one is a clone
+                // (copy_file_range), which the block reference table must count.
+                if prev.birth_txg != birth_txg && brt_key.is_none_or(|(v, o)| self.pool.zio.brt().get(v, o).is_none()) {
+                    return Err(format!(
+                        "vdev {} offset {}: named by pointers born in txgs {} and {} without a block reference table entry",
+                        d.vdev, d.offset_bytes, prev.birth_txg, birth_txg
+                    ));
+                }
                 return Ok(());
             }
             return Err(format!(
@@ -157,6 +173,7 @@ impl Walk<'_> {
                 asize_bytes: d.asize_bytes,
                 ident,
                 owner,
+                birth_txg,
             },
         );
         Ok(())
@@ -167,8 +184,9 @@ impl Walk<'_> {
             return Ok(());
         }
         let ident = ident_of(bp);
+        let key = (bp.dva[0].vdev, bp.dva[0].offset_bytes);
         for d in bp.dvas() {
-            self.add_dva(d, ident, Some(bp.psize_bytes), owner)?;
+            self.add_dva(d, ident, Some(bp.psize_bytes), owner, bp.birth_txg, Some(key))?;
         }
         Ok(())
     }
@@ -194,9 +212,11 @@ impl Walk<'_> {
     }
 }
 
+/// A block's identity: its physical birth (a clone's pointer and its source's agree
+/// on it), checksum and size.
 fn ident_of(bp: &BlkPtr) -> Ident {
     Ident::Block {
-        birth_txg: bp.birth_txg,
+        birth_txg: bp.physical_birth_txg(),
         checksum: bp.checksum,
         psize_bytes: bp.psize_bytes,
     }
@@ -253,7 +273,7 @@ impl Pool {
         for (id, zl) in &logs {
             let (dvas, bps) = zl.owned_blocks();
             for d in &dvas {
-                w.add_dva(d, Ident::LogBlock, None, Owner::Zil(*id))?;
+                w.add_dva(d, Ident::LogBlock, None, Owner::Zil(*id), 0, None)?;
             }
             for bp in &bps {
                 w.add_bp(bp, Owner::Zil(*id))?;
@@ -287,6 +307,10 @@ impl Pool {
         }
         if let Some(dl) = owned.iter().find(|o| !deadlists.contains(o)) {
             return Err(format!("a dataset record names dead list {dl}, which is not a dead-list object"));
+        }
+        // Every block reference table entry is a block some tree names.
+        if let Some((v, o, _)) = self.zio.brt().entries().into_iter().find(|(v, o, _)| !w.seen.contains_key(&(*v, *o))) {
+            return Err(format!("block reference table: vdev {v} offset {o} is named by no tree"));
         }
         // Compare with the space maps, vdev by vdev (copied out first, so that no
         // other lock is taken under the space lock).

@@ -1039,6 +1039,11 @@ impl Pool {
         let mos =
             Objset::open(zio.clone(), gate.clone(), &ub.rootbp, 0).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': MOS unreadable: {e}")))?;
         let mut dir = Dir::load(&*mos).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': pool directory unreadable: {e}")))?;
+        if dir.brt_obj != 0 {
+            let table = crate::dsl::read_packed(&*mos, dir.brt_obj)
+                .map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': block reference table unreadable: {e}")))?;
+            zio.brt().load(&table).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': {e}")))?;
+        }
         let ignored = std::mem::take(&mut dir.ignored);
         let pool = Arc::new(Pool {
             name: name.to_string(),

@@ -698,6 +698,7 @@ mod tests {
             otype: ObjectType::FileData,
             checksum_alg: tarn_phys::ChecksumAlg::Fletcher4,
             birth_txg,
+            phys_birth_txg: 0,
             fill: 1,
             ..BlkPtr::HOLE
         };

@@ -211,6 +211,11 @@ impl Pool {
         crate::inject::sync_fault_point(&self.name, crate::inject::SyncFault::PanicAfterData);
         // Sync tasks see every dataset record as this txg leaves it.
         self.run_due_sync_tasks(&tx);
+        // The block reference table after every free of this txg (changes of the
+        // open txg stay out).
+        if self.zio.brt().apply(txg) {
+            self.save_brt(&tx)?;
+        }
         let mos_root = {
             let _a = self.admin.lock();
             let mut mb = self.mos.sync_collect(txg);
@@ -266,5 +271,19 @@ impl Pool {
             z.synced(txg);
         }
         Ok(())
+    }
+
+    /// Write the block reference table into its MOS object (made, and listed in the
+    /// pool directory, the first time).
+    fn save_brt(&self, tx: &TxHold) -> Result<()> {
+        let _a = self.admin.lock();
+        let mos = &*self.mos;
+        let mut d = self.dir.lock();
+        if d.brt_obj == 0 {
+            let obj = crate::dsl::create_packed(mos, tx)?;
+            tarn_dmu::zap::add(mos, tx, crate::pool::MOS_DIR_OBJ, crate::dsl::DIR_BRT, obj).map_err(dmu_err)?;
+            d.brt_obj = obj;
+        }
+        crate::dsl::write_packed(mos, tx, d.brt_obj, &self.zio.brt().encode())
     }
 }

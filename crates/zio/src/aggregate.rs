@@ -67,6 +67,7 @@ pub(crate) fn prepare<'a>(data: &'a [u8], props: &WriteProps) -> Prepared<'a> {
         checksum_alg,
         compression,
         birth_txg: props.txg,
+        phys_birth_txg: 0,
         fill: props.fill,
         checksum,
         ..BlkPtr::HOLE

@@ -33,6 +33,10 @@
 //! its pools ([`Zio::with_arc`]); a dataset's `primarycache` reaches the read path as a
 //! [`CachePolicy`] ([`Zio::read_block_as`]).
 //!
+//! Blocks shared by cloning (`copy_file_range`) are counted in the pool's block
+//! reference table ([`brt`]): a free of such a block drops one reference, and only
+//! the last one frees its space.
+//!
 //! Frees are deferred ([`tarn_metaslab::TXG_DEFER_SIZE`]) so that the last few
 //! uberblocks stay importable for rewind. A free names DVAs read from disk, so it is
 //! checked first (`VdevSpace::is_freeable`): a range that is not allocated or names
@@ -78,6 +82,8 @@ pub mod arc;
 pub use arc::{Access, ArcCache};
 pub mod l2arc;
 pub use l2arc::L2Arc;
+pub mod brt;
+pub use brt::Brt;
 /// Run a closure on every item at once on the vdev I/O pool (for callers above zio
 /// that issue parallel device I/O, such as the intent log's block writes).
 pub use tarn_vdev::iopool::each_parallel;
@@ -213,6 +219,8 @@ pub struct Zio {
     l2arc: Arc<L2Arc>,
     /// The L2ARC feed thread has been started.
     l2_feeding: std::sync::atomic::AtomicBool,
+    /// Blocks shared by cloning, and their extra references (module [`brt`]).
+    brt: Brt,
     /// Reads that failed on every copy since the pool was opened.
     pub data_errors: AtomicU64,
     /// Frees refused since open because the range was not allocated or named no vdev
@@ -268,6 +276,7 @@ impl Zio {
             arc_user: NEXT_ARC_USER.fetch_add(1, Ordering::Relaxed),
             l2arc,
             l2_feeding: std::sync::atomic::AtomicBool::new(false),
+            brt: Brt::default(),
             data_errors: AtomicU64::new(0),
             refused_frees: AtomicU64::new(0),
             blocks_written: AtomicU64::new(0),
@@ -555,6 +564,11 @@ impl Zio {
         (self.arc_user, bp.dva[0], bp.birth_txg)
     }
 
+    /// The pool's block reference table (blocks shared by cloning).
+    pub fn brt(&self) -> &Brt {
+        &self.brt
+    }
+
     /// The pool's L2ARC (cache devices, their headers and counters).
     pub fn l2arc(&self) -> &Arc<L2Arc> {
         &self.l2arc
@@ -633,7 +647,7 @@ impl Zio {
         let mut failed: Vec<&Dva> = Vec::new();
         for d in bp.dvas() {
             let Some(v) = vdevs.get(d.vdev as usize) else { continue };
-            match v.read_birth(d.offset_bytes, bp.psize_bytes as u64, bp.birth_txg, &verify) {
+            match v.read_birth(d.offset_bytes, bp.psize_bytes as u64, bp.physical_birth_txg(), &verify) {
                 Ok(mut phys) => {
                     // Self-heal ditto copies as a mirror heals its sides: rewrite every
                     // copy that failed with the verified bytes (a failure is counted by
@@ -681,7 +695,7 @@ impl Zio {
         let good = bp.dvas().filter(|d| (d.vdev, d.offset_bytes) != (bad.vdev, bad.offset_bytes)).find_map(|d| {
             vdevs
                 .get(d.vdev as usize)?
-                .read_birth(d.offset_bytes, bp.psize_bytes as u64, bp.birth_txg, &verify)
+                .read_birth(d.offset_bytes, bp.psize_bytes as u64, bp.physical_birth_txg(), &verify)
                 .ok()
         });
         good.is_some_and(|phys| target.write(bad.offset_bytes, &phys).is_ok())
@@ -723,13 +737,18 @@ impl Zio {
     /// no vdev, or a range that is not allocated (a crafted or corrupted pointer, or a
     /// block freed twice), is left alone and counted in `refused_frees`, as OpenZFS's
     /// `zfs_recover` turns a bad free into a warning: the cost is leaked space, never
-    /// a panic in syncing context or a range handed out twice.
+    /// a panic in syncing context or a range handed out twice. A block that cloning
+    /// shares ([`Brt`]) only loses a reference; its last one frees it.
     pub fn free_block(&self, bp: &BlkPtr, txg: u64) {
         if bp.is_hole() {
             return;
         }
         self.arc.remove(&self.arc_key(bp));
         self.l2arc.remove(&(bp.dva[0], bp.birth_txg));
+        if self.brt.release(bp, txg) {
+            // Another pointer (a clone) still names the block.
+            return;
+        }
         let mut space = self.space.lock();
         for d in bp.dvas() {
             match space.vdevs.get_mut(d.vdev as usize) {
@@ -741,8 +760,14 @@ impl Zio {
     }
 
     /// Free a block immediately (it was never referenced by a synced uberblock). DVAs
-    /// on holes are skipped and bad ranges refused, as in [`Zio::free_block`].
+    /// on holes are skipped and bad ranges refused, and a shared block only loses a
+    /// reference, as in [`Zio::free_block`].
     pub fn free_now(&self, bp: &BlkPtr) {
+        // Never a cloned block in practice (intent-log blocks); counted with the
+        // next txg that applies the table.
+        if self.brt.release(bp, 0) {
+            return;
+        }
         let mut space = self.space.lock();
         for d in bp.dvas() {
             match space.vdevs.get_mut(d.vdev as usize) {

@@ -81,6 +81,15 @@ const COPY_CHUNK_BYTES: u64 = 1 << 20;
 /// doing it itself.
 static COPY_FILE_RANGE_CALLS: AtomicU64 = AtomicU64::new(0);
 
+/// Bytes [`Vfs::copy_file_range`] shared by cloning instead of copying (all mounts).
+static COPY_FILE_RANGE_CLONED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// How many bytes [`Vfs::copy_file_range`] calls in this process shared by block
+/// cloning rather than copied.
+pub fn copy_file_range_cloned_bytes() -> u64 {
+    COPY_FILE_RANGE_CLONED_BYTES.load(Ordering::Relaxed)
+}
+
 /// How many [`Vfs::copy_file_range`] calls this process has served.
 pub fn copy_file_range_calls() -> u64 {
     COPY_FILE_RANGE_CALLS.load(Ordering::Relaxed)
@@ -483,9 +492,9 @@ impl Vfs {
     /// `ino_out` at `offset_out` inside the daemon, so the bytes never travel through
     /// the kernel and back; returns the bytes copied (fewer than asked at the source's
     /// end, and at most [`COPY_RANGE_MAX_BYTES`] per call, as the syscall allows; its
-    /// callers loop). The source may be a snapshot's file under `.zfs`. The copy
-    /// writes new blocks: sharing them instead (OpenZFS 2.2's block cloning) is not
-    /// built. Errors: `IsDir`/`Invalid` for a non-regular file, `Invalid` for
+    /// callers loop). The source may be a snapshot's file under `.zfs`. Whole records
+    /// on record boundaries are shared instead of copied ([`Fs::clone_range`],
+    /// OpenZFS 2.2's block cloning); the rest is copied. Errors: `IsDir`/`Invalid` for a non-regular file, `Invalid` for
     /// overlapping ranges of one file (as Linux), `ReadOnly` for a target under
     /// `.zfs`, and what the reads and writes return.
     pub fn copy_file_range(&self, ino_in: u64, offset_in: u64, ino_out: u64, offset_out: u64, len_bytes: u64) -> Result<u64> {
@@ -506,7 +515,15 @@ impl Vfs {
             .checked_add(n)
             .filter(|&e| e <= crate::FILE_SIZE_MAX_BYTES)
             .ok_or(ZplError::FileTooBig)?;
-        let mut done = 0u64;
+        // Whole records are shared, not copied (block cloning), when both files are
+        // live files of this file system and the offsets lie on record boundaries.
+        let mut done = match (Self::node(ino_in)?, Self::node(ino_out)?) {
+            (Node::Live(i), Node::Live(o)) => self.fs.clone_range(i, offset_in, o, offset_out, n)?,
+            _ => 0,
+        };
+        if done > 0 {
+            COPY_FILE_RANGE_CLONED_BYTES.fetch_add(done, Ordering::Relaxed);
+        }
         while done < n {
             let chunk = (n - done).min(COPY_CHUNK_BYTES) as u32;
             let data = self.read(ino_in, offset_in + done, chunk)?;
