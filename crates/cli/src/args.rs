@@ -281,7 +281,7 @@ pub fn resolve_device(word: &str, cwd: &Path, create_missing: bool) -> PathBuf {
 }
 
 /// The dataset properties the CLI knows, in `zfs get all` order.
-pub const FS_PROPS: [&str; 13] = [
+pub const FS_PROPS: [&str; 14] = [
     "recordsize",
     "mountpoint",
     "checksum",
@@ -295,6 +295,7 @@ pub const FS_PROPS: [&str; 13] = [
     "logbias",
     "primarycache",
     "secondarycache",
+    "dedup",
 ];
 
 /// Short column header of a dataset property for `zfs list -o`.

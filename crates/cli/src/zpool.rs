@@ -838,10 +838,15 @@ fn pool_value(name: &str, entry: &PoolEntry, prop: &str, parsable: bool) -> (Str
             Some(r) => (r.display().to_string(), "local".into()),
             None => ("-".into(), "default".into()),
         },
-        // No checkpoints, no device growth and no dedup in Tarn: OpenZFS's values for
-        // a pool without them.
+        // No checkpoints and no device growth in Tarn: OpenZFS's values for a pool
+        // without them.
         "checkpoint" | "expandsize" => ("-".into(), ro),
-        "dedupratio" => (format::ratio(1, 1, parsable), ro),
+        // Referenced over allocated bytes of the deduplicated blocks (OpenZFS
+        // `ddt_get_pool_dedup_ratio`); 1.00x without any.
+        "dedupratio" => match entry.pool.zio().ddt().space_bytes() {
+            (0, _) => (format::ratio(1, 1, parsable), ro),
+            (alloc, referenced) => (format::ratio(referenced, alloc, parsable), ro),
+        },
         // Block cloning (OpenZFS 2.2): bytes of the shared blocks, bytes their extra
         // references would take as copies, and (used + saved) / used.
         "bcloneused" | "bclonesaved" | "bcloneratio" => {

@@ -74,11 +74,12 @@
 //! record may be another block's pointer (`Dirty::Clone`), taken from the synced tree
 //! of a source object (`block_pointers`, which refuses blocks with unsynced changes).
 //! The pointer keeps its DVAs and checksum, gets the open txg as its birth and keeps
-//! the source's as its physical birth; the pool's block reference table counts the
-//! reference at once, phase 2 installs the pointer without writing, and a clone
-//! record dropped before its sync (replaced, freed with its range or object) gives
-//! its reference back through `Zio::free_block`. A partial write into a block cloned
-//! in the same txg turns it into a whole record (the shared bytes read at once).
+//! the source's as its physical birth; phase 2 counts the reference
+//! (`Zio::clone_ref`) and installs the pointer without writing, before phase 3 frees
+//! anything of the txg, so a source block freed in the same txg stays. A clone
+//! record dropped before its sync (replaced, freed with its range or object) took
+//! nothing. A partial write into a block cloned in the same txg turns it into a
+//! whole record (the shared bytes read at once).
 //!
 //! Object ids are reused (OpenZFS `dmu_object_alloc`): a new object takes the lowest
 //! free slot known — a slot whose free has synced (`free_ids`, filled by phase 3), or
@@ -177,10 +178,9 @@ enum Dirty {
     /// Only the byte ranges written in this generation (deferred fill); every other
     /// byte is whatever lies below this generation. See the theory statement.
     Partial(Arc<Partial>),
-    /// Another block's pointer, shared by cloning ([`Objset::clone_blocks`]): its
-    /// sync writes nothing and installs the pointer. The pool's block reference
-    /// table counted the reference when the record was made; a record dropped
-    /// before its sync gives it back ([`Objset::drop_record`]).
+    /// Another block's pointer, shared by cloning (`ObjectStore::clone_blocks`): its
+    /// sync writes nothing, counts the reference (block reference table, or dedup
+    /// table for a deduplicated block) and installs the pointer.
     Clone(BlkPtr),
 }
 
@@ -400,6 +400,8 @@ pub struct Objset {
     compression: std::sync::atomic::AtomicU32,
     /// The `checksum` property for file data (a [`ChecksumAlg`] code).
     checksum: AtomicU8,
+    /// The `dedup` property ([`tarn_zio::Dedup`] as 0 off, 1 on, 2 verify).
+    dedup: AtomicU8,
     /// The `copies` property for file data (1..=3).
     data_copies: AtomicU8,
     /// The `primarycache` property ([`CachePolicy`] as u8).
@@ -456,6 +458,7 @@ impl Objset {
             os_type,
             compression: CompressSetting::OFF.to_bits().into(),
             checksum: AtomicU8::new(ChecksumAlg::Fletcher4 as u8),
+            dedup: AtomicU8::new(0),
             data_copies: AtomicU8::new(1),
             primarycache: AtomicU8::new(0),
             secondarycache: AtomicU8::new(0),
@@ -509,6 +512,7 @@ impl Objset {
             os_type: phys.os_type,
             compression: CompressSetting::OFF.to_bits().into(),
             checksum: AtomicU8::new(ChecksumAlg::Fletcher4 as u8),
+            dedup: AtomicU8::new(0),
             data_copies: AtomicU8::new(1),
             primarycache: AtomicU8::new(0),
             secondarycache: AtomicU8::new(0),
@@ -607,6 +611,26 @@ impl Objset {
     /// writes none). Metadata always gets BLAKE3, whatever this says.
     pub fn set_checksum(&self, alg: ChecksumAlg) {
         self.checksum.store(alg as u8, Ordering::Relaxed);
+    }
+
+    /// Set how new file data blocks are deduplicated (the `dedup` property; the
+    /// caller also sets the strong checksum it implies).
+    pub fn set_dedup(&self, d: tarn_zio::Dedup) {
+        let v = match d {
+            tarn_zio::Dedup::Off => 0,
+            tarn_zio::Dedup::On => 1,
+            tarn_zio::Dedup::Verify => 2,
+        };
+        self.dedup.store(v, Ordering::Relaxed);
+    }
+
+    /// The `dedup` setting in force.
+    pub fn dedup(&self) -> tarn_zio::Dedup {
+        match self.dedup.load(Ordering::Relaxed) {
+            1 => tarn_zio::Dedup::On,
+            2 => tarn_zio::Dedup::Verify,
+            _ => tarn_zio::Dedup::Off,
+        }
     }
 
     /// Set the number of copies (DVAs) of new file data blocks (the `copies`
@@ -1135,7 +1159,7 @@ impl Objset {
     /// read with [`Zio::read_blocks`] in batches of at most [`FILL_BATCH_BYTES`], each
     /// batch merged (new bytes over old) and written before the next is read.
     pub fn sync_write_data(&self, batch: &mut SyncBatch, threads: usize) -> Result<()> {
-        let (compression, checksum, data_copies) = (self.compression(), self.checksum(), self.data_copies());
+        let (compression, checksum, data_copies, dedup) = (self.compression(), self.checksum(), self.data_copies(), self.dedup());
         let txg = batch.txg;
         // nopwrite (OpenZFS `dmu_write_policy`: a strong checksum and compression on):
         // each file data block is offered the pointer it replaces, unless a free of
@@ -1170,6 +1194,7 @@ impl Objset {
                     txg,
                     fill: 1,
                     nop_prev: prev[i],
+                    dedup,
                 }
             } else {
                 WriteProps::meta(otype, 0, copies_for(otype, self.os_type, data_copies), txg, 1)
@@ -1209,9 +1234,16 @@ impl Objset {
             }
         }
         drop(items);
-        // Cloned records: the shared pointer itself.
+        // Cloned records: the shared pointer itself, counted now in the block
+        // reference table (or the dedup table) — in syncing context, so that the
+        // tables written at the end of this txg match its trees.
         for (i, (_, _, _, record)) in batch.blocks.iter().enumerate() {
             if let Dirty::Clone(bp) = record {
+                // A deduplicated block missing from its table (a damaged pool) counts
+                // nowhere: its frees then leave it allocated (`refused_frees`).
+                if !bp.is_hole() {
+                    let _ = self.zio.clone_ref(bp);
+                }
                 batch.written[i] = Some(*bp);
             }
         }
@@ -1468,15 +1500,9 @@ impl Objset {
     }
 
     /// A dirty record leaves the open generation unsynced (replaced, or freed with
-    /// its range or object): returns the dirty bytes it counted. A cloned record gives
-    /// its reference back as a free would ([`Zio::free_block`] consults the block
-    /// reference table: the block goes only if no pointer names it any more).
+    /// its range or object): returns the dirty bytes it counted. A cloned record took
+    /// no reference yet (that happens when it is installed), so nothing else is due.
     fn drop_record(&self, rec: Dirty) -> i64 {
-        if let Dirty::Clone(bp) = &rec {
-            if !bp.is_hole() {
-                self.zio.free_block(bp, self.gate.open_txg());
-            }
-        }
         rec.dirty_bytes() as i64
     }
 
@@ -1515,7 +1541,10 @@ impl Objset {
     }
 
     fn free_subtree(&self, bp: &BlkPtr, txg: u64, seen: &mut std::collections::HashSet<(tarn_phys::Dva, u64)>) -> Result<()> {
-        if bp.is_hole() || !seen.insert((bp.dva[0], bp.birth_txg)) {
+        // Only an indirect block is freed once however often a (crafted) tree names
+        // it: level-0 pointers to one block are legitimately many (dedup, clones),
+        // and each is a reference to give back.
+        if bp.is_hole() || (bp.level > 0 && !seen.insert((bp.dva[0], bp.birth_txg))) {
             return Ok(());
         }
         if bp.level > 0 {
@@ -1838,7 +1867,6 @@ impl ObjectStore for Objset {
             let rec = if bp.is_hole() {
                 Dirty::Clone(BlkPtr::HOLE)
             } else {
-                self.zio.brt().add_ref(bp, tx.txg);
                 let mut c = *bp;
                 c.phys_birth_txg = bp.physical_birth_txg();
                 c.birth_txg = tx.txg;

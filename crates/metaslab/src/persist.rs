@@ -114,6 +114,7 @@ fn seal(dva: [Dva; 3], mut payload: Vec<u8>, psize: u64, otype: ObjectType, txg:
         compression: Compression::Off,
         birth_txg: txg,
         phys_birth_txg: 0,
+        dedup: false,
         fill: 1,
         checksum: ChecksumAlg::Blake3.compute(&payload),
     };

@@ -11,7 +11,7 @@
 //! | 57  | 1    | level (0 = data, n = indirect) |
 //! | 58  | 1    | checksum algorithm |
 //! | 59  | 1    | compression |
-//! | 60  | 4    | reserved, zero |
+//! | 60  | 4    | flags: bit 0 dedup (the block is in the dedup table); other bits zero |
 //! | 64  | 8    | birth_txg |
 //! | 72  | 8    | fill (non-hole level-0 blocks beneath) |
 //! | 80  | 32   | checksum of the physical block |
@@ -202,6 +202,10 @@ pub struct BlkPtr {
     /// `birth_txg` (a cloned pointer, OpenZFS's physical birth), else 0. Only level-0
     /// file data carries one. See [`BlkPtr::physical_birth_txg`].
     pub phys_birth_txg: u64,
+    /// The block is deduplicated (OpenZFS `BP_GET_DEDUP`): the pool's dedup table
+    /// counts the pointers naming it, and a free drops one reference there. Only
+    /// level-0 file data with a strong checksum carries it.
+    pub dedup: bool,
     /// Number of non-hole level-0 blocks at or below this pointer.
     pub fill: u64,
     /// Checksum of the `psize_bytes` physical bytes.
@@ -230,6 +234,7 @@ impl BlkPtr {
         compression: Compression::Off,
         birth_txg: 0,
         phys_birth_txg: 0,
+        dedup: false,
         fill: 0,
         checksum: [0; 32],
     };
@@ -289,6 +294,7 @@ impl BlkPtr {
         b[57] = self.level;
         b[58] = self.checksum_alg as u8;
         b[59] = self.compression as u8;
+        put_u32(b, 60, u32::from(self.dedup));
         put_u64(b, 64, self.birth_txg);
         put_u64(b, 72, self.fill);
         b[80..112].copy_from_slice(&self.checksum);
@@ -315,7 +321,7 @@ impl BlkPtr {
             }
             return Ok(Self::HOLE);
         }
-        if u32_at(b, 60) != 0 || b[120..128].iter().any(|&x| x != 0) {
+        if u32_at(b, 60) > 1 || b[120..128].iter().any(|&x| x != 0) {
             return Err(Corrupt::new("blkptr", "reserved bytes not zero"));
         }
         let mut dva = [Dva::default(); 3];
@@ -332,9 +338,16 @@ impl BlkPtr {
             compression: Compression::from_u8(b[59])?,
             birth_txg,
             phys_birth_txg: u64_at(b, 112),
+            dedup: u32_at(b, 60) == 1,
             fill: u64_at(b, 72),
             checksum: b[80..112].try_into().unwrap(),
         };
+        if bp.dedup && (bp.otype != ObjectType::FileData || bp.level != 0 || !bp.checksum_alg.is_strong()) {
+            return Err(Corrupt::new(
+                "blkptr",
+                format!("dedup flag on a {:?} block with {:?}", bp.otype, bp.checksum_alg),
+            ));
+        }
         if bp.phys_birth_txg != 0 && (bp.phys_birth_txg >= birth_txg || bp.otype != ObjectType::FileData || bp.level != 0) {
             return Err(Corrupt::new(
                 "blkptr",
@@ -508,6 +521,7 @@ mod tests {
             compression: Compression::Off,
             birth_txg: 9,
             phys_birth_txg: 0,
+            dedup: false,
             fill: 1,
             checksum: [7; 32],
         }

@@ -26,6 +26,7 @@ fn valid_bp() -> BlkPtr {
         compression: Compression::Off,
         birth_txg: 5,
         phys_birth_txg: 0,
+        dedup: false,
         fill: 1,
         checksum: [3; 32],
     }

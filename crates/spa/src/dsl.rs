@@ -37,6 +37,9 @@ pub(crate) const DIR_SCAN: &[u8] = b"scan";
 pub(crate) const DIR_ERRLOG: &[u8] = b"errlog";
 /// Directory entry of the block reference table (present once something was cloned).
 pub(crate) const DIR_BRT: &[u8] = b"brt";
+/// Directory entries of the dedup table and its log (present once dedup was used).
+pub(crate) const DIR_DDT: &[u8] = b"ddt";
+pub(crate) const DIR_DDT_LOG: &[u8] = b"ddt-log";
 /// Largest packed record (property list, scan record, error log) read from disk.
 pub(crate) const PACKED_MAX_BYTES: u64 = 16 << 20;
 /// Largest number of datasets and snapshots an import loads.
@@ -63,6 +66,9 @@ pub(crate) struct Dir {
     pub errlog_obj: u64,
     /// MOS object holding the block reference table (0: none yet).
     pub brt_obj: u64,
+    /// MOS objects holding the dedup table and its log (0: none yet).
+    pub ddt_obj: u64,
+    pub ddt_log_obj: u64,
     /// Locally set pool properties (e.g. comment).
     pub pool_props: BTreeMap<String, String>,
     /// The last or current scrub/resilver (absent in pools never scanned).
@@ -135,6 +141,24 @@ pub(crate) fn read_packed(mos: &dyn ObjectStore, obj: u64) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// Read an object stored like a packed record (length in the bonus) whose length may
+/// pass [`PACKED_MAX_BYTES`], up to `max_bytes` (the dedup table and its log).
+pub(crate) fn read_large(mos: &dyn ObjectStore, obj: u64, max_bytes: u64) -> Result<Vec<u8>> {
+    let b = mos.bonus(obj).map_err(dmu_err)?;
+    let len = u64::from_le_bytes(
+        b.get(0..8)
+            .ok_or_else(|| SpaError::Corrupt(format!("record {obj}: no length")))?
+            .try_into()
+            .unwrap(),
+    );
+    if len > max_bytes {
+        return Err(SpaError::Corrupt(format!("record {obj}: {len} bytes")));
+    }
+    let mut buf = vec![0u8; len as usize];
+    mos.read(obj, 0, &mut buf).map_err(dmu_err)?;
+    Ok(buf)
+}
+
 /// Replace a packed record's contents.
 pub(crate) fn write_packed(mos: &dyn ObjectStore, tx: &TxHold, obj: u64, bytes: &[u8]) -> Result<()> {
     if !bytes.is_empty() {
@@ -169,6 +193,8 @@ impl Dir {
             scan_obj: entry(DIR_SCAN)?,
             errlog_obj: entry(DIR_ERRLOG)?,
             brt_obj: zap::lookup(mos, MOS_DIR_OBJ, DIR_BRT).map_err(dmu_err)?.unwrap_or(0),
+            ddt_obj: zap::lookup(mos, MOS_DIR_OBJ, DIR_DDT).map_err(dmu_err)?.unwrap_or(0),
+            ddt_log_obj: zap::lookup(mos, MOS_DIR_OBJ, DIR_DDT_LOG).map_err(dmu_err)?.unwrap_or(0),
             ..Dir::default()
         };
         d.pool_props = decode_props(&read_packed(mos, d.pool_props_obj)?)?;
@@ -348,6 +374,7 @@ pub const DATASET_PROPS: &[(&str, &str)] = &[
     ("logbias", "latency"),
     ("primarycache", "all"),
     ("secondarycache", "all"),
+    ("dedup", "off"),
 ];
 
 /// Parse a human size as zfs(8) and zpool(8) take them ("256M", "4G", "1.5G", "512",
@@ -529,6 +556,10 @@ pub fn check_dataset_prop(prop: &str, value: &str) -> std::result::Result<String
             None => Err(format!("'checksum' must be one of '{CHECKSUM_VALUES}'")),
         },
         "copies" => one_of(&["1", "2", "3"]),
+        "dedup" => match dedup_setting(value) {
+            Some(_) => Ok(value.into()),
+            None => Err("'dedup' must be one of 'on | off | verify | sha256[,verify] | sha512[,verify] | blake3[,verify]'".into()),
+        },
         p if READONLY_DATASET_PROPS.contains(&p) => Err(format!("'{p}' is readonly")),
         _ => Err(format!("invalid property '{prop}'")),
     }
@@ -1283,6 +1314,19 @@ impl Pool {
             )));
         }
         let v = check_prop(prop, value)?;
+        // Dedup keys its table by a strong checksum: not with `checksum=off`.
+        let d = self.dir.lock();
+        let (dedup, sum) = match prop {
+            "dedup" => (v.clone(), self.effective(&d, name, "checksum").0),
+            "checksum" => (self.effective(&d, name, "dedup").0, v.clone()),
+            _ => (String::new(), String::new()),
+        };
+        drop(d);
+        if sum == "off" && !dedup.is_empty() && dedup != "off" {
+            return Err(SpaError::Invalid(format!(
+                "cannot set property for '{name}': 'dedup' needs a checksum, and 'checksum' would be 'off'"
+            )));
+        }
         self.change_props(name, |props| {
             props.remove(&format!("{prop}{INHERIT_SUFFIX}"));
             props.insert(prop.to_string(), v);
@@ -1424,7 +1468,18 @@ impl Pool {
         let comp = CompressSetting::parse(&self.effective(d, name, "compression").0).unwrap_or(CompressSetting::OFF);
         os.set_compression(comp);
         let sum = ChecksumAlg::parse(&self.effective(d, name, "checksum").0).unwrap_or(ChecksumAlg::Fletcher4);
-        os.set_checksum(sum);
+        // `dedup` names the checksum its table is keyed by, and it overrides
+        // `checksum` for file data (zfsprops(7)).
+        match dedup_setting(&self.effective(d, name, "dedup").0) {
+            Some((mode, alg)) if mode != tarn_zio::Dedup::Off && sum != ChecksumAlg::Off => {
+                os.set_checksum(alg);
+                os.set_dedup(mode);
+            }
+            _ => {
+                os.set_checksum(sum);
+                os.set_dedup(tarn_zio::Dedup::Off);
+            }
+        }
         os.set_copies(self.effective(d, name, "copies").0.parse().unwrap_or(1));
         os.set_readonly(self.effective(d, name, "readonly").0 == "on");
         os.set_primarycache(tarn_zio::CachePolicy::parse(&self.effective(d, name, "primarycache").0).unwrap_or_default());
@@ -1511,6 +1566,27 @@ impl Pool {
             return Err(SpaError::NotFound(format!("cannot open '{name}': dataset does not exist")));
         }
         Ok(self.effective(&d, name, prop))
+    }
+}
+
+/// A `dedup` value: the write mode and the checksum the table is keyed by (`on`
+/// and `verify` mean SHA-256, OpenZFS's default dedup checksum). `None` for a value
+/// Tarn does not take (skein and edonr are not built).
+pub(crate) fn dedup_setting(v: &str) -> Option<(tarn_zio::Dedup, ChecksumAlg)> {
+    use tarn_zio::Dedup;
+    let (alg, verify) = match v.strip_suffix(",verify") {
+        Some(a) => (a, true),
+        None => (v, false),
+    };
+    let mode = if verify { Dedup::Verify } else { Dedup::On };
+    match alg {
+        "off" if !verify => Some((Dedup::Off, ChecksumAlg::Fletcher4)),
+        "on" if !verify => Some((Dedup::On, ChecksumAlg::Sha256)),
+        "verify" if !verify => Some((Dedup::Verify, ChecksumAlg::Sha256)),
+        "sha256" => Some((mode, ChecksumAlg::Sha256)),
+        "sha512" => Some((mode, ChecksumAlg::Sha512)),
+        "blake3" => Some((mode, ChecksumAlg::Blake3)),
+        _ => None,
     }
 }
 

@@ -124,9 +124,9 @@ impl Walk<'_> {
     }
 
     /// Count DVA `d` of a block named by `owner`; `birth_txg` is the naming pointer's
-    /// logical birth and `brt_key` its first DVA (vdev, offset), the key of the
-    /// block reference table (None for log blocks).
-    fn add_dva(&mut self, d: &Dva, ident: Ident, psize_bytes: Option<u32>, owner: Owner, birth_txg: u64, brt_key: Option<(u32, u64)>) -> Result<(), String> {
+    /// logical birth, and `counted` whether a table (block reference table or dedup
+    /// table) counts the block's several pointers.
+    fn add_dva(&mut self, d: &Dva, ident: Ident, psize_bytes: Option<u32>, owner: Owner, birth_txg: u64, counted: bool) -> Result<(), String> {
         let nvdevs = self.pool.zio.vdevs().len();
         if d.vdev as usize >= nvdevs {
             return Err(format!("{}: block on vdev {}, which does not exist", self.name(owner), d.vdev));
@@ -149,11 +149,11 @@ impl Walk<'_> {
             // its origin); anything else naming one place twice is an error.
             let shared = matches!((prev.owner, owner), (Owner::Dataset(_), Owner::Dataset(_)));
             if shared && prev.ident == ident && prev.asize_bytes == d.asize_bytes {
-                // Two pointers of different births to one block: one is a clone
-                // (copy_file_range), which the block reference table must count.
-                if prev.birth_txg != birth_txg && brt_key.is_none_or(|(v, o)| self.pool.zio.brt().get(v, o).is_none()) {
+                // Two pointers of different births to one block: a clone
+                // (copy_file_range) or a dedup hit, which a table must count.
+                if prev.birth_txg != birth_txg && !counted {
                     return Err(format!(
-                        "vdev {} offset {}: named by pointers born in txgs {} and {} without a block reference table entry",
+                        "vdev {} offset {}: named by pointers born in txgs {} and {} without a block reference or dedup table entry",
                         d.vdev, d.offset_bytes, prev.birth_txg, birth_txg
                     ));
                 }
@@ -184,9 +184,21 @@ impl Walk<'_> {
             return Ok(());
         }
         let ident = ident_of(bp);
-        let key = (bp.dva[0].vdev, bp.dva[0].offset_bytes);
+        let counted = if bp.dedup {
+            self.pool.zio.ddt().lookup(&tarn_zio::ddt::DdtKey::of(bp)).is_some_and(|e| e.dva == bp.dva)
+        } else {
+            self.pool.zio.brt().get(bp.dva[0].vdev, bp.dva[0].offset_bytes).is_some()
+        };
+        if bp.dedup && !counted {
+            return Err(format!(
+                "{}: deduplicated block at vdev {} offset {} has no dedup table entry",
+                self.name(owner),
+                bp.dva[0].vdev,
+                bp.dva[0].offset_bytes
+            ));
+        }
         for d in bp.dvas() {
-            self.add_dva(d, ident, Some(bp.psize_bytes), owner, bp.birth_txg, Some(key))?;
+            self.add_dva(d, ident, Some(bp.psize_bytes), owner, bp.birth_txg, counted)?;
         }
         Ok(())
     }
@@ -273,7 +285,7 @@ impl Pool {
         for (id, zl) in &logs {
             let (dvas, bps) = zl.owned_blocks();
             for d in &dvas {
-                w.add_dva(d, Ident::LogBlock, None, Owner::Zil(*id), 0, None)?;
+                w.add_dva(d, Ident::LogBlock, None, Owner::Zil(*id), 0, false)?;
             }
             for bp in &bps {
                 w.add_bp(bp, Owner::Zil(*id))?;
@@ -311,6 +323,18 @@ impl Pool {
         // Every block reference table entry is a block some tree names.
         if let Some((v, o, _)) = self.zio.brt().entries().into_iter().find(|(v, o, _)| !w.seen.contains_key(&(*v, *o))) {
             return Err(format!("block reference table: vdev {v} offset {o} is named by no tree"));
+        }
+        if let Some((_, e)) = self
+            .zio
+            .ddt()
+            .entries()
+            .into_iter()
+            .find(|(_, e)| !w.seen.contains_key(&(e.dva[0].vdev, e.dva[0].offset_bytes)))
+        {
+            return Err(format!(
+                "dedup table: the block at vdev {} offset {} is named by no tree",
+                e.dva[0].vdev, e.dva[0].offset_bytes
+            ));
         }
         // Compare with the space maps, vdev by vdev (copied out first, so that no
         // other lock is taken under the space lock).

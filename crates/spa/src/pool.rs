@@ -1044,6 +1044,19 @@ impl Pool {
                 .map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': block reference table unreadable: {e}")))?;
             zio.brt().load(&table).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': {e}")))?;
         }
+        if dir.ddt_obj != 0 {
+            let max = tarn_zio::ddt::DDT_STORED_MAX_BYTES;
+            let unreadable = |e: SpaError| SpaError::Corrupt(format!("cannot import '{name}': dedup table unreadable: {e}"));
+            let table = crate::dsl::read_large(&*mos, dir.ddt_obj, max).map_err(unreadable)?;
+            let log = if dir.ddt_log_obj != 0 {
+                crate::dsl::read_large(&*mos, dir.ddt_log_obj, max).map_err(unreadable)?
+            } else {
+                Vec::new()
+            };
+            zio.ddt()
+                .load(&table, &log)
+                .map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': {e}")))?;
+        }
         let ignored = std::mem::take(&mut dir.ignored);
         let pool = Arc::new(Pool {
             name: name.to_string(),

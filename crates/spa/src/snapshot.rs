@@ -699,6 +699,7 @@ mod tests {
             checksum_alg: tarn_phys::ChecksumAlg::Fletcher4,
             birth_txg,
             phys_birth_txg: 0,
+            dedup: false,
             fill: 1,
             ..BlkPtr::HOLE
         };

@@ -211,10 +211,13 @@ impl Pool {
         crate::inject::sync_fault_point(&self.name, crate::inject::SyncFault::PanicAfterData);
         // Sync tasks see every dataset record as this txg leaves it.
         self.run_due_sync_tasks(&tx);
-        // The block reference table after every free of this txg (changes of the
-        // open txg stay out).
-        if self.zio.brt().apply(txg) {
+        // The block reference and dedup tables after every free of this txg (they
+        // change only in syncing context, so they match this txg's trees).
+        if self.zio.brt().take_dirty() {
             self.save_brt(&tx)?;
+        }
+        if self.zio.ddt().is_dirty() {
+            self.save_ddt(&tx)?;
         }
         let mos_root = {
             let _a = self.admin.lock();
@@ -285,5 +288,39 @@ impl Pool {
             d.brt_obj = obj;
         }
         crate::dsl::write_packed(mos, tx, d.brt_obj, &self.zio.brt().encode())
+    }
+
+    /// Append the dedup entries this txg changed to the DDT log (OpenZFS 2.3's fast
+    /// dedup log); when the log has grown past the table (and 1 MiB), rewrite the
+    /// table whole and empty the log. Both objects are made, and listed in the pool
+    /// directory, the first time.
+    fn save_ddt(&self, tx: &TxHold) -> Result<()> {
+        use crate::dsl::{create_packed, write_packed, DIR_DDT, DIR_DDT_LOG};
+        let _a = self.admin.lock();
+        let mos = &*self.mos;
+        let mut d = self.dir.lock();
+        if d.ddt_obj == 0 {
+            let table = create_packed(mos, tx)?;
+            let log = create_packed(mos, tx)?;
+            tarn_dmu::zap::add(mos, tx, crate::pool::MOS_DIR_OBJ, DIR_DDT, table).map_err(dmu_err)?;
+            tarn_dmu::zap::add(mos, tx, crate::pool::MOS_DIR_OBJ, DIR_DDT_LOG, log).map_err(dmu_err)?;
+            d.ddt_obj = table;
+            d.ddt_log_obj = log;
+        }
+        let records = self.zio.ddt().take_changes();
+        let len = |obj: u64| -> Result<u64> {
+            let b = mos.bonus(obj).map_err(dmu_err)?;
+            Ok(b.get(0..8).map(|x| u64::from_le_bytes(x.try_into().unwrap())).unwrap_or(0))
+        };
+        let (table_len, log_len) = (len(d.ddt_obj)?, len(d.ddt_log_obj)?);
+        let new_log = log_len + records.len() as u64;
+        if new_log > table_len.max(1 << 20) {
+            write_packed(mos, tx, d.ddt_obj, &self.zio.ddt().encode())?;
+            write_packed(mos, tx, d.ddt_log_obj, &[])?;
+        } else if !records.is_empty() {
+            mos.write(tx, d.ddt_log_obj, log_len, &records).map_err(dmu_err)?;
+            mos.set_bonus(tx, d.ddt_log_obj, &new_log.to_le_bytes()).map_err(dmu_err)?;
+        }
+        Ok(())
     }
 }

@@ -41,7 +41,7 @@ fn read_all(fs: &Fs, ino: u64) -> Vec<u8> {
 /// The block reference table the files' synced trees call for (no snapshots here:
 /// every pointer is one reference): (vdev, offset) → pointers beyond the first.
 fn expected_refcounts(pool: &Pool, inos: &[u64]) -> Vec<(u32, u64, u64)> {
-    let os = pool.objset("cl").unwrap();
+    let os = pool.objset(&pool.name()).unwrap();
     let mut count: std::collections::BTreeMap<(u32, u64), u64> = Default::default();
     for &ino in inos {
         let n = os.object_info(ino).unwrap().maxblkid + 1;
@@ -286,8 +286,8 @@ fn power_cuts_never_leave_a_reference_count_the_trees_disagree_with() {
         for f in ["a", "b"] {
             let _ = std::fs::remove_file(dir.join(f));
         }
-        let pool = make_pool(&dir, "cl");
-        let fs = mount(&pool, "cl");
+        let pool = make_pool(&dir, "cp");
+        let fs = mount(&pool, "cp");
         let names = ["f0", "f1", "f2"];
         let mut inos: Vec<u64> = names.iter().map(|n| fs.create(fs.root(), n.as_bytes(), 0o644, 0, 0).unwrap().ino).collect();
         fs.write(inos[0], 0, &pattern(1, (6 * REC) as usize)).unwrap();
@@ -307,8 +307,8 @@ fn power_cuts_never_leave_a_reference_count_the_trees_disagree_with() {
         let _ = pool.sync();
         drop(fs);
         common::abandon(pool, &prefix);
-        let pool = Pool::import("cl", std::slice::from_ref(&dir), Rewind::None, None).unwrap();
-        let fs = mount(&pool, "cl");
+        let pool = Pool::import("cp", std::slice::from_ref(&dir), Rewind::None, None).unwrap();
+        let fs = mount(&pool, "cp");
         pool.sync().unwrap();
         pool.sync().unwrap();
         let inos: Vec<u64> = names.iter().map(|n| fs.lookup(fs.root(), n.as_bytes()).unwrap().ino).collect();

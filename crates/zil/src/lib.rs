@@ -471,6 +471,7 @@ impl Zilog {
                                     txg: itx.txg,
                                     fill: 1,
                                     nop_prev: None,
+                                    dedup: tarn_zio::Dedup::Off,
                                 },
                             )
                             .map_err(|e| {

@@ -68,6 +68,7 @@ pub(crate) fn prepare<'a>(data: &'a [u8], props: &WriteProps) -> Prepared<'a> {
         compression,
         birth_txg: props.txg,
         phys_birth_txg: 0,
+        dedup: false,
         fill: props.fill,
         checksum,
         ..BlkPtr::HOLE
@@ -95,7 +96,106 @@ fn nop_write_matches(old: &BlkPtr, new: &BlkPtr, copies: u8) -> bool {
         && old.checksum == new.checksum
 }
 
+/// What dedup made of one block of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DedupRole {
+    /// Not deduplicated: written as usual.
+    None,
+    /// The table had it: nothing written, `bp` names the stored block.
+    Hit,
+    /// The first of its content in the batch and not in the table: written, then
+    /// entered in the table.
+    New,
+    /// Same content as the batch's block at this index (a `New` one): nothing
+    /// written, it takes that block's DVAs.
+    CopyOf(usize),
+}
+
 impl Zio {
+    /// Dedup, before allocation (module [`crate::ddt`]): every file data block of a
+    /// dataset with `dedup` on and a strong checksum is looked up by its key. A hit
+    /// (verified against the stored bytes under `verify`) takes the stored block's
+    /// DVAs and physical birth, gains a reference and is not written; a block whose
+    /// content came earlier in the same batch will take that block's DVAs; any other
+    /// becomes a new entry once written, unless the table is at its quota.
+    fn dedup_lookup(&self, blocks: &[(Arc<Vec<u8>>, WriteProps)], prepared: &mut [Prepared<'_>]) -> Vec<DedupRole> {
+        let mut roles = vec![DedupRole::None; blocks.len()];
+        let mut first: std::collections::HashMap<crate::ddt::DdtKey, usize> = std::collections::HashMap::new();
+        for i in 0..blocks.len() {
+            let props = &blocks[i].1;
+            let p = &prepared[i];
+            if props.dedup == crate::Dedup::Off || p.nop || props.otype != ObjectType::FileData || props.level != 0 || !p.bp.checksum_alg.is_strong() {
+                continue;
+            }
+            let key = crate::ddt::DdtKey::of(&p.bp);
+            let verify = props.dedup == crate::Dedup::Verify;
+            if let Some(e) = self.ddt.lookup(&key) {
+                if verify && !self.same_bytes(&e, &p.payload) {
+                    continue; // a collision: written apart, without dedup
+                }
+                if self.ddt.add_ref(&key) {
+                    let p = &mut prepared[i];
+                    p.bp.dva = e.dva;
+                    p.bp.dedup = true;
+                    p.bp.phys_birth_txg = if e.birth_txg < props.txg { e.birth_txg } else { 0 };
+                    p.nop = true;
+                    roles[i] = DedupRole::Hit;
+                }
+                continue;
+            }
+            match first.get(&key) {
+                Some(&j) => {
+                    if verify && prepared[j].payload != p.payload {
+                        continue;
+                    }
+                    prepared[i].nop = true;
+                    roles[i] = DedupRole::CopyOf(j);
+                }
+                None if self.ddt.has_room() => {
+                    first.insert(key, i);
+                    roles[i] = DedupRole::New;
+                }
+                None => {}
+            }
+        }
+        roles
+    }
+
+    /// After the writes: enter every written `New` block in the dedup table, and give
+    /// each `CopyOf` block its first's DVAs and a reference (or mark it unwritten
+    /// when its first failed).
+    fn dedup_finish(&self, blocks: &[(Arc<Vec<u8>>, WriteProps)], prepared: &mut [Prepared<'_>], roles: &[DedupRole], written: &mut [bool]) {
+        for i in 0..roles.len() {
+            if roles[i] == DedupRole::New && written[i] {
+                prepared[i].bp.dedup = true;
+                self.ddt.insert(crate::ddt::DdtKey::of(&prepared[i].bp), prepared[i].bp.dva, blocks[i].1.txg);
+            }
+        }
+        for i in 0..roles.len() {
+            match roles[i] {
+                DedupRole::CopyOf(j) if written[j] => {
+                    let key = crate::ddt::DdtKey::of(&prepared[j].bp);
+                    prepared[i].bp.dva = prepared[j].bp.dva;
+                    prepared[i].bp.dedup = true;
+                    written[i] = self.ddt.add_ref(&key);
+                }
+                DedupRole::CopyOf(_) => written[i] = false,
+                DedupRole::Hit => written[i] = true,
+                _ => {}
+            }
+        }
+    }
+
+    /// Whether the stored block of `e` holds exactly `payload` (dedup `verify`).
+    fn same_bytes(&self, e: &crate::ddt::DdtEntry, payload: &[u8]) -> bool {
+        let vdevs = self.vdevs.read();
+        e.dva.iter().filter(|d| !d.is_empty()).any(|d| {
+            vdevs
+                .get(d.vdev as usize)
+                .is_some_and(|v| v.read(d.offset_bytes, payload.len() as u64, &|b| b == payload).is_ok())
+        })
+    }
+
     /// Write many blocks (`(logical bytes, props)` each) as [`Zio::write_block`] would,
     /// merging adjacent allocations into larger device writes. `threads` (1..=8)
     /// compress and checksum in parallel. Returns one result per block, in order.
@@ -118,6 +218,7 @@ impl Zio {
             }
         });
         let mut prepared: Vec<Prepared<'_>> = prepared.into_iter().map(|p| p.expect("prepared")).collect();
+        let dedup = self.dedup_lookup(blocks, &mut prepared);
         // Allocate in order, so that a txg's blocks lie next to each other.
         let mut results: Vec<Result<()>> = Vec::with_capacity(n);
         for (p, (_, props)) in prepared.iter_mut().zip(blocks) {
@@ -195,8 +296,9 @@ impl Zio {
                 }
             }
         });
-        let written = landed;
+        let mut written = landed;
         drop(vdevs);
+        self.dedup_finish(blocks, &mut prepared, &dedup, &mut written);
         for ((p, (data, _)), ok) in prepared.iter().zip(blocks).zip(&written) {
             if *ok && !p.nop {
                 self.arc.insert_written(self.arc_key(&p.bp), data.clone(), crate::bp_is_metadata(&p.bp));
@@ -208,6 +310,13 @@ impl Zio {
             .enumerate()
             .map(|(i, (p, r))| {
                 r?;
+                if matches!(dedup[i], DedupRole::Hit | DedupRole::CopyOf(_)) {
+                    if !written[i] {
+                        return Err(ZioError::Io("the block this one duplicates could not be written".into()));
+                    }
+                    self.dedup_hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(p.bp);
+                }
                 if p.nop {
                     self.nop_writes.fetch_add(1, Ordering::Relaxed);
                     return Ok(p.bp);

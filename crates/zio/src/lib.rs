@@ -84,6 +84,8 @@ pub mod l2arc;
 pub use l2arc::L2Arc;
 pub mod brt;
 pub use brt::Brt;
+pub mod ddt;
+pub use ddt::Ddt;
 /// Run a closure on every item at once on the vdev I/O pool (for callers above zio
 /// that issue parallel device I/O, such as the intent log's block writes).
 pub use tarn_vdev::iopool::each_parallel;
@@ -140,6 +142,20 @@ pub struct WriteProps {
     /// when nopwrite applies (a strong checksum and compression on) and the old block
     /// is not freed in this txg.
     pub nop_prev: Option<BlkPtr>,
+    /// The dataset's `dedup` (file data with a strong checksum only; see [`ddt`]).
+    pub dedup: Dedup,
+}
+
+/// A dataset's `dedup` setting as the write path sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dedup {
+    /// Every block is written (the default).
+    #[default]
+    Off,
+    /// A block whose checksum is in the dedup table is not written again.
+    On,
+    /// As `On`, after comparing the stored block's bytes with the new ones.
+    Verify,
 }
 
 impl WriteProps {
@@ -154,6 +170,7 @@ impl WriteProps {
             txg,
             fill,
             nop_prev: None,
+            dedup: Dedup::Off,
         }
     }
 }
@@ -221,6 +238,10 @@ pub struct Zio {
     l2_feeding: std::sync::atomic::AtomicBool,
     /// Blocks shared by cloning, and their extra references (module [`brt`]).
     brt: Brt,
+    /// Deduplicated blocks and their references (module [`ddt`]).
+    ddt: Ddt,
+    /// Block writes skipped because the dedup table had the block (since open).
+    pub dedup_hits: AtomicU64,
     /// Reads that failed on every copy since the pool was opened.
     pub data_errors: AtomicU64,
     /// Frees refused since open because the range was not allocated or named no vdev
@@ -277,6 +298,8 @@ impl Zio {
             l2arc,
             l2_feeding: std::sync::atomic::AtomicBool::new(false),
             brt: Brt::default(),
+            ddt: Ddt::default(),
+            dedup_hits: AtomicU64::new(0),
             data_errors: AtomicU64::new(0),
             refused_frees: AtomicU64::new(0),
             blocks_written: AtomicU64::new(0),
@@ -569,6 +592,44 @@ impl Zio {
         &self.brt
     }
 
+    /// The pool's dedup table.
+    pub fn ddt(&self) -> &Ddt {
+        &self.ddt
+    }
+
+    /// Count one more pointer to `bp`'s block, a clone being installed (syncing
+    /// context): in the dedup table for a deduplicated block (as OpenZFS's
+    /// `brt_pending_add` leaves those to the DDT), else in the block reference table.
+    /// False when a deduplicated block has no entry (nothing counted; its frees will
+    /// then leave it allocated).
+    pub fn clone_ref(&self, bp: &BlkPtr) -> bool {
+        if ddt::is_dedup(bp) {
+            self.ddt.add_ref(&ddt::DdtKey::of(bp))
+        } else {
+            self.brt.add_ref(bp);
+            true
+        }
+    }
+
+    /// Whether a free of `bp` must leave its DVAs alone: another pointer
+    /// still names the block (dedup table or block reference table), or it is a
+    /// deduplicated block the table does not know (left allocated, counted in
+    /// `refused_frees`, rather than freeing what others may name).
+    fn keep_on_free(&self, bp: &BlkPtr) -> bool {
+        if ddt::is_dedup(bp) {
+            match self.ddt.release(&ddt::DdtKey::of(bp)) {
+                ddt::Release::Last => false,
+                ddt::Release::Shared => true,
+                ddt::Release::Unknown => {
+                    self.refused_frees.fetch_add(1, Ordering::Relaxed);
+                    true
+                }
+            }
+        } else {
+            self.brt.release(bp)
+        }
+    }
+
     /// The pool's L2ARC (cache devices, their headers and counters).
     pub fn l2arc(&self) -> &Arc<L2Arc> {
         &self.l2arc
@@ -745,8 +806,8 @@ impl Zio {
         }
         self.arc.remove(&self.arc_key(bp));
         self.l2arc.remove(&(bp.dva[0], bp.birth_txg));
-        if self.brt.release(bp, txg) {
-            // Another pointer (a clone) still names the block.
+        if self.keep_on_free(bp) {
+            // Another pointer (a clone, a dedup hit) still names the block.
             return;
         }
         let mut space = self.space.lock();
@@ -763,9 +824,7 @@ impl Zio {
     /// on holes are skipped and bad ranges refused, and a shared block only loses a
     /// reference, as in [`Zio::free_block`].
     pub fn free_now(&self, bp: &BlkPtr) {
-        // Never a cloned block in practice (intent-log blocks); counted with the
-        // next txg that applies the table.
-        if self.brt.release(bp, 0) {
+        if self.keep_on_free(bp) {
             return;
         }
         let mut space = self.space.lock();
@@ -869,6 +928,7 @@ mod tests {
             txg: 1,
             fill: 1,
             nop_prev: None,
+            dedup: Dedup::Off,
         }
     }
 

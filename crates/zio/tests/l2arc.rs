@@ -31,6 +31,7 @@ fn props(txg: u64) -> WriteProps {
         txg,
         fill: 1,
         nop_prev: None,
+        dedup: tarn_zio::Dedup::Off,
     }
 }
 

@@ -1,0 +1,264 @@
+//! Dedup by model (issue 15): random writes of records drawn from a small pool of
+//! contents, overwrites, truncates, deletes and clones, in a file system with
+//! `dedup=on`. After every step the files read as the model; after syncs the dedup
+//! table's reference counts equal the number of pointers the files' trees hold per
+//! block, and the leak check (which checks the table against the trees) passes;
+//! after export and import the table is the same; when everything is deleted the
+//! table is empty and the space is back. Snapshots hold references too.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use tarn_spa::{CreateSpec, Pool, TopSpec};
+use tarn_zio::ddt::DdtKey;
+use tarn_zpl::{Fs, SetAttr, ZplOptions};
+
+mod common;
+use common::{mkfile, pattern, Rng};
+
+const REC: u64 = 16 << 10;
+
+fn make_pool(dir: &Path, name: &str) -> Arc<Pool> {
+    let pool = Pool::create(&CreateSpec {
+        name: name.into(),
+        vdevs: vec![TopSpec::Mirror(vec![mkfile(dir, "a", 160 << 20), mkfile(dir, "b", 160 << 20)])],
+        ashift: 12,
+        ..CreateSpec::default()
+    })
+    .unwrap();
+    pool.set_dataset_prop(name, "dedup", "on").unwrap();
+    pool
+}
+
+fn mount(pool: &Pool, name: &str) -> Arc<Fs> {
+    let opts = ZplOptions {
+        recordsize_bytes: REC as u32,
+        ..ZplOptions::default()
+    };
+    Fs::open_logged(pool.objset(name).unwrap(), pool.zilog(name).unwrap(), opts).unwrap().0
+}
+
+fn read_all(fs: &Fs, ino: u64) -> Vec<u8> {
+    let size = fs.getattr(ino).unwrap().size;
+    fs.read(ino, 0, size as u32).unwrap()
+}
+
+/// Reference counts the files' synced trees call for: deduplicated pointers per key.
+fn expected(pool: &Pool, inos: &[u64]) -> BTreeMap<DdtKey, u64> {
+    let os = pool.objset(&pool.name()).unwrap();
+    let mut m = BTreeMap::new();
+    for &ino in inos {
+        let n = os.object_info(ino).unwrap().maxblkid + 1;
+        let (_, bps) = os.block_pointers(ino, 0, n).unwrap().expect("synced");
+        for bp in bps.iter().filter(|b| !b.is_hole() && b.dedup) {
+            *m.entry(DdtKey::of(bp)).or_default() += 1;
+        }
+    }
+    m
+}
+
+fn table(pool: &Pool) -> BTreeMap<DdtKey, u64> {
+    pool.zio().ddt().entries().into_iter().map(|(k, e)| (k, e.refcount)).collect()
+}
+
+#[test]
+fn dedup_table_by_model() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = make_pool(d.path(), "dd");
+    let fs = mount(&pool, "dd");
+    let contents: Vec<Vec<u8>> = (0..6).map(|i| pattern(100 + i, REC as usize)).collect();
+    let names: Vec<String> = (0..4).map(|i| format!("f{i}")).collect();
+    let mut inos: Vec<u64> = names.iter().map(|n| fs.create(fs.root(), n.as_bytes(), 0o644, 0, 0).unwrap().ino).collect();
+    let mut model: Vec<Vec<u8>> = vec![Vec::new(); 4];
+    let mut rng = Rng(0xdd_0001);
+    let mut most = 0usize;
+    for step in 0..150 {
+        let f = rng.below(4) as usize;
+        match rng.below(10) {
+            0..=4 => {
+                let c = &contents[rng.below(6) as usize];
+                let blk = rng.below(8);
+                fs.write(inos[f], blk * REC, c).unwrap();
+                let at = (blk * REC) as usize;
+                if model[f].len() < at + c.len() {
+                    model[f].resize(at + c.len(), 0);
+                }
+                model[f][at..at + c.len()].copy_from_slice(c);
+            }
+            5 => {
+                let size = rng.below(model[f].len() as u64 / REC + 1) * REC;
+                fs.setattr(
+                    inos[f],
+                    SetAttr {
+                        size: Some(size),
+                        ..SetAttr::default()
+                    },
+                )
+                .unwrap();
+                model[f].resize(size as usize, 0);
+            }
+            6 => {
+                fs.unlink(fs.root(), names[f].as_bytes()).unwrap();
+                inos[f] = fs.create(fs.root(), names[f].as_bytes(), 0o644, 0, 0).unwrap().ino;
+                model[f].clear();
+            }
+            7 => {
+                // A clone of a deduplicated block counts in the dedup table.
+                let g = (f + 1) % 4;
+                let blocks = model[f].len() as u64 / REC;
+                if blocks > 0 {
+                    let b = rng.below(blocks);
+                    let n = fs.clone_range(inos[f], b * REC, inos[g], 0, REC).unwrap();
+                    if n > 0 {
+                        let src = model[f][(b * REC) as usize..((b + 1) * REC) as usize].to_vec();
+                        if model[g].len() < src.len() {
+                            model[g].resize(src.len(), 0);
+                        }
+                        model[g][..src.len()].copy_from_slice(&src);
+                    }
+                }
+            }
+            _ => {
+                pool.sync().unwrap();
+                pool.sync().unwrap();
+                assert_eq!(table(&pool), expected(&pool, &inos), "step {step}: dedup table");
+                pool.leak_check().unwrap_or_else(|e| panic!("step {step}: {e}"));
+            }
+        }
+        for (i, ino) in inos.iter().enumerate() {
+            assert!(read_all(&fs, *ino) == model[i], "step {step}: file {i} differs from the model");
+        }
+        most = most.max(pool.zio().ddt().entries().iter().filter(|(_, e)| e.refcount > 1).count());
+    }
+    assert!(most > 0, "no block was ever shared by dedup");
+    assert!(pool.zio().dedup_hits.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    pool.sync().unwrap();
+    pool.sync().unwrap();
+    let before = table(&pool);
+    assert_eq!(before, expected(&pool, &inos));
+    drop(fs);
+    let pool = common::reimport(pool, d.path(), "dd");
+    assert_eq!(table(&pool), before, "the dedup table changed across export and import");
+    let fs = mount(&pool, "dd");
+    for (i, n) in names.iter().enumerate() {
+        let ino = fs.lookup(fs.root(), n.as_bytes()).unwrap().ino;
+        assert!(read_all(&fs, ino) == model[i], "file {i} after import");
+    }
+    pool.leak_check().unwrap();
+    for n in &names {
+        fs.unlink(fs.root(), n.as_bytes()).unwrap();
+    }
+    common::settle(&pool);
+    assert!(pool.zio().ddt().is_empty(), "{} entries left", pool.zio().ddt().len());
+    pool.leak_check().unwrap();
+    drop(fs);
+    pool.export().unwrap();
+}
+
+#[test]
+fn duplicates_take_no_space_and_snapshots_hold_references() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = make_pool(d.path(), "ds");
+    let fs = mount(&pool, "ds");
+    let data = pattern(7, (64 * REC) as usize);
+    let a = fs.create(fs.root(), b"a", 0o644, 0, 0).unwrap().ino;
+    fs.write(a, 0, &data).unwrap();
+    common::settle(&pool);
+    let base = pool.alloc_bytes();
+    for name in ["b", "c", "d"] {
+        let ino = fs.create(fs.root(), name.as_bytes(), 0o644, 0, 0).unwrap().ino;
+        fs.write(ino, 0, &data).unwrap();
+    }
+    common::settle(&pool);
+    let grown = pool.alloc_bytes() - base;
+    assert!(grown < data.len() as u64 / 4, "three duplicates allocated {grown} bytes");
+    let (alloc, referenced) = pool.zio().ddt().space_bytes();
+    assert_eq!(referenced, 4 * alloc, "dedup ratio 4");
+    pool.snapshot(&["ds@s".to_string()], false).unwrap();
+    for name in ["a", "b", "c", "d"] {
+        fs.unlink(fs.root(), name.as_bytes()).unwrap();
+    }
+    common::settle(&pool);
+    assert!(!pool.zio().ddt().is_empty(), "the snapshot's references were dropped");
+    pool.leak_check().unwrap();
+    pool.destroy_snapshot("ds@s").unwrap();
+    common::settle(&pool);
+    assert!(pool.zio().ddt().is_empty());
+    assert!(pool.alloc_bytes() + (data.len() as u64) / 2 < base, "space not back");
+    pool.leak_check().unwrap();
+    drop(fs);
+    pool.export().unwrap();
+}
+
+#[test]
+fn dedup_property_values_and_refusals() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = make_pool(d.path(), "dp");
+    let none = BTreeMap::new();
+    pool.create_dataset("dp/x", &none).unwrap();
+    for v in ["off", "on", "verify", "sha256", "sha256,verify", "sha512", "blake3,verify"] {
+        pool.set_dataset_prop("dp/x", "dedup", v).unwrap();
+    }
+    for v in ["skein", "edonr,verify", "fletcher4", "on,verify", ""] {
+        let e = common::err_of(pool.set_dataset_prop("dp/x", "dedup", v));
+        assert!(e.contains("'dedup' must be one of"), "{v}: {e}");
+    }
+    pool.set_dataset_prop("dp/x", "checksum", "off").unwrap_err();
+    pool.set_dataset_prop("dp/x", "dedup", "off").unwrap();
+    pool.set_dataset_prop("dp/x", "checksum", "off").unwrap();
+    let e = common::err_of(pool.set_dataset_prop("dp/x", "dedup", "verify"));
+    assert!(e.contains("'checksum' would be 'off'"), "{e}");
+    pool.export().unwrap();
+}
+
+/// Power cuts at many points of a dedup workload (duplicate writes, overwrites,
+/// deletes, each txg synced): after every import the dedup table equals the
+/// pointers of the files' trees and the leak check passes.
+#[test]
+fn power_cuts_never_leave_a_dedup_count_the_trees_disagree_with() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(d.path()).unwrap();
+    let prefix = dir.display().to_string();
+    let contents: Vec<Vec<u8>> = (0..3).map(|i| pattern(200 + i, REC as usize)).collect();
+    let mut seen = Vec::new();
+    for cut in [0u64, 4, 9, 15, 25, 40, 60, 90, 140] {
+        for f in ["a", "b"] {
+            let _ = std::fs::remove_file(dir.join(f));
+        }
+        let pool = make_pool(&dir, "pc");
+        let fs = mount(&pool, "pc");
+        let names = ["f0", "f1", "f2"];
+        let inos: Vec<u64> = names.iter().map(|n| fs.create(fs.root(), n.as_bytes(), 0o644, 0, 0).unwrap().ino).collect();
+        fs.write(inos[0], 0, &contents[0]).unwrap();
+        pool.sync().unwrap();
+        tarn_vdev::inject::power_cut_after(&prefix, cut);
+        let _ = (|| -> Result<(), Box<dyn std::error::Error>> {
+            for round in 0..4u64 {
+                for (i, ino) in inos.iter().enumerate() {
+                    let c = &contents[(i as u64 + round) as usize % 3];
+                    fs.write(*ino, (round % 3) * REC, c)?;
+                }
+                pool.sync()?;
+            }
+            fs.unlink(fs.root(), b"f1")?;
+            pool.sync()?;
+            Ok(())
+        })();
+        drop(fs);
+        common::abandon(pool, &prefix);
+        let pool = Pool::import("pc", std::slice::from_ref(&dir), tarn_spa::Rewind::None, None).unwrap();
+        let fs = mount(&pool, "pc");
+        pool.sync().unwrap();
+        pool.sync().unwrap();
+        let inos: Vec<u64> = names.iter().filter_map(|n| fs.lookup(fs.root(), n.as_bytes()).ok()).map(|a| a.ino).collect();
+        for ino in &inos {
+            read_all(&fs, *ino);
+        }
+        pool.leak_check().unwrap_or_else(|e| panic!("cut after {cut} writes: {e}"));
+        assert_eq!(table(&pool), expected(&pool, &inos), "cut after {cut} writes");
+        seen.push(table(&pool).values().sum::<u64>());
+        drop(fs);
+        pool.export().unwrap();
+    }
+    assert!(seen.iter().min() < seen.iter().max(), "every cut found the same table: {seen:?}");
+}

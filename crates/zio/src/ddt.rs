@@ -1,0 +1,422 @@
+//! # ddt — the dedup table
+//!
+//! Theory: OpenZFS's dedup (`module/zfs/ddt.c`, `zio_ddt_write`, `zio_ddt_free`). A
+//! file data block written by a dataset with `dedup` on is looked up by its strong
+//! checksum (with its checksum algorithm, compression and sizes: [`DdtKey`]) before
+//! anything is allocated. On a hit the new pointer takes the existing block's DVAs
+//! and physical birth and the entry's reference count goes up: nothing is written.
+//! On a miss the block is written as usual and an entry with one reference is
+//! created. Such pointers carry the dedup flag ([`BlkPtr::dedup`]); freeing one
+//! drops a reference, and only the last one frees the DVAs. With `verify`, a hit is
+//! confirmed by reading the stored block and comparing bytes (a different block
+//! with the same checksum, a collision, is then written apart, without dedup).
+//!
+//! Entries are (key → DVAs, physical birth, refcount): [`DDT_ENTRY_CORE_BYTES`] in
+//! memory each (OpenZFS's classic in-core entry is about 320 B). The whole table
+//! is in memory; `dedup_table_quota` bounds it: when full, new blocks are written
+//! without dedup (OpenZFS 2.3's quota).
+//!
+//! Durability: the table changes only in syncing context (the write path of phase
+//! 2, frees, clones installed), so at the end of a txg's frees spa appends the
+//! entries that changed to the MOS *DDT log* (OpenZFS 2.3's "fast dedup" log: a txg
+//! costs a few appended records, not a rewrite of random table blocks), in the same
+//! txg as the trees that name them, and rewrites the whole table, emptying the log,
+//! only when the log has grown past the table. An import loads the table and
+//! replays the log.
+//!
+//! Called by: [`crate::Zio`] (the write and free paths), spa (persistence,
+//! `dedupratio`, `zpool status -D`, the leak check). Calls nothing.
+
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, BTreeSet};
+use tarn_phys::{BlkPtr, ChecksumAlg, Compression, Corrupt, Dva};
+
+/// What identifies a deduplicated block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DdtKey {
+    /// Checksum of the physical bytes.
+    pub checksum: [u8; 32],
+    /// Its algorithm (a strong one).
+    pub checksum_alg: u8,
+    /// Compression of the physical bytes.
+    pub compression: u8,
+    /// Logical size, bytes.
+    pub lsize_bytes: u32,
+    /// Physical size, bytes.
+    pub psize_bytes: u32,
+}
+
+/// Test hook: every key gets the same checksum, as if all blocks collided.
+static FORCE_COLLISIONS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Make every block's key collide (tests of `dedup=verify`; process-wide, so only for
+/// a test binary of its own).
+#[doc(hidden)]
+pub fn force_collisions(on: bool) {
+    FORCE_COLLISIONS.store(on, std::sync::atomic::Ordering::SeqCst);
+}
+
+impl DdtKey {
+    /// The key of pointer `bp`.
+    pub fn of(bp: &BlkPtr) -> DdtKey {
+        let collide = FORCE_COLLISIONS.load(std::sync::atomic::Ordering::Relaxed);
+        DdtKey {
+            checksum: if collide { [0xa5; 32] } else { bp.checksum },
+            checksum_alg: bp.checksum_alg as u8,
+            compression: bp.compression as u8,
+            lsize_bytes: bp.lsize_bytes,
+            psize_bytes: bp.psize_bytes,
+        }
+    }
+}
+
+/// A deduplicated block: where it is and how many pointers name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DdtEntry {
+    /// Its DVAs.
+    pub dva: [Dva; 3],
+    /// Txg its bytes were written in (every pointer's physical birth).
+    pub birth_txg: u64,
+    /// Pointers naming it.
+    pub refcount: u64,
+}
+
+/// Memory one entry costs in the table (key and entry; the tree adds its node
+/// overhead, about a fifth more).
+pub const DDT_ENTRY_CORE_BYTES: usize = std::mem::size_of::<(DdtKey, DdtEntry)>();
+/// Bytes of one stored entry (table and log records).
+pub const DDT_RECORD_BYTES: usize = 32 + 1 + 1 + 2 + 4 + 4 + 3 * 20 + 8 + 8;
+/// Largest table or log an import reads, bytes.
+pub const DDT_STORED_MAX_BYTES: u64 = 4 << 30;
+
+#[derive(Debug, Default)]
+struct Inner {
+    entries: BTreeMap<DdtKey, DdtEntry>,
+    /// Keys changed since the last [`Ddt::take_changes`].
+    changed: BTreeSet<DdtKey>,
+    /// Largest number of entries (`dedup_table_quota` / entry bytes); 0: no limit.
+    max_entries: usize,
+}
+
+/// What a free of a deduplicated pointer found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// Other pointers still name the block: free nothing.
+    Shared,
+    /// That was the last reference: free the DVAs.
+    Last,
+    /// The table has no entry for it (damaged table or pointer): leave it allocated.
+    Unknown,
+}
+
+/// The pool's dedup table. Every method takes `&self`.
+#[derive(Debug, Default)]
+pub struct Ddt {
+    inner: Mutex<Inner>,
+}
+
+fn put_dva(b: &mut Vec<u8>, d: &Dva) {
+    b.extend_from_slice(&d.vdev.to_le_bytes());
+    b.extend_from_slice(&d.asize_bytes.to_le_bytes());
+    b.extend_from_slice(&d.offset_bytes.to_le_bytes());
+}
+
+fn encode_record(b: &mut Vec<u8>, k: &DdtKey, e: &DdtEntry) {
+    b.extend_from_slice(&k.checksum);
+    b.push(k.checksum_alg);
+    b.push(k.compression);
+    b.extend_from_slice(&[0, 0]);
+    b.extend_from_slice(&k.lsize_bytes.to_le_bytes());
+    b.extend_from_slice(&k.psize_bytes.to_le_bytes());
+    for d in &e.dva {
+        put_dva(b, d);
+    }
+    b.extend_from_slice(&e.birth_txg.to_le_bytes());
+    b.extend_from_slice(&e.refcount.to_le_bytes());
+}
+
+/// Decode one stored record (untrusted): a known strong checksum and compression, a
+/// first DVA, sizes in range.
+fn decode_record(c: &[u8]) -> Result<(DdtKey, DdtEntry), Corrupt> {
+    let bad = |why: &str| Corrupt::new("dedup table", why);
+    let u32_at = |o: usize| u32::from_le_bytes(c[o..o + 4].try_into().expect("4 bytes"));
+    let u64_at = |o: usize| u64::from_le_bytes(c[o..o + 8].try_into().expect("8 bytes"));
+    let key = DdtKey {
+        checksum: c[0..32].try_into().expect("32 bytes"),
+        checksum_alg: c[32],
+        compression: c[33],
+        lsize_bytes: u32_at(36),
+        psize_bytes: u32_at(40),
+    };
+    let alg = ChecksumAlg::from_u8(key.checksum_alg).map_err(|_| bad("unknown checksum"))?;
+    if !alg.is_strong() || Compression::from_u8(key.compression).is_err() || c[34] != 0 || c[35] != 0 {
+        return Err(bad("bad key"));
+    }
+    if key.psize_bytes == 0 || key.psize_bytes > key.lsize_bytes || key.lsize_bytes > 16 << 20 {
+        return Err(bad("bad sizes"));
+    }
+    let mut dva = [Dva::default(); 3];
+    for (i, d) in dva.iter_mut().enumerate() {
+        let o = 44 + i * 20;
+        *d = Dva {
+            vdev: u32_at(o),
+            asize_bytes: u64_at(o + 4),
+            offset_bytes: u64_at(o + 12),
+        };
+    }
+    if dva[0].is_empty() {
+        return Err(bad("entry without a DVA"));
+    }
+    let e = DdtEntry {
+        dva,
+        birth_txg: u64_at(104),
+        refcount: u64_at(112),
+    };
+    if e.birth_txg == 0 || e.refcount > i64::MAX as u64 {
+        return Err(bad("bad birth or refcount"));
+    }
+    Ok((key, e))
+}
+
+impl Ddt {
+    /// Set the most entries the table may hold (`dedup_table_quota` divided by the
+    /// entry size); 0 for no limit.
+    pub fn set_max_entries(&self, n: usize) {
+        self.inner.lock().max_entries = n;
+    }
+
+    /// Whether a new entry may be created (the quota is not reached).
+    pub fn has_room(&self) -> bool {
+        let g = self.inner.lock();
+        g.max_entries == 0 || g.entries.len() < g.max_entries
+    }
+
+    /// The entry of `k`, if any pointer names its block.
+    pub fn lookup(&self, k: &DdtKey) -> Option<DdtEntry> {
+        self.inner.lock().entries.get(k).copied()
+    }
+
+    /// A new deduplicated block written in `txg` at `dva`: one reference.
+    pub fn insert(&self, k: DdtKey, dva: [Dva; 3], txg: u64) {
+        let mut g = self.inner.lock();
+        g.entries.insert(
+            k,
+            DdtEntry {
+                dva,
+                birth_txg: txg,
+                refcount: 1,
+            },
+        );
+        g.changed.insert(k);
+    }
+
+    /// One more pointer to the block of `k` (a dedup hit, or a clone installed).
+    /// False when `k` has no entry.
+    pub fn add_ref(&self, k: &DdtKey) -> bool {
+        let mut g = self.inner.lock();
+        let Some(e) = g.entries.get_mut(k) else { return false };
+        e.refcount += 1;
+        g.changed.insert(*k);
+        true
+    }
+
+    /// A deduplicated pointer with key `k` goes away.
+    pub fn release(&self, k: &DdtKey) -> Release {
+        let mut g = self.inner.lock();
+        let Some(e) = g.entries.get_mut(k) else { return Release::Unknown };
+        e.refcount -= 1;
+        let last = e.refcount == 0;
+        if last {
+            g.entries.remove(k);
+        }
+        g.changed.insert(*k);
+        if last {
+            Release::Last
+        } else {
+            Release::Shared
+        }
+    }
+
+    /// Whether entries changed since the last [`Ddt::take_changes`].
+    pub fn is_dirty(&self) -> bool {
+        !self.inner.lock().changed.is_empty()
+    }
+
+    /// The log records of the keys changed since the last call: each key's entry, or
+    /// refcount 0 for a removed one.
+    pub fn take_changes(&self) -> Vec<u8> {
+        let mut g = self.inner.lock();
+        let keys = std::mem::take(&mut g.changed);
+        let mut b = Vec::with_capacity(keys.len() * DDT_RECORD_BYTES);
+        for k in keys {
+            let e = g.entries.get(&k).copied().unwrap_or(DdtEntry {
+                dva: [Dva::default(); 3],
+                birth_txg: 0,
+                refcount: 0,
+            });
+            encode_record(&mut b, &k, &e);
+        }
+        b
+    }
+
+    /// The table as stored (records in key order).
+    pub fn encode(&self) -> Vec<u8> {
+        let g = self.inner.lock();
+        let mut b = Vec::with_capacity(g.entries.len() * DDT_RECORD_BYTES);
+        for (k, e) in &g.entries {
+            encode_record(&mut b, k, e);
+        }
+        b
+    }
+
+    /// Replace the table with a stored table and log: the table's records (each
+    /// refcount ≥ 1, keys in order), then the log's in order, a record with refcount
+    /// 0 removing its key. Errors (`Corrupt`, table unchanged) for a length that is
+    /// not a whole number of records or a bad record.
+    pub fn load(&self, table: &[u8], log: &[u8]) -> Result<(), Corrupt> {
+        let bad = |why: &str| Corrupt::new("dedup table", why);
+        if !table.len().is_multiple_of(DDT_RECORD_BYTES) || !log.len().is_multiple_of(DDT_RECORD_BYTES) {
+            return Err(bad("length is not a whole number of records"));
+        }
+        let mut m = BTreeMap::new();
+        let mut last: Option<DdtKey> = None;
+        for c in table.chunks_exact(DDT_RECORD_BYTES) {
+            let (k, e) = decode_record(c)?;
+            if e.refcount == 0 || last.is_some_and(|l| l >= k) {
+                return Err(bad("table records out of order or unreferenced"));
+            }
+            last = Some(k);
+            m.insert(k, e);
+        }
+        for c in log.chunks_exact(DDT_RECORD_BYTES) {
+            let removed = c[112..120].iter().all(|&x| x == 0);
+            if removed {
+                let mut whole = c.to_vec();
+                // A removal record carries no entry: check its key with a dummy one.
+                whole[44..48].copy_from_slice(&0u32.to_le_bytes());
+                whole[48..56].copy_from_slice(&512u64.to_le_bytes());
+                whole[104..112].copy_from_slice(&1u64.to_le_bytes());
+                let (k, _) = decode_record(&whole)?;
+                m.remove(&k);
+            } else {
+                let (k, e) = decode_record(c)?;
+                m.insert(k, e);
+            }
+        }
+        let mut g = self.inner.lock();
+        g.entries = m;
+        g.changed.clear();
+        Ok(())
+    }
+
+    /// Every entry, in key order.
+    pub fn entries(&self) -> Vec<(DdtKey, DdtEntry)> {
+        self.inner.lock().entries.iter().map(|(k, e)| (*k, *e)).collect()
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.inner.lock().entries.len()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// (bytes allocated by the deduplicated blocks, bytes their references would take
+    /// without dedup): `dedupratio` is the second over the first (OpenZFS
+    /// `ddt_get_pool_dedup_ratio`, allocated sizes of every DVA).
+    pub fn space_bytes(&self) -> (u64, u64) {
+        let g = self.inner.lock();
+        let mut alloc = 0u64;
+        let mut referenced = 0u64;
+        for e in g.entries.values() {
+            let a: u64 = e.dva.iter().map(|d| d.asize_bytes).sum();
+            alloc += a;
+            referenced += a.saturating_mul(e.refcount);
+        }
+        (alloc, referenced)
+    }
+}
+
+/// Whether `bp` names a deduplicated block (see [`BlkPtr::dedup`]).
+pub fn is_dedup(bp: &BlkPtr) -> bool {
+    !bp.is_hole() && bp.dedup
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: u8) -> DdtKey {
+        DdtKey {
+            checksum: [n; 32],
+            checksum_alg: ChecksumAlg::Sha256 as u8,
+            compression: 0,
+            lsize_bytes: 8192,
+            psize_bytes: 8192,
+        }
+    }
+
+    fn dva(off: u64) -> [Dva; 3] {
+        let mut d = [Dva::default(); 3];
+        d[0] = Dva {
+            vdev: 0,
+            asize_bytes: 8192,
+            offset_bytes: off,
+        };
+        d
+    }
+
+    #[test]
+    fn references_come_and_go_and_the_last_frees() {
+        let t = Ddt::default();
+        assert!(t.lookup(&key(1)).is_none());
+        t.insert(key(1), dva(0), 5);
+        assert!(t.add_ref(&key(1)));
+        assert_eq!(t.lookup(&key(1)).unwrap().refcount, 2);
+        assert_eq!(t.release(&key(1)), Release::Shared);
+        assert_eq!(t.release(&key(1)), Release::Last);
+        assert_eq!(t.release(&key(1)), Release::Unknown);
+        assert!(!t.add_ref(&key(1)));
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn table_and_log_round_trip_and_refuse_damage() {
+        let t = Ddt::default();
+        t.insert(key(1), dva(0), 5);
+        t.insert(key(2), dva(8192), 5);
+        t.add_ref(&key(2));
+        let table = t.encode();
+        let _ = t.take_changes();
+        // Next txg: key 1 goes, key 3 comes, key 2 gains one.
+        assert_eq!(t.release(&key(1)), Release::Last);
+        t.insert(key(3), dva(16384), 6);
+        t.add_ref(&key(2));
+        assert!(t.is_dirty());
+        let log = t.take_changes();
+        assert!(!t.is_dirty());
+        assert_eq!(log.len(), 3 * DDT_RECORD_BYTES);
+        let u = Ddt::default();
+        u.load(&table, &log).unwrap();
+        let got: Vec<(DdtKey, u64)> = u.entries().into_iter().map(|(k, e)| (k, e.refcount)).collect();
+        assert_eq!(got, vec![(key(2), 3), (key(3), 1)]);
+        assert_eq!(u.entries(), t.entries());
+        assert!(u.load(&table[1..], &log).is_err());
+        let mut bad = table.clone();
+        bad[32] = 2; // fletcher4: not a dedup checksum
+        assert!(u.load(&bad, &[]).is_err());
+        assert_eq!(u.entries().len(), 2, "a refused load changed the table");
+    }
+
+    #[test]
+    fn the_quota_stops_new_entries() {
+        let t = Ddt::default();
+        t.set_max_entries(1);
+        assert!(t.has_room());
+        t.insert(key(1), dva(0), 5);
+        assert!(!t.has_room());
+    }
+}
