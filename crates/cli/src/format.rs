@@ -25,6 +25,7 @@
 //! ("128K"), values under 1024 as "512B" (and "0B"). With `-p` the raw number is
 //! printed instead. This module is pure: no pool, no I/O, so it is unit tested alone.
 
+use std::collections::BTreeMap;
 use tarn_spa::{ImportCandidate, VdevStatus};
 
 const SUFFIXES: [&str; 7] = ["B", "K", "M", "G", "T", "P", "E"];
@@ -293,6 +294,74 @@ pub fn status_config(root: &VdevStatus) -> String {
             out.push_str(&format!("\t  {:<w$}  {:<8}{note}\n", sp.name, sp.state, w = width - 2));
         }
     }
+    out
+}
+
+/// One deduplicated block for [`dedup_stats`]: logical, physical and allocated
+/// (all DVAs) bytes, and the pointers naming it.
+#[derive(Debug, Clone, Copy)]
+pub struct DedupBlock {
+    /// Logical size, bytes.
+    pub lsize_bytes: u64,
+    /// Physical size, bytes.
+    pub psize_bytes: u64,
+    /// Allocated bytes over every DVA.
+    pub dsize_bytes: u64,
+    /// Pointers naming it.
+    pub refcount: u64,
+}
+
+/// The dedup block of `zpool status -D` (OpenZFS `print_dedup_stats` and
+/// `zpool_dump_ddt`): " dedup: DDT entries N, size X on disk, Y in core" (bytes per
+/// entry), then the histogram by reference count, buckets by powers of two, with
+/// the allocated and the referenced blocks and bytes of each, and a Total row.
+/// " dedup: no DDT entries" when the table is empty.
+pub fn dedup_stats(blocks: &[DedupBlock], disk_bytes_per_entry: u64, core_bytes_per_entry: u64) -> String {
+    if blocks.is_empty() {
+        return " dedup: no DDT entries\n".into();
+    }
+    let mut out = format!(
+        " dedup: DDT entries {}, size {} on disk, {} in core\n\n",
+        blocks.len(),
+        nicebytes(disk_bytes_per_entry),
+        nicebytes(core_bytes_per_entry)
+    );
+    // [allocated blocks, lsize, psize, dsize, referenced blocks, lsize, psize, dsize]
+    let mut buckets: BTreeMap<u32, [u64; 8]> = BTreeMap::new();
+    for b in blocks {
+        let h = 63 - b.refcount.max(1).leading_zeros();
+        let r = buckets.entry(h).or_default();
+        let add = [1, b.lsize_bytes, b.psize_bytes, b.dsize_bytes];
+        for i in 0..4 {
+            r[i] += add[i];
+            r[4 + i] += add[i].saturating_mul(b.refcount);
+        }
+    }
+    out.push_str("bucket              allocated                       referenced          \n");
+    out.push_str("______   ______________________________   ______________________________\n");
+    out.push_str("refcnt   blocks   LSIZE   PSIZE   DSIZE   blocks   LSIZE   PSIZE   DSIZE\n");
+    out.push_str("------   ------   -----   -----   -----   ------   -----   -----   -----\n");
+    let row = |label: String, r: &[u64; 8]| {
+        format!(
+            "{label:>6}   {:>6}   {:>5}   {:>5}   {:>5}   {:>6}   {:>5}   {:>5}   {:>5}\n",
+            nicenum(r[0]),
+            nicebytes(r[1]),
+            nicebytes(r[2]),
+            nicebytes(r[3]),
+            nicenum(r[4]),
+            nicebytes(r[5]),
+            nicebytes(r[6]),
+            nicebytes(r[7])
+        )
+    };
+    let mut total = [0u64; 8];
+    for (h, r) in &buckets {
+        out.push_str(&row(nicenum(1u64 << h), r));
+        for i in 0..8 {
+            total[i] += r[i];
+        }
+    }
+    out.push_str(&row("Total".into(), &total));
     out
 }
 
@@ -652,6 +721,26 @@ mod tests {
             missing_vdev_tree(&[gone, m]),
             "\t    /srv/slog [log]\n\t    mirror-1 [log]\n\t      /srv/c\n\t      /srv/d\n"
         );
+    }
+
+    #[test]
+    fn dedup_block_of_status() {
+        assert_eq!(dedup_stats(&[], 120, 136), " dedup: no DDT entries\n");
+        let b = |refcount| DedupBlock {
+            lsize_bytes: 128 << 10,
+            psize_bytes: 128 << 10,
+            dsize_bytes: 128 << 10,
+            refcount,
+        };
+        let s = dedup_stats(&[b(1), b(2), b(3), b(1024)], 120, 136);
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(lines[0], " dedup: DDT entries 4, size 120B on disk, 136B in core");
+        assert_eq!(lines[4], "refcnt   blocks   LSIZE   PSIZE   DSIZE   blocks   LSIZE   PSIZE   DSIZE");
+        assert_eq!(lines[6], "     1        1    128K    128K    128K        1    128K    128K    128K");
+        // refcounts 2 and 3 share the bucket of 2.
+        assert_eq!(lines[7], "     2        2    256K    256K    256K        5    640K    640K    640K");
+        assert_eq!(lines[8], "    1K        1    128K    128K    128K       1K    128M    128M    128M");
+        assert_eq!(lines[9], " Total        4    512K    512K    512K    1.01K    129M    129M    129M");
     }
 
     #[test]

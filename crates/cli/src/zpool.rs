@@ -796,6 +796,8 @@ fn pool_column(c: &str) -> Option<(&'static str, Column)> {
         "ckpoint" | "checkpoint" => ("checkpoint", Column::right("CKPOINT")),
         "expandsz" | "expandsize" => ("expandsize", Column::right("EXPANDSZ")),
         "dedup" | "dedupratio" => ("dedupratio", Column::right("DEDUP")),
+        "dedup_table_quota" => ("dedup_table_quota", Column::right("DDTQUOTA")),
+        "dedup_table_size" => ("dedup_table_size", Column::right("DDTSIZE")),
         "bcloneused" => ("bcloneused", Column::right("BCLONE_USED")),
         "bclonesaved" => ("bclonesaved", Column::right("BCLONE_SAVED")),
         "bcloneratio" => ("bcloneratio", Column::right("BCLONE_RATIO")),
@@ -843,6 +845,10 @@ fn pool_value(name: &str, entry: &PoolEntry, prop: &str, parsable: bool) -> (Str
         "checkpoint" | "expandsize" => ("-".into(), ro),
         // Referenced over allocated bytes of the deduplicated blocks (OpenZFS
         // `ddt_get_pool_dedup_ratio`); 1.00x without any.
+        "dedup_table_size" => {
+            let n = entry.pool.zio().ddt().len() as u64 * tarn_zio::ddt::DDT_RECORD_BYTES as u64;
+            (num(n), ro)
+        }
         "dedupratio" => match entry.pool.zio().ddt().space_bytes() {
             (0, _) => (format::ratio(1, 1, parsable), ro),
             (alloc, referenced) => (format::ratio(referenced, alloc, parsable), ro),
@@ -912,7 +918,7 @@ fn list(st: &mut State, args: &[String]) -> Response {
 }
 
 fn status(st: &mut State, args: &[String]) -> Response {
-    let p = match getopt(args, "vxP") {
+    let p = match getopt(args, "vxPD") {
         Ok(p) => p,
         Err(e) => return bad_usage("status", &e),
     };
@@ -956,6 +962,28 @@ fn status(st: &mut State, args: &[String]) -> Response {
         }
         if let Some(at) = block.find("errors: ") {
             block.truncate(at);
+            if p.has('D') {
+                // OpenZFS prints the dedup table's summary after the config.
+                let blocks: Vec<format::DedupBlock> = entry
+                    .pool
+                    .zio()
+                    .ddt()
+                    .entries()
+                    .iter()
+                    .map(|(k, e)| format::DedupBlock {
+                        lsize_bytes: u64::from(k.lsize_bytes),
+                        psize_bytes: u64::from(k.psize_bytes),
+                        dsize_bytes: e.dva.iter().map(|d| d.asize_bytes).sum(),
+                        refcount: e.refcount,
+                    })
+                    .collect();
+                block.push_str(&format::dedup_stats(
+                    &blocks,
+                    tarn_zio::ddt::DDT_RECORD_BYTES as u64,
+                    tarn_zio::ddt::DDT_ENTRY_CORE_BYTES as u64,
+                ));
+                block.push('\n');
+            }
             block.push_str(&crate::scrub::errors_block(entry, errs, p.has('v')));
         }
         let refused = entry.pool.zio().refused_frees.load(std::sync::atomic::Ordering::Relaxed);

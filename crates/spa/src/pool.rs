@@ -562,6 +562,7 @@ impl Pool {
             pool.init_dir(&tx, pool_props)?;
             pool.create_dataset_record(&tx, &spec.name, &spec.fs_props)?;
         }
+        pool.apply_dedup_quota();
         pool.sync_once()?;
         pool.write_labels(PoolState::Active, pool.gate.synced_txg())?;
         pool.zio.flush().map_err(|e| SpaError::Io(e.to_string()))?;
@@ -1100,6 +1101,7 @@ impl Pool {
             .and_then(|v| crate::suspend::FailMode::parse(v))
             .unwrap_or_default();
         pool.failmode.store(mode.to_u8(), Ordering::SeqCst);
+        pool.apply_dedup_quota();
         // Every dataset record must be readable.
         let ids: Vec<u64> = pool.dir.lock().datasets.values().map(|d| d.obj).collect();
         for id in ids {
@@ -1385,9 +1387,14 @@ impl Pool {
                 return Ok((self.failmode().as_str().into(), src.into()));
             }
             "txg" => self.synced_txg().to_string(),
-            "comment" | "autotrim" | "autoexpand" => {
+            "dedup_table_size" => (self.zio.ddt().len() as u64 * tarn_zio::ddt::DDT_RECORD_BYTES as u64).to_string(),
+            "comment" | "autotrim" | "autoexpand" | "dedup_table_quota" => {
                 let d = self.dir.lock();
-                let default = if prop == "comment" { "-" } else { "off" };
+                let default = match prop {
+                    "comment" => "-",
+                    "dedup_table_quota" => "auto",
+                    _ => "off",
+                };
                 return Ok(match d.pool_props.get(prop) {
                     Some(c) => (c.clone(), "local".into()),
                     None => (default.into(), "default".into()),
@@ -1418,7 +1425,19 @@ impl Pool {
             "autoexpand",
             "fragmentation",
             "autotrim",
+            "dedup_table_size",
+            "dedup_table_quota",
         ]
+    }
+
+    /// Apply the `dedup_table_quota` pool property to the dedup table: a size caps
+    /// the table's on-disk bytes (entries of [`tarn_zio::ddt::DDT_RECORD_BYTES`]);
+    /// `none`, and `auto` (OpenZFS sizes it after a dedicated dedup vdev, which Tarn
+    /// does not have), set no limit.
+    pub(crate) fn apply_dedup_quota(&self) {
+        let v = self.dir.lock().pool_props.get("dedup_table_quota").cloned().unwrap_or_default();
+        let entries = crate::dsl::parse_size(&v).map_or(0, |b| ((b / tarn_zio::ddt::DDT_RECORD_BYTES as u64).max(1)) as usize);
+        self.zio.ddt().set_max_entries(entries);
     }
 
     /// Check a pool property given to `zpool create -o` or `zpool set`, with OpenZFS's
@@ -1448,6 +1467,11 @@ impl Pool {
                 ))),
                 _ => Err(SpaError::Invalid(format!("'{prop}' must be one of 'on | off'"))),
             },
+            "dedup_table_quota" => match value {
+                "auto" | "none" => Ok(()),
+                v if crate::dsl::parse_size(v).is_some() => Ok(()),
+                _ => Err(SpaError::Invalid("'dedup_table_quota' must be 'auto', 'none' or a size".into())),
+            },
             "readonly" => Err(SpaError::Invalid("property 'readonly' can only be set at import time".into())),
             p if Self::prop_names().contains(&p) => Err(SpaError::Invalid(format!("'{p}' is readonly"))),
             p => Err(SpaError::Invalid(format!("invalid property '{p}'"))),
@@ -1465,6 +1489,9 @@ impl Pool {
         if let (true, Some(mode)) = (prop == "failmode", crate::suspend::FailMode::parse(value)) {
             self.failmode.store(mode.to_u8(), Ordering::SeqCst);
         }
+        drop(_a);
+        self.apply_dedup_quota();
+        let _a = self.admin.lock();
         self.save_pool_props(&tx)
     }
 

@@ -191,6 +191,30 @@ fn duplicates_take_no_space_and_snapshots_hold_references() {
 }
 
 #[test]
+fn the_table_quota_stops_new_entries_not_references() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = make_pool(d.path(), "dq");
+    // Room for two entries.
+    let quota = 2 * tarn_zio::ddt::DDT_RECORD_BYTES;
+    pool.set_prop("dedup_table_quota", &quota.to_string()).unwrap();
+    assert!(pool.set_prop("dedup_table_quota", "lots").is_err());
+    let fs = mount(&pool, "dq");
+    let data: Vec<u8> = (0..4).flat_map(|i| pattern(300 + i, REC as usize)).collect();
+    for name in ["a", "b"] {
+        let ino = fs.create(fs.root(), name.as_bytes(), 0o644, 0, 0).unwrap().ino;
+        fs.write(ino, 0, &data).unwrap();
+        pool.sync().unwrap();
+    }
+    let t = table(&pool);
+    assert_eq!(t.len(), 2, "entries beyond the quota");
+    assert!(t.values().all(|&n| n == 2), "existing entries still count references: {t:?}");
+    assert_eq!(pool.get_prop("dedup_table_size").unwrap().0, quota.to_string());
+    pool.leak_check().unwrap();
+    drop(fs);
+    pool.export().unwrap();
+}
+
+#[test]
 fn dedup_property_values_and_refusals() {
     let d = tempfile::tempdir().unwrap();
     let pool = make_pool(d.path(), "dp");

@@ -151,7 +151,7 @@ impl Zio {
                     prepared[i].nop = true;
                     roles[i] = DedupRole::CopyOf(j);
                 }
-                None if self.ddt.has_room() => {
+                None if self.ddt.has_room(first.len() + 1) => {
                     first.insert(key, i);
                     roles[i] = DedupRole::New;
                 }
