@@ -59,6 +59,22 @@ pub(crate) fn build_vdev(c: &VdevConfig, id: u32, ashift: u8, leaf: &mut dyn FnM
     Arc::new(v)
 }
 
+/// A new single leaf (a hot spare or a cache device) for the opened device `leaf` at
+/// `path`: its config (new GUID, canonical path, id `id`) and its runtime node.
+pub(crate) fn new_single_leaf(path: &std::path::Path, leaf: tarn_vdev::Leaf, id: u32, ashift: u8) -> (VdevConfig, Arc<Vdev>) {
+    let guid = crate::pool::new_guid();
+    let shown = std::fs::canonicalize(path).unwrap_or(path.to_path_buf()).display().to_string();
+    let cfg = VdevConfig {
+        kind: crate::pool::kind_of_leaf(path).into(),
+        id: id as u64,
+        guid,
+        path: Some(shown.clone()),
+        ashift,
+        ..VdevConfig::default()
+    };
+    (cfg, Arc::new(Vdev::new_leaf(id, guid, ashift, shown, Some(leaf))))
+}
+
 /// Every node below (and including) `v` by GUID.
 pub(crate) fn collect_nodes(v: &Arc<Vdev>, out: &mut HashMap<u64, Arc<Vdev>>) {
     out.insert(v.guid(), v.clone());

@@ -126,19 +126,7 @@ pub(crate) fn decode_props(b: &[u8]) -> Result<BTreeMap<String, String>> {
 /// Read a packed record: its length is the object's bonus (u64 LE), capped at
 /// [`PACKED_MAX_BYTES`].
 pub(crate) fn read_packed(mos: &dyn ObjectStore, obj: u64) -> Result<Vec<u8>> {
-    let b = mos.bonus(obj).map_err(dmu_err)?;
-    let len = u64::from_le_bytes(
-        b.get(0..8)
-            .ok_or_else(|| SpaError::Corrupt(format!("record {obj}: no length")))?
-            .try_into()
-            .unwrap(),
-    );
-    if len > PACKED_MAX_BYTES {
-        return Err(SpaError::Corrupt(format!("record {obj}: length {len} too large")));
-    }
-    let mut buf = vec![0u8; len as usize];
-    mos.read(obj, 0, &mut buf).map_err(dmu_err)?;
-    Ok(buf)
+    read_large(mos, obj, PACKED_MAX_BYTES)
 }
 
 /// Read an object stored like a packed record (length in the bonus) whose length may
@@ -152,7 +140,7 @@ pub(crate) fn read_large(mos: &dyn ObjectStore, obj: u64, max_bytes: u64) -> Res
             .unwrap(),
     );
     if len > max_bytes {
-        return Err(SpaError::Corrupt(format!("record {obj}: {len} bytes")));
+        return Err(SpaError::Corrupt(format!("record {obj}: length {len} too large")));
     }
     let mut buf = vec![0u8; len as usize];
     mos.read(obj, 0, &mut buf).map_err(dmu_err)?;

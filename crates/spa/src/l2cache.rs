@@ -17,7 +17,7 @@
 //! Called by: `pool.rs` (create, import, status, release), `vdevs.rs` (`zpool add`,
 //! `zpool remove`). The caller holds `sync_lock` or owns the pool alone.
 
-use crate::pool::{kind_of_leaf, new_guid, Pool};
+use crate::pool::Pool;
 use crate::vdevs::same_device;
 use crate::{Result, VdevStatus};
 use std::path::PathBuf;
@@ -33,18 +33,8 @@ impl Pool {
         self.zio.l2arc().set_pool_guid(self.guid);
         let mut cfg = self.config.lock();
         for (p, leaf) in opened {
-            let g = new_guid();
-            let path = std::fs::canonicalize(&p).unwrap_or(p.clone()).display().to_string();
-            let id = cfg.l2cache.len() as u32;
-            cfg.l2cache.push(VdevConfig {
-                kind: kind_of_leaf(&p).into(),
-                id: id as u64,
-                guid: g,
-                path: Some(path.clone()),
-                ashift,
-                ..VdevConfig::default()
-            });
-            let v = Arc::new(Vdev::new_leaf(id, g, ashift, path, Some(leaf)));
+            let (c, v) = crate::config::new_single_leaf(&p, leaf, cfg.l2cache.len() as u32, ashift);
+            cfg.l2cache.push(c);
             self.zio.add_cache_device(v, false, 0);
         }
         self.config_dirty.store(true, Ordering::SeqCst);

@@ -615,18 +615,9 @@ impl Pool {
         let mut cfg = self.config.lock();
         let mut spares = self.repair.spares.lock();
         for (p, leaf) in opened {
-            let g = new_guid();
-            let path = std::fs::canonicalize(&p).unwrap_or(p.clone()).display().to_string();
-            let id = cfg.spares.len() as u32;
-            cfg.spares.push(VdevConfig {
-                kind: kind_of_leaf(&p).into(),
-                id: id as u64,
-                guid: g,
-                path: Some(path.clone()),
-                ashift,
-                ..VdevConfig::default()
-            });
-            spares.push(Arc::new(Vdev::new_leaf(id, g, ashift, path, Some(leaf))));
+            let (c, v) = crate::config::new_single_leaf(&p, leaf, cfg.spares.len() as u32, ashift);
+            cfg.spares.push(c);
+            spares.push(v);
         }
     }
 

@@ -16,13 +16,7 @@ const RECORD: usize = 128 << 10;
 const BLOCKS: usize = 24;
 
 fn write_file(pool: &Pool, ds: &str, seed: u64) -> (Arc<dyn ObjectStore>, u64) {
-    let os = pool.objset(ds).unwrap();
-    let tx = os.hold_tx().unwrap();
-    let obj = os.create_object(&tx, ObjectType::FileData, 512, RECORD as u32, &[]).unwrap();
-    os.write(&tx, obj, 0, &pattern(seed, RECORD * BLOCKS)).unwrap();
-    drop(tx);
-    pool.sync().unwrap();
-    (os, obj)
+    common::write_object(pool, ds, seed, RECORD, BLOCKS)
 }
 
 /// Read the file one record at a time, backwards (so no sequential stream starts

@@ -7,35 +7,24 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use tarn_spa::{CreateSpec, Pool, Rewind, TopSpec};
-use tarn_zpl::{Fs, SetAttr, ZplOptions};
+use tarn_spa::{Pool, Rewind};
+use tarn_zpl::{Fs, SetAttr};
 
 mod common;
-use common::{mkfile, pattern, Rng};
+use common::{pattern, Rng};
 
 const REC: u64 = 16 << 10;
 
 fn make_pool(dir: &Path, name: &str) -> Arc<Pool> {
-    Pool::create(&CreateSpec {
-        name: name.into(),
-        vdevs: vec![TopSpec::Mirror(vec![mkfile(dir, "a", 160 << 20), mkfile(dir, "b", 160 << 20)])],
-        ashift: 12,
-        ..CreateSpec::default()
-    })
-    .unwrap()
+    common::mirror_pool(dir, name, 160 << 20)
 }
 
 fn mount(pool: &Pool, name: &str) -> Arc<Fs> {
-    let opts = ZplOptions {
-        recordsize_bytes: REC as u32,
-        ..ZplOptions::default()
-    };
-    Fs::open_logged(pool.objset(name).unwrap(), pool.zilog(name).unwrap(), opts).unwrap().0
+    common::zpl_mount(pool, name, REC as u32)
 }
 
 fn read_all(fs: &Fs, ino: u64) -> Vec<u8> {
-    let size = fs.getattr(ino).unwrap().size;
-    fs.read(ino, 0, size as u32).unwrap()
+    common::file_bytes(fs, ino)
 }
 
 /// The block reference table the files' synced trees call for (no snapshots here:
@@ -283,7 +272,7 @@ fn power_cuts_never_leave_a_reference_count_the_trees_disagree_with() {
     let prefix = dir.display().to_string();
     let mut shared_after = Vec::new();
     for cut in [0u64, 3, 7, 12, 20, 30, 45, 70, 110, 160] {
-        for f in ["a", "b"] {
+        for f in ["a.img", "b.img"] {
             let _ = std::fs::remove_file(dir.join(f));
         }
         let pool = make_pool(&dir, "cp");

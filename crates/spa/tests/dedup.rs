@@ -9,38 +9,27 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use tarn_spa::{CreateSpec, Pool, TopSpec};
+use tarn_spa::Pool;
 use tarn_zio::ddt::DdtKey;
-use tarn_zpl::{Fs, SetAttr, ZplOptions};
+use tarn_zpl::{Fs, SetAttr};
 
 mod common;
-use common::{mkfile, pattern, Rng};
+use common::{pattern, Rng};
 
 const REC: u64 = 16 << 10;
 
 fn make_pool(dir: &Path, name: &str) -> Arc<Pool> {
-    let pool = Pool::create(&CreateSpec {
-        name: name.into(),
-        vdevs: vec![TopSpec::Mirror(vec![mkfile(dir, "a", 160 << 20), mkfile(dir, "b", 160 << 20)])],
-        ashift: 12,
-        ..CreateSpec::default()
-    })
-    .unwrap();
+    let pool = common::mirror_pool(dir, name, 160 << 20);
     pool.set_dataset_prop(name, "dedup", "on").unwrap();
     pool
 }
 
 fn mount(pool: &Pool, name: &str) -> Arc<Fs> {
-    let opts = ZplOptions {
-        recordsize_bytes: REC as u32,
-        ..ZplOptions::default()
-    };
-    Fs::open_logged(pool.objset(name).unwrap(), pool.zilog(name).unwrap(), opts).unwrap().0
+    common::zpl_mount(pool, name, REC as u32)
 }
 
 fn read_all(fs: &Fs, ino: u64) -> Vec<u8> {
-    let size = fs.getattr(ino).unwrap().size;
-    fs.read(ino, 0, size as u32).unwrap()
+    common::file_bytes(fs, ino)
 }
 
 /// Reference counts the files' synced trees call for: deduplicated pointers per key.
@@ -246,7 +235,7 @@ fn power_cuts_never_leave_a_dedup_count_the_trees_disagree_with() {
     let contents: Vec<Vec<u8>> = (0..3).map(|i| pattern(200 + i, REC as usize)).collect();
     let mut seen = Vec::new();
     for cut in [0u64, 4, 9, 15, 25, 40, 60, 90, 140] {
-        for f in ["a", "b"] {
+        for f in ["a.img", "b.img"] {
             let _ = std::fs::remove_file(dir.join(f));
         }
         let pool = make_pool(&dir, "pc");

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use tarn_dmu::{ObjectStore, ObjectType};
+use tarn_dmu::ObjectStore;
 use tarn_spa::{AddSpec, CreateSpec, Pool, Rewind, TopSpec};
 
 mod common;
@@ -21,13 +21,7 @@ fn l2(pool: &Pool, name: &str) -> u64 {
 }
 
 fn write_file(pool: &Pool, ds: &str, seed: u64) -> (Arc<dyn ObjectStore>, u64) {
-    let os = pool.objset(ds).unwrap();
-    let tx = os.hold_tx().unwrap();
-    let obj = os.create_object(&tx, ObjectType::FileData, 512, RECORD as u32, &[]).unwrap();
-    os.write(&tx, obj, 0, &pattern(seed, RECORD * BLOCKS)).unwrap();
-    drop(tx);
-    pool.sync().unwrap();
-    (os, obj)
+    common::write_object(pool, ds, seed, RECORD, BLOCKS)
 }
 
 fn check_file(os: &Arc<dyn ObjectStore>, obj: u64, seed: u64) {

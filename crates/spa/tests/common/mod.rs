@@ -161,3 +161,32 @@ pub fn state(pool: &tarn_spa::Pool) -> Vec<String> {
 pub fn err_of<T: std::fmt::Debug>(r: Result<T, tarn_spa::SpaError>) -> String {
     r.unwrap_err().to_string()
 }
+
+/// Mount dataset `name` of `pool` with its intent log and `recordsize_bytes` records.
+pub fn zpl_mount(pool: &tarn_spa::Pool, name: &str, recordsize_bytes: u32) -> std::sync::Arc<tarn_zpl::Fs> {
+    let opts = tarn_zpl::ZplOptions {
+        recordsize_bytes,
+        ..tarn_zpl::ZplOptions::default()
+    };
+    tarn_zpl::Fs::open_logged(pool.objset(name).unwrap(), pool.zilog(name).unwrap(), opts)
+        .unwrap()
+        .0
+}
+
+/// The whole content of file `ino`.
+pub fn file_bytes(fs: &tarn_zpl::Fs, ino: u64) -> Vec<u8> {
+    let size = fs.getattr(ino).unwrap().size;
+    fs.read(ino, 0, size as u32).unwrap()
+}
+
+/// A new object in dataset `ds` holding `blocks` records of `record_bytes` of
+/// `pattern(seed, …)`, synced; returns the object set and the object.
+pub fn write_object(pool: &tarn_spa::Pool, ds: &str, seed: u64, record_bytes: usize, blocks: usize) -> (std::sync::Arc<dyn tarn_dmu::ObjectStore>, u64) {
+    let os = pool.objset(ds).unwrap();
+    let tx = os.hold_tx().unwrap();
+    let obj = os.create_object(&tx, tarn_dmu::ObjectType::FileData, 512, record_bytes as u32, &[]).unwrap();
+    os.write(&tx, obj, 0, &pattern(seed, record_bytes * blocks)).unwrap();
+    drop(tx);
+    pool.sync().unwrap();
+    (os, obj)
+}
