@@ -1541,10 +1541,11 @@ impl Objset {
     }
 
     fn free_subtree(&self, bp: &BlkPtr, txg: u64, seen: &mut std::collections::HashSet<(tarn_phys::Dva, u64)>) -> Result<()> {
-        // Only an indirect block is freed once however often a (crafted) tree names
-        // it: level-0 pointers to one block are legitimately many (dedup, clones),
-        // and each is a reference to give back.
-        if bp.is_hole() || (bp.level > 0 && !seen.insert((bp.dva[0], bp.birth_txg))) {
+        // A block is freed once however often a (crafted) tree names it, except the
+        // level-0 pointers that legitimately repeat — deduplicated and cloned ones,
+        // two of which may be identical — each of which is a reference to give back.
+        let shared = bp.level == 0 && (bp.dedup || bp.phys_birth_txg != 0);
+        if bp.is_hole() || (!shared && !seen.insert((bp.dva[0], bp.birth_txg))) {
             return Ok(());
         }
         if bp.level > 0 {
