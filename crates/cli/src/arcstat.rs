@@ -7,7 +7,9 @@
 //!   daemon): `arc_max` and `arc_min` (also spelled as OpenZFS's module parameters
 //!   `zfs_arc_max`, `zfs_arc_min`; sizes such as `4G`; `0` restores the default) and
 //!   Tarn's own `arc_policy` (`arc`, `lru`, or `fifo`, the cache before the ARC, for
-//!   comparisons). An `arc_max` at or under the `arc_min` in force, with no `arc_min`
+//!   comparisons), and the L2ARC's `l2arc_write_max` and `l2arc_write_boost` (bytes
+//!   each feed writes to a cache device, and the extra while the ARC is still
+//!   filling; `0` restores 8M). An `arc_max` at or under the `arc_min` in force, with no `arc_min`
 //!   beside it, lowers `arc_min` to half of it (at least 32M), as OpenZFS's
 //!   `arc_init` does. Every setting of one command is checked before any is applied; a
 //!   refused one changes nothing. Lowering `arc_max` evicts down to it before the
@@ -64,11 +66,12 @@ fn mem_total_bytes() -> u64 {
 /// nothing is applied unless every setting is valid.
 pub fn set_tunables(args: &[String]) -> Response {
     if args.is_empty() {
-        return Response::usage("usage: tarn daemon --set NAME=VALUE ...\n\ttunables: arc_max, arc_min, arc_policy\n");
+        return Response::usage("usage: tarn daemon --set NAME=VALUE ...\n\ttunables: arc_max, arc_min, arc_policy, l2arc_write_max, l2arc_write_boost\n");
     }
     let arc = tarn_spa::arc();
     let mem = mem_total_bytes();
     let (mut max_bytes, mut min_bytes, mut policy) = (arc.max_bytes(), arc.min_bytes(), None);
+    let (mut l2_max, mut l2_boost) = (None, None);
     let size = |name: &str, v: &str| -> Result<u64, String> { crate::format::parse_size(v).ok_or_else(|| format!("cannot set {name}: bad size '{v}'")) };
     for a in args {
         let Some((name, value)) = a.split_once('=') else {
@@ -80,7 +83,11 @@ pub fn set_tunables(args: &[String]) -> Response {
             "arc_policy" => Policy::parse(value)
                 .map(|p| policy = Some(p))
                 .ok_or_else(|| format!("cannot set {name}: '{value}' is not one of 'arc | lru | fifo'")),
-            _ => Err(format!("unknown tunable '{name}' (known: arc_max, arc_min, arc_policy)")),
+            "l2arc_write_max" => size(name, value).map(|v| l2_max = Some(v)),
+            "l2arc_write_boost" => size(name, value).map(|v| l2_boost = Some(v)),
+            _ => Err(format!(
+                "unknown tunable '{name}' (known: arc_max, arc_min, arc_policy, l2arc_write_max, l2arc_write_boost)"
+            )),
         };
         if let Err(e) = r {
             return Response::err(format!("{e}\n"));
@@ -110,6 +117,7 @@ pub fn set_tunables(args: &[String]) -> Response {
     }
     arc.set_max_bytes(max_bytes);
     arc.set_min_bytes(min_bytes);
+    tarn_zio::l2arc::set_write_limits(l2_max, l2_boost);
     // Last: setting a policy (even the one in force) empties the cache, p at half of c.
     if let Some(p) = policy {
         arc.set_policy(p);

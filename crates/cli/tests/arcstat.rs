@@ -94,6 +94,9 @@ fn kstat_arcstat_tunables_and_primarycache() {
     env.tarn(&["daemon", "--set", "arc_policy=random"]).fails_with("not one of 'arc | lru | fifo'");
     env.tarn(&["daemon", "--set", "arc_sys_free=1G"]).fails_with("unknown tunable 'arc_sys_free'");
     env.tarn(&["daemon", "--set", "arc_max"]).fails_with("expected NAME=VALUE");
+    // The L2ARC's feed sizes (their effect: zio's tests/l2arc_tunables.rs).
+    env.tarn(&["daemon", "--set", "l2arc_write_max=16M", "l2arc_write_boost=0"]).ok();
+    env.tarn(&["daemon", "--set", "l2arc_write_max=lots"]).fails_with("bad size 'lots'");
     let k = kstat(&env);
     assert_eq!((k["c_max"], k["c_min"]), ((80 * MB) as i64, (32 * MB) as i64));
 

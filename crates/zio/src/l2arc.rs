@@ -78,6 +78,27 @@ pub const L2ARC_WRITE_BOOST_BYTES: u64 = 8 << 20;
 /// (OpenZFS `l2arc_headroom`, 8... Tarn scans 2: its lists are per host, not per
 /// sublist, and a deeper scan only finds buffers that will not be evicted soon).
 pub const L2ARC_HEADROOM: u64 = 2;
+/// Host-wide `l2arc_write_max` in force (`tarn daemon --set l2arc_write_max=…`).
+static WRITE_MAX_BYTES: AtomicU64 = AtomicU64::new(L2ARC_WRITE_MAX_BYTES);
+/// Host-wide `l2arc_write_boost` in force.
+static WRITE_BOOST_BYTES: AtomicU64 = AtomicU64::new(L2ARC_WRITE_BOOST_BYTES);
+
+/// Set the host-wide `l2arc_write_max` and `l2arc_write_boost`, bytes (0: the
+/// default), for every pool's next feed (the daemon's tunables).
+pub fn set_write_limits(write_max_bytes: Option<u64>, write_boost_bytes: Option<u64>) {
+    if let Some(v) = write_max_bytes {
+        WRITE_MAX_BYTES.store(if v == 0 { L2ARC_WRITE_MAX_BYTES } else { v }, Ordering::Relaxed);
+    }
+    if let Some(v) = write_boost_bytes {
+        WRITE_BOOST_BYTES.store(if v == 0 { L2ARC_WRITE_BOOST_BYTES } else { v }, Ordering::Relaxed);
+    }
+}
+
+/// The host-wide (`l2arc_write_max`, `l2arc_write_boost`) in force, bytes.
+pub fn write_limits() -> (u64, u64) {
+    (WRITE_MAX_BYTES.load(Ordering::Relaxed), WRITE_BOOST_BYTES.load(Ordering::Relaxed))
+}
+
 /// Interval of the feed thread, milliseconds (OpenZFS `l2arc_feed_secs`, 1 s).
 pub const L2ARC_FEED_INTERVAL_MS: u64 = 1000;
 /// Entries per log block at most (OpenZFS `L2ARC_LOG_BLK_MAX_ENTRIES`, 1022); a feed
@@ -242,9 +263,10 @@ pub struct L2Arc {
     hdrs: Mutex<HashMap<L2Key, L2Hdr>>,
     /// Serializes feeds (the thread and direct calls) and picks the device in turn.
     feed_turn: Mutex<usize>,
-    /// Bytes per feed (`l2arc_write_max`).
+    /// Bytes per feed for this pool (0: the host-wide `l2arc_write_max`).
     pub write_max_bytes: AtomicU64,
-    /// Extra bytes per feed while the ARC warms (`l2arc_write_boost`).
+    /// Extra bytes per feed while the ARC warms for this pool (0: the host-wide
+    /// `l2arc_write_boost`).
     pub write_boost_bytes: AtomicU64,
     /// Statistics.
     pub counters: L2Counters,
@@ -454,8 +476,8 @@ impl L2Arc {
             next_dev_id: Mutex::new(0),
             hdrs: Mutex::new(HashMap::new()),
             feed_turn: Mutex::new(0),
-            write_max_bytes: AtomicU64::new(L2ARC_WRITE_MAX_BYTES),
-            write_boost_bytes: AtomicU64::new(L2ARC_WRITE_BOOST_BYTES),
+            write_max_bytes: AtomicU64::new(0),
+            write_boost_bytes: AtomicU64::new(0),
             counters: L2Counters::default(),
         }
     }
@@ -630,9 +652,11 @@ impl L2Arc {
         *turn = turn.wrapping_add(1);
         let dev = devs[*turn % devs.len()].clone();
         bump(&self.counters.l2_feeds, 1);
-        let mut write_max = self.write_max_bytes.load(Ordering::Relaxed);
+        let (host_max, host_boost) = write_limits();
+        let or_host = |v: u64, host: u64| if v == 0 { host } else { v };
+        let mut write_max = or_host(self.write_max_bytes.load(Ordering::Relaxed), host_max);
         if arc.counters().evicted == 0 {
-            write_max = write_max.saturating_add(self.write_boost_bytes.load(Ordering::Relaxed));
+            write_max = write_max.saturating_add(or_host(self.write_boost_bytes.load(Ordering::Relaxed), host_boost));
         }
         // A batch and its log block must fit in half the ring.
         write_max = write_max.min(dev.ring_len() / 2);

@@ -1,0 +1,48 @@
+//! The host-wide `l2arc_write_max`/`l2arc_write_boost` (`tarn daemon --set`) bound
+//! what every pool's next feed writes. Its own test binary: the tunables are
+//! process-wide.
+
+use std::sync::Arc;
+use tarn_metaslab::{SpaceMap, VdevSpace};
+use tarn_phys::{ChecksumAlg, CompressSetting, ObjectType};
+use tarn_vdev::leaf::Leaf;
+use tarn_vdev::Vdev;
+use tarn_zio::{ArcCache, WriteProps, Zio};
+
+fn leaf(dir: &tempfile::TempDir, name: &str, guid: u64, size_bytes: u64) -> Arc<Vdev> {
+    let p = dir.path().join(name);
+    std::fs::File::create(&p).unwrap().set_len(size_bytes).unwrap();
+    Arc::new(Vdev::new_leaf(0, guid, 12, p.display().to_string(), Some(Leaf::open(&p).unwrap())))
+}
+
+#[test]
+fn host_wide_write_limits_bound_each_feed() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = leaf(&dir, "data", 100, 80 << 20);
+    let space = SpaceMap::new(vec![VdevSpace::new(a.asize_bytes(), a.alloc_align_bytes())]);
+    let zio = Arc::new(Zio::with_arc(vec![a], space, Arc::new(ArcCache::with_max(64 << 20))));
+    zio.add_cache_device(leaf(&dir, "cache", 900, 64 << 20), false, 0);
+    let props = WriteProps {
+        otype: ObjectType::FileData,
+        level: 0,
+        compression: CompressSetting::OFF,
+        checksum: ChecksumAlg::Fletcher4,
+        copies: 1,
+        txg: 5,
+        fill: 1,
+        nop_prev: None,
+        dedup: tarn_zio::Dedup::Off,
+    };
+    let items: Vec<(Arc<Vec<u8>>, WriteProps)> = (0..32u8).map(|i| (Arc::new(vec![i + 1; 64 << 10]), props)).collect();
+    for r in zio.write_blocks(&items, 2) {
+        r.unwrap();
+    }
+    tarn_zio::l2arc::set_write_limits(Some(128 << 10), Some(128 << 10));
+    assert_eq!(tarn_zio::l2arc::write_limits(), (128 << 10, 128 << 10));
+    let n = zio.l2arc_feed();
+    assert!(n > 128 << 10 && n <= (256 << 10) + 8192, "a feed wrote {n} bytes");
+    // 0 restores the defaults (8 MiB each).
+    tarn_zio::l2arc::set_write_limits(Some(0), Some(0));
+    assert_eq!(tarn_zio::l2arc::write_limits(), (8 << 20, 8 << 20));
+    assert!(zio.l2arc_feed() > 1 << 20, "the rest went in one feed");
+}
