@@ -311,25 +311,31 @@ pub struct DedupBlock {
     pub refcount: u64,
 }
 
-/// The dedup block of `zpool status -D` (OpenZFS `print_dedup_stats` and
-/// `zpool_dump_ddt`): " dedup: DDT entries N, size X on disk, Y in core" (bytes per
-/// entry), then the histogram by reference count, buckets by powers of two, with
-/// the allocated and the referenced blocks and bytes of each, and a Total row.
-/// " dedup: no DDT entries" when the table is empty.
+/// The dedup block of `zpool status -D` (OpenZFS `print_dedup_stats`): " dedup: DDT
+/// entries N, size X on disk, Y in core" (bytes per entry), a blank line, then
+/// [`ddt_histogram`]; " dedup: no DDT entries" when the table is empty.
 pub fn dedup_stats(blocks: &[DedupBlock], disk_bytes_per_entry: u64, core_bytes_per_entry: u64) -> String {
     if blocks.is_empty() {
         return " dedup: no DDT entries\n".into();
     }
-    let mut out = format!(
-        " dedup: DDT entries {}, size {} on disk, {} in core\n\n",
+    format!(
+        " dedup: DDT entries {}, size {} on disk, {} in core\n\n{}",
         blocks.len(),
         nicebytes(disk_bytes_per_entry),
-        nicebytes(core_bytes_per_entry)
-    );
+        nicebytes(core_bytes_per_entry),
+        ddt_histogram(blocks, nicebytes)
+    )
+}
+
+/// OpenZFS's DDT histogram (`zpool_dump_ddt`, also `zdb -DD`/`-S`): one row per
+/// bucket of reference counts (powers of two), the blocks and bytes allocated (each
+/// block once) and referenced (once per reference), then a Total row. `size` formats
+/// the byte columns (`zpool` prints [`nicebytes`], `zdb` [`nicenum`]).
+pub fn ddt_histogram(blocks: &[DedupBlock], size: fn(u64) -> String) -> String {
     // [allocated blocks, lsize, psize, dsize, referenced blocks, lsize, psize, dsize]
     let mut buckets: BTreeMap<u32, [u64; 8]> = BTreeMap::new();
-    for b in blocks {
-        let h = 63 - b.refcount.max(1).leading_zeros();
+    for b in blocks.iter().filter(|b| b.refcount > 0) {
+        let h = 63 - b.refcount.leading_zeros();
         let r = buckets.entry(h).or_default();
         let add = [1, b.lsize_bytes, b.psize_bytes, b.dsize_bytes];
         for i in 0..4 {
@@ -337,6 +343,7 @@ pub fn dedup_stats(blocks: &[DedupBlock], disk_bytes_per_entry: u64, core_bytes_
             r[4 + i] += add[i].saturating_mul(b.refcount);
         }
     }
+    let mut out = String::new();
     out.push_str("bucket              allocated                       referenced          \n");
     out.push_str("______   ______________________________   ______________________________\n");
     out.push_str("refcnt   blocks   LSIZE   PSIZE   DSIZE   blocks   LSIZE   PSIZE   DSIZE\n");
@@ -345,13 +352,13 @@ pub fn dedup_stats(blocks: &[DedupBlock], disk_bytes_per_entry: u64, core_bytes_
         format!(
             "{label:>6}   {:>6}   {:>5}   {:>5}   {:>5}   {:>6}   {:>5}   {:>5}   {:>5}\n",
             nicenum(r[0]),
-            nicebytes(r[1]),
-            nicebytes(r[2]),
-            nicebytes(r[3]),
+            size(r[1]),
+            size(r[2]),
+            size(r[3]),
             nicenum(r[4]),
-            nicebytes(r[5]),
-            nicebytes(r[6]),
-            nicebytes(r[7])
+            size(r[5]),
+            size(r[6]),
+            size(r[7])
         )
     };
     let mut total = [0u64; 8];
@@ -363,6 +370,27 @@ pub fn dedup_stats(blocks: &[DedupBlock], disk_bytes_per_entry: u64, core_bytes_
     }
     out.push_str(&row("Total".into(), &total));
     out
+}
+
+/// `zdb`'s ratio line under a DDT histogram: dedup (referenced over allocated
+/// bytes), compress (logical over physical), copies (allocated over physical) and
+/// dedup × compress / copies, of the referenced blocks.
+pub fn ddt_ratios(blocks: &[DedupBlock]) -> String {
+    let (mut ref_dsize, mut alloc_dsize, mut ref_lsize, mut ref_psize) = (0u64, 0u64, 0u64, 0u64);
+    for b in blocks {
+        alloc_dsize += b.dsize_bytes;
+        ref_dsize += b.dsize_bytes * b.refcount;
+        ref_lsize += b.lsize_bytes * b.refcount;
+        ref_psize += b.psize_bytes * b.refcount;
+    }
+    let ratio = |a: u64, b: u64| if b == 0 { 1.0 } else { a as f64 / b as f64 };
+    let dedup = ratio(ref_dsize, alloc_dsize);
+    let compress = ratio(ref_lsize, ref_psize);
+    let copies = ratio(ref_dsize, ref_psize);
+    format!(
+        "dedup = {dedup:.2}, compress = {compress:.2}, copies = {copies:.2}, dedup * compress / copies = {:.2}\n",
+        dedup * compress / copies
+    )
 }
 
 fn any_errors(v: &VdevStatus) -> bool {

@@ -15,7 +15,9 @@
 //! statistics and the leak check; exit status 2 on a leak), `-d`…`-dddd`
 //! (datasets and objects), `-R POOL VDEV:OFFSET:[LSIZE/]PSIZE[:FLAGS]` (raw block;
 //! flags `d` decompress and `r` raw output), `-S` (simulated dedup: every file-data
-//! block read and hashed, OpenZFS's DDT histogram and ratio line), `-e`, `-p DIR`.
+//! block read and hashed, OpenZFS's DDT histogram and ratio line), `-D`/`-DD` (the
+//! pool's dedup table: one line per checksum and class, histograms from `-DD`, the
+//! ratio line), `-e`, `-p DIR`.
 //!
 //! Exit status: 0 success, 1 an error (no such pool, unreadable data), 2 a usage
 //! error, a label that cannot be read, or a leak.
@@ -28,6 +30,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::format::{ddt_histogram, ddt_ratios, DedupBlock};
 use tarn_phys::label::{LabelConfig, VdevConfig};
 use tarn_phys::{BlkPtr, Compression, ObjectType, UberblockPhys, UBERBLOCK_MAGIC};
 use tarn_spa::Pool;
@@ -111,7 +114,7 @@ fn parse(args: &[String]) -> Result<Opts, Run> {
         while j < letters.len() {
             let c = letters[j];
             match c {
-                'b' | 'C' | 'd' | 'h' | 'l' | 'm' | 'u' | 'R' | 'S' | 'e' => *o.count.entry(c).or_default() += 1,
+                'b' | 'C' | 'd' | 'D' | 'h' | 'l' | 'm' | 'u' | 'R' | 'S' | 'e' => *o.count.entry(c).or_default() += 1,
                 'p' => {
                     let rest: String = letters[j + 1..].iter().collect();
                     let dir = if !rest.is_empty() {
@@ -235,6 +238,9 @@ fn run(args: &[String]) -> Run {
     }
     if want('b') > 0 {
         code = dump_blocks(&mut out, &pool, want('b'));
+    }
+    if want('D') > 0 {
+        dump_ddt(&mut out, &pool, want('D'));
     }
     // Reads every data block: only when asked for (as in OpenZFS, not part of the default).
     if o.n('S') > 0 {
@@ -623,85 +629,67 @@ fn dump_blocks(out: &mut String, pool: &Pool, verbosity: u32) -> i32 {
 
 // ---- -S --------------------------------------------------------------------------
 
-/// Sums of one histogram row (OpenZFS `ddt_stat_t`), sizes in bytes.
-#[derive(Default, Clone, Copy)]
-struct DdtStat {
-    blocks: u64,
-    lsize: u64,
-    psize: u64,
-    dsize: u64,
-}
-
-impl DdtStat {
-    fn add(&mut self, o: &DdtStat) {
-        self.blocks += o.blocks;
-        self.lsize += o.lsize;
-        self.psize += o.psize;
-        self.dsize += o.dsize;
-    }
-}
-
-/// `zdb -S`: OpenZFS's DDT histogram (rows by refcount, a power of two per bucket;
-/// allocated counts each distinct block once, referenced once per reference) and the
-/// summary line of ratios.
+/// `zdb -S`: OpenZFS's DDT histogram of a simulated table (every data block as if
+/// deduplicated) and the summary line of ratios.
 fn dump_simulated_ddt(out: &mut String, entries: &[tarn_spa::SimDdtEntry]) {
-    let mut rows: BTreeMap<u32, (DdtStat, DdtStat)> = BTreeMap::new();
-    for e in entries {
-        if e.refcount == 0 {
-            continue;
-        }
-        let bucket = 63 - e.refcount.leading_zeros();
-        let one = DdtStat {
-            blocks: 1,
-            lsize: e.lsize_bytes,
-            psize: e.psize_bytes,
-            dsize: e.asize_bytes,
-        };
-        let refd = DdtStat {
-            blocks: e.refcount,
-            lsize: e.lsize_bytes * e.refcount,
-            psize: e.psize_bytes * e.refcount,
-            dsize: e.asize_bytes * e.refcount,
-        };
-        let r = rows.entry(bucket).or_default();
-        r.0.add(&one);
-        r.1.add(&refd);
-    }
-    let (mut alloc, mut refd) = (DdtStat::default(), DdtStat::default());
+    let blocks: Vec<DedupBlock> = entries
+        .iter()
+        .filter(|e| e.refcount > 0)
+        .map(|e| DedupBlock {
+            lsize_bytes: e.lsize_bytes,
+            psize_bytes: e.psize_bytes,
+            dsize_bytes: e.asize_bytes,
+            refcount: e.refcount,
+        })
+        .collect();
     out.push_str("Simulated DDT histogram:\n\n");
-    out.push_str("bucket              allocated                       referenced          \n");
-    out.push_str("______   ______________________________   ______________________________\n");
-    out.push_str("refcnt   blocks   LSIZE   PSIZE   DSIZE   blocks   LSIZE   PSIZE   DSIZE\n");
-    out.push_str("------   ------   -----   -----   -----   ------   -----   -----   -----\n");
-    let line = |out: &mut String, label: &str, a: &DdtStat, r: &DdtStat| {
+    out.push_str(&ddt_histogram(&blocks, nicenum));
+    let _ = writeln!(out, "\n{}", ddt_ratios(&blocks));
+}
+
+/// `zdb -D` (`-DD`, `-DDD`): the pool's dedup table as OpenZFS prints its DDT
+/// objects — one line per checksum and class ("duplicate": referenced more than
+/// once, "unique": once) with its entries and bytes per entry on disk and in core,
+/// from `-DD` each class's histogram and the histogram over all of them, then the
+/// ratio line. "All DDTs are empty" without any entry.
+fn dump_ddt(out: &mut String, pool: &Pool, verbosity: u32) {
+    let entries = pool.zio().ddt().entries();
+    if entries.is_empty() {
+        out.push_str("All DDTs are empty\n");
+        return;
+    }
+    let block = |k: &tarn_zio::ddt::DdtKey, e: &tarn_zio::ddt::DdtEntry| DedupBlock {
+        lsize_bytes: u64::from(k.lsize_bytes),
+        psize_bytes: u64::from(k.psize_bytes),
+        dsize_bytes: e.dva.iter().map(|d| d.asize_bytes).sum(),
+        refcount: e.refcount,
+    };
+    let mut classes: BTreeMap<(u8, bool), Vec<DedupBlock>> = BTreeMap::new();
+    for (k, e) in &entries {
+        classes.entry((k.checksum_alg, e.refcount == 1)).or_default().push(block(k, e));
+    }
+    for ((alg, unique), blocks) in &classes {
+        let name = tarn_phys::ChecksumAlg::from_u8(*alg).map_or("unknown", |a| a.name());
         let _ = writeln!(
             out,
-            "{label:>6}   {:>6}   {:>5}   {:>5}   {:>5}   {:>6}   {:>5}   {:>5}   {:>5}",
-            nicenum(a.blocks),
-            nicenum(a.lsize),
-            nicenum(a.psize),
-            nicenum(a.dsize),
-            nicenum(r.blocks),
-            nicenum(r.lsize),
-            nicenum(r.psize),
-            nicenum(r.dsize)
+            "DDT-{name}-zap-{}: {} entries, size {} on disk, {} in core",
+            if *unique { "unique" } else { "duplicate" },
+            blocks.len(),
+            tarn_zio::ddt::DDT_RECORD_BYTES,
+            tarn_zio::ddt::DDT_ENTRY_CORE_BYTES
         );
-    };
-    for (bucket, (a, r)) in &rows {
-        line(out, &nicenum(1u64 << bucket), a, r);
-        alloc.add(a);
-        refd.add(r);
+        if verbosity >= 2 {
+            out.push('\n');
+            out.push_str(&ddt_histogram(blocks, nicenum));
+            out.push('\n');
+        }
     }
-    line(out, "Total", &alloc, &refd);
-    let ratio = |a: u64, b: u64| if b == 0 { 1.0 } else { a as f64 / b as f64 };
-    let dedup = ratio(refd.dsize, alloc.dsize);
-    let compress = ratio(refd.lsize, refd.psize);
-    let copies = ratio(refd.dsize, refd.psize);
-    let _ = writeln!(
-        out,
-        "\ndedup = {dedup:.2}, compress = {compress:.2}, copies = {copies:.2}, dedup * compress / copies = {:.2}\n",
-        dedup * compress / copies
-    );
+    let all: Vec<DedupBlock> = entries.iter().map(|(k, e)| block(k, e)).collect();
+    if verbosity >= 2 {
+        out.push_str("\nDDT histogram (aggregated over all DDTs):\n\n");
+        out.push_str(&ddt_histogram(&all, nicenum));
+    }
+    let _ = writeln!(out, "\n{}", ddt_ratios(&all));
 }
 
 // ---- -d --------------------------------------------------------------------------
@@ -870,9 +858,9 @@ mod tests {
 
     #[test]
     fn unknown_options_are_refused_with_usage() {
-        let r = run(&["-D".to_string(), "tank".to_string()]);
+        let r = run(&["-G".to_string(), "tank".to_string()]);
         assert_eq!(r.code, 2);
-        assert!(r.err.starts_with("zdb: invalid option -- 'D'\nUsage:"), "{}", r.err);
+        assert!(r.err.starts_with("zdb: invalid option -- 'G'\nUsage:"), "{}", r.err);
         let r = run(&["-c".to_string(), "tank".to_string()]);
         assert_eq!(r.code, 2);
         let r = run(&["-p".to_string(), "/tmp".to_string(), "tank".to_string()]);

@@ -184,6 +184,26 @@ fn every_option_on_an_exported_pool_writes_nothing() {
             "{summary}"
         );
         assert!(!summary.starts_with("dedup = 1.00,"), "{summary}");
+
+        // -D / -DD: the pool's own dedup table (empty until dedup is on).
+        let d = zdb(&env, &["-e", "-p", &v, "-D", "tank"]).ok();
+        assert!(d.stdout.contains("All DDTs are empty"), "{d:?}");
+        env.zpool(&["import", "-d", &v, "tank"]).ok();
+        env.zfs(&["set", "dedup=on", "tank/fs"]).ok();
+        for n in ["d1", "d2"] {
+            std::fs::write(m.join("fs").join(n), &data[..32 << 10]).unwrap();
+        }
+        env.zpool(&["export", "tank"]).ok();
+        let dd = zdb(&env, &["-e", "-p", &v, "-DD", "tank"]).ok();
+        assert!(
+            dd.stdout.contains("DDT-sha256-zap-duplicate: 1 entries, size 120 on disk, 136 in core\n"),
+            "{dd:?}"
+        );
+        assert!(dd.stdout.contains("DDT histogram (aggregated over all DDTs):"), "{dd:?}");
+        let two = dd.stdout.lines().rfind(|l| l.starts_with("     2 ")).expect("refcnt 2 row");
+        let cols: Vec<&str> = two.split_whitespace().collect();
+        assert_eq!((cols[1], cols[5]), ("1", "2"), "{two}");
+        assert!(dd.stdout.contains("dedup = 2.00, compress = 1.00, copies = 1.00"), "{dd:?}");
         before = file_hash(&a);
     }
 
@@ -274,7 +294,7 @@ fn corrupt_labels_and_bad_input_get_clear_errors() {
     zdb(&env, &["-l", &env.vdev("missing")]).fails_with("zdb: can't open");
     // Options Tarn does not implement are refused with the usage text.
     zdb(&env, &["-c", "tank"]).fails_with("zdb: invalid option -- 'c'");
-    zdb(&env, &["-D", "tank"]).fails_with("Usage:");
+    zdb(&env, &["-G", "tank"]).fails_with("Usage:");
     // -R with a malformed specifier or flag.
     let b = env.make_vdev("b", 256 << 20);
     let _ = b;
