@@ -301,7 +301,16 @@ impl Zio {
         self.dedup_finish(blocks, &mut prepared, &dedup, &mut written);
         for ((p, (data, _)), ok) in prepared.iter().zip(blocks).zip(&written) {
             if *ok && !p.nop {
-                self.arc.insert_written(self.arc_key(&p.bp), data.clone(), crate::bp_is_metadata(&p.bp));
+                let stored = if p.bp.compression == Compression::Off {
+                    crate::arc::Stored::logical(data.clone())
+                } else {
+                    crate::arc::Stored {
+                        bytes: Arc::new(p.payload.to_vec()),
+                        comp: p.bp.compression,
+                        lsize: p.bp.lsize_bytes,
+                    }
+                };
+                self.arc.insert_written_stored(self.arc_key(&p.bp), stored, crate::bp_is_metadata(&p.bp));
             }
         }
         prepared

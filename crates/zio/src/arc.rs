@@ -37,8 +37,8 @@
 //! Invariants (checked after every call that changes sizes): `c_min ≤ c ≤ c_max`,
 //! `size ≤ c` (resident bytes of MRU + MFU), `p ≤ c`. A buffer larger than `c` is not
 //! cached. Data and metadata are accounted apart (`data_size`, `metadata_size`, and per
-//! list). Buffers are shared read-only (`Arc<Vec<u8>>`): readers clone the pointer,
-//! never the bytes.
+//! list). Uncompressed buffers are shared read-only (`Arc<Vec<u8>>`): readers clone
+//! the pointer, never the bytes; a compressed one is decompressed per reader.
 //!
 //! Keys: (cache user id, first DVA, birth txg). The user id separates pools that share
 //! one cache; the birth txg makes a rewritten block (new birth) a different key, and a
@@ -47,8 +47,10 @@
 //! The pools' L2ARCs (module [`crate::l2arc`]) feed from the eviction end of the
 //! MFU and MRU ([`ArcCache::l2_candidates`]); their counters join `stats`.
 //!
-//! Not done: blocks are cached decompressed (OpenZFS's compressed ARC keeps them as
-//! stored).
+//! Compressed ARC (OpenZFS's, since 0.7): a compressed block is kept as its
+//! physical bytes ([`Stored`]) and decompressed for each reader; sizes, `c` and `p`
+//! count the bytes kept, so a compressible working set fits as many times more
+//! blocks as it compresses. `uncompressed_size` in the stats is the logical total.
 //!
 //! Replacement policy: [`Policy::Arc`] by default; [`Policy::Lru`] and [`Policy::Fifo`]
 //! (the pipeline's cache before the ARC) exist to measure the ARC against them (tests,
@@ -62,7 +64,7 @@
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use tarn_phys::Dva;
+use tarn_phys::{Compression, Dva};
 
 /// Cache key: (cache user id, first DVA, birth txg).
 pub type ArcKey = (u64, Dva, u64);
@@ -136,7 +138,44 @@ struct Hdr {
     prefetch: bool,
     /// May be written to a cache device (its dataset's `secondarycache` allows it).
     l2: bool,
+    /// How `buf` is stored: `Off` for the logical bytes, else compressed (the block's
+    /// physical bytes, OpenZFS's compressed ARC), `lsize` bytes once decompressed.
+    comp: Compression,
+    lsize: u32,
     buf: Option<Arc<Vec<u8>>>,
+}
+
+/// A buffer as the ARC stores it: the block's logical bytes, or its physical
+/// (compressed) bytes with how to get the logical ones back.
+#[derive(Clone)]
+pub struct Stored {
+    /// The bytes kept.
+    pub bytes: Arc<Vec<u8>>,
+    /// `Off`: `bytes` are the logical bytes; else their compression.
+    pub comp: Compression,
+    /// Logical size, bytes.
+    pub lsize: u32,
+}
+
+impl Stored {
+    /// Logical bytes kept as they are.
+    pub fn logical(bytes: Arc<Vec<u8>>) -> Stored {
+        let lsize = bytes.len() as u32;
+        Stored {
+            bytes,
+            comp: Compression::Off,
+            lsize,
+        }
+    }
+
+    /// The logical bytes: shared when stored so, else decompressed (`None` if the
+    /// bytes do not decompress, which verified blocks always do).
+    pub fn to_logical(&self) -> Option<Arc<Vec<u8>>> {
+        if self.comp == Compression::Off {
+            return Some(self.bytes.clone());
+        }
+        self.comp.decompress(&self.bytes, self.lsize as usize).ok().map(Arc::new)
+    }
 }
 
 /// Counters of [`ArcCache`], named as OpenZFS's `arcstats` kstat names them.
@@ -188,8 +227,11 @@ struct State {
     c_max_bytes: u64,
     hdrs: HashMap<ArcKey, Hdr>,
     lists: [BTreeMap<u64, ArcKey>; 4],
-    /// Bytes per list, [data, metadata].
+    /// Bytes per list, [data, metadata] (as stored: compressed blocks count their
+    /// physical size).
     sizes: [[u64; 2]; 4],
+    /// Logical bytes of the resident buffers (MRU + MFU), for `uncompressed_size`.
+    uncompressed_bytes: u64,
     next_seq: u64,
     counters: ArcCounters,
     /// `MemAvailable` minus the free-memory floor, bytes, as last seen by the
@@ -221,6 +263,9 @@ impl State {
         let h = self.hdrs.remove(key)?;
         self.lists[h.list as usize].remove(&h.seq);
         self.sizes[h.list as usize][h.meta as usize] -= h.size_bytes;
+        if h.buf.is_some() {
+            self.uncompressed_bytes -= u64::from(h.lsize);
+        }
         Some(h)
     }
     fn link(&mut self, key: ArcKey, mut h: Hdr, list: List) {
@@ -229,6 +274,9 @@ impl State {
         h.list = list;
         if matches!(list, List::MruGhost | List::MfuGhost) {
             h.buf = None;
+        }
+        if h.buf.is_some() {
+            self.uncompressed_bytes += u64::from(h.lsize);
         }
         self.lists[list as usize].insert(h.seq, key);
         self.sizes[list as usize][h.meta as usize] += h.size_bytes;
@@ -364,6 +412,7 @@ impl ArcCache {
                 hdrs: HashMap::new(),
                 lists: Default::default(),
                 sizes: [[0; 2]; 4],
+                uncompressed_bytes: 0,
                 next_seq: 0,
                 counters: ArcCounters::default(),
                 memory_available_bytes: None,
@@ -388,9 +437,22 @@ impl ArcCache {
     /// reads the block and hands it to [`ArcCache::insert_read`]). Counts the hit or
     /// miss under `access` and data/metadata (`meta`).
     pub fn lookup(&self, key: &ArcKey, access: Access, meta: bool) -> Option<Arc<Vec<u8>>> {
+        self.lookup_stored(key, access, meta)?.to_logical()
+    }
+
+    /// [`ArcCache::lookup`], returning the buffer as stored (compressed or not).
+    pub fn lookup_stored(&self, key: &ArcKey, access: Access, meta: bool) -> Option<Stored> {
         let mut st = self.st.lock();
         let (list, buf, was_prefetch) = match st.hdrs.get(key) {
-            Some(h) if h.buf.is_some() => (h.list, h.buf.clone(), h.prefetch),
+            Some(h) if h.buf.is_some() => (
+                h.list,
+                h.buf.clone().map(|bytes| Stored {
+                    bytes,
+                    comp: h.comp,
+                    lsize: h.lsize,
+                }),
+                h.prefetch,
+            ),
             Some(h) => {
                 let l = h.list;
                 st.count(access, meta, false);
@@ -422,6 +484,7 @@ impl ArcCache {
                 // FIFO: a hit changes nothing; relink at the same place.
                 st.lists[list as usize].insert(h.seq, *key);
                 st.sizes[list as usize][h.meta as usize] += h.size_bytes;
+                st.uncompressed_bytes += u64::from(h.lsize);
                 if access == Access::Demand {
                     h.prefetch = false;
                 }
@@ -453,15 +516,30 @@ impl ArcCache {
     /// moving it between lists: for internal reads that are not an application's
     /// (the deferred fill of a record its own txg is about to replace).
     pub fn peek(&self, key: &ArcKey) -> Option<Arc<Vec<u8>>> {
-        self.st.lock().hdrs.get(key).and_then(|h| h.buf.clone())
+        let stored = {
+            let st = self.st.lock();
+            let h = st.hdrs.get(key)?;
+            Stored {
+                bytes: h.buf.clone()?,
+                comp: h.comp,
+                lsize: h.lsize,
+            }
+        };
+        stored.to_logical()
     }
 
     /// Cache a block just read from disk after a miss by [`ArcCache::lookup`]. A
     /// ghost header adapts `p` and brings the block into the MFU; otherwise it enters
     /// the MRU. Flagged as a prefetch when `access` is one.
     pub fn insert_read(&self, key: ArcKey, buf: Arc<Vec<u8>>, meta: bool, access: Access) {
+        self.insert_read_stored(key, Stored::logical(buf), meta, access)
+    }
+
+    /// [`ArcCache::insert_read`] of a buffer kept as `stored` (compressed blocks keep
+    /// their physical bytes: OpenZFS's compressed ARC).
+    pub fn insert_read_stored(&self, key: ArcKey, buf: Stored, meta: bool, access: Access) {
         let mut st = self.st.lock();
-        let size = buf.len() as u64;
+        let size = buf.bytes.len() as u64;
         let mut to = List::Mru;
         if let Some(old) = st.unlink(&key) {
             match old.list {
@@ -488,13 +566,18 @@ impl ArcCache {
 
     /// Cache a block just written (its new identity). Enters the MRU; no counters.
     pub fn insert_written(&self, key: ArcKey, buf: Arc<Vec<u8>>, meta: bool) {
+        self.insert_written_stored(key, Stored::logical(buf), meta)
+    }
+
+    /// [`ArcCache::insert_written`] of a buffer kept as `stored`.
+    pub fn insert_written_stored(&self, key: ArcKey, buf: Stored, meta: bool) {
         let mut st = self.st.lock();
         st.unlink(&key);
         Self::insert_locked(&mut st, key, buf, meta, false, List::Mru);
     }
 
-    fn insert_locked(st: &mut State, key: ArcKey, buf: Arc<Vec<u8>>, meta: bool, prefetch: bool, to: List) {
-        let size = buf.len() as u64;
+    fn insert_locked(st: &mut State, key: ArcKey, buf: Stored, meta: bool, prefetch: bool, to: List) {
+        let size = buf.bytes.len() as u64;
         if size > st.c_bytes || size == 0 {
             return;
         }
@@ -513,7 +596,9 @@ impl ArcCache {
                 meta,
                 prefetch,
                 l2: true,
-                buf: Some(buf),
+                comp: buf.comp,
+                lsize: buf.lsize,
+                buf: Some(buf.bytes),
             },
             to,
         );
@@ -724,6 +809,8 @@ impl ArcCache {
             u("c_min", st.c_min_bytes),
             u("c_max", st.c_max_bytes),
             u("size", data + meta),
+            u("compressed_size", data + meta),
+            u("uncompressed_size", st.uncompressed_bytes),
             u("data_size", data),
             u("metadata_size", meta),
             u("mru_size", total(&mru)),

@@ -693,10 +693,24 @@ impl Zio {
             return Ok(d);
         }
         if !self.l2arc.is_empty() {
-            if let Some(b) = self.l2arc.read(&(key.1, key.2)).filter(|b| b.len() == bp.lsize_bytes as usize) {
-                let logical = Arc::new(b);
+            // The L2ARC holds what the ARC held: the physical bytes of a compressed
+            // block, else the logical ones.
+            let stored = self.l2arc.read(&(key.1, key.2)).and_then(|b| {
+                if bp.compression != Compression::Off && b.len() == bp.psize_bytes as usize {
+                    Some(arc::Stored {
+                        bytes: Arc::new(b),
+                        comp: bp.compression,
+                        lsize: bp.lsize_bytes,
+                    })
+                } else if b.len() == bp.lsize_bytes as usize {
+                    Some(arc::Stored::logical(Arc::new(b)))
+                } else {
+                    None
+                }
+            });
+            if let Some(logical) = stored.as_ref().and_then(|s| s.to_logical()) {
                 if cache.caches(meta) {
-                    self.arc.insert_read(key, logical.clone(), meta, access);
+                    self.arc.insert_read_stored(key, stored.expect("just decoded"), meta, access);
                 }
                 return Ok(logical);
             }
@@ -718,14 +732,22 @@ impl Zio {
                             let _ = fv.write(f.offset_bytes, &phys);
                         }
                     }
-                    let logical = if bp.compression == Compression::Off && phys.len() >= bp.lsize_bytes as usize {
+                    // Compressed blocks stay compressed in the ARC (compressed ARC).
+                    let (logical, stored) = if bp.compression == Compression::Off && phys.len() >= bp.lsize_bytes as usize {
                         phys.truncate(bp.lsize_bytes as usize);
-                        Arc::new(phys)
+                        let l = Arc::new(phys);
+                        (l.clone(), arc::Stored::logical(l))
                     } else {
-                        Arc::new(bp.compression.decompress(&phys, bp.lsize_bytes as usize)?)
+                        let l = Arc::new(bp.compression.decompress(&phys, bp.lsize_bytes as usize)?);
+                        let s = arc::Stored {
+                            bytes: Arc::new(phys),
+                            comp: bp.compression,
+                            lsize: bp.lsize_bytes,
+                        };
+                        (l, s)
                     };
                     if cache.caches(meta) {
-                        self.arc.insert_read(key, logical.clone(), meta, access);
+                        self.arc.insert_read_stored(key, stored, meta, access);
                     }
                     return Ok(logical);
                 }

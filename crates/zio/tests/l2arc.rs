@@ -289,3 +289,42 @@ fn a_feed_writes_at_most_write_max_and_more_while_the_arc_warms() {
     let n = zio.l2arc_feed();
     assert!(n > 0 && n <= (256 << 10) + 8192, "feed wrote {n}");
 }
+
+/// The compressed ARC (OpenZFS's): a compressed block is kept as its physical bytes
+/// (the ARC's `size` counts those, `uncompressed_size` the logical ones), readers
+/// get the logical bytes, and the L2ARC carries the compressed form too.
+#[test]
+fn compressed_blocks_stay_compressed_in_the_arc_and_the_l2arc() {
+    let dir = tempfile::tempdir().unwrap();
+    let zio = pipeline(&dir, 64 << 20);
+    zio.add_cache_device(leaf(&dir, "cache", 0, 900, 32 << 20), false, 0);
+    let stat = |name: &str| zio.arc().stats().into_iter().find(|(n, _, _)| *n == name).unwrap().2 as u64;
+    // Text-like blocks that lz4 shrinks several times.
+    let datas: Vec<Vec<u8>> = (0..32u64)
+        .map(|i| format!("block {i}: the quick brown fox jumps over the lazy dog. ").into_bytes().repeat(2000)[..64 << 10].to_vec())
+        .collect();
+    let mut p = props(5);
+    p.compression = CompressSetting::LZ4;
+    let items: Vec<(Arc<Vec<u8>>, WriteProps)> = datas.iter().map(|d| (Arc::new(d.clone()), p)).collect();
+    let bps: Vec<BlkPtr> = zio.write_blocks(&items, 2).into_iter().map(|r| r.unwrap()).collect();
+    assert!(bps.iter().all(|b| b.psize_bytes * 4 < b.lsize_bytes), "the blocks did not compress");
+    let logical = 32 * (64 << 10) as u64;
+    assert_eq!(stat("uncompressed_size"), logical);
+    assert!(stat("size") * 4 < logical, "ARC holds {} bytes for {logical} logical", stat("size"));
+    assert_eq!(stat("compressed_size"), stat("size"));
+    let reads = zio.blocks_read.load(Ordering::Relaxed);
+    for (bp, d) in bps.iter().zip(&datas) {
+        assert_eq!(&zio.read_block(bp).unwrap()[..], &d[..]);
+    }
+    assert_eq!(zio.blocks_read.load(Ordering::Relaxed), reads, "ARC hits went to disk");
+    // Through the L2ARC: compressed on the device, logical to the reader.
+    let fed = zio.l2arc_feed();
+    assert!(fed < logical / 2, "the L2ARC got {fed} bytes for {logical} logical");
+    zio.clear_cache();
+    for (bp, d) in bps.iter().zip(&datas) {
+        assert_eq!(&zio.read_block(bp).unwrap()[..], &d[..]);
+    }
+    assert_eq!(zio.blocks_read.load(Ordering::Relaxed), reads, "L2ARC hits went to the pool");
+    assert_eq!(stat("l2_hits"), 32);
+    assert!(stat("size") * 4 < logical, "blocks came back from the L2ARC uncompressed");
+}
