@@ -9,7 +9,9 @@
 //!   Tarn's own `arc_policy` (`arc`, `lru`, or `fifo`, the cache before the ARC, for
 //!   comparisons), and the L2ARC's `l2arc_write_max` and `l2arc_write_boost` (bytes
 //!   each feed writes to a cache device, and the extra while the ARC is still
-//!   filling; `0` restores 8M). An `arc_max` at or under the `arc_min` in force, with no `arc_min`
+//!   filling; `0` restores 8M), and `compressed_arc_enabled` (`1`, the default:
+//!   compressed blocks stay compressed in the ARC; `0`: cache them decompressed). An
+//!   `arc_max` at or under the `arc_min` in force, with no `arc_min`
 //!   beside it, lowers `arc_min` to half of it (at least 32M), as OpenZFS's
 //!   `arc_init` does. Every setting of one command is checked before any is applied; a
 //!   refused one changes nothing. Lowering `arc_max` evicts down to it before the
@@ -66,12 +68,14 @@ fn mem_total_bytes() -> u64 {
 /// nothing is applied unless every setting is valid.
 pub fn set_tunables(args: &[String]) -> Response {
     if args.is_empty() {
-        return Response::usage("usage: tarn daemon --set NAME=VALUE ...\n\ttunables: arc_max, arc_min, arc_policy, l2arc_write_max, l2arc_write_boost\n");
+        return Response::usage(
+            "usage: tarn daemon --set NAME=VALUE ...\n\ttunables: arc_max, arc_min, arc_policy, compressed_arc_enabled, l2arc_write_max, l2arc_write_boost\n",
+        );
     }
     let arc = tarn_spa::arc();
     let mem = mem_total_bytes();
     let (mut max_bytes, mut min_bytes, mut policy) = (arc.max_bytes(), arc.min_bytes(), None);
-    let (mut l2_max, mut l2_boost) = (None, None);
+    let (mut l2_max, mut l2_boost, mut compressed) = (None, None, None);
     let size = |name: &str, v: &str| -> Result<u64, String> { crate::format::parse_size(v).ok_or_else(|| format!("cannot set {name}: bad size '{v}'")) };
     for a in args {
         let Some((name, value)) = a.split_once('=') else {
@@ -85,8 +89,15 @@ pub fn set_tunables(args: &[String]) -> Response {
                 .ok_or_else(|| format!("cannot set {name}: '{value}' is not one of 'arc | lru | fifo'")),
             "l2arc_write_max" => size(name, value).map(|v| l2_max = Some(v)),
             "l2arc_write_boost" => size(name, value).map(|v| l2_boost = Some(v)),
+            "compressed_arc_enabled" => match value {
+                "0" | "1" => {
+                    compressed = Some(value == "1");
+                    Ok(())
+                }
+                _ => Err(format!("cannot set {name}: '{value}' is not 0 or 1")),
+            },
             _ => Err(format!(
-                "unknown tunable '{name}' (known: arc_max, arc_min, arc_policy, l2arc_write_max, l2arc_write_boost)"
+                "unknown tunable '{name}' (known: arc_max, arc_min, arc_policy, compressed_arc_enabled, l2arc_write_max, l2arc_write_boost)"
             )),
         };
         if let Err(e) = r {
@@ -118,6 +129,9 @@ pub fn set_tunables(args: &[String]) -> Response {
     arc.set_max_bytes(max_bytes);
     arc.set_min_bytes(min_bytes);
     tarn_zio::l2arc::set_write_limits(l2_max, l2_boost);
+    if let Some(on) = compressed {
+        arc.set_compressed_enabled(on);
+    }
     // Last: setting a policy (even the one in force) empties the cache, p at half of c.
     if let Some(p) = policy {
         arc.set_policy(p);

@@ -97,6 +97,11 @@ fn kstat_arcstat_tunables_and_primarycache() {
     // The L2ARC's feed sizes (their effect: zio's tests/l2arc_tunables.rs).
     env.tarn(&["daemon", "--set", "l2arc_write_max=16M", "l2arc_write_boost=0"]).ok();
     env.tarn(&["daemon", "--set", "l2arc_write_max=lots"]).fails_with("bad size 'lots'");
+    // Compressed ARC on by default; 0 caches blocks decompressed (effect: zio's
+    // tests/l2arc.rs `compressed_blocks_stay_compressed_in_the_arc_and_the_l2arc`).
+    env.tarn(&["daemon", "--set", "compressed_arc_enabled=0"]).ok();
+    env.tarn(&["daemon", "--set", "compressed_arc_enabled=yes"]).fails_with("is not 0 or 1");
+    env.tarn(&["daemon", "--set", "compressed_arc_enabled=1"]).ok();
     let k = kstat(&env);
     assert_eq!((k["c_max"], k["c_min"]), ((80 * MB) as i64, (32 * MB) as i64));
 

@@ -301,7 +301,7 @@ impl Zio {
         self.dedup_finish(blocks, &mut prepared, &dedup, &mut written);
         for ((p, (data, _)), ok) in prepared.iter().zip(blocks).zip(&written) {
             if *ok && !p.nop {
-                let stored = if p.bp.compression == Compression::Off {
+                let stored = if p.bp.compression == Compression::Off || !self.arc.compressed_enabled() {
                     crate::arc::Stored::logical(data.clone())
                 } else {
                     crate::arc::Stored {

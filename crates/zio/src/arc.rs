@@ -48,9 +48,13 @@
 //! MFU and MRU ([`ArcCache::l2_candidates`]); their counters join `stats`.
 //!
 //! Compressed ARC (OpenZFS's, since 0.7): a compressed block is kept as its
-//! physical bytes ([`Stored`]) and decompressed for each reader; sizes, `c` and `p`
+//! physical bytes ([`Stored`]) and decompressed for its readers; sizes, `c` and `p`
 //! count the bytes kept, so a compressible working set fits as many times more
 //! blocks as it compresses. `uncompressed_size` in the stats is the logical total.
+//! Recently decompressed blocks are kept apart, least recently used out first, up to
+//! `c / 32` bytes (OpenZFS's dbuf cache, `dbuf_cache_shift` 5), reported as
+//! `overhead_size`: a block read again soon is not decompressed again.
+//! `compressed_arc_enabled` off caches new blocks decompressed instead.
 //!
 //! Replacement policy: [`Policy::Arc`] by default; [`Policy::Lru`] and [`Policy::Fifo`]
 //! (the pipeline's cache before the ARC) exist to measure the ARC against them (tests,
@@ -241,9 +245,69 @@ struct State {
     no_grow: bool,
 }
 
+/// `c` over this is the most the cache of decompressed blocks holds (OpenZFS's
+/// `dbuf_cache_shift` of 5: 1/32 of the ARC target).
+pub const DCACHE_SHIFT_DIVISOR: u64 = 32;
+
+/// Recently decompressed blocks, least recently used out first, bounded in bytes.
+#[derive(Default)]
+struct DCache {
+    map: HashMap<ArcKey, (Arc<Vec<u8>>, u64)>,
+    order: BTreeMap<u64, ArcKey>,
+    bytes: u64,
+    next: u64,
+}
+
+impl DCache {
+    fn get(&mut self, key: &ArcKey) -> Option<Arc<Vec<u8>>> {
+        let (buf, seq) = self.map.get_mut(key)?;
+        self.order.remove(seq);
+        self.next += 1;
+        *seq = self.next;
+        self.order.insert(self.next, *key);
+        Some(buf.clone())
+    }
+
+    fn put(&mut self, key: ArcKey, buf: Arc<Vec<u8>>, cap_bytes: u64) {
+        self.remove(&key);
+        if buf.len() as u64 > cap_bytes {
+            return;
+        }
+        self.next += 1;
+        self.bytes += buf.len() as u64;
+        self.order.insert(self.next, key);
+        self.map.insert(key, (buf, self.next));
+        while self.bytes > cap_bytes {
+            let Some((_, k)) = self.order.pop_first() else { break };
+            if let Some((b, _)) = self.map.remove(&k) {
+                self.bytes -= b.len() as u64;
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &ArcKey) {
+        if let Some((b, seq)) = self.map.remove(key) {
+            self.order.remove(&seq);
+            self.bytes -= b.len() as u64;
+        }
+    }
+
+    fn remove_user(&mut self, user: u64) {
+        let keys: Vec<ArcKey> = self.map.keys().filter(|k| k.0 == user).copied().collect();
+        for k in keys {
+            self.remove(&k);
+        }
+    }
+}
+
 /// The cache. Cheap to share: every method takes `&self` and one mutex.
 pub struct ArcCache {
     st: Mutex<State>,
+    /// Recently decompressed blocks (a dbuf cache in miniature), at most `c / 32`
+    /// bytes (OpenZFS's `dbuf_cache_shift` of 5).
+    dcache: Mutex<DCache>,
+    /// Keep compressed blocks compressed (`compressed_arc_enabled`).
+    compressed: std::sync::atomic::AtomicBool,
     /// The L2ARCs of the pools using this cache, for host-wide `l2_*` statistics.
     l2s: Mutex<Vec<std::sync::Weak<crate::l2arc::L2Arc>>>,
 }
@@ -419,6 +483,8 @@ impl ArcCache {
                 no_grow: false,
             }),
             l2s: Mutex::new(Vec::new()),
+            dcache: Mutex::new(DCache::default()),
+            compressed: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
@@ -437,7 +503,35 @@ impl ArcCache {
     /// reads the block and hands it to [`ArcCache::insert_read`]). Counts the hit or
     /// miss under `access` and data/metadata (`meta`).
     pub fn lookup(&self, key: &ArcKey, access: Access, meta: bool) -> Option<Arc<Vec<u8>>> {
-        self.lookup_stored(key, access, meta)?.to_logical()
+        let stored = self.lookup_stored(key, access, meta)?;
+        self.logical_of(key, stored)
+    }
+
+    /// The logical bytes of `stored` (the buffer of `key`): as kept, from the cache of
+    /// recently decompressed blocks, or decompressed now (and remembered there).
+    fn logical_of(&self, key: &ArcKey, stored: Stored) -> Option<Arc<Vec<u8>>> {
+        if stored.comp == Compression::Off {
+            return Some(stored.bytes);
+        }
+        if let Some(b) = self.dcache.lock().get(key) {
+            return Some(b);
+        }
+        let logical = stored.to_logical()?;
+        let cap = self.st.lock().c_bytes / DCACHE_SHIFT_DIVISOR;
+        self.dcache.lock().put(*key, logical.clone(), cap);
+        Some(logical)
+    }
+
+    /// Whether compressed blocks are kept compressed (OpenZFS's
+    /// `zfs_compressed_arc_enabled`, on by default). Off, the pipeline caches every
+    /// block decompressed: more memory, no decompression per hit.
+    pub fn compressed_enabled(&self) -> bool {
+        self.compressed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Set `compressed_arc_enabled` (blocks already cached stay as they are).
+    pub fn set_compressed_enabled(&self, on: bool) {
+        self.compressed.store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// [`ArcCache::lookup`], returning the buffer as stored (compressed or not).
@@ -525,7 +619,7 @@ impl ArcCache {
                 lsize: h.lsize,
             }
         };
-        stored.to_logical()
+        self.logical_of(key, stored)
     }
 
     /// Cache a block just read from disk after a miss by [`ArcCache::lookup`]. A
@@ -613,6 +707,8 @@ impl ArcCache {
         if st.unlink(key).is_some() {
             st.counters.deleted += 1;
         }
+        drop(st);
+        self.dcache.lock().remove(key);
     }
 
     /// Whether `key`'s block may go to a cache device (a dataset whose
@@ -672,6 +768,8 @@ impl ArcCache {
             st.unlink(&k);
             st.counters.deleted += 1;
         }
+        drop(st);
+        self.dcache.lock().remove_user(user);
     }
 
     /// Like [`ArcCache::remove_user`], taking the lock for at most 4,096 headers at a
@@ -687,6 +785,7 @@ impl ArcCache {
                 }
             }
         }
+        self.dcache.lock().remove_user(user);
     }
 
     /// Set `c_max` (`arc_max`), bytes. Lowering it lowers `c` and evicts down to it
@@ -778,6 +877,7 @@ impl ArcCache {
     /// `KSTAT_DATA_UINT64`, 3 is `KSTAT_DATA_INT64` (`memory_available_bytes`, which
     /// is negative when memory is short). Sizes are bytes.
     pub fn stats(&self) -> Vec<(&'static str, u8, i64)> {
+        let dcache_bytes = self.dcache.lock().bytes;
         let st = self.st.lock();
         let c = &st.counters;
         let u = |n: &'static str, v: u64| (n, 4u8, v as i64);
@@ -811,6 +911,7 @@ impl ArcCache {
             u("size", data + meta),
             u("compressed_size", data + meta),
             u("uncompressed_size", st.uncompressed_bytes),
+            u("overhead_size", dcache_bytes),
             u("data_size", data),
             u("metadata_size", meta),
             u("mru_size", total(&mru)),

@@ -710,7 +710,12 @@ impl Zio {
             });
             if let Some(logical) = stored.as_ref().and_then(|s| s.to_logical()) {
                 if cache.caches(meta) {
-                    self.arc.insert_read_stored(key, stored.expect("just decoded"), meta, access);
+                    let keep = if self.arc.compressed_enabled() {
+                        stored.expect("just decoded")
+                    } else {
+                        arc::Stored::logical(logical.clone())
+                    };
+                    self.arc.insert_read_stored(key, keep, meta, access);
                 }
                 return Ok(logical);
             }
@@ -733,16 +738,21 @@ impl Zio {
                         }
                     }
                     // Compressed blocks stay compressed in the ARC (compressed ARC).
+                    let keep_compressed = self.arc.compressed_enabled();
                     let (logical, stored) = if bp.compression == Compression::Off && phys.len() >= bp.lsize_bytes as usize {
                         phys.truncate(bp.lsize_bytes as usize);
                         let l = Arc::new(phys);
                         (l.clone(), arc::Stored::logical(l))
                     } else {
                         let l = Arc::new(bp.compression.decompress(&phys, bp.lsize_bytes as usize)?);
-                        let s = arc::Stored {
-                            bytes: Arc::new(phys),
-                            comp: bp.compression,
-                            lsize: bp.lsize_bytes,
+                        let s = if keep_compressed {
+                            arc::Stored {
+                                bytes: Arc::new(phys),
+                                comp: bp.compression,
+                                lsize: bp.lsize_bytes,
+                            }
+                        } else {
+                            arc::Stored::logical(l.clone())
                         };
                         (l, s)
                     };

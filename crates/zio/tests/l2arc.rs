@@ -327,4 +327,17 @@ fn compressed_blocks_stay_compressed_in_the_arc_and_the_l2arc() {
     assert_eq!(zio.blocks_read.load(Ordering::Relaxed), reads, "L2ARC hits went to the pool");
     assert_eq!(stat("l2_hits"), 32);
     assert!(stat("size") * 4 < logical, "blocks came back from the L2ARC uncompressed");
+    // A block read twice in a row is decompressed once (the cache of recently
+    // decompressed blocks hands out the same buffer).
+    let a = zio.read_block(&bps[0]).unwrap();
+    let b = zio.read_block(&bps[0]).unwrap();
+    assert!(Arc::ptr_eq(&a, &b), "decompressed twice");
+    assert!(stat("overhead_size") >= 64 << 10, "the decompressed copy is not reported");
+    // compressed_arc_enabled=0: blocks are cached as their logical bytes.
+    zio.arc().set_compressed_enabled(false);
+    zio.clear_cache();
+    for (bp, d) in bps.iter().zip(&datas) {
+        assert_eq!(&zio.read_block(bp).unwrap()[..], &d[..]);
+    }
+    assert_eq!(stat("size"), logical, "compressed_arc_enabled=0 still cached compressed");
 }
