@@ -161,16 +161,10 @@ fn shared_blocks_by_model() {
     let pool = common::reimport(pool, d.path(), "cl");
     assert_eq!(pool.zio().brt().entries(), before);
     let fs = mount(&pool, "cl");
-    for (i, n) in names.iter().enumerate() {
-        let ino = fs.lookup(fs.root(), n.as_bytes()).unwrap().ino;
-        assert!(read_all(&fs, ino) == model[i], "file {i} differs after import");
-    }
+    common::files_match(&fs, &names, &model, "after import");
     pool.leak_check().unwrap();
     // Every file gone: every reference gone.
-    for n in &names {
-        fs.unlink(fs.root(), n.as_bytes()).unwrap();
-    }
-    common::settle(&pool);
+    common::delete_all(&pool, &fs, &names);
     assert!(pool.zio().brt().is_empty(), "{} entries left", pool.zio().brt().len());
     pool.leak_check().unwrap();
     drop(fs);

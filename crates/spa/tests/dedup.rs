@@ -129,15 +129,9 @@ fn dedup_table_by_model() {
     let pool = common::reimport(pool, d.path(), "dd");
     assert_eq!(table(&pool), before, "the dedup table changed across export and import");
     let fs = mount(&pool, "dd");
-    for (i, n) in names.iter().enumerate() {
-        let ino = fs.lookup(fs.root(), n.as_bytes()).unwrap().ino;
-        assert!(read_all(&fs, ino) == model[i], "file {i} after import");
-    }
+    common::files_match(&fs, &names, &model, "after import");
     pool.leak_check().unwrap();
-    for n in &names {
-        fs.unlink(fs.root(), n.as_bytes()).unwrap();
-    }
-    common::settle(&pool);
+    common::delete_all(&pool, &fs, &names);
     assert!(pool.zio().ddt().is_empty(), "{} entries left", pool.zio().ddt().len());
     pool.leak_check().unwrap();
     drop(fs);

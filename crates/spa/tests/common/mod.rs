@@ -190,3 +190,21 @@ pub fn write_object(pool: &tarn_spa::Pool, ds: &str, seed: u64, record_bytes: us
     pool.sync().unwrap();
     (os, obj)
 }
+
+/// Each file `names[i]` in the root of `fs` holds exactly `model[i]` (`when` names the
+/// moment for the message).
+pub fn files_match(fs: &tarn_zpl::Fs, names: &[String], model: &[Vec<u8>], when: &str) {
+    for (i, n) in names.iter().enumerate() {
+        let ino = fs.lookup(fs.root(), n.as_bytes()).unwrap().ino;
+        assert!(file_bytes(fs, ino) == model[i], "file {i} differs {when}");
+    }
+}
+
+/// Unlink every file of `names` from the root of `fs`, then sync until every
+/// deferred free is back.
+pub fn delete_all(pool: &tarn_spa::Pool, fs: &tarn_zpl::Fs, names: &[String]) {
+    for n in names {
+        fs.unlink(fs.root(), n.as_bytes()).unwrap();
+    }
+    settle(pool);
+}
