@@ -311,6 +311,18 @@ pub struct DedupBlock {
     pub refcount: u64,
 }
 
+impl DedupBlock {
+    /// The block of dedup table entry (`k`, `e`).
+    pub fn of_entry(k: &tarn_zio::ddt::DdtKey, e: &tarn_zio::ddt::DdtEntry) -> DedupBlock {
+        DedupBlock {
+            lsize_bytes: u64::from(k.lsize_bytes),
+            psize_bytes: u64::from(k.psize_bytes),
+            dsize_bytes: e.dva.iter().map(|d| d.asize_bytes).sum(),
+            refcount: e.refcount,
+        }
+    }
+}
+
 /// The dedup block of `zpool status -D` (OpenZFS `print_dedup_stats`): " dedup: DDT
 /// entries N, size X on disk, Y in core" (bytes per entry), a blank line, then
 /// [`ddt_histogram`]; " dedup: no DDT entries" when the table is empty.

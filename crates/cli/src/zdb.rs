@@ -240,6 +240,10 @@ fn run(args: &[String]) -> Run {
         code = dump_blocks(&mut out, &pool, want('b'));
     }
     if want('D') > 0 {
+        // -DDDD and more dump the table's entries in OpenZFS; not built here.
+        if o.n('D') > 3 {
+            return usage_error("zdb: -DDDD (dump the dedup table's entries) is not supported\n");
+        }
         dump_ddt(&mut out, &pool, want('D'));
     }
     // Reads every data block: only when asked for (as in OpenZFS, not part of the default).
@@ -647,7 +651,7 @@ fn dump_simulated_ddt(out: &mut String, entries: &[tarn_spa::SimDdtEntry]) {
     let _ = writeln!(out, "\n{}", ddt_ratios(&blocks));
 }
 
-/// `zdb -D` (`-DD`, `-DDD`): the pool's dedup table as OpenZFS prints its DDT
+/// `zdb -D` (`-DD`, `-DDD`; more is refused): the pool's dedup table as OpenZFS prints its DDT
 /// objects — one line per checksum and class ("duplicate": referenced more than
 /// once, "unique": once) with its entries and bytes per entry on disk and in core,
 /// from `-DD` each class's histogram and the histogram over all of them, then the
@@ -658,12 +662,7 @@ fn dump_ddt(out: &mut String, pool: &Pool, verbosity: u32) {
         out.push_str("All DDTs are empty\n");
         return;
     }
-    let block = |k: &tarn_zio::ddt::DdtKey, e: &tarn_zio::ddt::DdtEntry| DedupBlock {
-        lsize_bytes: u64::from(k.lsize_bytes),
-        psize_bytes: u64::from(k.psize_bytes),
-        dsize_bytes: e.dva.iter().map(|d| d.asize_bytes).sum(),
-        refcount: e.refcount,
-    };
+    let block = DedupBlock::of_entry;
     let mut classes: BTreeMap<(u8, bool), Vec<DedupBlock>> = BTreeMap::new();
     for (k, e) in &entries {
         classes.entry((k.checksum_alg, e.refcount == 1)).or_default().push(block(k, e));

@@ -970,12 +970,7 @@ fn status(st: &mut State, args: &[String]) -> Response {
                     .ddt()
                     .entries()
                     .iter()
-                    .map(|(k, e)| format::DedupBlock {
-                        lsize_bytes: u64::from(k.lsize_bytes),
-                        psize_bytes: u64::from(k.psize_bytes),
-                        dsize_bytes: e.dva.iter().map(|d| d.asize_bytes).sum(),
-                        refcount: e.refcount,
-                    })
+                    .map(|(k, e)| format::DedupBlock::of_entry(k, e))
                     .collect();
                 block.push_str(&format::dedup_stats(
                     &blocks,

@@ -204,6 +204,7 @@ fn every_option_on_an_exported_pool_writes_nothing() {
         let cols: Vec<&str> = two.split_whitespace().collect();
         assert_eq!((cols[1], cols[5]), ("1", "2"), "{two}");
         assert!(dd.stdout.contains("dedup = 2.00, compress = 1.00, copies = 1.00"), "{dd:?}");
+        zdb(&env, &["-e", "-p", &v, "-DDDD", "tank"]).fails_with("is not supported");
         before = file_hash(&a);
     }
 

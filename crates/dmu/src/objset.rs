@@ -315,6 +315,15 @@ enum Src {
 }
 
 impl Src {
+    /// The content a block pointer names: zeros for a hole.
+    fn of(bp: BlkPtr) -> Src {
+        if bp.is_hole() {
+            Src::Zero
+        } else {
+            Src::Bp(bp)
+        }
+    }
+
     /// `layers` (newest first) over `self`.
     fn under(self, mut layers: Vec<Arc<Partial>>) -> Src {
         if layers.is_empty() {
@@ -910,7 +919,7 @@ impl Objset {
         match dn.open.blocks.get(&blkid) {
             Some(Dirty::Full(b)) => Ok(Src::Data(b.clone())),
             Some(Dirty::Partial(p)) => Ok(self.resolve_below_open(dn, blkid)?.under(vec![p.clone()])),
-            Some(Dirty::Clone(bp)) => Ok(if bp.is_hole() { Src::Zero } else { Src::Bp(*bp) }),
+            Some(Dirty::Clone(bp)) => Ok(Src::of(*bp)),
             None if in_ranges(&dn.open.frees, blkid) => Ok(Src::Zero),
             None => self.resolve_below_open(dn, blkid),
         }
@@ -923,7 +932,7 @@ impl Objset {
             match s.blocks.get(&blkid) {
                 Some(Dirty::Full(b)) => return Ok(Src::Data(b.clone())),
                 Some(Dirty::Partial(p)) => return Ok(self.resolve_tree(&dn.tree, blkid)?.under(vec![p.clone()])),
-                Some(Dirty::Clone(bp)) => return Ok(if bp.is_hole() { Src::Zero } else { Src::Bp(*bp) }),
+                Some(Dirty::Clone(bp)) => return Ok(Src::of(*bp)),
                 None if in_ranges(&s.frees, blkid) => return Ok(Src::Zero),
                 None => {}
             }
@@ -933,8 +942,7 @@ impl Objset {
 
     /// Block `blkid` of the synced tree.
     fn resolve_tree(&self, tree: &Tree, blkid: u64) -> Result<Src> {
-        let bp = self.tree_lookup(tree, blkid)?;
-        Ok(if bp.is_hole() { Src::Zero } else { Src::Bp(bp) })
+        Ok(Src::of(self.tree_lookup(tree, blkid)?))
     }
 
     /// The bytes of `src`, exactly `blksz` bytes for a merged partial record (the
@@ -1012,7 +1020,7 @@ impl Objset {
         let len = record.dirty_bytes() as i64;
         let dn = st.dnodes.get_mut(&obj).unwrap();
         let old = dn.open.blocks.insert(blkid, record);
-        let delta = len - old.map(|o| self.drop_record(o)).unwrap_or(0);
+        let delta = len - old.map(|o| o.dirty_bytes() as i64).unwrap_or(0);
         if blkid > dn.attrs.maxblkid {
             dn.attrs.maxblkid = blkid;
         }
@@ -1058,9 +1066,8 @@ impl Objset {
             }
             Some(Dirty::Clone(bp)) => {
                 // A write into a block cloned in this txg: it becomes a copy (read
-                // now), and the clone's reference goes back in `put_block`.
-                let src = if bp.is_hole() { Src::Zero } else { Src::Bp(*bp) };
-                let mut b = self.fetch(src, blksz as u32)?.as_ref().clone();
+                // now); the clone took no reference yet, so dropping it costs nothing.
+                let mut b = self.fetch(Src::of(*bp), blksz as u32)?.as_ref().clone();
                 b.resize(blksz, 0);
                 b[in_blk..in_blk + data.len()].copy_from_slice(data);
                 Dirty::Full(Arc::new(b))
@@ -1499,13 +1506,6 @@ impl Objset {
         *self.block_kill.lock() = kill;
     }
 
-    /// A dirty record leaves the open generation unsynced (replaced, or freed with
-    /// its range or object): returns the dirty bytes it counted. A cloned record took
-    /// no reference yet (that happens when it is installed), so nothing else is due.
-    fn drop_record(&self, rec: Dirty) -> i64 {
-        rec.dirty_bytes() as i64
-    }
-
     /// A block leaves the tree in txg `txg`: hand it to the kill hook, or free it
     /// (deferred) when there is none. Holes are ignored.
     fn kill(&self, bp: &BlkPtr, txg: u64) {
@@ -1920,8 +1920,8 @@ impl ObjectStore for Objset {
         let mut st = self.st.lock();
         let dn = self.load_dnode(&mut st, obj)?;
         dn.attrs.freed = true;
-        let records = std::mem::take(&mut dn.open.blocks);
-        let released: i64 = records.into_values().map(|b| self.drop_record(b)).sum();
+        let released: i64 = dn.open.blocks.values().map(|b| b.dirty_bytes() as i64).sum();
+        dn.open.blocks.clear();
         Self::mark_dirty(&mut st, obj);
         drop(st);
         self.gate.add_dirty(-released);
@@ -2025,7 +2025,7 @@ impl ObjectStore for Objset {
         if first_full < last_full {
             let doomed: Vec<u64> = dn.open.blocks.range(first_full..last_full).map(|(k, _)| *k).collect();
             for k in doomed {
-                released += dn.open.blocks.remove(&k).map(|b| self.drop_record(b)).unwrap_or(0);
+                released += dn.open.blocks.remove(&k).map(|b| b.dirty_bytes() as i64).unwrap_or(0);
             }
             dn.open.frees.push((first_full, last_full));
         }
@@ -2034,11 +2034,11 @@ impl ObjectStore for Objset {
             let keep_to = dn.attrs.maxblkid;
             let doomed: Vec<u64> = dn.open.blocks.range(keep_to + 1..).map(|(k, _)| *k).collect();
             for k in doomed {
-                released += dn.open.blocks.remove(&k).map(|b| self.drop_record(b)).unwrap_or(0);
+                released += dn.open.blocks.remove(&k).map(|b| b.dirty_bytes() as i64).unwrap_or(0);
             }
             if offset_bytes == 0 {
                 // Truncate to zero frees block 0 too.
-                released += dn.open.blocks.remove(&0).map(|b| self.drop_record(b)).unwrap_or(0);
+                released += dn.open.blocks.remove(&0).map(|b| b.dirty_bytes() as i64).unwrap_or(0);
                 dn.open.frees.push((0, u64::MAX));
             } else {
                 dn.open.frees.push((keep_to + 1, u64::MAX));

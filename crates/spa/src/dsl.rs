@@ -123,15 +123,8 @@ pub(crate) fn decode_props(b: &[u8]) -> Result<BTreeMap<String, String>> {
     Ok(out)
 }
 
-/// Read a packed record: its length is the object's bonus (u64 LE), capped at
-/// [`PACKED_MAX_BYTES`].
-pub(crate) fn read_packed(mos: &dyn ObjectStore, obj: u64) -> Result<Vec<u8>> {
-    read_large(mos, obj, PACKED_MAX_BYTES)
-}
-
-/// Read an object stored like a packed record (length in the bonus) whose length may
-/// pass [`PACKED_MAX_BYTES`], up to `max_bytes` (the dedup table and its log).
-pub(crate) fn read_large(mos: &dyn ObjectStore, obj: u64, max_bytes: u64) -> Result<Vec<u8>> {
+/// The length of a packed record (its bonus, u64 LE), checked against `max_bytes`.
+pub(crate) fn packed_len(mos: &dyn ObjectStore, obj: u64, max_bytes: u64) -> Result<u64> {
     let b = mos.bonus(obj).map_err(dmu_err)?;
     let len = u64::from_le_bytes(
         b.get(0..8)
@@ -142,9 +135,33 @@ pub(crate) fn read_large(mos: &dyn ObjectStore, obj: u64, max_bytes: u64) -> Res
     if len > max_bytes {
         return Err(SpaError::Corrupt(format!("record {obj}: length {len} too large")));
     }
-    let mut buf = vec![0u8; len as usize];
+    Ok(len)
+}
+
+/// Read a packed record: its length is the object's bonus (u64 LE), capped at
+/// [`PACKED_MAX_BYTES`].
+pub(crate) fn read_packed(mos: &dyn ObjectStore, obj: u64) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; packed_len(mos, obj, PACKED_MAX_BYTES)? as usize];
     mos.read(obj, 0, &mut buf).map_err(dmu_err)?;
     Ok(buf)
+}
+
+/// Read an object stored like a packed record whose length may pass
+/// [`PACKED_MAX_BYTES`] (up to `max_bytes`: the dedup table and its log), handing it
+/// to `each` a piece of at most `piece_bytes` at a time, so that a length read from
+/// disk never sizes an allocation by itself.
+pub(crate) fn read_pieces(mos: &dyn ObjectStore, obj: u64, max_bytes: u64, piece_bytes: usize, each: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+    let len = packed_len(mos, obj, max_bytes)?;
+    let mut buf = Vec::new();
+    let mut off = 0u64;
+    while off < len {
+        let n = (len - off).min(piece_bytes as u64) as usize;
+        buf.resize(n, 0);
+        mos.read(obj, off, &mut buf).map_err(dmu_err)?;
+        each(&buf)?;
+        off += n as u64;
+    }
+    Ok(())
 }
 
 /// Replace a packed record's contents.

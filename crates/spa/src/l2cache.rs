@@ -86,15 +86,7 @@ impl Pool {
             for (id, c) in cfg.l2cache.iter_mut().enumerate() {
                 c.id = id as u64;
             }
-            if let Some(v) = self
-                .zio
-                .l2arc()
-                .devices()
-                .into_iter()
-                .find(|d| d.vdev().guid() == guid)
-                .map(|d| d.vdev().clone())
-            {
-                self.zio.l2arc().remove_device(guid);
+            if let Some(v) = self.zio.l2arc().remove_device(guid) {
                 self.repair.released.lock().push(v);
             }
             self.config_dirty.store(true, Ordering::SeqCst);

@@ -1046,17 +1046,21 @@ impl Pool {
             zio.brt().load(&table).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': {e}")))?;
         }
         if dir.ddt_obj != 0 {
-            let max = tarn_zio::ddt::DDT_STORED_MAX_BYTES;
-            let unreadable = |e: SpaError| SpaError::Corrupt(format!("cannot import '{name}': dedup table unreadable: {e}"));
-            let table = crate::dsl::read_large(&*mos, dir.ddt_obj, max).map_err(unreadable)?;
-            let log = if dir.ddt_log_obj != 0 {
-                crate::dsl::read_large(&*mos, dir.ddt_log_obj, max).map_err(unreadable)?
-            } else {
-                Vec::new()
-            };
-            zio.ddt()
-                .load(&table, &log)
-                .map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': {e}")))?;
+            use tarn_zio::ddt::{DdtLoader, DDT_LOAD_PIECE_BYTES, DDT_STORED_MAX_BYTES};
+            let mut l = DdtLoader::default();
+            let bad = |e: SpaError| SpaError::Corrupt(format!("cannot import '{name}': dedup table unreadable: {e}"));
+            let corrupt = |e: tarn_phys::Corrupt| SpaError::Corrupt(e.to_string());
+            crate::dsl::read_pieces(&*mos, dir.ddt_obj, DDT_STORED_MAX_BYTES, DDT_LOAD_PIECE_BYTES, &mut |p| {
+                l.table(p).map_err(corrupt)
+            })
+            .map_err(bad)?;
+            if dir.ddt_log_obj != 0 {
+                crate::dsl::read_pieces(&*mos, dir.ddt_log_obj, DDT_STORED_MAX_BYTES, DDT_LOAD_PIECE_BYTES, &mut |p| {
+                    l.log(p).map_err(corrupt)
+                })
+                .map_err(bad)?;
+            }
+            zio.ddt().install(l);
         }
         let ignored = std::mem::take(&mut dir.ignored);
         let pool = Arc::new(Pool {
@@ -1489,9 +1493,9 @@ impl Pool {
         if let (true, Some(mode)) = (prop == "failmode", crate::suspend::FailMode::parse(value)) {
             self.failmode.store(mode.to_u8(), Ordering::SeqCst);
         }
-        drop(_a);
-        self.apply_dedup_quota();
-        let _a = self.admin.lock();
+        if prop == "dedup_table_quota" {
+            self.apply_dedup_quota();
+        }
         self.save_pool_props(&tx)
     }
 

@@ -308,10 +308,7 @@ impl Pool {
             d.ddt_log_obj = log;
         }
         let records = self.zio.ddt().take_changes();
-        let len = |obj: u64| -> Result<u64> {
-            let b = mos.bonus(obj).map_err(dmu_err)?;
-            Ok(b.get(0..8).map(|x| u64::from_le_bytes(x.try_into().unwrap())).unwrap_or(0))
-        };
+        let len = |obj: u64| crate::dsl::packed_len(mos, obj, u64::MAX);
         let (table_len, log_len) = (len(d.ddt_obj)?, len(d.ddt_log_obj)?);
         let new_log = log_len + records.len() as u64;
         if new_log > table_len.max(1 << 20) {

@@ -307,3 +307,28 @@ fn power_cuts_never_leave_a_reference_count_the_trees_disagree_with() {
     // The cuts fall before, among and after the clones.
     assert!(shared_after.contains(&0) && shared_after.iter().any(|&n| n > 0), "{shared_after:?}");
 }
+
+/// A clone is durable when `clone_range` returns (it waits for its txg; the intent
+/// log has no record for it): the power going right after the call loses nothing.
+#[test]
+fn a_returned_clone_survives_a_power_cut() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(d.path()).unwrap();
+    let prefix = dir.display().to_string();
+    let pool = make_pool(&dir, "cd");
+    let fs = mount(&pool, "cd");
+    let a = fs.create(fs.root(), b"a", 0o644, 0, 0).unwrap().ino;
+    fs.write(a, 0, &pattern(11, (4 * REC) as usize)).unwrap();
+    let b = fs.create(fs.root(), b"b", 0o644, 0, 0).unwrap().ino;
+    assert_eq!(fs.clone_range(a, 0, b, 0, 4 * REC).unwrap(), 4 * REC);
+    tarn_vdev::inject::power_cut_after(&prefix, 0);
+    drop(fs);
+    common::abandon(pool, &prefix);
+    let pool = Pool::import("cd", std::slice::from_ref(&dir), Rewind::None, None).unwrap();
+    let fs = mount(&pool, "cd");
+    let b = fs.lookup(fs.root(), b"b").unwrap().ino;
+    assert_eq!(read_all(&fs, b), pattern(11, (4 * REC) as usize));
+    pool.leak_check().unwrap();
+    drop(fs);
+    pool.export().unwrap();
+}

@@ -299,17 +299,18 @@ impl Zio {
         let mut written = landed;
         drop(vdevs);
         self.dedup_finish(blocks, &mut prepared, &dedup, &mut written);
-        for ((p, (data, _)), ok) in prepared.iter().zip(blocks).zip(&written) {
+        let keep_compressed = self.arc.compressed_enabled();
+        for ((p, (data, _)), ok) in prepared.iter_mut().zip(blocks).zip(&written) {
             if *ok && !p.nop {
-                let stored = if p.bp.compression == Compression::Off || !self.arc.compressed_enabled() {
-                    crate::arc::Stored::logical(data.clone())
-                } else {
-                    crate::arc::Stored {
-                        bytes: Arc::new(p.payload.to_vec()),
-                        comp: p.bp.compression,
-                        lsize: p.bp.lsize_bytes,
-                    }
-                };
+                // The (compressed) payload has been written: the ARC takes it over.
+                let payload = &mut p.payload;
+                let stored = crate::arc::Stored::choose(
+                    p.bp.compression,
+                    p.bp.lsize_bytes,
+                    data,
+                    || std::mem::take(payload).into_owned(),
+                    keep_compressed,
+                );
                 self.arc.insert_written_stored(self.arc_key(&p.bp), stored, crate::bp_is_metadata(&p.bp));
             }
         }

@@ -149,6 +149,17 @@ struct Hdr {
     buf: Option<Arc<Vec<u8>>>,
 }
 
+impl Hdr {
+    /// The resident buffer as kept (`None` for a ghost).
+    fn stored(&self) -> Option<Stored> {
+        Some(Stored {
+            bytes: self.buf.clone()?,
+            comp: self.comp,
+            lsize: self.lsize,
+        })
+    }
+}
+
 /// A buffer as the ARC stores it: the block's logical bytes, or its physical
 /// (compressed) bytes with how to get the logical ones back.
 #[derive(Clone)]
@@ -169,6 +180,22 @@ impl Stored {
             bytes,
             comp: Compression::Off,
             lsize,
+        }
+    }
+
+    /// What to keep of a block whose logical bytes are `logical` and whose physical
+    /// bytes `phys` yields (compressed with `comp`, `lsize` bytes logical): the
+    /// physical bytes when the block is compressed and `keep_compressed` (compressed
+    /// ARC), else the logical bytes (`phys` is then never called).
+    pub fn choose(comp: Compression, lsize: u32, logical: &Arc<Vec<u8>>, phys: impl FnOnce() -> Vec<u8>, keep_compressed: bool) -> Stored {
+        if comp == Compression::Off || !keep_compressed {
+            Stored::logical(logical.clone())
+        } else {
+            Stored {
+                bytes: Arc::new(phys()),
+                comp,
+                lsize,
+            }
         }
     }
 
@@ -535,18 +562,10 @@ impl ArcCache {
     }
 
     /// [`ArcCache::lookup`], returning the buffer as stored (compressed or not).
-    pub fn lookup_stored(&self, key: &ArcKey, access: Access, meta: bool) -> Option<Stored> {
+    fn lookup_stored(&self, key: &ArcKey, access: Access, meta: bool) -> Option<Stored> {
         let mut st = self.st.lock();
         let (list, buf, was_prefetch) = match st.hdrs.get(key) {
-            Some(h) if h.buf.is_some() => (
-                h.list,
-                h.buf.clone().map(|bytes| Stored {
-                    bytes,
-                    comp: h.comp,
-                    lsize: h.lsize,
-                }),
-                h.prefetch,
-            ),
+            Some(h) if h.buf.is_some() => (h.list, h.stored(), h.prefetch),
             Some(h) => {
                 let l = h.list;
                 st.count(access, meta, false);
@@ -610,15 +629,7 @@ impl ArcCache {
     /// moving it between lists: for internal reads that are not an application's
     /// (the deferred fill of a record its own txg is about to replace).
     pub fn peek(&self, key: &ArcKey) -> Option<Arc<Vec<u8>>> {
-        let stored = {
-            let st = self.st.lock();
-            let h = st.hdrs.get(key)?;
-            Stored {
-                bytes: h.buf.clone()?,
-                comp: h.comp,
-                lsize: h.lsize,
-            }
-        };
+        let stored = self.st.lock().hdrs.get(key)?.stored()?;
         self.logical_of(key, stored)
     }
 

@@ -86,8 +86,11 @@ pub struct DdtEntry {
 pub const DDT_ENTRY_CORE_BYTES: usize = std::mem::size_of::<(DdtKey, DdtEntry)>();
 /// Bytes of one stored entry (table and log records).
 pub const DDT_RECORD_BYTES: usize = 32 + 1 + 1 + 2 + 4 + 4 + 3 * 20 + 8 + 8;
-/// Largest table or log an import reads, bytes.
+/// Largest table or log an import reads, bytes (read and checked a piece of
+/// [`DDT_LOAD_PIECE_BYTES`] at a time, so memory follows the valid records).
 pub const DDT_STORED_MAX_BYTES: u64 = 4 << 30;
+/// Bytes of table or log an import reads at once (a whole number of records).
+pub const DDT_LOAD_PIECE_BYTES: usize = DDT_RECORD_BYTES * 8192;
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -135,12 +138,11 @@ fn encode_record(b: &mut Vec<u8>, k: &DdtKey, e: &DdtEntry) {
     b.extend_from_slice(&e.refcount.to_le_bytes());
 }
 
-/// Decode one stored record (untrusted): a known strong checksum and compression, a
-/// first DVA, sizes in range.
-fn decode_record(c: &[u8]) -> Result<(DdtKey, DdtEntry), Corrupt> {
+/// Decode the key of one stored record (untrusted): a known strong checksum, a known
+/// compression, zero padding, sizes in range.
+fn decode_key(c: &[u8]) -> Result<DdtKey, Corrupt> {
     let bad = |why: &str| Corrupt::new("dedup table", why);
     let u32_at = |o: usize| u32::from_le_bytes(c[o..o + 4].try_into().expect("4 bytes"));
-    let u64_at = |o: usize| u64::from_le_bytes(c[o..o + 8].try_into().expect("8 bytes"));
     let key = DdtKey {
         checksum: c[0..32].try_into().expect("32 bytes"),
         checksum_alg: c[32],
@@ -155,6 +157,16 @@ fn decode_record(c: &[u8]) -> Result<(DdtKey, DdtEntry), Corrupt> {
     if key.psize_bytes == 0 || key.psize_bytes > key.lsize_bytes || key.lsize_bytes > 16 << 20 {
         return Err(bad("bad sizes"));
     }
+    Ok(key)
+}
+
+/// Decode one stored record (untrusted): a known strong checksum and compression, a
+/// first DVA, sizes in range.
+fn decode_record(c: &[u8]) -> Result<(DdtKey, DdtEntry), Corrupt> {
+    let bad = |why: &str| Corrupt::new("dedup table", why);
+    let u32_at = |o: usize| u32::from_le_bytes(c[o..o + 4].try_into().expect("4 bytes"));
+    let u64_at = |o: usize| u64::from_le_bytes(c[o..o + 8].try_into().expect("8 bytes"));
+    let key = decode_key(c)?;
     let mut dva = [Dva::default(); 3];
     for (i, d) in dva.iter_mut().enumerate() {
         let o = 44 + i * 20;
@@ -269,44 +281,22 @@ impl Ddt {
         b
     }
 
-    /// Replace the table with a stored table and log: the table's records (each
-    /// refcount ≥ 1, keys in order), then the log's in order, a record with refcount
-    /// 0 removing its key. Errors (`Corrupt`, table unchanged) for a length that is
-    /// not a whole number of records or a bad record.
+    /// Replace the table with a stored table and log (see [`DdtLoader`]). Errors
+    /// (`Corrupt`, table unchanged) for a length that is not a whole number of
+    /// records or a bad record.
     pub fn load(&self, table: &[u8], log: &[u8]) -> Result<(), Corrupt> {
-        let bad = |why: &str| Corrupt::new("dedup table", why);
-        if !table.len().is_multiple_of(DDT_RECORD_BYTES) || !log.len().is_multiple_of(DDT_RECORD_BYTES) {
-            return Err(bad("length is not a whole number of records"));
-        }
-        let mut m = BTreeMap::new();
-        let mut last: Option<DdtKey> = None;
-        for c in table.chunks_exact(DDT_RECORD_BYTES) {
-            let (k, e) = decode_record(c)?;
-            if e.refcount == 0 || last.is_some_and(|l| l >= k) {
-                return Err(bad("table records out of order or unreferenced"));
-            }
-            last = Some(k);
-            m.insert(k, e);
-        }
-        for c in log.chunks_exact(DDT_RECORD_BYTES) {
-            let removed = c[112..120].iter().all(|&x| x == 0);
-            if removed {
-                let mut whole = c.to_vec();
-                // A removal record carries no entry: check its key with a dummy one.
-                whole[44..48].copy_from_slice(&0u32.to_le_bytes());
-                whole[48..56].copy_from_slice(&512u64.to_le_bytes());
-                whole[104..112].copy_from_slice(&1u64.to_le_bytes());
-                let (k, _) = decode_record(&whole)?;
-                m.remove(&k);
-            } else {
-                let (k, e) = decode_record(c)?;
-                m.insert(k, e);
-            }
-        }
-        let mut g = self.inner.lock();
-        g.entries = m;
-        g.changed.clear();
+        let mut l = DdtLoader::default();
+        l.table(table)?;
+        l.log(log)?;
+        self.install(l);
         Ok(())
+    }
+
+    /// Replace the table with what `loader` decoded.
+    pub fn install(&self, loader: DdtLoader) {
+        let mut g = self.inner.lock();
+        g.entries = loader.entries;
+        g.changed.clear();
     }
 
     /// Every entry, in key order.
@@ -338,6 +328,51 @@ impl Ddt {
         }
         (alloc, referenced)
     }
+}
+
+/// Decodes a stored table and then its log, a piece at a time (each a whole number
+/// of records), so that memory grows only with the valid records read: a table
+/// record has refcount ≥ 1 and keys in order; a log record replaces its key's entry,
+/// refcount 0 removing it.
+#[derive(Debug, Default)]
+pub struct DdtLoader {
+    entries: BTreeMap<DdtKey, DdtEntry>,
+    last: Option<DdtKey>,
+}
+
+impl DdtLoader {
+    /// The next piece of the table.
+    pub fn table(&mut self, piece: &[u8]) -> Result<(), Corrupt> {
+        for c in whole_records(piece)? {
+            let (k, e) = decode_record(c)?;
+            if e.refcount == 0 || self.last.is_some_and(|l| l >= k) {
+                return Err(Corrupt::new("dedup table", "table records out of order or unreferenced"));
+            }
+            self.last = Some(k);
+            self.entries.insert(k, e);
+        }
+        Ok(())
+    }
+
+    /// The next piece of the log.
+    pub fn log(&mut self, piece: &[u8]) -> Result<(), Corrupt> {
+        for c in whole_records(piece)? {
+            if c[112..120].iter().all(|&x| x == 0) {
+                self.entries.remove(&decode_key(c)?);
+            } else {
+                let (k, e) = decode_record(c)?;
+                self.entries.insert(k, e);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn whole_records(b: &[u8]) -> Result<std::slice::ChunksExact<'_, u8>, Corrupt> {
+    if !b.len().is_multiple_of(DDT_RECORD_BYTES) {
+        return Err(Corrupt::new("dedup table", "length is not a whole number of records"));
+    }
+    Ok(b.chunks_exact(DDT_RECORD_BYTES))
 }
 
 /// Whether `bp` names a deduplicated block (see [`BlkPtr::dedup`]).

@@ -244,6 +244,17 @@ impl L2Dev {
     fn asize_of(&self, size_bytes: u64) -> u64 {
         size_bytes.next_multiple_of(self.align_bytes)
     }
+    /// Count header `h` in (`add`) or out of this device's sizes.
+    fn account(&self, h: &L2Hdr, add: bool) {
+        let (size, asize) = (h.size_bytes as u64, self.asize_of(h.size_bytes as u64));
+        if add {
+            self.size_bytes.fetch_add(size, Ordering::Relaxed);
+            self.asize_bytes.fetch_add(asize, Ordering::Relaxed);
+        } else {
+            self.size_bytes.fetch_sub(size, Ordering::Relaxed);
+            self.asize_bytes.fetch_sub(asize, Ordering::Relaxed);
+        }
+    }
 }
 
 /// What a rebuild found, for logs and tests.
@@ -547,30 +558,29 @@ impl L2Arc {
     }
 
     /// Forget the cache device with leaf GUID `guid` and every header on it.
-    /// Returns whether it was there.
-    pub fn remove_device(&self, guid: u64) -> bool {
+    /// Returns its leaf, or `None` when it was not there.
+    pub fn remove_device(&self, guid: u64) -> Option<Arc<Vdev>> {
         let dev = {
             let mut devs = self.devs.write();
-            let Some(i) = devs.iter().position(|d| d.vdev.guid() == guid) else {
-                return false;
-            };
+            let i = devs.iter().position(|d| d.vdev.guid() == guid)?;
             devs.remove(i)
         };
         let _turn = self.feed_turn.lock();
         self.hdrs.lock().retain(|_, h| h.dev != dev.id);
         dev.size_bytes.store(0, Ordering::Relaxed);
         dev.asize_bytes.store(0, Ordering::Relaxed);
-        true
+        Some(dev.vdev.clone())
     }
 
     fn dev_by_id(&self, id: u16) -> Option<Arc<L2Dev>> {
         self.devs.read().iter().find(|d| d.id == id).cloned()
     }
 
+    /// Take a dropped header out of its device's sizes (none of the header table's
+    /// lock may be held: the device list comes first in the lock order).
     fn account_drop(&self, h: &L2Hdr) {
         if let Some(d) = self.dev_by_id(h.dev) {
-            d.size_bytes.fetch_sub(h.size_bytes as u64, Ordering::Relaxed);
-            d.asize_bytes.fetch_sub(d.asize_of(h.size_bytes as u64), Ordering::Relaxed);
+            d.account(h, false);
         }
     }
 
@@ -706,7 +716,7 @@ impl L2Arc {
             buf.resize(buf.len().next_multiple_of(dev.align_bytes as usize), 0);
         }
         let log_off = start + buf.len() as u64;
-        let lb = LogBlock {
+        let block = LogBlock {
             pool_guid,
             dev_guid: dev.vdev.guid(),
             seq: st.seq + 1,
@@ -714,8 +724,8 @@ impl L2Arc {
             batch_len: total,
             prev: st.last_log,
             entries,
-        }
-        .encode();
+        };
+        let lb = block.encode();
         let log_len = lb.len() as u64;
         buf.extend_from_slice(&lb);
         buf.resize(total as usize, 0);
@@ -741,18 +751,16 @@ impl L2Arc {
         let _ = dev.vdev.write(0, &header);
         bump(&self.counters.l2_write_bytes, total + L2_DEVICE_HEADER_BYTES);
         drop(st);
-        // Decode our own log block back for the headers: one code path with rebuild.
-        let entries = LogBlock::decode(&lb, dev.id).map(|l| l.entries).unwrap_or_default();
-        let mut hdrs = self.hdrs.lock();
-        for (k, h) in entries {
-            if let Some(old) = hdrs.insert(k, h) {
-                if let Some(d) = self.dev_by_id(old.dev) {
-                    d.size_bytes.fetch_sub(old.size_bytes as u64, Ordering::Relaxed);
-                    d.asize_bytes.fetch_sub(d.asize_of(old.size_bytes as u64), Ordering::Relaxed);
-                }
+        let mut replaced = Vec::new();
+        {
+            let mut hdrs = self.hdrs.lock();
+            for (k, h) in block.entries {
+                replaced.extend(hdrs.insert(k, h));
+                dev.account(&h, true);
             }
-            dev.size_bytes.fetch_add(h.size_bytes as u64, Ordering::Relaxed);
-            dev.asize_bytes.fetch_add(dev.asize_of(h.size_bytes as u64), Ordering::Relaxed);
+        }
+        for old in &replaced {
+            self.account_drop(old);
         }
         total
     }
@@ -892,11 +900,9 @@ impl L2Arc {
             }
             hdrs.insert(k, h);
             report.bufs += 1;
-            let a = dev.asize_of(h.size_bytes as u64);
-            dev.size_bytes.fetch_add(h.size_bytes as u64, Ordering::Relaxed);
-            dev.asize_bytes.fetch_add(a, Ordering::Relaxed);
+            dev.account(&h, true);
             bump(&c.l2_rebuild_size, h.size_bytes as u64);
-            bump(&c.l2_rebuild_asize, a);
+            bump(&c.l2_rebuild_asize, dev.asize_of(h.size_bytes as u64));
         }
         bump(&c.l2_rebuild_bufs, report.bufs);
         report

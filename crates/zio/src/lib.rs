@@ -695,27 +695,19 @@ impl Zio {
         if !self.l2arc.is_empty() {
             // The L2ARC holds what the ARC held: the physical bytes of a compressed
             // block, else the logical ones.
-            let stored = self.l2arc.read(&(key.1, key.2)).and_then(|b| {
-                if bp.compression != Compression::Off && b.len() == bp.psize_bytes as usize {
-                    Some(arc::Stored {
-                        bytes: Arc::new(b),
-                        comp: bp.compression,
-                        lsize: bp.lsize_bytes,
-                    })
+            let got = self.l2arc.read(&(key.1, key.2)).and_then(|b| {
+                if b.len() == bp.psize_bytes as usize {
+                    self.logical_of_phys(bp, b).ok()
                 } else if b.len() == bp.lsize_bytes as usize {
-                    Some(arc::Stored::logical(Arc::new(b)))
+                    let l = Arc::new(b);
+                    Some((l.clone(), arc::Stored::logical(l)))
                 } else {
                     None
                 }
             });
-            if let Some(logical) = stored.as_ref().and_then(|s| s.to_logical()) {
+            if let Some((logical, stored)) = got {
                 if cache.caches(meta) {
-                    let keep = if self.arc.compressed_enabled() {
-                        stored.expect("just decoded")
-                    } else {
-                        arc::Stored::logical(logical.clone())
-                    };
-                    self.arc.insert_read_stored(key, keep, meta, access);
+                    self.arc.insert_read_stored(key, stored, meta, access);
                 }
                 return Ok(logical);
             }
@@ -728,7 +720,7 @@ impl Zio {
         for d in bp.dvas() {
             let Some(v) = vdevs.get(d.vdev as usize) else { continue };
             match v.read_birth(d.offset_bytes, bp.psize_bytes as u64, bp.physical_birth_txg(), &verify) {
-                Ok(mut phys) => {
+                Ok(phys) => {
                     // Self-heal ditto copies as a mirror heals its sides: rewrite every
                     // copy that failed with the verified bytes (a failure is counted by
                     // the vdev; an unavailable one refuses the write).
@@ -737,25 +729,7 @@ impl Zio {
                             let _ = fv.write(f.offset_bytes, &phys);
                         }
                     }
-                    // Compressed blocks stay compressed in the ARC (compressed ARC).
-                    let keep_compressed = self.arc.compressed_enabled();
-                    let (logical, stored) = if bp.compression == Compression::Off && phys.len() >= bp.lsize_bytes as usize {
-                        phys.truncate(bp.lsize_bytes as usize);
-                        let l = Arc::new(phys);
-                        (l.clone(), arc::Stored::logical(l))
-                    } else {
-                        let l = Arc::new(bp.compression.decompress(&phys, bp.lsize_bytes as usize)?);
-                        let s = if keep_compressed {
-                            arc::Stored {
-                                bytes: Arc::new(phys),
-                                comp: bp.compression,
-                                lsize: bp.lsize_bytes,
-                            }
-                        } else {
-                            arc::Stored::logical(l.clone())
-                        };
-                        (l, s)
-                    };
+                    let (logical, stored) = self.logical_of_phys(bp, phys)?;
                     if cache.caches(meta) {
                         self.arc.insert_read_stored(key, stored, meta, access);
                     }
@@ -776,6 +750,20 @@ impl Zio {
             }),
             Some(e) => Err(ZioError::Io(e.to_string())),
         }
+    }
+
+    /// The logical bytes of `bp`'s verified physical bytes `phys`, and what the ARC
+    /// keeps of them (compressed blocks stay compressed: compressed ARC, unless
+    /// `compressed_arc_enabled` is off).
+    fn logical_of_phys(&self, bp: &BlkPtr, mut phys: Vec<u8>) -> Result<(Arc<Vec<u8>>, arc::Stored)> {
+        if bp.compression == Compression::Off && phys.len() >= bp.lsize_bytes as usize {
+            phys.truncate(bp.lsize_bytes as usize);
+            let l = Arc::new(phys);
+            return Ok((l.clone(), arc::Stored::logical(l)));
+        }
+        let l = Arc::new(bp.compression.decompress(&phys, bp.lsize_bytes as usize)?);
+        let s = arc::Stored::choose(bp.compression, bp.lsize_bytes, &l, || phys, self.arc.compressed_enabled());
+        Ok((l, s))
     }
 
     /// Rewrite the copy of `bp` at `bad` from another of its DVAs that verifies (a
@@ -837,7 +825,9 @@ impl Zio {
             return;
         }
         self.arc.remove(&self.arc_key(bp));
-        self.l2arc.remove(&(bp.dva[0], bp.birth_txg));
+        if !self.l2arc.is_empty() {
+            self.l2arc.remove(&(bp.dva[0], bp.birth_txg));
+        }
         if self.keep_on_free(bp) {
             // Another pointer (a clone, a dedup hit) still names the block.
             return;

@@ -81,15 +81,6 @@ const COPY_CHUNK_BYTES: u64 = 1 << 20;
 /// doing it itself.
 static COPY_FILE_RANGE_CALLS: AtomicU64 = AtomicU64::new(0);
 
-/// Bytes [`Vfs::copy_file_range`] shared by cloning instead of copying (all mounts).
-static COPY_FILE_RANGE_CLONED_BYTES: AtomicU64 = AtomicU64::new(0);
-
-/// How many bytes [`Vfs::copy_file_range`] calls in this process shared by block
-/// cloning rather than copied.
-pub fn copy_file_range_cloned_bytes() -> u64 {
-    COPY_FILE_RANGE_CLONED_BYTES.load(Ordering::Relaxed)
-}
-
 /// How many [`Vfs::copy_file_range`] calls this process has served.
 pub fn copy_file_range_calls() -> u64 {
     COPY_FILE_RANGE_CALLS.load(Ordering::Relaxed)
@@ -521,9 +512,6 @@ impl Vfs {
             (Node::Live(i), Node::Live(o)) => self.fs.clone_range(i, offset_in, o, offset_out, n)?,
             _ => 0,
         };
-        if done > 0 {
-            COPY_FILE_RANGE_CLONED_BYTES.fetch_add(done, Ordering::Relaxed);
-        }
         while done < n {
             let chunk = (n - done).min(COPY_CHUNK_BYTES) as u32;
             let data = self.read(ino_in, offset_in + done, chunk)?;
