@@ -42,7 +42,8 @@ const USAGE: &str = "usage: zpool command args ...\nwhere 'command' is one of th
 \tstatus [-vx] [pool] ...\n\
 \thistory [pool] ...\n\n\
 \tget [-Hp] [-o \"all\" | field[,...]] <\"all\" | property[,...]> <pool> ...\n\
-\tset <property=value> <pool>\n";
+\tset <property=value> <pool>\n\n\
+\tddtprune -d|-p <amount> <pool>\n";
 
 fn bad_usage(sub: &str, msg: &str) -> Response {
     crate::args::bad_usage(USAGE, sub, msg)
@@ -73,6 +74,7 @@ pub fn run(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         "set" => set(st, ctx, rest),
         "history" => history(st, rest),
         "sync" => sync(st, rest),
+        "ddtprune" => ddtprune(st, ctx, rest),
         "scrub" => crate::scrub::scrub(st, rest),
         "iostat" => crate::iostat::run(st, rest),
         "-?" | "help" | "--help" => Response::ok(USAGE),
@@ -1412,6 +1414,75 @@ fn sync(st: &mut State, args: &[String]) -> Response {
         }
     }
     resp
+}
+
+/// `zpool ddtprune -d days | -p percent pool` (OpenZFS 2.3): drop unique dedup
+/// table entries last changed more than `days` ago, or that percentage of them,
+/// oldest first; prints nothing on success. Usage errors and their wording follow
+/// `zpool_do_ddt_prune`.
+fn ddtprune(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
+    use tarn_zio::ddt::Prune;
+    let p = match getopt(args, "d:p:") {
+        Ok(p) => p,
+        Err(e) => return bad_usage("ddtprune", &e),
+    };
+    let mut rule: Option<Prune> = None;
+    for (flag, value) in &p.opts {
+        let amount = value.as_deref().and_then(parse_c_u64).filter(|&n| n > 0);
+        match (flag, rule) {
+            ('d', Some(Prune::Percent(_))) => return bad_usage("ddtprune", "-d cannot be combined with -p option"),
+            ('p', Some(Prune::ChangedBefore(_))) => return bad_usage("ddtprune", "-p cannot be combined with -d option"),
+            ('d', _) => {
+                let Some(secs) = amount.and_then(|days| days.checked_mul(86_400)) else {
+                    return bad_usage("ddtprune", "invalid days value");
+                };
+                let now_secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+                // OpenZFS refuses an age reaching back before the epoch (EINVAL).
+                if secs >= now_secs {
+                    return Response::err(format!(
+                        "cannot prune dedup table on '{}': invalid argument",
+                        p.operands.first().map_or("", |s| s.as_str())
+                    ));
+                }
+                rule = Some(Prune::ChangedBefore(now_secs - secs));
+            }
+            _ => match amount.filter(|&n| n <= 100) {
+                Some(pct) => rule = Some(Prune::Percent(pct as u8)),
+                None => return bad_usage("ddtprune", "invalid percentage value"),
+            },
+        }
+    }
+    let Some(rule) = rule else {
+        return bad_usage("ddtprune", "missing amount option (-d|-p <value>)");
+    };
+    let name = match p.operands.as_slice() {
+        [] => return bad_usage("ddtprune", "missing pool argument"),
+        [n] => n.clone(),
+        _ => return bad_usage("ddtprune", "too many arguments"),
+    };
+    let Some(entry) = st.pools.get(&name) else {
+        return Response::err(format!("cannot open '{name}': no such pool"));
+    };
+    match entry.pool.ddt_prune(rule) {
+        Ok(pruned) => {
+            tracing::info!("zpool ddtprune {name}: {pruned} unique entries pruned");
+            history_note(entry, ctx);
+            Response::ok("")
+        }
+        Err(e) => Response::err(format!("cannot prune dedup table on '{name}': {e}")),
+    }
+}
+
+/// A number as C's `strtoull(s, _, 0)` reads it (decimal, `0x` hex, `0` octal), the
+/// whole string; None otherwise.
+fn parse_c_u64(s: &str) -> Option<u64> {
+    if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        u64::from_str_radix(hex, 16).ok()
+    } else if s.len() > 1 && s.starts_with('0') {
+        u64::from_str_radix(&s[1..], 8).ok()
+    } else {
+        s.parse().ok()
+    }
 }
 
 fn history(st: &mut State, args: &[String]) -> Response {

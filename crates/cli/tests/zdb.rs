@@ -196,7 +196,7 @@ fn every_option_on_an_exported_pool_writes_nothing() {
         env.zpool(&["export", "tank"]).ok();
         let dd = zdb(&env, &["-e", "-p", &v, "-DD", "tank"]).ok();
         assert!(
-            dd.stdout.contains("DDT-sha256-zap-duplicate: 1 entries, size 120 on disk, 136 in core\n"),
+            dd.stdout.contains("DDT-sha256-zap-duplicate: 1 entries, size 128 on disk, 144 in core\n"),
             "{dd:?}"
         );
         assert!(dd.stdout.contains("DDT histogram (aggregated over all DDTs):"), "{dd:?}");

@@ -1249,7 +1249,7 @@ impl Objset {
                 // A deduplicated block missing from its table (a damaged pool) counts
                 // nowhere: its frees then leave it allocated (`refused_frees`).
                 if !bp.is_hole() {
-                    let _ = self.zio.clone_ref(bp);
+                    self.zio.clone_ref(bp);
                 }
                 batch.written[i] = Some(*bp);
             }

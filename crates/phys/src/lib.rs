@@ -67,7 +67,13 @@ pub use zil::{LwbHeader, LwbPtr, RecordHeader, ZilHeader};
 /// object `brt`) counting the extra references of shared blocks; the root config may
 /// list cache devices (`l2cache`). A version 3 or 4 pool holds none of these and
 /// imports unchanged.
-pub const TARN_FORMAT_VERSION: u64 = 5;
+///
+/// Version 6: a dedup table record (table and log) ends with the entry's last change
+/// time, Unix seconds (128 bytes instead of 120), which `zpool ddtprune -d` reads; a
+/// pointer with the dedup flag may have no entry (pruned) and is then an ordinary
+/// block. A version 5 pool's table loads with the import's time as every entry's
+/// change time and is rewritten in the new records by the first txg synced.
+pub const TARN_FORMAT_VERSION: u64 = 6;
 
 /// Oldest format version this build imports. Version 1 pools (JSON pool directory)
 /// and version 2 pools (one whole-pool space map) are refused with a message that

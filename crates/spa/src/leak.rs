@@ -184,19 +184,10 @@ impl Walk<'_> {
             return Ok(());
         }
         let ident = ident_of(bp);
-        let counted = if bp.dedup {
-            self.pool.zio.ddt().lookup(&tarn_zio::ddt::DdtKey::of(bp)).is_some_and(|e| e.dva == bp.dva)
-        } else {
-            self.pool.zio.brt().get(bp.dva[0].vdev, bp.dva[0].offset_bytes).is_some()
-        };
-        if bp.dedup && !counted {
-            return Err(format!(
-                "{}: deduplicated block at vdev {} offset {} has no dedup table entry",
-                self.name(owner),
-                bp.dva[0].vdev,
-                bp.dva[0].offset_bytes
-            ));
-        }
+        // A deduplicated pointer is counted by its table entry when it has one
+        // (same DVAs); without one (pruned) it is an ordinary block.
+        let counted = (bp.dedup && self.pool.zio.ddt().lookup(&tarn_zio::ddt::DdtKey::of(bp)).is_some_and(|e| e.dva == bp.dva))
+            || self.pool.zio.brt().get(bp.dva[0].vdev, bp.dva[0].offset_bytes).is_some();
         for d in bp.dvas() {
             self.add_dva(d, ident, Some(bp.psize_bytes), owner, bp.birth_txg, counted)?;
         }

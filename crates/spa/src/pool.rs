@@ -1046,19 +1046,16 @@ impl Pool {
             zio.brt().load(&table).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': {e}")))?;
         }
         if dir.ddt_obj != 0 {
-            use tarn_zio::ddt::{DdtLoader, DDT_LOAD_PIECE_BYTES, DDT_STORED_MAX_BYTES};
-            let mut l = DdtLoader::default();
+            use tarn_zio::ddt::{DdtLoader, DDT_STORED_MAX_BYTES};
+            // Records of an older format are read as such; the first txg synced
+            // (which writes this build's version) rewrites the table.
+            let mut l = DdtLoader::new(ub.version);
+            let piece = l.piece_bytes();
             let bad = |e: SpaError| SpaError::Corrupt(format!("cannot import '{name}': dedup table unreadable: {e}"));
             let corrupt = |e: tarn_phys::Corrupt| SpaError::Corrupt(e.to_string());
-            crate::dsl::read_pieces(&*mos, dir.ddt_obj, DDT_STORED_MAX_BYTES, DDT_LOAD_PIECE_BYTES, &mut |p| {
-                l.table(p).map_err(corrupt)
-            })
-            .map_err(bad)?;
+            crate::dsl::read_pieces(&*mos, dir.ddt_obj, DDT_STORED_MAX_BYTES, piece, &mut |p| l.table(p).map_err(corrupt)).map_err(bad)?;
             if dir.ddt_log_obj != 0 {
-                crate::dsl::read_pieces(&*mos, dir.ddt_log_obj, DDT_STORED_MAX_BYTES, DDT_LOAD_PIECE_BYTES, &mut |p| {
-                    l.log(p).map_err(corrupt)
-                })
-                .map_err(bad)?;
+                crate::dsl::read_pieces(&*mos, dir.ddt_log_obj, DDT_STORED_MAX_BYTES, piece, &mut |p| l.log(p).map_err(corrupt)).map_err(bad)?;
             }
             zio.ddt().install(l);
         }
@@ -1442,6 +1439,17 @@ impl Pool {
         let v = self.dir.lock().pool_props.get("dedup_table_quota").cloned().unwrap_or_default();
         let entries = crate::dsl::parse_size(&v).map_or(0, |b| ((b / tarn_zio::ddt::DDT_RECORD_BYTES as u64).max(1)) as usize);
         self.zio.ddt().set_max_entries(entries);
+    }
+
+    /// `zpool ddtprune`: drop the unique dedup table entries `rule` picks, in one
+    /// sync task (module `tarn_zio::ddt`, pruning), and return how many went.
+    /// Errors: `ReadOnly` on a read-only import (nothing changes); `Io` when the
+    /// pool is suspended.
+    pub fn ddt_prune(&self, rule: tarn_zio::ddt::Prune) -> Result<u64> {
+        if self.is_readonly() {
+            return Err(SpaError::ReadOnly);
+        }
+        self.run_sync_task(move |pool, _tx| Ok(pool.zio.ddt().prune(rule)))
     }
 
     /// Check a pool property given to `zpool create -o` or `zpool set`, with OpenZFS's

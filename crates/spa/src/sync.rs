@@ -308,10 +308,11 @@ impl Pool {
             d.ddt_log_obj = log;
         }
         let records = self.zio.ddt().take_changes();
+        let rewrite = self.zio.ddt().take_rewrite_due();
         let len = |obj: u64| crate::dsl::packed_len(mos, obj, u64::MAX);
         let (table_len, log_len) = (len(d.ddt_obj)?, len(d.ddt_log_obj)?);
         let new_log = log_len + records.len() as u64;
-        if new_log > table_len.max(1 << 20) {
+        if rewrite || new_log > table_len.max(1 << 20) {
             write_packed(mos, tx, d.ddt_obj, &self.zio.ddt().encode())?;
             write_packed(mos, tx, d.ddt_log_obj, &[])?;
         } else if !records.is_empty() {

@@ -598,36 +598,29 @@ impl Zio {
     }
 
     /// Count one more pointer to `bp`'s block, a clone being installed (syncing
-    /// context): in the dedup table for a deduplicated block (as OpenZFS's
-    /// `brt_pending_add` leaves those to the DDT), else in the block reference table.
-    /// False when a deduplicated block has no entry (nothing counted; its frees will
-    /// then leave it allocated).
-    pub fn clone_ref(&self, bp: &BlkPtr) -> bool {
-        if ddt::is_dedup(bp) {
-            self.ddt.add_ref(&ddt::DdtKey::of(bp))
-        } else {
+    /// context): in the dedup table for a deduplicated block that has its entry (as
+    /// OpenZFS's `brt_pending_add` leaves those to the DDT), else in the block
+    /// reference table (an ordinary block, or a deduplicated one whose entry was
+    /// pruned: OpenZFS `ddt_addref` returning false).
+    pub fn clone_ref(&self, bp: &BlkPtr) {
+        if !(ddt::is_dedup(bp) && self.ddt.add_ref_block(bp)) {
             self.brt.add_ref(bp);
-            true
         }
     }
 
-    /// Whether a free of `bp` must leave its DVAs alone: another pointer
-    /// still names the block (dedup table or block reference table), or it is a
-    /// deduplicated block the table does not know (left allocated, counted in
-    /// `refused_frees`, rather than freeing what others may name).
+    /// Whether a free of `bp` must leave its DVAs alone because another pointer still
+    /// names the block: the dedup table's count for a deduplicated block that has
+    /// its entry, else the block reference table's (OpenZFS `zio_ddt_free` falling
+    /// back to a plain free for a pruned entry).
     fn keep_on_free(&self, bp: &BlkPtr) -> bool {
         if ddt::is_dedup(bp) {
-            match self.ddt.release(&ddt::DdtKey::of(bp)) {
-                ddt::Release::Last => false,
-                ddt::Release::Shared => true,
-                ddt::Release::Unknown => {
-                    self.refused_frees.fetch_add(1, Ordering::Relaxed);
-                    true
-                }
+            match self.ddt.release(bp) {
+                ddt::Release::Last => return false,
+                ddt::Release::Shared => return true,
+                ddt::Release::NotInTable => {}
             }
-        } else {
-            self.brt.release(bp)
         }
+        self.brt.release(bp)
     }
 
     /// The pool's L2ARC (cache devices, their headers and counters).
