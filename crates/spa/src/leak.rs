@@ -19,7 +19,12 @@
 //! pointers must agree on physical birth txg, checksum and sizes). Pointers of
 //! different logical births to one block are clones (`copy_file_range`): the block
 //! reference table must have an entry for it, and every entry there must name a
-//! block some tree names. Two *different* block
+//! block some tree names. Reference counts are checked too: each pointer is counted
+//! once, in the tree where it was born (born after that record's `prev_snap_txg`,
+//! as OpenZFS zdb's birth-pruned walk counts), and a dedup entry's refcount must
+//! equal the pointers to its block, a block reference table entry's must equal them
+//! less one, and a block named by several pointers must be in one of the tables.
+//! Two *different* block
 //! pointers naming the same DVA, one DVA named twice outside the dataset trees, or
 //! two blocks overlapping, are a double allocation. Dead lists are checked too: every entry must still be named by some
 //! tree (a dead-list entry is a block a snapshot holds; one that is not reachable was
@@ -72,6 +77,10 @@ struct Seen {
     owner: Owner,
     /// Logical birth txg of the first pointer seen naming it (0 for log blocks).
     birth_txg: u64,
+    /// Dataset-tree pointers naming it, each counted in the one tree where it was
+    /// born (see [`Walk::floor_txg`]): what the dedup or block reference table must
+    /// count.
+    references: u64,
 }
 
 /// What [`Pool::leak_check`] found in a pool that passed it.
@@ -102,6 +111,11 @@ pub struct LeakReport {
 struct Walk<'a> {
     pool: &'a Pool,
     seen: BTreeMap<(u32, u64), Seen>,
+    /// While a dataset tree is walked, its record's `prev_snap_txg`: a pointer born
+    /// after it belongs to this tree alone, an older one to an older snapshot (or a
+    /// clone's origin), which counts it (OpenZFS zdb's walk, pruned by birth, counts
+    /// each reference once the same way).
+    floor_txg: Option<u64>,
 }
 
 impl Walk<'_> {
@@ -174,6 +188,7 @@ impl Walk<'_> {
                 ident,
                 owner,
                 birth_txg,
+                references: 0,
             },
         );
         Ok(())
@@ -190,6 +205,11 @@ impl Walk<'_> {
             || self.pool.zio.brt().get(bp.dva[0].vdev, bp.dva[0].offset_bytes).is_some();
         for d in bp.dvas() {
             self.add_dva(d, ident, Some(bp.psize_bytes), owner, bp.birth_txg, counted)?;
+        }
+        if self.floor_txg.is_some_and(|floor| bp.birth_txg > floor) {
+            if let Some(s) = self.seen.get_mut(&(bp.dva[0].vdev, bp.dva[0].offset_bytes)) {
+                s.references += 1;
+            }
         }
         Ok(())
     }
@@ -242,6 +262,7 @@ impl Pool {
         let mut w = Walk {
             pool: self,
             seen: BTreeMap::new(),
+            floor_txg: None,
         };
         let mut report = LeakReport::default();
         for bp in self.zio.with_space(|s| s.structure_bps()) {
@@ -267,7 +288,9 @@ impl Pool {
             }
         }
         for (obj, phys) in &records {
+            w.floor_txg = Some(phys.prev_snap_txg);
             w.add_tree(&phys.rootbp, Owner::Dataset(*obj))?;
+            w.floor_txg = None;
             report.datasets += 1;
             report.snapshots += u64::from(phys.is_snapshot());
         }
@@ -311,20 +334,44 @@ impl Pool {
         if let Some(dl) = owned.iter().find(|o| !deadlists.contains(o)) {
             return Err(format!("a dataset record names dead list {dl}, which is not a dead-list object"));
         }
-        // Every block reference table entry is a block some tree names.
-        if let Some((v, o, _)) = self.zio.brt().entries().into_iter().find(|(v, o, _)| !w.seen.contains_key(&(*v, *o))) {
-            return Err(format!("block reference table: vdev {v} offset {o} is named by no tree"));
-        }
-        if let Some((_, e)) = self
+        // Reference counts: a deduplicated block's entry counts every pointer to it;
+        // any other block named by n > 1 pointers has a block reference table entry
+        // of n - 1, and none when n = 1 (an entry left over would keep it forever).
+        let ddt: BTreeMap<(u32, u64), u64> = self
             .zio
             .ddt()
             .entries()
             .into_iter()
-            .find(|(_, e)| !w.seen.contains_key(&(e.dva[0].vdev, e.dva[0].offset_bytes)))
-        {
+            .map(|(_, e)| ((e.dva[0].vdev, e.dva[0].offset_bytes), e.refcount))
+            .collect();
+        let brt: BTreeMap<(u32, u64), u64> = self.zio.brt().entries().into_iter().map(|(v, o, e)| ((v, o), e.refcount)).collect();
+        for (&(v, o), &refcount) in &ddt {
+            let Some(s) = w.seen.get(&(v, o)) else {
+                return Err(format!("dedup table: the block at vdev {v} offset {o} is named by no tree"));
+            };
+            if s.references != refcount {
+                return Err(format!(
+                    "dedup table: the block at vdev {v} offset {o} has refcount {refcount}, the trees hold {} references to it",
+                    s.references
+                ));
+            }
+        }
+        for (&(v, o), &extra) in &brt {
+            let Some(s) = w.seen.get(&(v, o)) else {
+                return Err(format!("block reference table: vdev {v} offset {o} is named by no tree"));
+            };
+            if ddt.contains_key(&(v, o)) || s.references != extra + 1 {
+                return Err(format!(
+                    "block reference table: the block at vdev {v} offset {o} counts {} references, the trees hold {}",
+                    extra + 1,
+                    s.references
+                ));
+            }
+        }
+        if let Some(((v, o), s)) = w.seen.iter().find(|(k, s)| s.references > 1 && !ddt.contains_key(k) && !brt.contains_key(k)) {
             return Err(format!(
-                "dedup table: the block at vdev {} offset {} is named by no tree",
-                e.dva[0].vdev, e.dva[0].offset_bytes
+                "vdev {v} offset {o}: named by {} pointers, counted by neither the dedup nor the block reference table",
+                s.references
             ));
         }
         // Compare with the space maps, vdev by vdev (copied out first, so that no

@@ -350,3 +350,44 @@ fn pruned_entries_leave_ordinary_blocks() {
     drop(fs);
     pool.export().unwrap();
 }
+
+/// The leak check compares reference counts with the trees: a dedup entry or a block
+/// reference table entry that counts one reference too many (a block that would
+/// never be freed) fails it, as does a missing one.
+#[test]
+fn the_leak_check_catches_a_wrong_reference_count() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = make_pool(d.path(), "drc");
+    let fs = mount(&pool, "drc");
+    let data = pattern(500, REC as usize);
+    let a = fs.create(fs.root(), b"a", 0o644, 0, 0).unwrap().ino;
+    let b = fs.create(fs.root(), b"b", 0o644, 0, 0).unwrap().ino;
+    fs.write(a, 0, &data).unwrap();
+    fs.write(b, 0, &data).unwrap();
+    common::settle(&pool);
+    pool.snapshot(&["drc@s".to_string()], false).unwrap();
+    common::settle(&pool);
+    pool.leak_check().unwrap();
+    let (key, entry) = pool.zio().ddt().entries()[0];
+    assert_eq!(entry.refcount, 2, "two files, snapshot shares both pointers");
+    assert!(pool.zio().ddt().add_ref(&key));
+    let e = pool.leak_check().unwrap_err();
+    assert!(e.contains("has refcount 3, the trees hold 2 references"), "{e}");
+    let os = pool.objset("drc").unwrap();
+    let (_, bps) = os.block_pointers(a, 0, 1).unwrap().expect("synced");
+    assert_eq!(pool.zio().ddt().release(&bps[0]), tarn_zio::ddt::Release::Shared);
+    pool.leak_check().unwrap();
+    // An ordinary block counted twice by the block reference table.
+    pool.set_dataset_prop("drc", "dedup", "off").unwrap();
+    let c = fs.create(fs.root(), b"c", 0o644, 0, 0).unwrap().ino;
+    fs.write(c, 0, &pattern(501, REC as usize)).unwrap();
+    common::settle(&pool);
+    let (_, bps) = os.block_pointers(c, 0, 1).unwrap().expect("synced");
+    pool.zio().clone_ref(&bps[0]);
+    let e = pool.leak_check().unwrap_err();
+    assert!(e.contains("counts 2 references, the trees hold 1"), "{e}");
+    assert!(pool.zio().brt().release(&bps[0]));
+    pool.leak_check().unwrap();
+    drop(fs);
+    pool.export().unwrap();
+}

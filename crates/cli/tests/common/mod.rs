@@ -267,3 +267,28 @@ pub fn xorshift_bytes(len: usize, seed: u64) -> Vec<u8> {
         })
         .collect()
 }
+
+/// `kill -9` the test's daemon and wait (at most 10 s, else panic) until it has let
+/// go: see [`wait_daemon_gone`]. Returns the pid it had.
+pub fn kill_9_daemon(env: &Env) -> i32 {
+    extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    let pid: i32 = std::fs::read_to_string(env.state().join("daemon.pid")).unwrap().trim().parse().unwrap();
+    // SAFETY: signalling the daemon this test started.
+    unsafe { kill(pid, 9) };
+    assert!(
+        wait_daemon_gone(env, pid, std::time::Duration::from_secs(10)),
+        "daemon {pid} still running 10 s after kill -9"
+    );
+    pid
+}
+
+/// Whether `path` is a mount point now (`/proc/self/mountinfo`).
+pub fn is_mounted(path: &Path) -> bool {
+    let s = path.display().to_string();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().nth(4) == Some(s.as_str()))
+}
