@@ -154,7 +154,7 @@ fn kill_9_during_dedup_writes_leaves_counts_the_walk_agrees_with() {
                     if ok.is_err() {
                         break;
                     }
-                    if i % 3 == 0 && i >= 6 {
+                    if i.is_multiple_of(3) && i >= 6 {
                         let _ = std::fs::remove_file(mnt.join(format!("f{}", i - 6)));
                     }
                     i += 1;
