@@ -23,7 +23,10 @@
 //!   scripts written for OpenZFS can read them.
 //! - **`tarn arcstat [interval [count]]`** ([`client`], in the client): OpenZFS's
 //!   `arcstat` default report of that era, columns `time read miss miss% dmis dm% pmis
-//!   pm% mmis mm% size c avail`: counters as rates per second over the interval (the
+//!   pm% mmis mm% size c avail`, or with `-f` any of those and `hits hit%` and the
+//!   L2ARC's `l2hits l2miss l2read l2hit% l2miss% l2asize l2size l2bytes` (arcstat's
+//!   names, widths and formulas; unknown names and L2ARC fields without L2ARC data
+//!   refused in arcstat's words): counters as rates per second over the interval (the
 //!   first line since the daemon started), sizes as they are now, numbers scaled as
 //!   arcstat's `prettynum` scales them. It reads `tarn kstat arcstats` every interval.
 //!
@@ -42,19 +45,41 @@ pub const ARCSTAT_COLUMNS: [&str; 13] = [
     "time", "read", "miss", "miss%", "dmis", "dm%", "pmis", "pm%", "mmis", "mm%", "size", "c", "avail",
 ];
 
-/// (width, scale) of each column of [`ARCSTAT_COLUMNS`], from arcstat's `cols` table:
-/// scale 1000 for counts, 100 for percentages, 1024 for sizes, -1 for the time.
+/// Every column `tarn arcstat -f` knows: (name, width, scale) from arcstat's `cols`
+/// table (scale 1000 for counts, 100 for percentages, 1024 for sizes, -1 for the
+/// time). The defaults, then `hits` and `hit%`, then the L2ARC's.
+const COLUMNS: [(&str, usize, i64); 23] = [
+    ("time", 8, -1),
+    ("read", 4, 1000),
+    ("miss", 4, 1000),
+    ("miss%", 5, 100),
+    ("dmis", 4, 1000),
+    ("dm%", 3, 100),
+    ("pmis", 4, 1000),
+    ("pm%", 3, 100),
+    ("mmis", 4, 1000),
+    ("mm%", 3, 100),
+    ("size", 5, 1024),
+    ("c", 5, 1024),
+    ("avail", 5, 1024),
+    ("hits", 4, 1000),
+    ("hit%", 4, 100),
+    ("l2hits", 6, 1000),
+    ("l2miss", 6, 1000),
+    ("l2read", 6, 1000),
+    ("l2hit%", 6, 100),
+    ("l2miss%", 7, 100),
+    ("l2asize", 7, 1024),
+    ("l2size", 6, 1024),
+    ("l2bytes", 7, 1024),
+];
+
+/// (width, scale) of column `col` (one of [`COLUMNS`]).
 fn column_format(col: &str) -> (usize, i64) {
-    match col {
-        "time" => (8, -1),
-        "miss%" => (5, 100),
-        "dm%" | "pm%" | "mm%" => (3, 100),
-        "size" | "c" | "avail" => (5, 1024),
-        _ => (4, 1000),
-    }
+    COLUMNS.iter().find(|c| c.0 == col).map_or((4, 1000), |c| (c.1, c.2))
 }
 
-const USAGE: &str = "Usage: tarn arcstat [interval [count]]\n\tinterval and count are positive integers (seconds, reports)\n";
+const USAGE: &str = "Usage: tarn arcstat [-f field[,field]...] [interval [count]]\n\tinterval and count are positive integers (seconds, reports)\n\t -f : Specify specific fields to print: time read miss miss% dmis dm% pmis pm%\n\t      mmis mm% size c avail hits hit% l2hits l2miss l2read l2hit% l2miss%\n\t      l2asize l2size l2bytes\n";
 
 fn mem_total_bytes() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
@@ -231,75 +256,111 @@ pub fn prettynum(width: usize, scale: i64, num: f64, interval_s: u64) -> String 
     format!("{num:>width$.decimal$}{}", SUFFIX[index])
 }
 
-/// One arcstat line from the previous and current kstat values.
-pub fn arcstat_line(prev: &HashMap<String, i64>, cur: &HashMap<String, i64>, interval_s: u64, time: &str) -> String {
+/// The value of column `col` from the previous and current kstat values: rates per
+/// second over `interval_s` for counters, the current value for sizes (arcstat's
+/// `calculate`).
+fn column_value(col: &str, prev: &HashMap<String, i64>, cur: &HashMap<String, i64>, interval_s: u64) -> f64 {
     let d = |n: &str| (cur.get(n).copied().unwrap_or(0) - prev.get(n).copied().unwrap_or(0)) as f64 / interval_s as f64;
-    let pct = |miss: f64, all: f64| if all > 0.0 { 100.0 - 100.0 * (all - miss) / all } else { 0.0 };
-    let hits = d("hits");
-    let miss = d("misses");
-    let read = hits + miss;
+    let now = |n: &str| cur.get(n).copied().unwrap_or(0) as f64;
+    // arcstat: a share of 0 accesses is 0%, for hits as for misses.
+    let pct = |part: f64, all: f64| if all > 0.0 { 100.0 * part / all } else { 0.0 };
+    let (hits, miss) = (d("hits"), d("misses"));
     let dhit = d("demand_data_hits") + d("demand_metadata_hits");
     let dmis = d("demand_data_misses") + d("demand_metadata_misses");
     let phit = d("prefetch_data_hits") + d("prefetch_metadata_hits");
     let pmis = d("prefetch_data_misses") + d("prefetch_metadata_misses");
     let mhit = d("prefetch_metadata_hits") + d("demand_metadata_hits");
     let mmis = d("prefetch_metadata_misses") + d("demand_metadata_misses");
-    let now = |n: &str| cur.get(n).copied().unwrap_or(0) as f64;
-    let values: Vec<f64> = vec![
-        0.0,
-        read,
-        miss,
-        pct(miss, read),
-        dmis,
-        pct(dmis, dhit + dmis),
-        pmis,
-        pct(pmis, phit + pmis),
-        mmis,
-        pct(mmis, mhit + mmis),
-        now("size"),
-        now("c"),
-        now("memory_available_bytes"),
-    ];
-    let cells: Vec<String> = ARCSTAT_COLUMNS
+    let (l2hits, l2miss) = (d("l2_hits"), d("l2_misses"));
+    match col {
+        "read" => hits + miss,
+        "miss" => miss,
+        "miss%" => pct(miss, hits + miss),
+        "dmis" => dmis,
+        "dm%" => pct(dmis, dhit + dmis),
+        "pmis" => pmis,
+        "pm%" => pct(pmis, phit + pmis),
+        "mmis" => mmis,
+        "mm%" => pct(mmis, mhit + mmis),
+        "size" => now("size"),
+        "c" => now("c"),
+        "avail" => now("memory_available_bytes"),
+        "hits" => hits,
+        "hit%" => pct(hits, hits + miss),
+        "l2hits" => l2hits,
+        "l2miss" => l2miss,
+        "l2read" => l2hits + l2miss,
+        "l2hit%" => pct(l2hits, l2hits + l2miss),
+        "l2miss%" => pct(l2miss, l2hits + l2miss),
+        "l2asize" => now("l2_asize"),
+        "l2size" => now("l2_size"),
+        "l2bytes" => d("l2_read_bytes"),
+        _ => 0.0,
+    }
+}
+
+/// One arcstat line of `cols` from the previous and current kstat values.
+pub fn arcstat_line(cols: &[&str], prev: &HashMap<String, i64>, cur: &HashMap<String, i64>, interval_s: u64, time: &str) -> String {
+    let cells: Vec<String> = cols
         .iter()
-        .zip(values)
-        .map(|(col, v)| {
+        .map(|col| {
             let (w, scale) = column_format(col);
             if scale == -1 {
                 format!("{time:>w$}")
             } else {
-                prettynum(w, scale, v, interval_s)
+                prettynum(w, scale, column_value(col, prev, cur, interval_s), interval_s)
             }
         })
         .collect();
     cells.join("  ") + "\n"
 }
 
-/// arcstat's header line.
-pub fn arcstat_header() -> String {
-    ARCSTAT_COLUMNS
-        .iter()
-        .map(|c| format!("{c:>w$}", w = column_format(c).0))
-        .collect::<Vec<_>>()
-        .join("  ")
-        + "\n"
+/// arcstat's header line for `cols`.
+pub fn arcstat_header(cols: &[&str]) -> String {
+    cols.iter().map(|c| format!("{c:>w$}", w = column_format(c).0)).collect::<Vec<_>>().join("  ") + "\n"
 }
 
-fn parse_args(args: &[String]) -> Result<(u64, Option<u64>), String> {
+/// `-f a,b,c`: the columns asked for, each one arcstat knows (else arcstat's
+/// "Invalid column definition! -- ['x']" and the usage).
+fn parse_fields(list: &str) -> Result<Vec<&'static str>, String> {
+    let mut cols = Vec::new();
+    let mut invalid = Vec::new();
+    for f in list.split(',') {
+        match COLUMNS.iter().find(|c| c.0 == f) {
+            Some(c) => cols.push(c.0),
+            None => invalid.push(format!("'{f}'")),
+        }
+    }
+    if invalid.is_empty() {
+        Ok(cols)
+    } else {
+        Err(format!("Invalid column definition! -- [{}]\n{USAGE}", invalid.join(", ")))
+    }
+}
+
+/// `[-f fields] [interval [count]]`: (columns, interval s, count).
+fn parse_args(args: &[String]) -> Result<(Vec<&'static str>, u64, Option<u64>), String> {
+    let (cols, args) = match args {
+        [f, list, rest @ ..] if f == "-f" => (parse_fields(list)?, rest),
+        [f, rest @ ..] if f.starts_with("-f") && f.len() > 2 => (parse_fields(&f[2..])?, rest),
+        [f, ..] if f.starts_with('-') => return Err(USAGE.into()),
+        _ => (ARCSTAT_COLUMNS.to_vec(), args),
+    };
     let num = |s: &String| s.parse::<u64>().ok().filter(|&n| n > 0);
     match args {
-        [] => Ok((1, None)),
-        [i] => Ok((num(i).ok_or(USAGE)?, None)),
-        [i, c] => Ok((num(i).ok_or(USAGE)?, Some(num(c).ok_or(USAGE)?))),
+        [] => Ok((cols, 1, None)),
+        [i] => Ok((cols, num(i).ok_or(USAGE)?, None)),
+        [i, c] => Ok((cols, num(i).ok_or(USAGE)?, Some(num(c).ok_or(USAGE)?))),
         _ => Err(USAGE.into()),
     }
 }
 
-/// `tarn arcstat [interval [count]]` in the client: a header, then a line every
-/// `interval` seconds (default 1), `count` times (default: until interrupted).
-/// Returns the exit status.
+/// `tarn arcstat [-f fields] [interval [count]]` in the client: a header, then a line
+/// every `interval` seconds (default 1), `count` times (default: until interrupted).
+/// An `l2…` field with no L2ARC data (`l2_size` 0) is refused as arcstat refuses
+/// it ("No L2ARC Here", "Incompatible field specified!"). Returns the exit status.
 pub fn client(args: &[String]) -> i32 {
-    let (interval_s, count) = match parse_args(args) {
+    let (cols, interval_s, count) = match parse_args(args) {
         Ok(v) => v,
         Err(e) => {
             eprint!("{e}");
@@ -307,7 +368,6 @@ pub fn client(args: &[String]) -> i32 {
         }
     };
     let mut out = std::io::stdout().lock();
-    let _ = out.write_all(arcstat_header().as_bytes());
     let mut prev = HashMap::new();
     let mut left = count;
     loop {
@@ -333,7 +393,16 @@ pub fn client(args: &[String]) -> i32 {
             .map(|d| d.as_secs())
             .unwrap_or(0);
         let time = crate::format::local_time(secs, "%H:%M:%S");
-        let _ = out.write_all(arcstat_line(&prev, &cur, interval_s, &time).as_bytes());
+        if prev.is_empty() {
+            let incompat: Vec<String> = cols.iter().filter(|c| c.starts_with("l2")).map(|c| format!("'{c}'")).collect();
+            if !incompat.is_empty() && cur.get("l2_size").copied().unwrap_or(0) == 0 {
+                let _ = write!(out, "No L2ARC Here\n{}\n", incompat.join("\n").replace('\'', ""));
+                eprint!("Incompatible field specified! -- [{}]\n{USAGE}", incompat.join(", "));
+                return 1;
+            }
+            let _ = out.write_all(arcstat_header(&cols).as_bytes());
+        }
+        let _ = out.write_all(arcstat_line(&cols, &prev, &cur, interval_s, &time).as_bytes());
         let _ = out.flush();
         prev = cur;
         if let Some(n) = left.as_mut() {
@@ -373,7 +442,7 @@ mod tests {
         assert_eq!(lines[1], "name                            type data");
         assert!(lines[2].starts_with("hits                            4    30"));
         let cur = parse_kstat(&text).unwrap();
-        let line = arcstat_line(&HashMap::new(), &cur, 2, "12:00:00");
+        let line = arcstat_line(&ARCSTAT_COLUMNS, &HashMap::new(), &cur, 2, "12:00:00");
         let f: Vec<&str> = line.split_whitespace().collect();
         // read 40/2 s = 20, miss 5, miss% 25, dmis 5, dm% 25, size 2M (2048K is over 1024).
         // With an interval other than 1 s arcstat shows a decimal where it fits.
@@ -382,5 +451,29 @@ mod tests {
         assert!(parse_kstat("x\nname type data\nhits 4\n").is_err());
         assert!(parse_kstat("x\nbad\n").is_err());
         assert_eq!(parse_args(&["0".into()]).unwrap_err(), USAGE);
+    }
+
+    #[test]
+    fn fields_pick_columns_and_l2_rates() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let (cols, i, c) = parse_args(&s(&["-f", "time,hit%,l2hits,l2hit%,l2size", "2", "3"])).unwrap();
+        assert_eq!((cols.as_slice(), i, c), (&["time", "hit%", "l2hits", "l2hit%", "l2size"][..], 2, Some(3)));
+        assert_eq!(parse_args(&s(&["-fmiss"])).unwrap().0, vec!["miss"]);
+        let e = parse_args(&s(&["-f", "time,bogus,l2nope"])).unwrap_err();
+        assert!(e.starts_with("Invalid column definition! -- ['bogus', 'l2nope']\n"), "{e}");
+        assert_eq!(parse_args(&s(&["-x"])).unwrap_err(), USAGE);
+        assert_eq!(arcstat_header(&cols), "    time  hit%  l2hits  l2hit%  l2size\n");
+        let prev = parse_kstat(&kstat_text(&[("hits", 4, 10), ("misses", 4, 10), ("l2_hits", 4, 0), ("l2_misses", 4, 0)])).unwrap();
+        let cur = parse_kstat(&kstat_text(&[
+            ("hits", 4, 40),
+            ("misses", 4, 20),
+            ("l2_hits", 4, 6),
+            ("l2_misses", 4, 2),
+            ("l2_size", 4, 3 << 20),
+        ]))
+        .unwrap();
+        // Over 2 s: 15 hits/s of 20 reads (75%), 3 L2 hits/s of 4 (75%), 3M held.
+        let f: Vec<String> = arcstat_line(&cols, &prev, &cur, 2, "12:00:00").split_whitespace().map(String::from).collect();
+        assert_eq!(f, ["12:00:00", "75.0", "3.0", "75.0", "3.0M"]);
     }
 }

@@ -1,6 +1,6 @@
 //! End-to-end: the ARC's command-line surface. `tarn kstat arcstats` prints the
-//! OpenZFS arcstats names in the SPL kstat text form; `tarn arcstat [interval
-//! [count]]` prints arcstat's default columns; `tarn daemon --set` changes
+//! OpenZFS arcstats names in the SPL kstat text form; `tarn arcstat [-f fields]
+//! [interval [count]]` prints arcstat's default columns or the ones asked for; `tarn daemon --set` changes
 //! `arc_max`/`arc_min`/`arc_policy` at run time (seen in `c_max`, `c`), and refuses bad
 //! settings without changing anything; `primarycache` and `secondarycache` are
 //! dataset properties with OpenZFS's values and wording.
@@ -120,7 +120,20 @@ fn kstat_arcstat_tunables_and_primarycache() {
     assert!(lines[2].split_whitespace().nth(11).unwrap().ends_with('M'), "c of 80M: {}", lines[2]);
     let bad = env.tarn(&["arcstat", "0"]);
     assert_eq!(bad.code, 2);
-    assert!(bad.stderr.contains("Usage: tarn arcstat [interval [count]]"));
+    assert!(bad.stderr.contains("Usage: tarn arcstat [-f field[,field]...] [interval [count]]"));
+    // -f: arcstat's field names; unknown ones and L2ARC fields without an L2ARC are
+    // refused in arcstat's words.
+    let out = env.tarn(&["arcstat", "-f", "time,hits,hit%,size", "1", "1"]).ok().stdout;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "    time  hits  hit%   size", "{out}");
+    assert_eq!(lines.len(), 2, "{out}");
+    let bad = env.tarn(&["arcstat", "-f", "time,bogus", "1", "1"]);
+    assert_eq!(bad.code, 2);
+    assert!(bad.stderr.starts_with("Invalid column definition! -- ['bogus']\n"), "{bad:?}");
+    let bad = env.tarn(&["arcstat", "-f", "time,l2hits", "1", "1"]);
+    assert_eq!(bad.code, 1, "{bad:?}");
+    assert_eq!(bad.stdout, "No L2ARC Here\nl2hits\n");
+    assert!(bad.stderr.starts_with("Incompatible field specified! -- ['l2hits']\n"), "{bad:?}");
 
     // primarycache: OpenZFS's values, inherited, refused values change nothing.
     env.zfs(&["set", "primarycache=metadata", "tank"]).ok();

@@ -137,4 +137,10 @@ fn the_feed_thread_fills_the_cache_and_it_comes_back_warm_after_import() {
         "first reads after import: {} L2ARC hits",
         read["l2_hits"] - after["l2_hits"]
     );
+    // arcstat's L2ARC fields, now that the L2ARC holds data.
+    let out = env.tarn(&["arcstat", "-f", "time,l2hits,l2hit%,l2size", "1", "1"]).ok().stdout;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "    time  l2hits  l2hit%  l2size", "{out}");
+    let size = lines[1].split_whitespace().nth(3).unwrap();
+    assert!(size.ends_with('M'), "l2size of {} bytes: {out}", read["l2_size"]);
 }
