@@ -897,9 +897,13 @@ impl Zilog {
             }
             n += 1;
         }
-        // The block the chain ends at was allocated by the writer; if it is free in
-        // this space map nobody else owns it, so take it too and free it with the rest.
-        if !end.is_none() && self.zio.claim_dva(&end.dva()) {
+        // The block the chain ends at was allocated by the writer before the block
+        // naming it was written: it is the chain's, so take it too and free it with the
+        // rest. Free in this space map when its allocation never synced (claim it);
+        // allocated already when it did, as the tail of a quiet chain always is (the
+        // header names it once syncs have freed every block before it). Partly
+        // allocated, it cannot be the chain's block: left alone.
+        if !end.is_none() && (self.zio.claim_dva(&end.dva()) || self.zio.dva_allocated(&end.dva())) {
             st.retired.push(end.dva());
         }
         if h.claim_txg == 0 {

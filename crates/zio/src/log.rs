@@ -135,4 +135,14 @@ impl Zio {
             None => false,
         }
     }
+
+    /// Whether every byte of one DVA is allocated (neither free nor deferred): a log
+    /// block whose allocation an earlier txg already synced.
+    pub fn dva_allocated(&self, dva: &Dva) -> bool {
+        let space = self.space.lock();
+        space
+            .vdevs
+            .get(dva.vdev as usize)
+            .is_some_and(|vs| vs.is_allocated(dva.offset_bytes, dva.asize_bytes))
+    }
 }

@@ -6,8 +6,20 @@
 //! real `tarn` binary with that directory as cwd; the first one starts the daemon.
 //! Dropping the `Env` stops the daemon (`tarn daemon --stop`, then SIGTERM of the pid
 //! in `daemon.pid` if that did not work), which unmounts and exports its pools.
+//!
+//! The leak check (issue 15) runs on drop, before the daemon stops, at the end of every
+//! test that has not already failed: every pool the daemon still has imported is
+//! synced (`zpool sync`) and checked with `tarn zdb -b` beside the daemon (its leaves
+//! found with `-e -p`, as `zpool status -P` names their directories), and every
+//! pool the test left exported in [`Env::vdir`] (as `zpool import -d` lists it) with
+//! `tarn zdb -e -p VDIR -b`. A leak, a doubly allocated block, a failed sync or a pool
+//! zdb cannot read fails the test with zdb's whole output. A test that leaves a pool
+//! damaged on purpose (suspended, faulted, corrupted leaves) says so, with the reason,
+//! through [`Env::skip_leak_check`]; a daemon that is not running (killed by the test)
+//! has no imported pool, and then nothing is checked.
 #![allow(dead_code)]
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -33,8 +45,11 @@ impl Out {
     }
 }
 
+/// One test's private daemon and directory; see the module documentation.
 pub struct Env {
     pub dir: tempfile::TempDir,
+    /// Why the leak check on drop is skipped ([`Env::skip_leak_check`]), if it is.
+    leak_check_skipped: RefCell<Option<String>>,
 }
 
 impl Env {
@@ -43,7 +58,18 @@ impl Env {
         // The daemon serves its socket only from a directory that is root's alone.
         std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
         std::fs::create_dir_all(dir.path().join("v")).unwrap();
-        Env { dir }
+        Env {
+            dir,
+            leak_check_skipped: RefCell::new(None),
+        }
+    }
+
+    /// Opt out of the leak check on drop, for a test that leaves a pool damaged on
+    /// purpose (suspended, faulted, corrupted leaves). `reason` says why; a pool that
+    /// is merely degraded but sound should be checked, not skipped.
+    pub fn skip_leak_check(&self, reason: &str) {
+        assert!(!reason.trim().is_empty(), "skip_leak_check needs a reason");
+        *self.leak_check_skipped.borrow_mut() = Some(reason.to_string());
     }
 
     pub fn path(&self) -> &Path {
@@ -126,16 +152,13 @@ impl Env {
         run(c)
     }
 
-    /// The final leak check of an end-to-end test (issue 15): `zpool sync POOL`, then
-    /// `tarn zdb -b POOL`, run beside the daemon, must report no leak. Returns the
-    /// check's output.
+    /// A leak check in the middle of a test (issue 15; the one at its end runs on
+    /// drop): `zpool sync POOL`, then `tarn zdb -b POOL`, run beside the daemon, must
+    /// report no leak. Returns the check's output.
     pub fn assert_no_leaks(&self, pool: &str) -> Out {
         self.zpool(&["sync", pool]).ok();
         let out = self.tarn(&["zdb", "-b", pool]);
-        assert!(
-            out.code == 0 && out.stdout.contains("No leaks (block sum matches space maps exactly)"),
-            "zdb -b {pool}: {out:?}"
-        );
+        assert!(no_leaks(&out), "zdb -b {pool}: {out:?}");
         out
     }
 
@@ -143,10 +166,7 @@ impl Env {
     pub fn assert_no_leaks_exported(&self, pool: &str) -> Out {
         let v = self.vdir().display().to_string();
         let out = self.tarn(&["zdb", "-e", "-p", &v, "-b", pool]);
-        assert!(
-            out.code == 0 && out.stdout.contains("No leaks (block sum matches space maps exactly)"),
-            "zdb -b {pool}: {out:?}"
-        );
+        assert!(no_leaks(&out), "zdb -e -b {pool}: {out:?}");
         out
     }
 
@@ -196,11 +216,118 @@ pub fn run(mut c: Command) -> Out {
     }
 }
 
+impl Env {
+    /// The leak check on drop (see the module documentation): every imported pool and
+    /// every pool exported in [`Env::vdir`]. Returns one message per failure.
+    fn check_all_pools(&self) -> Vec<String> {
+        let mut failures = Vec::new();
+        let listed = self.zpool(&["list", "-H", "-o", "name"]);
+        if listed.code != 0 {
+            return vec![format!("zpool list: {listed:?}")];
+        }
+        // Without pools the listing says so on stdout, even with -H.
+        for pool in listed.stdout.lines().filter(|l| !l.is_empty() && *l != "no pools available") {
+            if let Err(e) = self.check_imported(pool) {
+                failures.push(e);
+            }
+        }
+        let v = self.vdir().display().to_string();
+        let importable = self.zpool(&["import", "-d", &v]);
+        // "no pools available to import" is the usual answer, with a non-zero status.
+        for (name, guid) in importable_pools(&importable.stdout) {
+            let out = self.tarn(&["zdb", "-e", "-p", &v, "-b", &guid]);
+            if no_leaks(&out) {
+                eprintln!("leak check on drop: exported pool '{name}' (id {guid}): no leaks");
+            } else {
+                failures.push(format!("exported pool '{name}' (id {guid}): zdb -e -p {v} -b: {out:?}"));
+            }
+        }
+        failures
+    }
+
+    /// `zpool sync POOL`, then `zdb -e -p DIR… -b GUID` beside the daemon, DIR being
+    /// the directories of the pool's leaves (as `zpool status -P` names them). Not the
+    /// cachefile, which does not list every imported pool (`cachefile=none`, a
+    /// read-only import); the GUID, because an exported pool of the same name may
+    /// share those directories.
+    fn check_imported(&self, pool: &str) -> Result<(), String> {
+        let sync = self.zpool(&["sync", pool]);
+        if sync.code != 0 {
+            return Err(format!("pool '{pool}': zpool sync: {sync:?}"));
+        }
+        // No panic here: the daemon must still be stopped after a failure.
+        let guid = self.zpool(&["get", "-H", "-o", "value", "guid", pool]);
+        let status = self.zpool(&["status", "-P", pool]);
+        if guid.code != 0 || status.code != 0 {
+            return Err(format!("pool '{pool}': zpool get guid: {guid:?}, zpool status -P: {status:?}"));
+        }
+        let guid = guid.stdout.trim().to_string();
+        let mut dirs: Vec<String> = status
+            .stdout
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|w| w.starts_with('/'))
+            .filter_map(|w| Path::new(w).parent().map(|d| d.display().to_string()))
+            .collect();
+        dirs.sort();
+        dirs.dedup();
+        let mut args = vec!["zdb", "-e"];
+        for d in &dirs {
+            args.extend_from_slice(&["-p", d]);
+        }
+        args.extend_from_slice(&["-b", &guid]);
+        let out = self.tarn(&args);
+        if no_leaks(&out) {
+            eprintln!("leak check on drop: pool '{pool}': no leaks");
+            Ok(())
+        } else {
+            Err(format!("pool '{pool}': {}: {out:?}", args.join(" ")))
+        }
+    }
+}
+
+/// Whether `zdb -b` succeeded and found no leak.
+fn no_leaks(out: &Out) -> bool {
+    out.code == 0 && out.stdout.contains("No leaks (block sum matches space maps exactly)")
+}
+
+/// `(name, guid)` of each pool a `zpool import -d DIR` listing shows.
+fn importable_pools(listing: &str) -> Vec<(String, String)> {
+    let mut pools = Vec::new();
+    let mut name = None;
+    for l in listing.lines() {
+        let l = l.trim();
+        if let Some(n) = l.strip_prefix("pool: ") {
+            name = Some(n.to_string());
+        } else if let (Some(id), Some(n)) = (l.strip_prefix("id: "), name.take()) {
+            pools.push((n, id.to_string()));
+        }
+    }
+    pools
+}
+
 impl Drop for Env {
     fn drop(&mut self) {
         if !self.socket().exists() {
             return;
         }
+        // Only a running daemon has imported pools; a test that killed it has none, and
+        // a command here would start a new one.
+        let running = std::os::unix::net::UnixStream::connect(self.socket()).is_ok();
+        let skipped = self.leak_check_skipped.borrow().clone();
+        let failures = match skipped {
+            _ if std::thread::panicking() || !running => Vec::new(),
+            Some(reason) => {
+                eprintln!("leak check skipped: {reason}");
+                Vec::new()
+            }
+            None => {
+                let t = std::time::Instant::now();
+                let failures = self.check_all_pools();
+                eprintln!("leak check on drop: {:.2} s", t.elapsed().as_secs_f64());
+                failures
+            }
+        };
         let out = self.tarn(&["daemon", "--stop"]);
         if out.code != 0 || self.socket().exists() {
             if let Ok(pid) = std::fs::read_to_string(self.state().join("daemon.pid")) {
@@ -210,6 +337,7 @@ impl Drop for Env {
                 }
             }
         }
+        assert!(failures.is_empty(), "leak check on drop (issue 15) failed:\n{}", failures.join("\n"));
     }
 }
 
