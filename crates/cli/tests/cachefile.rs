@@ -26,30 +26,16 @@ fn listed(path: &Path) -> Vec<String> {
         .collect()
 }
 
-fn mounted(p: &Path) -> bool {
-    let s = p.display().to_string();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.split_whitespace().nth(4) == Some(s.as_str()))
-}
-
 /// `kill -9` the daemon and wait until it is gone and its mounts with it, as an init
 /// system would before starting it again (bounded: 20 s).
 fn kill_daemon(env: &Env, mounts: &[&Path]) {
-    let pid: i32 = std::fs::read_to_string(env.state().join("daemon.pid")).unwrap().trim().parse().unwrap();
-    extern "C" {
-        fn kill(pid: i32, sig: i32) -> i32;
-    }
-    // SAFETY: signalling the daemon this test started.
-    unsafe { kill(pid, 9) };
-    assert!(wait_daemon_gone(env, pid, Duration::from_secs(20)), "daemon {pid} survived kill -9");
+    kill_9_daemon(env);
     let t = Instant::now();
-    while mounts.iter().any(|m| mounted(m)) && t.elapsed() < Duration::from_secs(20) {
+    while mounts.iter().any(|m| is_mounted(m)) && t.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(50));
     }
     for m in mounts {
-        assert!(!mounted(m), "{} still mounted after kill -9", m.display());
+        assert!(!is_mounted(m), "{} still mounted after kill -9", m.display());
     }
 }
 
@@ -70,7 +56,7 @@ fn kill_9_and_restart_brings_the_pool_and_its_mounts_back() {
     // Start a daemon; it returns once the socket answers, which is after the
     // cachefile's pools were imported and mounted. No zpool command is typed.
     env.tarn(&["daemon"]).ok();
-    assert!(mounted(&mnt) && mounted(&mnt.join("home")), "{}", env.daemon_log());
+    assert!(is_mounted(&mnt) && is_mounted(&mnt.join("home")), "{}", env.daemon_log());
     assert_eq!(std::fs::read(mnt.join("home/f")).unwrap(), b"still here");
     assert_eq!(env.zpool(&["list", "-H", "-o", "name,health"]).ok().stdout, "tank\tONLINE\n");
     // A clean stop exports but keeps the list, so the next start imports again.

@@ -26,7 +26,6 @@
 mod common;
 use common::*;
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,26 +33,6 @@ use std::time::{Duration, Instant};
 fn content(i: u64) -> Vec<u8> {
     let len = (i.wrapping_mul(7919) % 200_000) as usize + 1;
     xorshift_bytes(len, i.wrapping_mul(0x9e3779b97f4a7c15))
-}
-
-fn mounted(p: &Path) -> bool {
-    let s = p.display().to_string();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.split_whitespace().nth(4) == Some(s.as_str()))
-}
-
-fn daemon_pid(env: &Env) -> i32 {
-    std::fs::read_to_string(env.state().join("daemon.pid")).unwrap().trim().parse().unwrap()
-}
-
-fn sigkill(pid: i32) {
-    extern "C" {
-        fn kill(pid: i32, sig: i32) -> i32;
-    }
-    // SAFETY: signalling the daemon this test started.
-    unsafe { kill(pid, 9) };
 }
 
 /// What the client has been told is durable.
@@ -162,13 +141,8 @@ fn run(test: &str, with_slog: bool, default_iterations: u64) {
         if with_slog {
             scribble(&la, seed);
         }
-        let pid = daemon_pid(&env);
-        sigkill(pid);
-        // Wait until the process is gone, as an init system would.
-        assert!(
-            wait_daemon_gone(&env, pid, Duration::from_secs(10)),
-            "{test} iteration {iter}: daemon {pid} still running 10 s after kill -9"
-        );
+        // Kill, and wait until the process is gone, as an init system would.
+        kill_9_daemon(&env);
         stop.store(true, Ordering::SeqCst);
         let reached = writer.join().unwrap();
         if reached > start {
@@ -176,10 +150,13 @@ fn run(test: &str, with_slog: bool, default_iterations: u64) {
         }
         next = reached + 1;
         let t = Instant::now();
-        while mounted(&mnt) && t.elapsed() < Duration::from_secs(10) {
+        while is_mounted(&mnt) && t.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(50));
         }
-        assert!(!mounted(&mnt), "{test} iteration {iter}: mount still present 10 s after kill -9 (auto_unmount)");
+        assert!(
+            !is_mounted(&mnt),
+            "{test} iteration {iter}: mount still present 10 s after kill -9 (auto_unmount)"
+        );
         // A new daemon imports the pool from its cachefile (replaying the log at
         // mount) before it answers: no import is typed.
         let out = env.tarn(&["daemon"]);

@@ -313,16 +313,6 @@ fn send_recv_through_mounts() {
     assert_eq!(snaps(&env2, "backup"), "backup/fs@one\n");
 }
 
-fn sigkill_daemon(env: &Env) {
-    extern "C" {
-        fn kill(pid: i32, sig: i32) -> i32;
-    }
-    let pid: i32 = std::fs::read_to_string(env.state().join("daemon.pid")).unwrap().trim().parse().unwrap();
-    // SAFETY: signalling the daemon this test started.
-    unsafe { kill(pid, 9) };
-    assert!(wait_daemon_gone(env, pid, std::time::Duration::from_secs(20)), "daemon did not die");
-}
-
 /// Start `zfs recv ARGS` fed with the first half of `stream`, wait until the daemon
 /// has marked the target as being received (it is unmounted or listed), then kill the
 /// daemon with SIGKILL while the receive waits for the rest.
@@ -344,7 +334,7 @@ fn kill_mid_receive(env: &Env, args: &[&str], stream: &[u8], target: &str) {
     }
     // Let the first half of the records reach a synced txg.
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    sigkill_daemon(env);
+    kill_9_daemon(env);
     drop(input);
     let _ = child.wait();
 }

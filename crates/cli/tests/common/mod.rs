@@ -19,9 +19,9 @@
 //! has no imported pool, and then nothing is checked.
 #![allow(dead_code)]
 
-use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
 /// Output of one command.
 #[derive(Debug)]
@@ -49,7 +49,7 @@ impl Out {
 pub struct Env {
     pub dir: tempfile::TempDir,
     /// Why the leak check on drop is skipped ([`Env::skip_leak_check`]), if it is.
-    leak_check_skipped: RefCell<Option<String>>,
+    leak_check_skipped: Mutex<Option<String>>,
 }
 
 impl Env {
@@ -60,7 +60,7 @@ impl Env {
         std::fs::create_dir_all(dir.path().join("v")).unwrap();
         Env {
             dir,
-            leak_check_skipped: RefCell::new(None),
+            leak_check_skipped: Mutex::new(None),
         }
     }
 
@@ -69,7 +69,7 @@ impl Env {
     /// is merely degraded but sound should be checked, not skipped.
     pub fn skip_leak_check(&self, reason: &str) {
         assert!(!reason.trim().is_empty(), "skip_leak_check needs a reason");
-        *self.leak_check_skipped.borrow_mut() = Some(reason.to_string());
+        *self.leak_check_skipped.lock().unwrap() = Some(reason.to_string());
     }
 
     pub fn path(&self) -> &Path {
@@ -314,7 +314,7 @@ impl Drop for Env {
         // Only a running daemon has imported pools; a test that killed it has none, and
         // a command here would start a new one.
         let running = std::os::unix::net::UnixStream::connect(self.socket()).is_ok();
-        let skipped = self.leak_check_skipped.borrow().clone();
+        let skipped = self.leak_check_skipped.lock().unwrap().clone();
         let failures = match skipped {
             _ if std::thread::panicking() || !running => Vec::new(),
             Some(reason) => {
@@ -396,7 +396,7 @@ pub fn xorshift_bytes(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-/// `kill -9` the test's daemon and wait (at most 10 s, else panic) until it has let
+/// `kill -9` the test's daemon and wait (at most 20 s, else panic) until it has let
 /// go: see [`wait_daemon_gone`]. Returns the pid it had.
 pub fn kill_9_daemon(env: &Env) -> i32 {
     extern "C" {
