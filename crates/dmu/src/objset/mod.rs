@@ -213,6 +213,26 @@ struct OsState {
     zil_dirty: bool,
 }
 
+impl OsState {
+    /// The state of an object set whose meta-dnode tree is `meta`, with nothing
+    /// loaded or dirty.
+    fn new(meta: Tree, next_obj: u64, used_bytes: u64, root: BlkPtr, zil_header: ZilHeader) -> OsState {
+        OsState {
+            meta,
+            dnodes: HashMap::new(),
+            dirty: BTreeSet::new(),
+            syncing: Vec::new(),
+            next_obj,
+            free_ids: BTreeSet::new(),
+            scan_cursor: 1,
+            used_bytes,
+            root,
+            zil_header,
+            zil_dirty: false,
+        }
+    }
+}
+
 /// An object set: the real [`ObjectStore`].
 pub struct Objset {
     zio: Arc<Zio>,
@@ -272,9 +292,10 @@ fn copies_for(otype: ObjectType, os_type: u64, data_copies: u8) -> u8 {
 }
 
 impl Objset {
-    /// A new, empty object set of type `os_type` (nothing on disk until synced).
-    pub fn create(zio: Arc<Zio>, gate: Arc<TxgGate>, os_type: u64) -> Arc<Objset> {
-        Arc::new(Objset {
+    /// An object set of type `os_type` in state `st`, with properties at their
+    /// defaults (the DSL sets them after open).
+    fn with_state(zio: Arc<Zio>, gate: Arc<TxgGate>, os_type: u64, st: OsState) -> Objset {
+        Objset {
             zio,
             gate,
             os_type,
@@ -285,29 +306,28 @@ impl Objset {
             primarycache: AtomicU8::new(0),
             secondarycache: AtomicU8::new(0),
             readonly: false.into(),
-            st: Mutex::new(OsState {
-                meta: Tree {
-                    root: BlkPtr::HOLE,
-                    nlevels: 1,
-                    used_bytes: 0,
-                },
-                dnodes: HashMap::new(),
-                dirty: BTreeSet::new(),
-                syncing: Vec::new(),
-                next_obj: 1,
-                free_ids: BTreeSet::new(),
-                scan_cursor: 1,
-                used_bytes: 0,
-                root: BlkPtr::HOLE,
-                zil_header: ZilHeader::default(),
-                zil_dirty: false,
-            }),
+            st: Mutex::new(st),
             slop_shift: 5,
             streams: Mutex::new(HashMap::new()),
             error_sink: Mutex::new(None),
             block_kill: Mutex::new(None),
             fill_stats: Mutex::new(FillStats::default()),
-        })
+        }
+    }
+
+    /// A new, empty object set of type `os_type` (nothing on disk until synced).
+    pub fn create(zio: Arc<Zio>, gate: Arc<TxgGate>, os_type: u64) -> Arc<Objset> {
+        let meta = Tree {
+            root: BlkPtr::HOLE,
+            nlevels: 1,
+            used_bytes: 0,
+        };
+        Arc::new(Objset::with_state(
+            zio,
+            gate,
+            os_type,
+            OsState::new(meta, 1, 0, BlkPtr::HOLE, ZilHeader::default()),
+        ))
     }
 
     /// Open the object set rooted at `root` (an [`ObjsetPhys`] block).
@@ -327,41 +347,18 @@ impl Objset {
         }
         // `DnodePhys::decode` checked that (maxblkid + 1) blocks of 16 KiB fit in
         // u64, so (maxblkid + 1) × 32 dnodes does too.
-        let next_obj = md.maxblkid.saturating_add(1).saturating_mul(DNODES_PER_BLOCK).max(1);
-        Ok(Arc::new(Objset {
-            zio,
-            gate,
-            os_type: phys.os_type,
-            compression: CompressSetting::OFF.to_bits().into(),
-            checksum: AtomicU8::new(ChecksumAlg::Fletcher4 as u8),
-            dedup: AtomicU8::new(0),
-            data_copies: AtomicU8::new(1),
-            primarycache: AtomicU8::new(0),
-            secondarycache: AtomicU8::new(0),
-            readonly: false.into(),
-            st: Mutex::new(OsState {
-                meta: Tree {
-                    root: md.blkptr,
-                    nlevels: md.nlevels,
-                    used_bytes: md.used_bytes,
-                },
-                dnodes: HashMap::new(),
-                dirty: BTreeSet::new(),
-                syncing: Vec::new(),
-                next_obj: if md.blkptr.is_hole() { 1 } else { next_obj },
-                free_ids: BTreeSet::new(),
-                scan_cursor: 1,
-                used_bytes,
-                root: *root,
-                zil_header: phys.zil_header,
-                zil_dirty: false,
-            }),
-            slop_shift: 5,
-            streams: Mutex::new(HashMap::new()),
-            error_sink: Mutex::new(None),
-            block_kill: Mutex::new(None),
-            fill_stats: Mutex::new(FillStats::default()),
-        }))
+        let next_obj = if md.blkptr.is_hole() {
+            1
+        } else {
+            md.maxblkid.saturating_add(1).saturating_mul(DNODES_PER_BLOCK).max(1)
+        };
+        let meta = Tree {
+            root: md.blkptr,
+            nlevels: md.nlevels,
+            used_bytes: md.used_bytes,
+        };
+        let st = OsState::new(meta, next_obj, used_bytes, *root, phys.zil_header);
+        Ok(Arc::new(Objset::with_state(zio, gate, phys.os_type, st)))
     }
 
     /// The intent-log header as of the last [`Objset::set_zil_header`] (or as read at open).
