@@ -272,10 +272,14 @@ impl Ddt {
     /// see the module theory on pruning).
     pub fn add_ref_block(&self, bp: &BlkPtr) -> bool {
         let k = DdtKey::of(bp);
-        if self.lookup(&k).is_none_or(|e| e.dva != bp.dva) {
+        let mut g = self.inner.lock();
+        let Some(e) = g.entries.get_mut(&k).filter(|e| e.dva == bp.dva) else {
             return false;
-        }
-        self.add_ref(&k)
+        };
+        e.refcount += 1;
+        e.modified_secs = now_secs();
+        g.changed.insert(k);
+        true
     }
 
     /// Deduplicated pointer `bp` goes away: one reference less for its entry when the
