@@ -9,8 +9,8 @@
 //! with an fsync, an export and import, a sequential `O_DIRECT` read of it, random 8 KiB `O_DIRECT` reads and
 //! random 8 KiB overwrites, then 3,000 small files written by 4 threads and read back.
 //! The daemon's `VmHWM` (the peak resident set since it started, from
-//! `/proc/PID/status`, pid from `daemon.pid`) must be under the bound at the end;
-//! `VmRSS` is also sampled every 50 ms to say in which phase the peak fell. It checks
+//! `/proc/PID/status`, pid from `daemon.pid`) must be under the bound at the end, and
+//! so must `VmRSS`, sampled every 50 ms (which also says in which phase the peak fell). It checks
 //! memory, never speed. Skipped, with a message, when FUSE is not usable here.
 
 mod common;
@@ -194,7 +194,10 @@ fn daemon_rss_stays_under_arc_max_plus_dirty_limit_plus_overhead() {
 
     stop.store(true, Ordering::Relaxed);
     sampler.join().unwrap();
-    let hwm = status_bytes(pid, "VmHWM:");
+    // VmHWM is the kernel's record; a sample can read a little above it (per-thread
+    // RSS counters are folded in lazily), so the larger of the two is checked.
+    let sampled = peaks.lock().unwrap().iter().map(|p| p.1).max().unwrap_or(0);
+    let hwm = status_bytes(pid, "VmHWM:").max(sampled);
     let (hdr, l2hdr) = (arcstat(&env, "hdr_size"), arcstat(&env, "l2_hdr_size"));
     let dirty_limit = CACHE_MAX_BYTES / 4;
     let overhead = tarn_cli::memory::overhead_bytes(1);
