@@ -38,6 +38,11 @@
 //! bug, or an unimplemented engine path) is caught, logged, and answered as
 //! "internal error" with exit 1, leaving the daemon up.
 //!
+//! Memory: before any thread starts the daemon tunes glibc's allocator, and once the
+//! ARC has its tunables it starts the reaper that hands freed heap memory back
+//! ([`crate::memory`]); its resident set stays under `arc_max` + the pools' dirty-data
+//! limits + the ARC's and L2ARC's header bytes + [`crate::memory::overhead_bytes`].
+//!
 //! Crash: with `kill -9` the pools are left "active" on disk and FUSE mounts vanish
 //! through `auto_unmount`; the next daemon imports the pools of its cachefile again
 //! (the last synced txg wins, the intent log replays at mount) and remounts them.
@@ -335,6 +340,8 @@ pub fn run_foreground() -> i32 {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("TARN_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")))
         .with_writer(std::io::stderr)
         .try_init();
+    // Before any thread exists (module `memory`: arenas are made as threads allocate).
+    crate::memory::tune_allocator();
     let socket = proto::socket_path();
     let state_dir = proto::state_dir();
     // Memory budget per pool for cached + dirty blocks (`TARN_CACHE_MAX`, e.g. 512M).
@@ -347,6 +354,9 @@ pub fn run_foreground() -> i32 {
         eprint!("{e}");
         return 1;
     }
+    // Gives the allocator's free memory back while it exceeds what the caches and the
+    // dirty data explain (module `memory`).
+    crate::memory::start_reaper();
     if UnixStream::connect(&socket).is_ok() {
         eprintln!("tarn daemon already running");
         return 1;

@@ -30,6 +30,7 @@ pub mod cachefile;
 pub mod daemon;
 pub mod format;
 pub mod iostat;
+pub mod memory;
 pub mod mounts;
 pub mod proto;
 pub mod scrub;

@@ -13,6 +13,11 @@ use std::time::Duration;
 
 use tarn_cli::{daemon, proto};
 
+/// Large allocations are mappings of their own (`tarn_cli::memory::MapLarge`): part of
+/// keeping the daemon's resident memory under its bound.
+#[global_allocator]
+static ALLOCATOR: tarn_cli::memory::MapLarge = tarn_cli::memory::MapLarge;
+
 const USAGE: &str =
     "usage: tarn zpool <command> [args...]\n       tarn zfs <command> [args...]\n       tarn zinject [args...]\n       tarn zdb [args...]\n       tarn kstat arcstats\n       tarn arcstat [interval [count]]\n       tarn daemon [--foreground | --stop | --set NAME=VALUE...]\n";
 

@@ -24,8 +24,12 @@
 //! [`TxgGate::wait_synced_nowait`] fail in both modes: administrative callers that
 //! must never wedge (a daemon request holding its state lock) use them.
 //!
-//! Locks: `open` (RwLock) is taken before any object-set lock. Never take a second hold
-//! while holding one (a waiting quiescer would deadlock the pair).
+//! Locks: `open` (RwLock) is taken before any object-set lock and before `dirty` (a
+//! hold adds dirty bytes while it holds `open`); `open` is never waited for under
+//! `dirty`: a writer waiting at the limit asks for a sync with the dirty lock released
+//! (with it held, a quiescer waiting for `open` and a hold waiting for `dirty`
+//! deadlocked the pool's writers). Never take a second hold while holding one (a
+//! waiting quiescer would deadlock the pair).
 //!
 //! Called by: objset (holds, dirty accounting), spa (quiesce, sync bookkeeping).
 
@@ -171,8 +175,13 @@ impl TxgGate {
                 match throttle_delay_ns(*d, self.dirty_max_bytes) {
                     Some(ns) => break ns,
                     None => {
-                        let open = *self.open.read();
-                        self.request_sync(open);
+                        // Not under the dirty lock: a quiescer waiting for `open` keeps
+                        // new readers out until the holds drain, and a hold adding
+                        // dirty bytes needs the dirty lock to drain.
+                        parking_lot::MutexGuard::unlocked(&mut d, || {
+                            let open = *self.open.read();
+                            self.request_sync(open);
+                        });
                         self.dirty_cv.wait_for(&mut d, Duration::from_millis(100));
                         if self.is_readonly() {
                             return Err(DmuError::ReadOnly);

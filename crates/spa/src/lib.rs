@@ -148,7 +148,7 @@ pub use pool::{
 pub use rename::RenamePlan;
 pub use repair::FAULT_IO_ERRORS;
 pub use sendrecv::{RecvOutcome, RecvSpec, RESUME_TOKEN_PROP};
-pub use suspend::{panic_message, FailMode, Resume, SuspendCause, Suspension};
+pub use suspend::{open_pools_dirty_bytes, panic_message, FailMode, Resume, SuspendCause, Suspension};
 pub use tarn_dmu::ObjectStore;
 pub use tarn_phys::MIN_DEVICE_SIZE_BYTES;
 pub use tarn_zil::Zilog;

@@ -43,8 +43,9 @@ pub fn default_cache_limit() -> u64 {
 static CACHE_LIMIT_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Set the per-pool memory budget `limit` (bytes, at least 16 MiB) for pools opened
-/// from now on. A quarter is the dirty-data limit of one txg, so the open and the
-/// syncing txg together hold at most half of it. Called before the shared ARC is
+/// from now on. A quarter is the pool's dirty-data limit: the write throttle counts
+/// the dirty data of the open and the syncing txg together against it (a txg's bytes
+/// leave the count when its sync ends). Called before the shared ARC is
 /// first used ([`arc`]), it also makes `arc_max` half of `limit` (the read cache's
 /// share before the ARC; `tarn daemon --set arc_max=…` changes it later).
 pub fn set_cache_limit(limit_bytes: u64) {

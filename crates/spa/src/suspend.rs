@@ -157,6 +157,16 @@ pub enum Resume {
 /// Pools open in this process by name, for [`Pool::suspend_open`].
 static LIVE: Mutex<BTreeMap<String, Weak<Pool>>> = Mutex::new(BTreeMap::new());
 
+/// Dirty data of every pool open in this process, bytes, as each pool's write throttle
+/// counts it ([`Pool::dirty_bytes`]): the daemon's memory reaper adds it to what it
+/// expects to be resident.
+pub fn open_pools_dirty_bytes() -> u64 {
+    // Upgraded under the lock, used and dropped after it: dropping the last handle of a
+    // pool unregisters it, which takes the lock.
+    let pools: Vec<Arc<Pool>> = LIVE.lock().values().filter_map(Weak::upgrade).collect();
+    pools.iter().map(|p| p.dirty_bytes()).sum()
+}
+
 /// The text of a panic payload (`&str` or `String`; anything else is "unknown").
 pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {

@@ -35,7 +35,8 @@
 //! and pushed the hot set out).
 //!
 //! Invariants (checked after every call that changes sizes): `c_min ≤ c ≤ c_max`,
-//! `size ≤ c` (resident bytes of MRU + MFU), `p ≤ c`. A buffer larger than `c` is not
+//! `size + overhead_size ≤ c` (resident bytes of MRU + MFU, and the decompressed copies
+//! below), `p ≤ c`. A buffer larger than `c` is not
 //! cached. Data and metadata are accounted apart (`data_size`, `metadata_size`, and per
 //! list). Uncompressed buffers are shared read-only (`Arc<Vec<u8>>`): readers clone
 //! the pointer, never the bytes; a compressed one is decompressed per reader.
@@ -53,7 +54,11 @@
 //! blocks as it compresses. `uncompressed_size` in the stats is the logical total.
 //! Recently decompressed blocks are kept apart, least recently used out first, up to
 //! `c / 32` bytes (OpenZFS's dbuf cache, `dbuf_cache_shift` 5), reported as
-//! `overhead_size`: a block read again soon is not decompressed again.
+//! `overhead_size`: a block read again soon is not decompressed again. They count
+//! against `c` as OpenZFS counts its decompressed copies in `arc_size`: the lists
+//! evict to make room for them, so the memory of everything the ARC keeps is bounded
+//! by `arc_max`, and `hdr_size` (an estimate, [`HDR_BYTES`] per resident or ghost
+//! header) says what its bookkeeping costs beside it.
 //! `compressed_arc_enabled` off caches new blocks decompressed instead.
 //!
 //! Replacement policy: [`Policy::Arc`] by default; [`Policy::Lru`] and [`Policy::Fifo`]
@@ -270,7 +275,19 @@ struct State {
     memory_available_bytes: Option<i64>,
     /// Memory was short at the last check: `c` does not grow.
     no_grow: bool,
+    /// Bytes of the cache of decompressed blocks, as last told by
+    /// [`ArcCache::sync_overhead`]: the lists make room for them under `c`.
+    overhead_bytes: u64,
 }
+
+/// Estimated memory of one header, bytes, resident or ghost (`hdr_size` in the
+/// stats is this times the headers): its entry in the hash table (key and [`Hdr`],
+/// with the table's spare capacity, about half again), its entry in its list's B-tree
+/// (position and key, nodes about two-thirds full) and, for a resident one, the shared
+/// buffer's reference-count block. OpenZFS counts its headers in `arc_size`; Tarn
+/// reports them beside it, and the daemon's memory bound adds them (`tarn_cli`'s
+/// `memory` module).
+pub const HDR_BYTES: u64 = ((std::mem::size_of::<(ArcKey, Hdr)>() + 1) * 3 / 2 + (8 + std::mem::size_of::<ArcKey>()) * 3 / 2 + 48) as u64;
 
 /// `c` over this is the most the cache of decompressed blocks holds (OpenZFS's
 /// `dbuf_cache_shift` of 5: 1/32 of the ARC target).
@@ -304,6 +321,11 @@ impl DCache {
         self.bytes += buf.len() as u64;
         self.order.insert(self.next, key);
         self.map.insert(key, (buf, self.next));
+        self.shrink_to(cap_bytes);
+    }
+
+    /// Drop the least recently used blocks until at most `cap_bytes` are kept.
+    fn shrink_to(&mut self, cap_bytes: u64) {
         while self.bytes > cap_bytes {
             let Some((_, k)) = self.order.pop_first() else { break };
             if let Some((b, _)) = self.map.remove(&k) {
@@ -350,6 +372,10 @@ impl State {
     fn resident(&self) -> u64 {
         self.size(List::Mru) + self.size(List::Mfu)
     }
+    /// Everything `c` bounds: the resident buffers and the decompressed copies.
+    fn charged(&self) -> u64 {
+        self.resident() + self.overhead_bytes
+    }
     fn unlink(&mut self, key: &ArcKey) -> Option<Hdr> {
         let h = self.hdrs.remove(key)?;
         self.lists[h.list as usize].remove(&h.seq);
@@ -378,9 +404,9 @@ impl State {
         self.lists[l as usize].first_key_value().map(|(_, k)| *k)
     }
 
-    /// Evict until `resident + need ≤ c`, then trim the ghost lists.
+    /// Evict until `resident + overhead + need ≤ c`, then trim the ghost lists.
     fn evict_to_fit(&mut self, need_bytes: u64) {
-        while self.resident() + need_bytes > self.c_bytes && self.resident() > 0 {
+        while self.charged() + need_bytes > self.c_bytes && self.resident() > 0 {
             let from = match self.policy {
                 Policy::Arc => {
                     let mru = self.size(List::Mru);
@@ -508,6 +534,7 @@ impl ArcCache {
                 counters: ArcCounters::default(),
                 memory_available_bytes: None,
                 no_grow: false,
+                overhead_bytes: 0,
             }),
             l2s: Mutex::new(Vec::new()),
             dcache: Mutex::new(DCache::default()),
@@ -546,7 +573,21 @@ impl ArcCache {
         let logical = stored.to_logical()?;
         let cap = self.st.lock().c_bytes / DCACHE_SHIFT_DIVISOR;
         self.dcache.lock().put(*key, logical.clone(), cap);
+        self.sync_overhead();
         Some(logical)
+    }
+
+    /// Tell the lists how much the cache of decompressed blocks holds, cut that cache
+    /// to `c` / [`DCACHE_SHIFT_DIVISOR`] if `c` fell, and evict so that both fit
+    /// under `c` (OpenZFS counts its decompressed copies, `overhead_size`, in
+    /// `arc_size` too). Lock order: the state, then the decompressed cache.
+    fn sync_overhead(&self) {
+        let mut st = self.st.lock();
+        let mut dc = self.dcache.lock();
+        dc.shrink_to(st.c_bytes / DCACHE_SHIFT_DIVISOR);
+        st.overhead_bytes = dc.bytes;
+        drop(dc);
+        st.evict_to_fit(0);
     }
 
     /// Whether compressed blocks are kept compressed (OpenZFS's
@@ -688,7 +729,7 @@ impl ArcCache {
         }
         // Grow `c` towards `c_max` while the cache is full and memory is not short
         // (OpenZFS grows `arc_c` on allocation when `arc_size` is near it).
-        if !st.no_grow && st.resident() + size > st.c_bytes && st.c_bytes < st.c_max_bytes {
+        if !st.no_grow && st.charged() + size > st.c_bytes && st.c_bytes < st.c_max_bytes {
             st.c_bytes = (st.c_bytes + size).min(st.c_max_bytes);
         }
         st.evict_to_fit(size);
@@ -718,8 +759,10 @@ impl ArcCache {
         if st.unlink(key).is_some() {
             st.counters.deleted += 1;
         }
-        drop(st);
-        self.dcache.lock().remove(key);
+        // Lock order: the state, then the decompressed cache (`sync_overhead`).
+        let mut dc = self.dcache.lock();
+        dc.remove(key);
+        st.overhead_bytes = dc.bytes;
     }
 
     /// Whether `key`'s block may go to a cache device (a dataset whose
@@ -781,6 +824,7 @@ impl ArcCache {
         }
         drop(st);
         self.dcache.lock().remove_user(user);
+        self.sync_overhead();
     }
 
     /// Like [`ArcCache::remove_user`], taking the lock for at most 4,096 headers at a
@@ -797,6 +841,7 @@ impl ArcCache {
             }
         }
         self.dcache.lock().remove_user(user);
+        self.sync_overhead();
     }
 
     /// Set `c_max` (`arc_max`), bytes. Lowering it lowers `c` and evicts down to it
@@ -807,6 +852,8 @@ impl ArcCache {
         st.c_min_bytes = st.c_min_bytes.min(max_bytes);
         let c = st.c_bytes.min(max_bytes);
         st.set_c(c);
+        drop(st);
+        self.sync_overhead();
     }
 
     /// Set `c_min` (`arc_min`), bytes (at most `c_max`); `c` rises to it if below.
@@ -851,12 +898,27 @@ impl ArcCache {
         } else {
             st.no_grow = available_bytes < 2 * floor_bytes;
         }
-        st.c_bytes
+        let c = st.c_bytes;
+        drop(st);
+        self.sync_overhead();
+        c
     }
 
     /// Resident bytes (MRU + MFU).
     pub fn size_bytes(&self) -> u64 {
         self.st.lock().resident()
+    }
+
+    /// Estimated memory of the headers, resident and ghost, bytes (`hdr_size`):
+    /// [`HDR_BYTES`] each.
+    pub fn hdr_bytes(&self) -> u64 {
+        self.st.lock().hdrs.len() as u64 * HDR_BYTES
+    }
+
+    /// Bytes of the cache of recently decompressed blocks (`overhead_size`), at most
+    /// `c` / [`DCACHE_SHIFT_DIVISOR`].
+    pub fn overhead_bytes(&self) -> u64 {
+        self.dcache.lock().bytes
     }
 
     /// Target size `c`, bytes.
@@ -923,6 +985,7 @@ impl ArcCache {
             u("compressed_size", data + meta),
             u("uncompressed_size", st.uncompressed_bytes),
             u("overhead_size", dcache_bytes),
+            u("hdr_size", st.hdrs.len() as u64 * HDR_BYTES),
             u("data_size", data),
             u("metadata_size", meta),
             u("mru_size", total(&mru)),
@@ -967,8 +1030,8 @@ impl ArcCache {
                 return Err(format!("{l:?}: listed {sum} bytes, accounted {}", st.size(l)));
             }
         }
-        if st.resident() > st.c_bytes {
-            return Err(format!("size {} > c {}", st.resident(), st.c_bytes));
+        if st.charged() > st.c_bytes {
+            return Err(format!("size {} + overhead {} > c {}", st.resident(), st.overhead_bytes, st.c_bytes));
         }
         if st.c_bytes > st.c_max_bytes || st.c_bytes < st.c_min_bytes {
             return Err(format!("c {} outside [{}, {}]", st.c_bytes, st.c_min_bytes, st.c_max_bytes));
@@ -1179,6 +1242,35 @@ mod tests {
         // Metadata counted apart.
         assert!(a.lookup(&key(8), Access::Demand, true).is_none());
         assert_eq!(a.counters().demand_metadata_misses, 1);
+    }
+
+    #[test]
+    fn decompressed_copies_count_against_c() {
+        // 64 blocks of c; each compresses to a fraction of 4 KiB and is read once, so
+        // its decompressed copy joins the cache of decompressed blocks (c/32 = 2 blocks).
+        let a = cache(64, Policy::Arc);
+        let logical = b"tarn arc overhead ".repeat(B as usize / 16)[..B as usize].to_vec();
+        let phys = Compression::Lz4.compress(&logical).expect("compresses");
+        for i in 0..512 {
+            let stored = Stored {
+                bytes: Arc::new(phys.clone()),
+                comp: Compression::Lz4,
+                lsize: B as u32,
+            };
+            a.insert_read_stored(key(i), stored, false, Access::Demand);
+            assert_eq!(a.lookup(&key(i), Access::Demand, false).as_deref(), Some(&logical));
+            a.check().unwrap();
+        }
+        let stat = |n: &str| a.stats().iter().find(|s| s.0 == n).unwrap().2 as u64;
+        assert_eq!(stat("overhead_size"), 2 * B, "the decompressed copies fill c/32");
+        assert!(stat("size") + stat("overhead_size") <= a.c_bytes());
+        assert_eq!(stat("hdr_size"), stat("hash_elements") * HDR_BYTES);
+        // A lower c cuts the decompressed copies to its 1/32 (one block) as well.
+        a.set_max_bytes(32 * B);
+        assert_eq!(stat("overhead_size"), B);
+        a.check().unwrap();
+        a.remove(&key(511));
+        assert_eq!(stat("overhead_size"), 0, "a freed block's decompressed copy stays");
     }
 
     #[test]
