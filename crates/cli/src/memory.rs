@@ -61,8 +61,10 @@
 //! allocations wait for the trim of their arena, a few ms).
 //!
 //! Limits: the `mallopt` settings and the reaper are glibc's (other C libraries keep
-//! their own behaviour); the bound holds for the workloads measured (`bench/README.md`) and is not
-//! enforced: nothing fails an allocation that would cross it.
+//! their own behaviour). The bound is measured (`bench/README.md`), not enforced:
+//! nothing fails an allocation that would cross it, and a workload that keeps more
+//! than the fixed overhead in flight outside the caches (say, many concurrent
+//! `zfs send` streams) can exceed it.
 
 use std::time::Duration;
 
