@@ -1432,27 +1432,17 @@ fn ddtprune(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         match (flag, rule) {
             ('d', Some(Prune::Percent(_))) => return bad_usage("ddtprune", "-d cannot be combined with -p option"),
             ('p', Some(Prune::ChangedBefore(_))) => return bad_usage("ddtprune", "-p cannot be combined with -d option"),
-            ('d', _) => {
-                let Some(secs) = amount.and_then(|days| days.checked_mul(86_400)) else {
-                    return bad_usage("ddtprune", "invalid days value");
-                };
-                let now_secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-                // OpenZFS refuses an age reaching back before the epoch (EINVAL).
-                if secs >= now_secs {
-                    return Response::err(format!(
-                        "cannot prune dedup table on '{}': invalid argument",
-                        p.operands.first().map_or("", |s| s.as_str())
-                    ));
-                }
-                rule = Some(Prune::ChangedBefore(now_secs - secs));
-            }
+            ('d', _) => match amount.and_then(|days| days.checked_mul(86_400)) {
+                Some(secs) => rule = Some(Prune::ChangedBefore(secs)),
+                None => return bad_usage("ddtprune", "invalid days value"),
+            },
             _ => match amount.filter(|&n| n <= 100) {
                 Some(pct) => rule = Some(Prune::Percent(pct as u8)),
                 None => return bad_usage("ddtprune", "invalid percentage value"),
             },
         }
     }
-    let Some(rule) = rule else {
+    let Some(mut rule) = rule else {
         return bad_usage("ddtprune", "missing amount option (-d|-p <value>)");
     };
     let name = match p.operands.as_slice() {
@@ -1463,6 +1453,15 @@ fn ddtprune(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let Some(entry) = st.pools.get(&name) else {
         return Response::err(format!("cannot open '{name}': no such pool"));
     };
+    // `-d`: until here the age in seconds; the cutoff is now minus it. OpenZFS's
+    // kernel refuses an age reaching back before the epoch (EINVAL).
+    if let Prune::ChangedBefore(age_secs) = rule {
+        let now_secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        if age_secs >= now_secs {
+            return Response::err(format!("cannot prune dedup table on '{name}': invalid argument"));
+        }
+        rule = Prune::ChangedBefore(now_secs - age_secs);
+    }
     match entry.pool.ddt_prune(rule) {
         Ok(pruned) => {
             tracing::info!("zpool ddtprune {name}: {pruned} unique entries pruned");

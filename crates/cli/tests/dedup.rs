@@ -85,6 +85,11 @@ fn ddtprune_drops_unique_entries_only() {
         assert!(out.stderr.contains("ddtprune -d|-p <amount> <pool>"), "{out:?}");
     }
     env.zpool(&["ddtprune", "-p", "50", "nopool"]).fails_with("cannot open 'nopool': no such pool");
+    // An age before the epoch: refused after the pool is found (OpenZFS's EINVAL).
+    env.zpool(&["ddtprune", "-d", "100000000", "nopool"])
+        .fails_with("cannot open 'nopool': no such pool");
+    env.zpool(&["ddtprune", "-d", "100000000", "pr"])
+        .fails_with("cannot prune dedup table on 'pr': invalid argument");
     // An empty table: nothing to do.
     env.zpool(&["ddtprune", "-p", "100", "pr"]).ok();
     env.zfs(&["set", "dedup=on", "pr"]).ok();
@@ -182,8 +187,7 @@ fn kill_9_during_dedup_writes_leaves_counts_the_walk_agrees_with() {
         assert!(!is_mounted(&mnt), "iteration {iter}: mount still present after kill -9");
         env.tarn(&["daemon"]).ok();
         assert_eq!(env.zpool(&["list", "-H", "-o", "name"]).ok().stdout, "kd\n", "iteration {iter}");
-        let out = env.assert_no_leaks("kd");
-        assert!(out.stdout.contains("No leaks"), "iteration {iter}: {out:?}");
+        env.assert_no_leaks("kd");
         // Whatever survived reads back as one of the four contents.
         for e in std::fs::read_dir(&mnt).unwrap() {
             let got = std::fs::read(e.unwrap().path()).unwrap();

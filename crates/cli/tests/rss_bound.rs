@@ -47,15 +47,7 @@ fn open_direct(p: &Path) -> std::fs::File {
 
 /// Deterministic offsets: `n` multiples of `step` below `limit`.
 fn offsets(n: usize, step: u64, limit: u64, seed: u64) -> Vec<u64> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % (limit / step)) * step
-        })
-        .collect()
+    xorshift(seed).take(n).map(|x| (x % (limit / step)) * step).collect()
 }
 
 /// The arcstats of the running daemon, by name.

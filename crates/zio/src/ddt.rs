@@ -452,7 +452,8 @@ impl DdtLoader {
         }
     }
 
-    /// Bytes to read at once: a whole number (8192) of this format's records, 1 MiB.
+    /// Bytes to read at once: 8192 of this format's records (1 MiB; 960 KiB for
+    /// format 5).
     pub fn piece_bytes(&self) -> usize {
         self.record_bytes * 8192
     }

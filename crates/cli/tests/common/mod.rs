@@ -383,17 +383,20 @@ pub fn untouched(path: &str, len: usize) -> bool {
     buf.iter().all(|b| *b == 0)
 }
 
-/// `len` deterministic, incompressible bytes from `seed` (xorshift64).
-pub fn xorshift_bytes(len: usize, seed: u64) -> Vec<u8> {
+/// The xorshift64 sequence from `seed` (endless; deterministic).
+pub fn xorshift(seed: u64) -> impl Iterator<Item = u64> {
     let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    std::iter::repeat_with(move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    })
+}
+
+/// `len` deterministic, incompressible bytes from `seed` ([`xorshift`]).
+pub fn xorshift_bytes(len: usize, seed: u64) -> Vec<u8> {
+    xorshift(seed).take(len).map(|x| x as u8).collect()
 }
 
 /// `kill -9` the test's daemon and wait (at most 20 s, else panic) until it has let
