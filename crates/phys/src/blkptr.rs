@@ -54,6 +54,26 @@ pub const SPACE_BLOCK_SIZE_MAX_BYTES: u32 = 2 << 20;
 /// block at ashift 16 allocates 4 sectors (`asize ≤ 4 × (psize + 64 KiB)`).
 const ASIZE_INFLATION_MAX: u64 = 4;
 
+// Field offsets of an encoded [`Dva`].
+const DVA_VDEV_OFF: usize = 0;
+const DVA_ASIZE_OFF: usize = 4;
+const DVA_OFFSET_OFF: usize = 8;
+
+// Field offsets of an encoded [`BlkPtr`]; DVA `i` is at `i * DVA_SIZE_BYTES`.
+const LSIZE_OFF: usize = 48;
+const PSIZE_OFF: usize = 52;
+const TYPE_OFF: usize = 56;
+const LEVEL_OFF: usize = 57;
+const CHECKSUM_ALG_OFF: usize = 58;
+const COMPRESSION_OFF: usize = 59;
+const FLAGS_OFF: usize = 60;
+const BIRTH_OFF: usize = 64;
+const FILL_OFF: usize = 72;
+const CHECKSUM_OFF: usize = 80;
+const PHYS_BIRTH_OFF: usize = 112;
+/// 8 reserved bytes, zero, to the end.
+const RESERVED_OFF: usize = 120;
+
 /// Data virtual address: one copy of a block on one top-level vdev.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
 pub struct Dva {
@@ -71,15 +91,15 @@ impl Dva {
         self.asize_bytes == 0
     }
     fn encode(&self, b: &mut [u8]) {
-        put_u32(b, 0, self.vdev);
-        put_u32(b, 4, (self.asize_bytes >> 9) as u32);
-        put_u64(b, 8, self.offset_bytes);
+        put_u32(b, DVA_VDEV_OFF, self.vdev);
+        put_u32(b, DVA_ASIZE_OFF, (self.asize_bytes >> 9) as u32);
+        put_u64(b, DVA_OFFSET_OFF, self.offset_bytes);
     }
     fn decode(b: &[u8]) -> Result<Self, Corrupt> {
         let d = Dva {
-            vdev: u32_at(b, 0),
-            asize_bytes: (u32_at(b, 4) as u64) << 9,
-            offset_bytes: u64_at(b, 8),
+            vdev: u32_at(b, DVA_VDEV_OFF),
+            asize_bytes: (u32_at(b, DVA_ASIZE_OFF) as u64) << 9,
+            offset_bytes: u64_at(b, DVA_OFFSET_OFF),
         };
         if d.asize_bytes == 0 && (d.vdev != 0 || d.offset_bytes != 0) {
             return Err(Corrupt::new("dva", "empty DVA with non-zero fields"));
@@ -286,19 +306,19 @@ impl BlkPtr {
             return;
         }
         for (i, d) in self.dva.iter().enumerate() {
-            d.encode(&mut b[i * 16..i * 16 + 16]);
+            d.encode(&mut b[i * DVA_SIZE_BYTES..(i + 1) * DVA_SIZE_BYTES]);
         }
-        put_u32(b, 48, self.lsize_bytes);
-        put_u32(b, 52, self.psize_bytes);
-        b[56] = self.otype as u8;
-        b[57] = self.level;
-        b[58] = self.checksum_alg as u8;
-        b[59] = self.compression as u8;
-        put_u32(b, 60, u32::from(self.dedup));
-        put_u64(b, 64, self.birth_txg);
-        put_u64(b, 72, self.fill);
-        b[80..112].copy_from_slice(&self.checksum);
-        put_u64(b, 112, self.phys_birth_txg);
+        put_u32(b, LSIZE_OFF, self.lsize_bytes);
+        put_u32(b, PSIZE_OFF, self.psize_bytes);
+        b[TYPE_OFF] = self.otype as u8;
+        b[LEVEL_OFF] = self.level;
+        b[CHECKSUM_ALG_OFF] = self.checksum_alg as u8;
+        b[COMPRESSION_OFF] = self.compression as u8;
+        put_u32(b, FLAGS_OFF, u32::from(self.dedup));
+        put_u64(b, BIRTH_OFF, self.birth_txg);
+        put_u64(b, FILL_OFF, self.fill);
+        b[CHECKSUM_OFF..PHYS_BIRTH_OFF].copy_from_slice(&self.checksum);
+        put_u64(b, PHYS_BIRTH_OFF, self.phys_birth_txg);
     }
 
     /// Encode to a fresh array.
@@ -314,33 +334,33 @@ impl BlkPtr {
             return Err(Corrupt::new("blkptr", "short buffer"));
         }
         let b = &b[..BLKPTR_SIZE_BYTES];
-        let birth_txg = u64_at(b, 64);
+        let birth_txg = u64_at(b, BIRTH_OFF);
         if birth_txg == 0 {
             if b.iter().any(|&x| x != 0) {
                 return Err(Corrupt::new("blkptr", "hole with non-zero fields"));
             }
             return Ok(Self::HOLE);
         }
-        if u32_at(b, 60) > 1 || b[120..128].iter().any(|&x| x != 0) {
+        if u32_at(b, FLAGS_OFF) > 1 || b[RESERVED_OFF..BLKPTR_SIZE_BYTES].iter().any(|&x| x != 0) {
             return Err(Corrupt::new("blkptr", "reserved bytes not zero"));
         }
         let mut dva = [Dva::default(); 3];
         for (i, d) in dva.iter_mut().enumerate() {
-            *d = Dva::decode(&b[i * 16..i * 16 + 16])?;
+            *d = Dva::decode(&b[i * DVA_SIZE_BYTES..(i + 1) * DVA_SIZE_BYTES])?;
         }
         let bp = BlkPtr {
             dva,
-            lsize_bytes: u32_at(b, 48),
-            psize_bytes: u32_at(b, 52),
-            otype: ObjectType::from_u8(b[56])?,
-            level: b[57],
-            checksum_alg: ChecksumAlg::from_u8(b[58])?,
-            compression: Compression::from_u8(b[59])?,
+            lsize_bytes: u32_at(b, LSIZE_OFF),
+            psize_bytes: u32_at(b, PSIZE_OFF),
+            otype: ObjectType::from_u8(b[TYPE_OFF])?,
+            level: b[LEVEL_OFF],
+            checksum_alg: ChecksumAlg::from_u8(b[CHECKSUM_ALG_OFF])?,
+            compression: Compression::from_u8(b[COMPRESSION_OFF])?,
             birth_txg,
-            phys_birth_txg: u64_at(b, 112),
-            dedup: u32_at(b, 60) == 1,
-            fill: u64_at(b, 72),
-            checksum: b[80..112].try_into().unwrap(),
+            phys_birth_txg: u64_at(b, PHYS_BIRTH_OFF),
+            dedup: u32_at(b, FLAGS_OFF) == 1,
+            fill: u64_at(b, FILL_OFF),
+            checksum: b[CHECKSUM_OFF..PHYS_BIRTH_OFF].try_into().unwrap(),
         };
         if bp.dedup && (bp.otype != ObjectType::FileData || bp.level != 0 || !bp.checksum_alg.is_strong()) {
             return Err(Corrupt::new(

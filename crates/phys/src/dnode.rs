@@ -34,6 +34,31 @@ use crate::le::*;
 use crate::zil::{ZilHeader, ZIL_HEADER_SIZE_BYTES};
 use crate::Corrupt;
 
+// Field offsets of an encoded [`DnodePhys`].
+const TYPE_OFF: usize = 0;
+const INDBLKSHIFT_OFF: usize = 1;
+const NLEVELS_OFF: usize = 2;
+const NBLKPTR_OFF: usize = 3;
+const BONUS_TYPE_OFF: usize = 4;
+/// 3 reserved bytes, zero.
+const RESERVED0_OFF: usize = 5;
+const DATABLKSZ_OFF: usize = 8;
+const BONUSLEN_OFF: usize = 10;
+const MAX_BLKSZ_OFF: usize = 12;
+/// 2 reserved bytes, zero.
+const RESERVED1_OFF: usize = 14;
+const MAXBLKID_OFF: usize = 16;
+const USED_OFF: usize = 24;
+/// 32 reserved bytes, zero.
+const RESERVED2_OFF: usize = 32;
+const BLKPTR_OFF: usize = 64;
+const BONUS_OFF: usize = 192;
+
+// Field offsets of an encoded [`ObjsetPhys`].
+const META_DNODE_OFF: usize = 0;
+const OS_TYPE_OFF: usize = 512;
+/// Reserved and zero up to the ZIL header.
+const OS_RESERVED_OFF: usize = 520;
 /// Offset of the ZIL header inside the object-set root.
 const ZIL_OFF: usize = 1024;
 
@@ -99,18 +124,18 @@ impl DnodePhys {
         if self.is_free() {
             return;
         }
-        b[0] = self.otype as u8;
-        b[1] = self.indblkshift;
-        b[2] = self.nlevels;
-        b[3] = 1;
-        b[4] = self.bonus_type;
-        put_u16(b, 8, (self.datablksz_bytes >> 9) as u16);
-        put_u16(b, 10, self.bonus.len() as u16);
-        put_u16(b, 12, (self.max_blksz_bytes >> 9) as u16);
-        put_u64(b, 16, self.maxblkid);
-        put_u64(b, 24, self.used_bytes);
-        self.blkptr.encode_into(&mut b[64..192]);
-        b[192..192 + self.bonus.len()].copy_from_slice(&self.bonus);
+        b[TYPE_OFF] = self.otype as u8;
+        b[INDBLKSHIFT_OFF] = self.indblkshift;
+        b[NLEVELS_OFF] = self.nlevels;
+        b[NBLKPTR_OFF] = 1;
+        b[BONUS_TYPE_OFF] = self.bonus_type;
+        put_u16(b, DATABLKSZ_OFF, (self.datablksz_bytes >> 9) as u16);
+        put_u16(b, BONUSLEN_OFF, self.bonus.len() as u16);
+        put_u16(b, MAX_BLKSZ_OFF, (self.max_blksz_bytes >> 9) as u16);
+        put_u64(b, MAXBLKID_OFF, self.maxblkid);
+        put_u64(b, USED_OFF, self.used_bytes);
+        self.blkptr.encode_into(&mut b[BLKPTR_OFF..BONUS_OFF]);
+        b[BONUS_OFF..BONUS_OFF + self.bonus.len()].copy_from_slice(&self.bonus);
     }
 
     /// Decode and validate 512 bytes.
@@ -119,54 +144,55 @@ impl DnodePhys {
             return Err(Corrupt::new("dnode", "short buffer"));
         }
         let b = &b[..DNODE_SIZE_BYTES];
-        if b[0] == 0 {
+        if b[TYPE_OFF] == 0 {
             if b.iter().any(|&x| x != 0) {
                 return Err(Corrupt::new("dnode", "free slot with non-zero bytes"));
             }
             return Ok(Self::free());
         }
-        let otype = ObjectType::from_u8(b[0])?;
-        let bonuslen = u16_at(b, 10) as usize;
+        let otype = ObjectType::from_u8(b[TYPE_OFF])?;
+        let bonuslen = u16_at(b, BONUSLEN_OFF) as usize;
         if bonuslen > DNODE_BONUS_SIZE_BYTES {
             return Err(Corrupt::new("dnode", format!("bonus length {bonuslen}")));
         }
-        let nlevels = b[2];
-        if nlevels == 0 || nlevels > 8 || b[3] != 1 {
-            return Err(Corrupt::new("dnode", format!("nlevels {nlevels} / nblkptr {}", b[3])));
+        let nlevels = b[NLEVELS_OFF];
+        if nlevels == 0 || nlevels > 8 || b[NBLKPTR_OFF] != 1 {
+            return Err(Corrupt::new("dnode", format!("nlevels {nlevels} / nblkptr {}", b[NBLKPTR_OFF])));
         }
-        let sectors = u16_at(b, 8) as u32;
+        let sectors = u16_at(b, DATABLKSZ_OFF) as u32;
         if sectors == 0 || sectors > 2048 {
             return Err(Corrupt::new("dnode", format!("block size {sectors} sectors")));
         }
-        if !(9..=17).contains(&b[1]) {
-            return Err(Corrupt::new("dnode", format!("indblkshift {}", b[1])));
+        if !(9..=17).contains(&b[INDBLKSHIFT_OFF]) {
+            return Err(Corrupt::new("dnode", format!("indblkshift {}", b[INDBLKSHIFT_OFF])));
         }
-        let max_sectors = u16_at(b, 12) as u32;
+        let max_sectors = u16_at(b, MAX_BLKSZ_OFF) as u32;
         if max_sectors == 0 || max_sectors > 2048 {
             return Err(Corrupt::new("dnode", format!("max block size {max_sectors} sectors")));
         }
-        if b[5..8].iter().chain(&b[14..16]).chain(&b[32..64]).any(|&x| x != 0) {
+        let reserved = [&b[RESERVED0_OFF..DATABLKSZ_OFF], &b[RESERVED1_OFF..MAXBLKID_OFF], &b[RESERVED2_OFF..BLKPTR_OFF]];
+        if reserved.iter().any(|r| r.iter().any(|&x| x != 0)) {
             return Err(Corrupt::new("dnode", "reserved bytes not zero"));
         }
-        let maxblkid = u64_at(b, 16);
+        let maxblkid = u64_at(b, MAXBLKID_OFF);
         if maxblkid.checked_add(1).and_then(|n| n.checked_mul(sectors as u64 * 512)).is_none() {
             return Err(Corrupt::new("dnode", format!("maxblkid {maxblkid} past the end of any object")));
         }
-        let blkptr = BlkPtr::decode(&b[64..192])?;
+        let blkptr = BlkPtr::decode(&b[BLKPTR_OFF..BONUS_OFF])?;
         if !blkptr.is_hole() && blkptr.level as u32 + 1 != nlevels as u32 {
             return Err(Corrupt::new("dnode", format!("{nlevels} levels with a level-{} root", blkptr.level)));
         }
         Ok(DnodePhys {
             otype,
-            indblkshift: b[1],
+            indblkshift: b[INDBLKSHIFT_OFF],
             nlevels,
-            bonus_type: b[4],
+            bonus_type: b[BONUS_TYPE_OFF],
             datablksz_bytes: sectors << 9,
             max_blksz_bytes: max_sectors << 9,
             maxblkid,
-            used_bytes: u64_at(b, 24),
+            used_bytes: u64_at(b, USED_OFF),
             blkptr,
-            bonus: b[192..192 + bonuslen].to_vec(),
+            bonus: b[BONUS_OFF..BONUS_OFF + bonuslen].to_vec(),
         })
     }
 }
@@ -186,8 +212,8 @@ impl ObjsetPhys {
     /// Encode to 2048 bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; OBJSET_PHYS_SIZE_BYTES];
-        self.meta_dnode.encode_into(&mut b[0..512]);
-        put_u64(&mut b, 512, self.os_type);
+        self.meta_dnode.encode_into(&mut b[META_DNODE_OFF..META_DNODE_OFF + DNODE_SIZE_BYTES]);
+        put_u64(&mut b, OS_TYPE_OFF, self.os_type);
         b[ZIL_OFF..ZIL_OFF + ZIL_HEADER_SIZE_BYTES].copy_from_slice(&self.zil_header.encode());
         b
     }
@@ -197,16 +223,16 @@ impl ObjsetPhys {
         if b.len() < OBJSET_PHYS_SIZE_BYTES {
             return Err(Corrupt::new("objset", "short buffer"));
         }
-        let os_type = u64_at(b, 512);
+        let os_type = u64_at(b, OS_TYPE_OFF);
         if !(1..=2).contains(&os_type) {
             return Err(Corrupt::new("objset", format!("type {os_type}")));
         }
         let zil_end = ZIL_OFF + ZIL_HEADER_SIZE_BYTES;
-        if b[520..ZIL_OFF].iter().chain(&b[zil_end..OBJSET_PHYS_SIZE_BYTES]).any(|&x| x != 0) {
+        if b[OS_RESERVED_OFF..ZIL_OFF].iter().chain(&b[zil_end..OBJSET_PHYS_SIZE_BYTES]).any(|&x| x != 0) {
             return Err(Corrupt::new("objset", "reserved bytes not zero"));
         }
         Ok(ObjsetPhys {
-            meta_dnode: DnodePhys::decode(&b[0..512])?,
+            meta_dnode: DnodePhys::decode(&b[META_DNODE_OFF..META_DNODE_OFF + DNODE_SIZE_BYTES])?,
             os_type,
             zil_header: ZilHeader::decode(&b[ZIL_OFF..zil_end])?,
         })

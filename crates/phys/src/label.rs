@@ -43,6 +43,14 @@ pub const UBERBLOCK_RING_SLOTS: u64 = 32;
 /// "TARNLABL" as a little-endian u64.
 pub const LABEL_MAGIC: u64 = u64::from_le_bytes(*b"TARNLABL");
 
+/// Bytes of the config header that precedes the JSON.
+const CONFIG_HEADER_BYTES: usize = 64;
+// Field offsets of the config header (8 bytes at 24 are written as zero, not checked).
+const CFG_MAGIC_OFF: usize = 0;
+const CFG_VERSION_OFF: usize = 8;
+const CFG_JSON_LEN_OFF: usize = 16;
+const CFG_SUM_OFF: usize = 32;
+
 /// Offsets of the four labels on a device of `device_size_bytes`.
 pub fn label_offsets(device_size_bytes: u64) -> [u64; 4] {
     let size = device_size_bytes / LABEL_SIZE_BYTES * LABEL_SIZE_BYTES;
@@ -200,12 +208,12 @@ pub fn encode_config(cfg: &LabelConfig) -> Result<Vec<u8>, Corrupt> {
     if json.len() > CONFIG_MAX_BYTES {
         return Err(Corrupt::new("label", "config too large"));
     }
-    let mut b = vec![0u8; 64 + json.len()];
-    put_u64(&mut b, 0, LABEL_MAGIC);
-    put_u64(&mut b, 8, cfg.version);
-    put_u64(&mut b, 16, json.len() as u64);
-    b[32..64].copy_from_slice(blake3::hash(&json).as_bytes());
-    b[64..].copy_from_slice(&json);
+    let mut b = vec![0u8; CONFIG_HEADER_BYTES + json.len()];
+    put_u64(&mut b, CFG_MAGIC_OFF, LABEL_MAGIC);
+    put_u64(&mut b, CFG_VERSION_OFF, cfg.version);
+    put_u64(&mut b, CFG_JSON_LEN_OFF, json.len() as u64);
+    b[CFG_SUM_OFF..CONFIG_HEADER_BYTES].copy_from_slice(blake3::hash(&json).as_bytes());
+    b[CONFIG_HEADER_BYTES..].copy_from_slice(&json);
     Ok(b)
 }
 
@@ -226,15 +234,15 @@ pub fn decode_config(b: &[u8]) -> Result<LabelConfig, Corrupt> {
 /// only. Import uses it to name the pool of a label it refuses, so the refusal can
 /// say why; nothing may be built from what it returns.
 pub fn decode_config_unchecked(b: &[u8]) -> Result<LabelConfig, Corrupt> {
-    if b.len() < 64 || u64_at(b, 0) != LABEL_MAGIC {
+    if b.len() < CONFIG_HEADER_BYTES || u64_at(b, CFG_MAGIC_OFF) != LABEL_MAGIC {
         return Err(Corrupt::new("label", "bad magic"));
     }
-    let len = u64_at(b, 16) as usize;
-    if len > CONFIG_MAX_BYTES || 64 + len > b.len() {
+    let len = u64_at(b, CFG_JSON_LEN_OFF) as usize;
+    if len > CONFIG_MAX_BYTES || CONFIG_HEADER_BYTES + len > b.len() {
         return Err(Corrupt::new("label", "bad config length"));
     }
-    let json = &b[64..64 + len];
-    if blake3::hash(json).as_bytes() != &b[32..64] {
+    let json = &b[CONFIG_HEADER_BYTES..CONFIG_HEADER_BYTES + len];
+    if blake3::hash(json).as_bytes() != &b[CFG_SUM_OFF..CONFIG_HEADER_BYTES] {
         return Err(Corrupt::new("label", "config checksum mismatch"));
     }
     serde_json::from_slice(json).map_err(|e| Corrupt::new("label", format!("config: {e}")))

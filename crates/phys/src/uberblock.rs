@@ -32,6 +32,17 @@ pub const UBERBLOCK_SLOT_SIZE_BYTES: usize = 4096;
 /// Largest txg an uberblock may carry (2^62: a txg a microsecond for 146,000
 /// years); txg arithmetic above it could overflow.
 pub const TXG_MAX: u64 = 1 << 62;
+const MAGIC_OFF: usize = 0;
+const VERSION_OFF: usize = 8;
+const TXG_OFF: usize = 16;
+const GUID_SUM_OFF: usize = 24;
+const TIMESTAMP_OFF: usize = 32;
+/// 8 reserved bytes, zero.
+const RESERVED_OFF: usize = 40;
+const ROOTBP_OFF: usize = 48;
+const SPACEMAP_BP_OFF: usize = 176;
+/// Reserved and zero from here to the checksum.
+const TAIL_OFF: usize = 304;
 const SUM_OFF: usize = UBERBLOCK_SLOT_SIZE_BYTES - 32;
 
 /// The root of everything for one txg.
@@ -55,13 +66,13 @@ impl UberblockPhys {
     /// Encode to one 4 KiB slot with the self-checksum filled in.
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; UBERBLOCK_SLOT_SIZE_BYTES];
-        put_u64(&mut b, 0, UBERBLOCK_MAGIC);
-        put_u64(&mut b, 8, self.version);
-        put_u64(&mut b, 16, self.txg);
-        put_u64(&mut b, 24, self.guid_sum);
-        put_u64(&mut b, 32, self.timestamp_s);
-        self.rootbp.encode_into(&mut b[48..176]);
-        self.spacemap_bp.encode_into(&mut b[176..304]);
+        put_u64(&mut b, MAGIC_OFF, UBERBLOCK_MAGIC);
+        put_u64(&mut b, VERSION_OFF, self.version);
+        put_u64(&mut b, TXG_OFF, self.txg);
+        put_u64(&mut b, GUID_SUM_OFF, self.guid_sum);
+        put_u64(&mut b, TIMESTAMP_OFF, self.timestamp_s);
+        self.rootbp.encode_into(&mut b[ROOTBP_OFF..SPACEMAP_BP_OFF]);
+        self.spacemap_bp.encode_into(&mut b[SPACEMAP_BP_OFF..TAIL_OFF]);
         let sum = blake3::hash(&b[..SUM_OFF]);
         b[SUM_OFF..].copy_from_slice(sum.as_bytes());
         b
@@ -72,29 +83,29 @@ impl UberblockPhys {
         if b.len() < UBERBLOCK_SLOT_SIZE_BYTES {
             return Err(Corrupt::new("uberblock", "short buffer"));
         }
-        if u64_at(b, 0) != UBERBLOCK_MAGIC {
+        if u64_at(b, MAGIC_OFF) != UBERBLOCK_MAGIC {
             return Err(Corrupt::new("uberblock", "bad magic"));
         }
         if blake3::hash(&b[..SUM_OFF]).as_bytes() != &b[SUM_OFF..UBERBLOCK_SLOT_SIZE_BYTES] {
             return Err(Corrupt::new("uberblock", "checksum mismatch"));
         }
-        if u64_at(b, 40) != 0 || b[304..SUM_OFF].iter().any(|&x| x != 0) {
+        if u64_at(b, RESERVED_OFF) != 0 || b[TAIL_OFF..SUM_OFF].iter().any(|&x| x != 0) {
             return Err(Corrupt::new("uberblock", "reserved bytes not zero"));
         }
-        let txg = u64_at(b, 16);
+        let txg = u64_at(b, TXG_OFF);
         if txg == 0 || txg > TXG_MAX {
             return Err(Corrupt::new("uberblock", format!("txg {txg} outside 1..={TXG_MAX}")));
         }
-        let rootbp = BlkPtr::decode(&b[48..176])?;
-        let spacemap_bp = BlkPtr::decode(&b[176..304])?;
+        let rootbp = BlkPtr::decode(&b[ROOTBP_OFF..SPACEMAP_BP_OFF])?;
+        let spacemap_bp = BlkPtr::decode(&b[SPACEMAP_BP_OFF..TAIL_OFF])?;
         if rootbp.birth_txg > txg || spacemap_bp.birth_txg > txg {
             return Err(Corrupt::new("uberblock", format!("txg {txg} points at blocks born later")));
         }
         Ok(UberblockPhys {
-            version: u64_at(b, 8),
+            version: u64_at(b, VERSION_OFF),
             txg,
-            guid_sum: u64_at(b, 24),
-            timestamp_s: u64_at(b, 32),
+            guid_sum: u64_at(b, GUID_SUM_OFF),
+            timestamp_s: u64_at(b, TIMESTAMP_OFF),
             rootbp,
             spacemap_bp,
         })

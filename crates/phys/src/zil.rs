@@ -46,6 +46,36 @@ pub const LWB_MIN_SIZE_BYTES: u32 = 4 << 10;
 /// Largest log block (OpenZFS caps lwbs at 128 KiB as well).
 pub const LWB_MAX_SIZE_BYTES: u32 = 128 << 10;
 
+// Field offsets of an encoded [`LwbPtr`].
+const PTR_VDEV_OFF: usize = 0;
+const PTR_SIZE_OFF: usize = 4;
+const PTR_OFFSET_OFF: usize = 8;
+const PTR_ASIZE_OFF: usize = 16;
+const PTR_SEQ_OFF: usize = 24;
+
+// Field offsets of an encoded [`ZilHeader`]; reserved and zero after the head pointer.
+const HDR_CLAIM_TXG_OFF: usize = 0;
+const HDR_REPLAY_SEQ_OFF: usize = 8;
+const HDR_CHAIN_GUID_OFF: usize = 16;
+const HDR_HEAD_OFF: usize = 24;
+
+// Field offsets of a log block's header ([`LwbHeader`]); records start at
+// [`LWB_HEADER_SIZE_BYTES`].
+const LWB_MAGIC_OFF: usize = 0;
+const LWB_CHAIN_GUID_OFF: usize = 8;
+const LWB_SEQ_OFF: usize = 16;
+const LWB_USED_OFF: usize = 24;
+const LWB_NRECORDS_OFF: usize = 28;
+const LWB_NEXT_OFF: usize = 32;
+/// Zero from the end of `next` to here, and from the checksum's end to the records.
+const LWB_CKSUM_OFF: usize = 72;
+
+// Field offsets of an encoded [`RecordHeader`] (2 zero bytes at 2, 8 at 24).
+const REC_TYPE_OFF: usize = 0;
+const REC_RLEN_OFF: usize = 4;
+const REC_SEQ_OFF: usize = 8;
+const REC_TXG_OFF: usize = 16;
+
 /// Where a log block lives and which sequence number it must carry (32 bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LwbPtr {
@@ -75,19 +105,19 @@ impl LwbPtr {
         }
     }
     fn encode(&self, b: &mut [u8]) {
-        put_u32(b, 0, self.vdev);
-        put_u32(b, 4, self.size_bytes);
-        put_u64(b, 8, self.offset_bytes);
-        put_u64(b, 16, self.asize_bytes);
-        put_u64(b, 24, self.seq);
+        put_u32(b, PTR_VDEV_OFF, self.vdev);
+        put_u32(b, PTR_SIZE_OFF, self.size_bytes);
+        put_u64(b, PTR_OFFSET_OFF, self.offset_bytes);
+        put_u64(b, PTR_ASIZE_OFF, self.asize_bytes);
+        put_u64(b, PTR_SEQ_OFF, self.seq);
     }
     fn decode(b: &[u8]) -> Result<Self, Corrupt> {
         let p = LwbPtr {
-            vdev: u32_at(b, 0),
-            size_bytes: u32_at(b, 4),
-            offset_bytes: u64_at(b, 8),
-            asize_bytes: u64_at(b, 16),
-            seq: u64_at(b, 24),
+            vdev: u32_at(b, PTR_VDEV_OFF),
+            size_bytes: u32_at(b, PTR_SIZE_OFF),
+            offset_bytes: u64_at(b, PTR_OFFSET_OFF),
+            asize_bytes: u64_at(b, PTR_ASIZE_OFF),
+            seq: u64_at(b, PTR_SEQ_OFF),
         };
         if !p.is_none() && (!p.size_bytes.is_multiple_of(LWB_MIN_SIZE_BYTES) || p.size_bytes > LWB_MAX_SIZE_BYTES || p.asize_bytes < p.size_bytes as u64) {
             return Err(Corrupt::new("lwb pointer", format!("size {} asize {}", p.size_bytes, p.asize_bytes)));
@@ -122,10 +152,10 @@ impl ZilHeader {
     /// Encode into `ZIL_HEADER_SIZE_BYTES` bytes.
     pub fn encode(&self) -> [u8; ZIL_HEADER_SIZE_BYTES] {
         let mut b = [0u8; ZIL_HEADER_SIZE_BYTES];
-        put_u64(&mut b, 0, self.claim_txg);
-        put_u64(&mut b, 8, self.replay_seq);
-        put_u64(&mut b, 16, self.chain_guid);
-        self.head.encode(&mut b[24..24 + LWB_PTR_SIZE_BYTES]);
+        put_u64(&mut b, HDR_CLAIM_TXG_OFF, self.claim_txg);
+        put_u64(&mut b, HDR_REPLAY_SEQ_OFF, self.replay_seq);
+        put_u64(&mut b, HDR_CHAIN_GUID_OFF, self.chain_guid);
+        self.head.encode(&mut b[HDR_HEAD_OFF..HDR_HEAD_OFF + LWB_PTR_SIZE_BYTES]);
         b
     }
 
@@ -134,14 +164,14 @@ impl ZilHeader {
         if b.len() < ZIL_HEADER_SIZE_BYTES {
             return Err(Corrupt::new("zil header", "short buffer"));
         }
-        if b[24 + LWB_PTR_SIZE_BYTES..ZIL_HEADER_SIZE_BYTES].iter().any(|&x| x != 0) {
+        if b[HDR_HEAD_OFF + LWB_PTR_SIZE_BYTES..ZIL_HEADER_SIZE_BYTES].iter().any(|&x| x != 0) {
             return Err(Corrupt::new("zil header", "reserved bytes not zero"));
         }
         let h = ZilHeader {
-            claim_txg: u64_at(b, 0),
-            replay_seq: u64_at(b, 8),
-            chain_guid: u64_at(b, 16),
-            head: LwbPtr::decode(&b[24..24 + LWB_PTR_SIZE_BYTES])?,
+            claim_txg: u64_at(b, HDR_CLAIM_TXG_OFF),
+            replay_seq: u64_at(b, HDR_REPLAY_SEQ_OFF),
+            chain_guid: u64_at(b, HDR_CHAIN_GUID_OFF),
+            head: LwbPtr::decode(&b[HDR_HEAD_OFF..HDR_HEAD_OFF + LWB_PTR_SIZE_BYTES])?,
         };
         if h.chain_guid == 0 && (h != ZilHeader::default()) {
             return Err(Corrupt::new("zil header", "fields set without a chain"));
@@ -165,20 +195,18 @@ pub struct LwbHeader {
     pub next: LwbPtr,
 }
 
-const LWB_CKSUM_OFF: usize = 72;
-
 impl LwbHeader {
     /// Seal a log block: write this header into `block[..128]` and the checksum over
     /// the header and `block[128..used_bytes]`. `block.len()` is the block size.
     pub fn seal(&self, block: &mut [u8]) {
         assert!(self.used_bytes as usize <= block.len() && self.used_bytes as usize >= LWB_HEADER_SIZE_BYTES);
         block[..LWB_HEADER_SIZE_BYTES].fill(0);
-        put_u64(block, 0, LWB_MAGIC);
-        put_u64(block, 8, self.chain_guid);
-        put_u64(block, 16, self.seq);
-        put_u32(block, 24, self.used_bytes);
-        put_u32(block, 28, self.nrecords);
-        self.next.encode(&mut block[32..32 + LWB_PTR_SIZE_BYTES]);
+        put_u64(block, LWB_MAGIC_OFF, LWB_MAGIC);
+        put_u64(block, LWB_CHAIN_GUID_OFF, self.chain_guid);
+        put_u64(block, LWB_SEQ_OFF, self.seq);
+        put_u32(block, LWB_USED_OFF, self.used_bytes);
+        put_u32(block, LWB_NRECORDS_OFF, self.nrecords);
+        self.next.encode(&mut block[LWB_NEXT_OFF..LWB_NEXT_OFF + LWB_PTR_SIZE_BYTES]);
         let sum = Self::checksum(block, self.used_bytes as usize);
         block[LWB_CKSUM_OFF..LWB_CKSUM_OFF + 32].copy_from_slice(&sum);
     }
@@ -194,15 +222,15 @@ impl LwbHeader {
     /// its checksum must match. Any failure means "the chain ends before this block".
     pub fn open(block: &[u8], chain_guid: u64, seq: u64) -> Result<LwbHeader, Corrupt> {
         let bad = |d: String| Err(Corrupt::new("log block", d));
-        if block.len() < LWB_HEADER_SIZE_BYTES || u64_at(block, 0) != LWB_MAGIC {
+        if block.len() < LWB_HEADER_SIZE_BYTES || u64_at(block, LWB_MAGIC_OFF) != LWB_MAGIC {
             return bad("bad magic".into());
         }
         let h = LwbHeader {
-            chain_guid: u64_at(block, 8),
-            seq: u64_at(block, 16),
-            used_bytes: u32_at(block, 24),
-            nrecords: u32_at(block, 28),
-            next: LwbPtr::decode(&block[32..32 + LWB_PTR_SIZE_BYTES])?,
+            chain_guid: u64_at(block, LWB_CHAIN_GUID_OFF),
+            seq: u64_at(block, LWB_SEQ_OFF),
+            used_bytes: u32_at(block, LWB_USED_OFF),
+            nrecords: u32_at(block, LWB_NRECORDS_OFF),
+            next: LwbPtr::decode(&block[LWB_NEXT_OFF..LWB_NEXT_OFF + LWB_PTR_SIZE_BYTES])?,
         };
         if h.chain_guid != chain_guid || h.seq != seq {
             return bad(format!(
@@ -241,10 +269,10 @@ impl RecordHeader {
     /// Encode into the first 32 bytes of `b`.
     pub fn encode(&self, b: &mut [u8]) {
         b[..RECORD_HEADER_SIZE_BYTES].fill(0);
-        put_u16(b, 0, self.rtype);
-        put_u32(b, 4, self.rlen_bytes);
-        put_u64(b, 8, self.seq);
-        put_u64(b, 16, self.txg);
+        put_u16(b, REC_TYPE_OFF, self.rtype);
+        put_u32(b, REC_RLEN_OFF, self.rlen_bytes);
+        put_u64(b, REC_SEQ_OFF, self.seq);
+        put_u64(b, REC_TXG_OFF, self.txg);
     }
 
     /// Decode from `b` (the rest of a block's record area); checks that the record fits.
@@ -253,10 +281,10 @@ impl RecordHeader {
             return Err(Corrupt::new("log record", "short header"));
         }
         let h = RecordHeader {
-            rtype: u16_at(b, 0),
-            rlen_bytes: u32_at(b, 4),
-            seq: u64_at(b, 8),
-            txg: u64_at(b, 16),
+            rtype: u16_at(b, REC_TYPE_OFF),
+            rlen_bytes: u32_at(b, REC_RLEN_OFF),
+            seq: u64_at(b, REC_SEQ_OFF),
+            txg: u64_at(b, REC_TXG_OFF),
         };
         let len = h.rlen_bytes as usize;
         if len < RECORD_HEADER_SIZE_BYTES || !len.is_multiple_of(8) || len > b.len() {
@@ -315,6 +343,11 @@ pub struct WriteRecord {
 
 /// Bytes of the fixed part of a write record body.
 pub const WRITE_PREFIX_BYTES: usize = 32;
+// Field offsets of the fixed part of a write record body (7 zero bytes after the mode).
+const WR_OBJECT_OFF: usize = 0;
+const WR_OFFSET_OFF: usize = 8;
+const WR_LENGTH_OFF: usize = 16;
+const WR_MODE_OFF: usize = 24;
 
 impl WriteRecord {
     /// Encode the body.
@@ -324,13 +357,13 @@ impl WriteRecord {
             WriteData::Indirect(_) => BLKPTR_SIZE_BYTES,
         };
         let mut b = vec![0u8; WRITE_PREFIX_BYTES + extra];
-        put_u64(&mut b, 0, self.obj);
-        put_u64(&mut b, 8, self.offset_bytes);
-        put_u64(&mut b, 16, self.length_bytes);
+        put_u64(&mut b, WR_OBJECT_OFF, self.obj);
+        put_u64(&mut b, WR_OFFSET_OFF, self.offset_bytes);
+        put_u64(&mut b, WR_LENGTH_OFF, self.length_bytes);
         match &self.data {
             WriteData::Copied(d) => b[WRITE_PREFIX_BYTES..].copy_from_slice(d),
             WriteData::Indirect(bp) => {
-                b[24] = 1;
+                b[WR_MODE_OFF] = 1;
                 bp.encode_into(&mut b[WRITE_PREFIX_BYTES..]);
             }
         }
@@ -342,8 +375,8 @@ impl WriteRecord {
         if b.len() < WRITE_PREFIX_BYTES {
             return Err(Corrupt::new("write record", "short"));
         }
-        let length = u64_at(b, 16);
-        let data = match b[24] {
+        let length = u64_at(b, WR_LENGTH_OFF);
+        let data = match b[WR_MODE_OFF] {
             0 => {
                 let end = WRITE_PREFIX_BYTES.checked_add(length as usize).filter(|&e| e <= b.len());
                 let Some(end) = end else {
@@ -364,8 +397,8 @@ impl WriteRecord {
             m => return Err(Corrupt::new("write record", format!("mode {m}"))),
         };
         Ok(WriteRecord {
-            obj: u64_at(b, 0),
-            offset_bytes: u64_at(b, 8),
+            obj: u64_at(b, WR_OBJECT_OFF),
+            offset_bytes: u64_at(b, WR_OFFSET_OFF),
             length_bytes: length,
             data,
         })

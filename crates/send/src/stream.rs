@@ -215,6 +215,40 @@ const OBJECT_FIXED_BYTES: usize = 32;
 /// Fixed part of a `WRITE` payload; the data follows.
 pub const WRITE_FIXED_BYTES: usize = 32;
 const FREE_BYTES: usize = 24;
+
+// Field offsets read by the decoder. The encoder appends the same fields in this
+// order; `tests/format_doc.rs` holds both to docs/format.md.
+const PREFIX_MAGIC_OFF: usize = 0;
+const PREFIX_VERSION_OFF: usize = 8;
+const PREFIX_RESERVED_OFF: usize = 12;
+const HDR_TYPE_OFF: usize = 0;
+const HDR_RESERVED_OFF: usize = 2;
+const HDR_PAYLOAD_LEN_OFF: usize = 4;
+const BEGIN_FLAGS_OFF: usize = 0;
+const BEGIN_TO_GUID_OFF: usize = 8;
+const BEGIN_FROM_GUID_OFF: usize = 16;
+const BEGIN_FROM_TXG_OFF: usize = 24;
+const BEGIN_TO_TXG_OFF: usize = 32;
+const BEGIN_CREATION_TIME_OFF: usize = 40;
+const BEGIN_RESUME_OBJECT_OFF: usize = 48;
+const BEGIN_RESUME_OFFSET_OFF: usize = 56;
+const BEGIN_NAME_LEN_OFF: usize = 64;
+const BEGIN_RESERVED_OFF: usize = 68;
+const OBJECT_OBJECT_OFF: usize = 0;
+const OBJECT_BLKSZ_OFF: usize = 8;
+const OBJECT_MAX_BLKSZ_OFF: usize = 12;
+const OBJECT_MAXBLKID_OFF: usize = 16;
+const OBJECT_TYPE_OFF: usize = 24;
+const OBJECT_RESERVED0_OFF: usize = 25;
+const OBJECT_BONUS_LEN_OFF: usize = 26;
+const OBJECT_RESERVED1_OFF: usize = 28;
+const WRITE_OBJECT_OFF: usize = 0;
+const WRITE_OFFSET_OFF: usize = 8;
+const WRITE_LSIZE_OFF: usize = 16;
+const WRITE_PSIZE_OFF: usize = 20;
+const WRITE_COMPRESSION_OFF: usize = 24;
+/// 7 reserved bytes, zero, to [`WRITE_FIXED_BYTES`].
+const WRITE_RESERVED_OFF: usize = 25;
 const FREEOBJECTS_BYTES: usize = 16;
 const END_BYTES: usize = 16;
 
@@ -356,28 +390,28 @@ impl Record {
                 if p.len() < BEGIN_FIXED_BYTES {
                     return Err("BEGIN too short");
                 }
-                let name_len = get32(p, 64) as usize;
+                let name_len = get32(p, BEGIN_NAME_LEN_OFF) as usize;
                 if name_len > NAME_MAX_BYTES {
                     return Err("name longer than 256 bytes");
                 }
                 exact(BEGIN_FIXED_BYTES + name_len)?;
-                if get32(p, 68) != 0 {
+                if get32(p, BEGIN_RESERVED_OFF) != 0 {
                     return Err("BEGIN reserved bytes not zero");
                 }
-                let flags_v = get64(p, 0);
+                let flags_v = get64(p, BEGIN_FLAGS_OFF);
                 if flags_v & !flags::ALL != 0 {
                     return Err("unknown stream flag");
                 }
                 let to_name = std::str::from_utf8(&p[BEGIN_FIXED_BYTES..]).map_err(|_| "name not UTF-8")?.to_string();
                 let h = StreamHeader {
                     flags: flags_v,
-                    to_guid: get64(p, 8),
-                    from_guid: get64(p, 16),
-                    from_txg: get64(p, 24),
-                    to_txg: get64(p, 32),
-                    creation_time_s: get64(p, 40),
-                    resume_object: get64(p, 48),
-                    resume_offset_bytes: get64(p, 56),
+                    to_guid: get64(p, BEGIN_TO_GUID_OFF),
+                    from_guid: get64(p, BEGIN_FROM_GUID_OFF),
+                    from_txg: get64(p, BEGIN_FROM_TXG_OFF),
+                    to_txg: get64(p, BEGIN_TO_TXG_OFF),
+                    creation_time_s: get64(p, BEGIN_CREATION_TIME_OFF),
+                    resume_object: get64(p, BEGIN_RESUME_OBJECT_OFF),
+                    resume_offset_bytes: get64(p, BEGIN_RESUME_OFFSET_OFF),
                     to_name,
                 };
                 if h.is_incremental() != (h.from_guid != 0) {
@@ -395,24 +429,24 @@ impl Record {
                 if p.len() < OBJECT_FIXED_BYTES {
                     return Err("OBJECT too short");
                 }
-                let bonus_len = get16(p, 26) as usize;
+                let bonus_len = get16(p, OBJECT_BONUS_LEN_OFF) as usize;
                 if bonus_len > BONUS_MAX_BYTES {
                     return Err("bonus longer than 320 bytes");
                 }
                 exact(OBJECT_FIXED_BYTES + bonus_len)?;
-                if p[25] != 0 || get32(p, 28) != 0 {
+                if p[OBJECT_RESERVED0_OFF] != 0 || get32(p, OBJECT_RESERVED1_OFF) != 0 {
                     return Err("OBJECT reserved bytes not zero");
                 }
-                let object = get64(p, 0);
+                let object = get64(p, OBJECT_OBJECT_OFF);
                 if !valid_object(object) {
                     return Err("object id out of range");
                 }
-                let otype = ObjectType::from_u8(p[24]).map_err(|_| "unknown object type")?;
+                let otype = ObjectType::from_u8(p[OBJECT_TYPE_OFF]).map_err(|_| "unknown object type")?;
                 if matches!(otype, ObjectType::None | ObjectType::Dnode | ObjectType::Objset | ObjectType::Indirect) {
                     return Err("object type not allowed in a stream");
                 }
-                let datablksz_bytes = get32(p, 8);
-                let max_blksz_bytes = get32(p, 12);
+                let datablksz_bytes = get32(p, OBJECT_BLKSZ_OFF);
+                let max_blksz_bytes = get32(p, OBJECT_MAX_BLKSZ_OFF);
                 if !valid_blksz(datablksz_bytes) || !valid_blksz(max_blksz_bytes) || max_blksz_bytes < datablksz_bytes {
                     return Err("bad block size");
                 }
@@ -421,7 +455,7 @@ impl Record {
                     otype,
                     datablksz_bytes,
                     max_blksz_bytes,
-                    maxblkid: get64(p, 16),
+                    maxblkid: get64(p, OBJECT_MAXBLKID_OFF),
                     bonus: p[OBJECT_FIXED_BYTES..].to_vec(),
                 }))
             }
@@ -429,11 +463,11 @@ impl Record {
                 if p.len() < WRITE_FIXED_BYTES {
                     return Err("WRITE too short");
                 }
-                let object = get64(p, 0);
-                let offset_bytes = get64(p, 8);
-                let lsize_bytes = get32(p, 16);
-                let psize = get32(p, 20) as usize;
-                if p[25..32].iter().any(|&b| b != 0) {
+                let object = get64(p, WRITE_OBJECT_OFF);
+                let offset_bytes = get64(p, WRITE_OFFSET_OFF);
+                let lsize_bytes = get32(p, WRITE_LSIZE_OFF);
+                let psize = get32(p, WRITE_PSIZE_OFF) as usize;
+                if p[WRITE_RESERVED_OFF..WRITE_FIXED_BYTES].iter().any(|&b| b != 0) {
                     return Err("WRITE reserved bytes not zero");
                 }
                 if !valid_object(object) {
@@ -446,7 +480,7 @@ impl Record {
                     return Err("WRITE offset out of range");
                 }
                 exact(WRITE_FIXED_BYTES + psize)?;
-                let compression = Compression::from_u8(p[24]).map_err(|_| "unknown compression")?;
+                let compression = Compression::from_u8(p[WRITE_COMPRESSION_OFF]).map_err(|_| "unknown compression")?;
                 if psize == 0 || (compression == Compression::Off && psize != lsize_bytes as usize) {
                     return Err("WRITE payload length does not match");
                 }
@@ -612,14 +646,14 @@ impl<R: Read> StreamReader<R> {
         };
         let mut prefix = [0u8; PREFIX_SIZE_BYTES];
         r.fill(&mut prefix)?;
-        if get64(&prefix, 0) != STREAM_MAGIC {
+        if get64(&prefix, PREFIX_MAGIC_OFF) != STREAM_MAGIC {
             return Err(SendError::BadMagic);
         }
-        let version = get32(&prefix, 8);
+        let version = get32(&prefix, PREFIX_VERSION_OFF);
         if version != STREAM_VERSION {
             return Err(SendError::Version(version));
         }
-        if get32(&prefix, 12) != 0 {
+        if get32(&prefix, PREFIX_RESERVED_OFF) != 0 {
             return Err(SendError::Corrupt {
                 record_index: 0,
                 offset_bytes: 0,
@@ -690,10 +724,10 @@ impl<R: Read> StreamReader<R> {
         };
         let mut h = [0u8; RECORD_HEADER_SIZE_BYTES];
         self.fill(&mut h)?;
-        let t = get16(&h, 0);
-        let len = get32(&h, 4) as usize;
+        let t = get16(&h, HDR_TYPE_OFF);
+        let len = get32(&h, HDR_PAYLOAD_LEN_OFF) as usize;
         let max = payload_max_bytes(t).ok_or_else(|| corrupt("unknown record type"))?;
-        if get16(&h, 2) != 0 {
+        if get16(&h, HDR_RESERVED_OFF) != 0 {
             return Err(corrupt("record reserved bytes not zero"));
         }
         if len > max {

@@ -304,6 +304,25 @@ pub(crate) struct DslDatasetPhys {
     pub userrefs_obj: u64,
 }
 
+// Field offsets of an encoded [`DslDatasetPhys`] (u64 LE after the root pointer).
+const DS_ROOTBP_OFF: usize = 0;
+const DS_GUID_OFF: usize = 128;
+const DS_CREATION_TXG_OFF: usize = 136;
+const DS_CREATION_TIME_OFF: usize = 144;
+const DS_USED_OFF: usize = 152;
+const DS_FLAGS_OFF: usize = 160;
+const DS_PROPS_OBJ_OFF: usize = 168;
+const DS_PREV_SNAP_OBJ_OFF: usize = 176;
+const DS_PREV_SNAP_TXG_OFF: usize = 184;
+const DS_NEXT_SNAP_OBJ_OFF: usize = 192;
+const DS_DEADLIST_OBJ_OFF: usize = 200;
+const DS_ORIGIN_OBJ_OFF: usize = 208;
+const DS_NUM_CLONES_OFF: usize = 216;
+const DS_USERREFS_OFF: usize = 224;
+const DS_USERREFS_OBJ_OFF: usize = 232;
+/// 16 reserved bytes, zero, to the end.
+const DS_RESERVED_OFF: usize = 240;
+
 impl DslDatasetPhys {
     pub(crate) const SIZE_BYTES: usize = 256;
     pub(crate) fn is_snapshot(&self) -> bool {
@@ -314,25 +333,25 @@ impl DslDatasetPhys {
     }
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; Self::SIZE_BYTES];
-        self.rootbp.encode_into(&mut b[0..128]);
+        self.rootbp.encode_into(&mut b[DS_ROOTBP_OFF..DS_GUID_OFF]);
         let f = [
-            self.guid,
-            self.creation_txg,
-            self.creation_time_s,
-            self.used_bytes,
-            self.flags,
-            self.props_obj,
-            self.prev_snap_obj,
-            self.prev_snap_txg,
-            self.next_snap_obj,
-            self.deadlist_obj,
-            self.origin_obj,
-            self.num_clones,
-            self.userrefs,
-            self.userrefs_obj,
+            (DS_GUID_OFF, self.guid),
+            (DS_CREATION_TXG_OFF, self.creation_txg),
+            (DS_CREATION_TIME_OFF, self.creation_time_s),
+            (DS_USED_OFF, self.used_bytes),
+            (DS_FLAGS_OFF, self.flags),
+            (DS_PROPS_OBJ_OFF, self.props_obj),
+            (DS_PREV_SNAP_OBJ_OFF, self.prev_snap_obj),
+            (DS_PREV_SNAP_TXG_OFF, self.prev_snap_txg),
+            (DS_NEXT_SNAP_OBJ_OFF, self.next_snap_obj),
+            (DS_DEADLIST_OBJ_OFF, self.deadlist_obj),
+            (DS_ORIGIN_OBJ_OFF, self.origin_obj),
+            (DS_NUM_CLONES_OFF, self.num_clones),
+            (DS_USERREFS_OFF, self.userrefs),
+            (DS_USERREFS_OBJ_OFF, self.userrefs_obj),
         ];
-        for (i, v) in f.iter().enumerate() {
-            b[128 + 8 * i..136 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        for (off, v) in f {
+            b[off..off + 8].copy_from_slice(&v.to_le_bytes());
         }
         b
     }
@@ -341,25 +360,27 @@ impl DslDatasetPhys {
             return Err(SpaError::Corrupt("dataset record too short".into()));
         }
         let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-        if b[240..256].iter().any(|&x| x != 0) || u(160) & !(DS_FLAG_SNAPSHOT | DS_FLAG_INCONSISTENT | DS_FLAG_DEFER_DESTROY) != 0 {
+        if b[DS_RESERVED_OFF..Self::SIZE_BYTES].iter().any(|&x| x != 0)
+            || u(DS_FLAGS_OFF) & !(DS_FLAG_SNAPSHOT | DS_FLAG_INCONSISTENT | DS_FLAG_DEFER_DESTROY) != 0
+        {
             return Err(SpaError::Corrupt("dataset record has unknown flags or reserved bytes set".into()));
         }
         Ok(DslDatasetPhys {
-            rootbp: BlkPtr::decode(&b[0..128]).map_err(|e| SpaError::Corrupt(e.to_string()))?,
-            guid: u(128),
-            creation_txg: u(136),
-            creation_time_s: u(144),
-            used_bytes: u(152),
-            flags: u(160),
-            props_obj: u(168),
-            prev_snap_obj: u(176),
-            prev_snap_txg: u(184),
-            next_snap_obj: u(192),
-            deadlist_obj: u(200),
-            origin_obj: u(208),
-            num_clones: u(216),
-            userrefs: u(224),
-            userrefs_obj: u(232),
+            rootbp: BlkPtr::decode(&b[DS_ROOTBP_OFF..DS_GUID_OFF]).map_err(|e| SpaError::Corrupt(e.to_string()))?,
+            guid: u(DS_GUID_OFF),
+            creation_txg: u(DS_CREATION_TXG_OFF),
+            creation_time_s: u(DS_CREATION_TIME_OFF),
+            used_bytes: u(DS_USED_OFF),
+            flags: u(DS_FLAGS_OFF),
+            props_obj: u(DS_PROPS_OBJ_OFF),
+            prev_snap_obj: u(DS_PREV_SNAP_OBJ_OFF),
+            prev_snap_txg: u(DS_PREV_SNAP_TXG_OFF),
+            next_snap_obj: u(DS_NEXT_SNAP_OBJ_OFF),
+            deadlist_obj: u(DS_DEADLIST_OBJ_OFF),
+            origin_obj: u(DS_ORIGIN_OBJ_OFF),
+            num_clones: u(DS_NUM_CLONES_OFF),
+            userrefs: u(DS_USERREFS_OFF),
+            userrefs_obj: u(DS_USERREFS_OBJ_OFF),
         })
     }
 }

@@ -111,6 +111,8 @@ use std::path::PathBuf;
 mod bookmark;
 mod config;
 mod dsl;
+#[cfg(test)]
+mod format_doc;
 #[doc(hidden)]
 pub mod fuzzing;
 mod holds;
