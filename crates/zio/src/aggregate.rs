@@ -29,6 +29,12 @@ use tarn_vdev::VdevKind;
 /// Largest single aggregated write (OpenZFS `zfs_vdev_aggregation_limit` is 1 MiB).
 pub const AGGREGATE_MAX_BYTES: u64 = 1 << 20;
 
+/// A batch of at most this many logical bytes is prepared and issued on the calling
+/// thread: spawning helpers costs more than the work (a txg of a few metadata blocks
+/// — an idle sync, a snapshot's — paid a thread start per step, and a scheduling delay
+/// of milliseconds per start on a busy machine).
+pub const INLINE_BATCH_MAX_BYTES: usize = 512 << 10;
+
 /// One block prepared for writing: its payload (compressed, or the caller's bytes
 /// borrowed) and every pointer field except the DVAs.
 pub(crate) struct Prepared<'a> {
@@ -208,15 +214,21 @@ impl Zio {
         let threads = threads.clamp(1, 8).min(n.max(1));
         let chunk = n.div_ceil(threads).max(1);
         let mut prepared: Vec<Option<Prepared>> = (0..n).map(|_| None).collect();
-        std::thread::scope(|s| {
-            for (items, outs) in blocks.chunks(chunk).zip(prepared.chunks_mut(chunk)) {
-                s.spawn(move || {
-                    for ((data, props), o) in items.iter().zip(outs.iter_mut()) {
-                        *o = Some(prepare(data, props));
-                    }
-                });
+        let inline = threads == 1 || blocks.iter().map(|(d, _)| d.len()).sum::<usize>() <= INLINE_BATCH_MAX_BYTES;
+        fn prepare_chunk<'a>(items: &'a [(Arc<Vec<u8>>, WriteProps)], outs: &mut [Option<Prepared<'a>>]) {
+            for ((data, props), o) in items.iter().zip(outs.iter_mut()) {
+                *o = Some(prepare(data, props));
             }
-        });
+        }
+        if inline {
+            prepare_chunk(blocks, &mut prepared);
+        } else {
+            std::thread::scope(|s| {
+                for (items, outs) in blocks.chunks(chunk).zip(prepared.chunks_mut(chunk)) {
+                    s.spawn(move || prepare_chunk(items, outs));
+                }
+            });
+        }
         let mut prepared: Vec<Prepared<'_>> = prepared.into_iter().map(|p| p.expect("prepared")).collect();
         let dedup = self.dedup_lookup(blocks, &mut prepared);
         // Allocate in order, so that a txg's blocks lie next to each other.
@@ -259,43 +271,44 @@ impl Zio {
         }
         // Issue the runs from a few workers; a block counts as written when any of its
         // copies landed.
-        let workers = threads.max(2).min(runs.len().max(1));
-        let mut landed = vec![false; n];
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..workers)
-                .map(|w| {
-                    let (vdevs, copies, prepared, runs) = (&vdevs, &copies, &prepared, &runs);
-                    s.spawn(move || {
-                        let mut ok_copies: Vec<usize> = Vec::new();
-                        for (v, off, members) in runs.iter().skip(w).step_by(workers) {
-                            let top = &vdevs[*v as usize];
-                            let ok = if members.len() == 1 {
-                                top.write(*off, &prepared[copies[members[0]].3].payload).is_ok()
-                            } else {
-                                let total: u64 = members.iter().map(|&k| copies[k].2).sum();
-                                let mut buf = vec![0u8; total as usize];
-                                for &k in members {
-                                    let (_, o, _, b) = copies[k];
-                                    let at = (o - off) as usize;
-                                    let p = &prepared[b].payload;
-                                    buf[at..at + p.len()].copy_from_slice(p);
-                                }
-                                top.write(*off, &buf).is_ok()
-                            };
-                            if ok {
-                                ok_copies.extend(members.iter().copied());
-                            }
-                        }
-                        ok_copies
-                    })
-                })
-                .collect();
-            for h in handles {
-                for k in h.join().expect("aggregated write") {
-                    landed[copies[k].3] = true;
+        // A small batch, or a single run, is issued on this thread (a mirror still
+        // writes its children in parallel, from the vdev I/O pool).
+        let workers = if inline { 1 } else { threads.max(2).min(runs.len().max(1)) };
+        let issue = |w: usize| -> Vec<usize> {
+            let mut ok_copies: Vec<usize> = Vec::new();
+            for (v, off, members) in runs.iter().skip(w).step_by(workers) {
+                let top = &vdevs[*v as usize];
+                let ok = if members.len() == 1 {
+                    top.write(*off, &prepared[copies[members[0]].3].payload).is_ok()
+                } else {
+                    let total: u64 = members.iter().map(|&k| copies[k].2).sum();
+                    let mut buf = vec![0u8; total as usize];
+                    for &k in members {
+                        let (_, o, _, b) = copies[k];
+                        let at = (o - off) as usize;
+                        let p = &prepared[b].payload;
+                        buf[at..at + p.len()].copy_from_slice(p);
+                    }
+                    top.write(*off, &buf).is_ok()
+                };
+                if ok {
+                    ok_copies.extend(members.iter().copied());
                 }
             }
-        });
+            ok_copies
+        };
+        let mut landed = vec![false; n];
+        let ok_copies: Vec<usize> = if workers <= 1 {
+            issue(0)
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = (0..workers).map(|w| s.spawn(move || issue(w))).collect();
+                handles.into_iter().flat_map(|h| h.join().expect("aggregated write")).collect()
+            })
+        };
+        for k in ok_copies {
+            landed[copies[k].3] = true;
+        }
         let mut written = landed;
         drop(vdevs);
         self.dedup_finish(blocks, &mut prepared, &dedup, &mut written);
