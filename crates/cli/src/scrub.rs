@@ -49,7 +49,7 @@ pub fn scrub(st: &mut State, args: &[String]) -> Response {
         };
         match r {
             Ok(()) => {
-                let _ = pool.log_history(&format!("zpool scrub {}", args.join(" ")));
+                let _ = pool.log_history_durable(&format!("zpool scrub {}", args.join(" ")));
                 if p.has('w') && !p.has('s') && !p.has('p') {
                     st.wait_scan.push(pool);
                 }

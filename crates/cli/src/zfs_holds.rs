@@ -83,7 +83,7 @@ fn hold_release(st: &mut State, ctx: &Ctx, args: &[String], holding: bool) -> Re
         };
         match r {
             Ok(()) => {
-                if let Err(e) = entry.pool.log_history(&ctx.command_line()) {
+                if let Err(e) = entry.pool.log_history_durable(&ctx.command_line()) {
                     tracing::warn!("history: {e}");
                 }
             }
@@ -212,7 +212,7 @@ pub(crate) fn destroy_deferred(entry: &mut PoolEntry, ctx: &Ctx, targets: &[Stri
     if let Err(e) = entry.pool.defer_destroy(&snaps) {
         return Response::err(e.to_string());
     }
-    if let Err(e) = entry.pool.log_history(&ctx.command_line()) {
+    if let Err(e) = entry.pool.log_history_durable(&ctx.command_line()) {
         tracing::warn!("history: {e}");
     }
     Response::ok(if p.has('v') {

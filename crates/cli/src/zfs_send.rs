@@ -564,7 +564,7 @@ You must redirect standard input.",
         let mut out = String::new();
         let r = run_recv(state, &plan, &mut input, &mut out);
         if r.is_ok() {
-            if let Err(e) = plan.pool.log_history(&line) {
+            if let Err(e) = plan.pool.log_history_durable(&line) {
                 tracing::warn!("history: {e}");
             }
         }
@@ -599,7 +599,7 @@ fn abort(st: &mut State, ctx: &Ctx, fs: &str) -> Response {
     if let Err(e) = entry.pool.receive_abort(fs) {
         return Response::err(state::cannot(&format!("cannot resume receive on '{fs}'"), e));
     }
-    if let Err(e) = entry.pool.log_history(&ctx.command_line()) {
+    if let Err(e) = entry.pool.log_history_durable(&ctx.command_line()) {
         tracing::warn!("history: {e}");
     }
     let mut errs = Vec::new();

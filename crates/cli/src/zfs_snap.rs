@@ -34,7 +34,7 @@ pub(crate) fn pool_of(name: &str) -> &str {
 
 fn history_note(st: &State, pool: &str, ctx: &Ctx) {
     if let Some(e) = st.pools.get(pool) {
-        if let Err(err) = e.pool.log_history(&ctx.command_line()) {
+        if let Err(err) = e.pool.log_history_durable(&ctx.command_line()) {
             tracing::warn!("history: {err}");
         }
     }
@@ -76,7 +76,11 @@ pub fn snapshot(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     if let Err(e) = entry.pool.snapshot_with_props(&p.operands, p.has('r'), &props) {
         return Response::err(e.to_string());
     }
-    history_note(st, &pool, ctx);
+    // The snapshots are durable already (their sync task waited for its txg); the
+    // history record goes with the next txg rather than costing a second sync.
+    if let Err(e) = entry.pool.log_history(&ctx.command_line()) {
+        tracing::warn!("history: {e}");
+    }
     Response::ok("")
 }
 

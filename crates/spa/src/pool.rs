@@ -1508,7 +1508,23 @@ impl Pool {
         self.save_pool_props(&tx)
     }
 
-    /// Append a `zpool history` record.
+    /// Append a `zpool history` record for a command whose changes, and this record,
+    /// must be durable before the command answers, and wait for that: the open txg is
+    /// synced (it holds every change made under an earlier hold, and the record).
+    /// OpenZFS gets the same from `dsl_sync_task`, which returns only once its txg
+    /// synced; Tarn's administrative changes (`zfs create`, `destroy`, `rename`,
+    /// `set`, `clone`, `promote`, `rollback`, `hold`, `bookmark`, `zpool set`, …) are
+    /// made under a hold and would otherwise be lost by a crash right after the
+    /// command said it succeeded. Errors: the history write's; `Io` when the pool is
+    /// suspended before the txg synced (the change stays in memory, as a suspended
+    /// pool's other dirty state).
+    pub fn log_history_durable(&self, command_line: &str) -> Result<()> {
+        self.log_history(command_line)?;
+        self.sync()
+    }
+
+    /// Append a `zpool history` record (synced with the next txg; see
+    /// [`Pool::log_history_durable`]).
     pub fn log_history(&self, command_line: &str) -> Result<()> {
         let tx = self.gate.hold_nowait().map_err(dmu_err)?;
         let _a = self.admin.lock();
