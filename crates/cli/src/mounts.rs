@@ -3,7 +3,9 @@
 //! Theory: a mounted dataset is its object set opened by `tarn_zpl::Fs` and served at
 //! a directory by `tarn_fuse`. [`Mounted`] owns both halves; dropping the FUSE handle
 //! is the only way a mount ends besides [`Mounted::unmount`] (and, when the daemon is
-//! killed, `auto_unmount`: fusermount notices the closed channel and unmounts).
+//! killed, `auto_unmount`: fusermount notices the closed channel and unmounts; when
+//! that helper was killed too — systemd kills a unit's whole cgroup — the next mount
+//! at that place detaches the dead one first, `tarn_fuse::clear_dead_mounts`).
 //! Option changes that zpl can apply live (readonly, atime, recordsize, sync, snapdir)
 //! go through [`Mounted::set_options`]; a mountpoint change is an unmount plus a
 //! mount, done by the daemon.
@@ -184,6 +186,11 @@ mod imp {
     ) -> Result<Handle, String> {
         // Before the log is replayed or a directory made: say what the system lacks.
         tarn_fuse::check_mount_support(Path::new(tarn_fuse::DEV_FUSE), std::env::var_os("PATH").as_deref(), true).map_err(|e| e.to_string())?;
+        // A dead mount left by a killed daemon (and its killed fusermount helper)
+        // would refuse this one with ENOTCONN: detach it first.
+        for at in tarn_fuse::clear_dead_mounts(mountpoint).map_err(|e| format!("cannot detach a dead mount at or above {}: {e}", mountpoint.display()))? {
+            tracing::warn!("detached the dead mount at {} (its daemon was killed)", at.display());
+        }
         tarn_fuse::create_mountpoint(mountpoint).map_err(|e| format!("failed to create mountpoint: {e}"))?;
         let fs = match zil {
             Some(z) => {

@@ -263,6 +263,110 @@ pub fn check_mount_support(dev_fuse: &Path, path: Option<&OsStr>, fusermount: bo
     Ok(())
 }
 
+/// Detach every dead Tarn mount at `dir` or at one of its ancestors, and return the
+/// mountpoints detached (outermost first).
+///
+/// A FUSE mount outlives the daemon that served it when nothing unmounts it: the
+/// daemon was killed together with its `fusermount` helpers (systemd kills the whole
+/// cgroup of a unit; `auto_unmount` lives in that helper). Such a mount answers every
+/// access with `ENOTCONN` ("Transport endpoint is not connected") and would make the
+/// restarted daemon's mount of the same dataset fail. A mount is detached only when
+/// `/proc/self/mounts` lists it with type `fuse.tarn` (Tarn's subtype) *and* a statfs
+/// of it fails with `ENOTCONN`, so a live mount, or another file system's, is never
+/// touched. Detaching is `umount2(MNT_DETACH)` (root), else `fusermount -u -z`;
+/// detaching an ancestor detaches the dead mounts below it too.
+///
+/// Errors: reading `/proc/self/mounts`, or a detach that fails.
+pub fn clear_dead_mounts(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let table = std::fs::read_to_string("/proc/self/mounts")?;
+    let mut dead: Vec<PathBuf> = Vec::new();
+    for line in table.lines() {
+        let mut f = line.split(' ');
+        let (Some(_src), Some(at), Some(fstype)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        if fstype != "fuse.tarn" {
+            continue;
+        }
+        let at = PathBuf::from(unescape_mount_field(at));
+        if !dir.starts_with(&at) || dead.contains(&at) {
+            continue;
+        }
+        if connection_lost(&at) {
+            dead.push(at);
+        }
+    }
+    // Outermost first: detaching it takes the dead mounts stacked below with it.
+    dead.sort_by_key(|p| p.components().count());
+    let mut detached = Vec::new();
+    for at in dead {
+        if detached.iter().any(|d: &PathBuf| at.starts_with(d)) {
+            continue;
+        }
+        detach(&at)?;
+        detached.push(at);
+    }
+    Ok(detached)
+}
+
+/// Whether the FUSE mount at `at` has lost its daemon: statfs(2) always asks the
+/// daemon (a stat may be answered from the kernel's attribute cache for a while
+/// after the daemon died), and a closed connection answers `ENOTCONN`.
+fn connection_lost(at: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(at.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs writes only into `buf`, a properly sized and aligned struct;
+    // `c` is a valid NUL-terminated path for the duration of the call.
+    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut buf) };
+    rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOTCONN)
+}
+
+/// `/proc/self/mounts` writes space, tab, newline and backslash in a path as `\ooo`
+/// octal escapes; undo them.
+fn unescape_mount_field(s: &str) -> String {
+    use std::os::unix::ffi::OsStringExt;
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b.get(i + 1..i + 4).filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push(((d[0] - b'0') << 6) | ((d[1] - b'0') << 3) | (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    std::ffi::OsString::from_vec(out).to_string_lossy().into_owned()
+}
+
+/// Lazily detach the mount at `at`: umount2(MNT_DETACH) as root, `fusermount -u -z`
+/// otherwise.
+fn detach(at: &Path) -> io::Result<()> {
+    let c = std::ffi::CString::new(at.as_os_str().as_bytes())?;
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EPERM) {
+        return Err(e);
+    }
+    let fusermount = find_fusermount(std::env::var_os("PATH").as_deref()).unwrap_or_else(|| PathBuf::from("fusermount"));
+    let st = std::process::Command::new(fusermount).arg("-u").arg("-z").arg(at).status()?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!("fusermount -u -z {} failed ({st})", at.display())))
+    }
+}
+
 /// Create `dir` and any missing parents, each mode 0755 whatever the umask (the daemon
 /// runs with umask 077, which would leave mountpoints only root can enter while the
 /// file system is not mounted).
