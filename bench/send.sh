@@ -13,7 +13,7 @@
 #   receive                 MB/s of receiving the saved full stream into a second pool
 #   send|mbuffer|recv       seconds for the whole pipeline into the second pool, and
 #                           `cp -a` of the same tree between the two mounts
-#   snapshot latency        median and p90 of 20 snapshots taken while a writer runs (ms)
+#   snapshot latency        median and p90 of 20 snapshots, idle and under two writers (ms)
 # It is run by hand, never by CI. Results also go to WORKDIR/send-results.tsv.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,6 +34,7 @@ done
 [ "$(id -u)" -eq 0 ] || die "needs root (drop_caches, loop devices, mounts)"
 wants() { [[ ",$TARGETS," == *",$1,"* ]]; }
 has mbuffer || apt_install mbuffer
+has fio || apt_install fio
 has fusermount || apt_install fuse
 if wants btrfs; then has mkfs.btrfs || apt_install btrfs-progs; fi
 
@@ -77,24 +78,45 @@ change_one_percent() {
     sync
 }
 
-snapshot_latency() {  # snapshot_latency NAME DIR FUNC: 20 snapshots (FUNC lat1..lat20) under a writer in DIR
-    local name=$1 dir=$2 take=$3
-    # The writer runs while its flag file exists; waiting for it (not killing the
-    # subshell, whose dd would live on) leaves the mount free to unmount.
-    local flag; flag=$(mktemp)
-    ( while [ -e "$flag" ]; do dd if=/dev/zero of="$dir/writer.tmp" bs=1M count=64 conv=fsync status=none 2>/dev/null || true; done ) &
-    local writer=$! i t0 t1 lat=()
-    sleep 1
-    for i in $(seq 1 20); do
-        t0=$(now_ns); "$take" "lat$i"; t1=$(now_ns)
-        lat+=( $(( (t1 - t0) / 1000 )) )
-        sleep 0.2
+# Snapshot latency: 20 snapshots, 0.2 s apart, each timed around the command alone
+# ($EPOCHREALTIME, no fork for the clock), with three writers in DIR:
+#   idle    no writer;
+#   append  fio appending 8 KiB blocks to one file with an fsync after each (a log or
+#           database writer; the sync-write workload of bench/fio.sh, sequential);
+#   stream  `dd bs=1M count=64 conv=fsync` in a loop (64 MiB buffered, then fsync):
+#           every snapshot must also write the up to 64 MiB acknowledged since the
+#           last fsync, so this row measures the pool's write bandwidth more than the
+#           snapshot itself.
+# RUN is a command prefix that reaches DIR (zfs-fuse's mount namespace), or empty.
+snapshot_latency() {  # snapshot_latency NAME DIR TAKE [RUN...]: TAKE lat<writer><i>
+    local name=$1 dir=$2 take=$3; shift 3
+    local run=("$@") writer kind flag i t0 t1 lat sorted
+    for kind in idle append stream; do
+        flag=$(mktemp)
+        case $kind in
+            idle) sleep infinity & ;;
+            append) "${run[@]}" fio --name=append --directory="$dir" --filename=append.tmp --rw=write --bs=8k \
+                        --size=1G --fsync=1 --time_based --runtime=600 --output=/dev/null & ;;
+            stream) "${run[@]}" bash -c "while [ -e $flag ]; do dd if=/dev/zero of=$dir/writer.tmp bs=1M count=64 conv=fsync status=none 2>/dev/null || true; done" & ;;
+        esac
+        writer=$!
+        sleep 2
+        lat=()
+        for i in $(seq 1 20); do
+            t0=$EPOCHREALTIME; "$take" "lat$kind$i"; t1=$EPOCHREALTIME
+            lat+=( $(( (${t1/./} - ${t0/./}) )) )
+            sleep 0.2
+        done
+        rm -f "$flag"
+        # The stream writer ends by itself (flag gone), so its dd never outlives the
+        # mount; the others are killed (nsenter execs fio, so $writer is fio's pid).
+        [ "$kind" = stream ] || kill "$writer" 2>/dev/null || true
+        wait "$writer" 2>/dev/null || true
+        "${run[@]}" rm -f "$dir/writer.tmp" "$dir/append.tmp"
+        sorted=$(printf '%s\n' "${lat[@]}" | sort -n)
+        record "$name" "snapshot latency, $kind writer, median (ms)" "$(echo "$sorted" | sed -n 10p | awk '{ printf "%.1f", $1 / 1000 }')"
+        record "$name" "snapshot latency, $kind writer, p90 (ms)" "$(echo "$sorted" | sed -n 18p | awk '{ printf "%.1f", $1 / 1000 }')"
     done
-    rm -f "$flag"; wait "$writer" 2>/dev/null || true
-    rm -f "$dir/writer.tmp"
-    local sorted; sorted=$(printf '%s\n' "${lat[@]}" | sort -n)
-    record "$name" "snapshot latency median (ms)" "$(echo "$sorted" | sed -n 10p | awk '{ printf "%.1f", $1 / 1000 }')"
-    record "$name" "snapshot latency p90 (ms)" "$(echo "$sorted" | sed -n 18p | awk '{ printf "%.1f", $1 / 1000 }')"
 }
 
 # ---- raw ----------------------------------------------------------------------------------
@@ -220,23 +242,8 @@ if wants zfs-fuse; then
     t0=$(now_ns); "${ZR[@]}" cp -a "$Z/mnt/fs/." "$Z/mnt2/cp/"; "${ZR[@]}" sync; t1=$(now_ns)
     record zfs-fuse "cp -a between the pools (s)" "$(secs $((t1 - t0)))"
     snap_zfs_fuse() { "${ZR[@]}" zfs snapshot "zsrc/fs@$1"; }
-    # The writer must run inside the namespace to see the mount.
-    snapshot_latency_in() {
-        local flag; flag=$(mktemp)
-        "${ZR[@]}" bash -c "while [ -e $flag ]; do dd if=/dev/zero of=$Z/mnt/fs/writer.tmp bs=1M count=64 conv=fsync status=none 2>/dev/null || true; done" &
-        local writer=$! i t0 t1 lat=()
-        sleep 1
-        for i in $(seq 1 20); do
-            t0=$(now_ns); snap_zfs_fuse "lat$i"; t1=$(now_ns)
-            lat+=( $(( (t1 - t0) / 1000 )) )
-            sleep 0.2
-        done
-        rm -f "$flag"; wait "$writer" 2>/dev/null || true
-        local sorted; sorted=$(printf '%s\n' "${lat[@]}" | sort -n)
-        record zfs-fuse "snapshot latency median (ms)" "$(echo "$sorted" | sed -n 10p | awk '{ printf "%.1f", $1 / 1000 }')"
-        record zfs-fuse "snapshot latency p90 (ms)" "$(echo "$sorted" | sed -n 18p | awk '{ printf "%.1f", $1 / 1000 }')"
-    }
-    snapshot_latency_in
+    # The writers run inside the namespace to see the mount.
+    snapshot_latency zfs-fuse "$Z/mnt/fs" snap_zfs_fuse "${ZR[@]}"
     rm -f "$WORK/full.zfs"
     cleanup_zfs_fuse; trap - EXIT
 fi
