@@ -98,12 +98,13 @@ pub fn dispatch_with(st: &mut State, req: &Request, stdio: Vec<std::os::fd::Owne
         cwd: PathBuf::from(&req.cwd),
         argv: req.argv.clone(),
         stdio: Mutex::new(stdio),
+        commit_error: Mutex::new(None),
     };
     let Some(family) = req.argv.first() else {
         return Response::usage("usage: tarn zpool|zfs|zinject|daemon ...");
     };
     let rest = &req.argv[1..];
-    match family.as_str() {
+    let mut resp = match family.as_str() {
         "zpool" => crate::zpool::run(st, &ctx, rest),
         "zfs" => crate::zfs::run(st, &ctx, rest),
         "zinject" => crate::zinject::run(st, &ctx, rest),
@@ -111,7 +112,16 @@ pub fn dispatch_with(st: &mut State, req: &Request, stdio: Vec<std::os::fd::Owne
         "daemon" => Response::ok("tarn daemon running\n"),
         "kstat" => crate::arcstat::kstat(rest),
         other => Response::usage(format!("unrecognized command '{other}'\nusage: tarn zpool|zfs|zinject|daemon ...")),
+    };
+    // A change that could not be made durable is not a success.
+    if let Some(e) = ctx.commit_error.lock().take() {
+        if resp.code == 0 {
+            resp.code = 1;
+        }
+        resp.stderr.push_str(&e);
+        resp.stderr.push('\n');
     }
+    resp
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {

@@ -83,9 +83,23 @@ pub struct Ctx {
     /// The client's stdin, stdout and stderr when the request carried them
     /// ([`proto::wants_stdio`]); a command takes them out.
     pub stdio: Mutex<Vec<std::os::fd::OwnedFd>>,
+    /// Set when the command changed a pool but its txg could not be synced (the pool
+    /// suspended): [`crate::daemon::dispatch_with`] then fails the command instead of
+    /// reporting a success that is not on disk.
+    pub commit_error: Mutex<Option<String>>,
 }
 
 impl Ctx {
+    /// Record the command in `pool`'s history and wait until the command's changes
+    /// are durable (`Pool::log_history_durable`); a failure is kept in
+    /// [`Ctx::commit_error`] and fails the command.
+    pub fn commit(&self, pool: &tarn_spa::Pool) {
+        if let Err(e) = pool.log_history_durable(&self.command_line()) {
+            tracing::warn!("{}: changes not committed: {e}", pool.name());
+            self.commit_error.lock().get_or_insert(e.to_string());
+        }
+    }
+
     /// The command line as `zpool history` records it.
     pub fn command_line(&self) -> String {
         self.argv.join(" ")

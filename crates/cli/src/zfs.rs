@@ -108,9 +108,7 @@ fn no_dataset(name: &str) -> Response {
 }
 
 fn history_note(entry: &PoolEntry, ctx: &Ctx) {
-    if let Err(e) = entry.pool.log_history_durable(&ctx.command_line()) {
-        tracing::warn!("history: {e}");
-    }
+    ctx.commit(&entry.pool);
 }
 
 fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {

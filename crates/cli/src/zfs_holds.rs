@@ -83,9 +83,7 @@ fn hold_release(st: &mut State, ctx: &Ctx, args: &[String], holding: bool) -> Re
         };
         match r {
             Ok(()) => {
-                if let Err(e) = entry.pool.log_history_durable(&ctx.command_line()) {
-                    tracing::warn!("history: {e}");
-                }
+                ctx.commit(&entry.pool);
             }
             Err(e) => fail(&mut resp, e),
         }
@@ -212,9 +210,7 @@ pub(crate) fn destroy_deferred(entry: &mut PoolEntry, ctx: &Ctx, targets: &[Stri
     if let Err(e) = entry.pool.defer_destroy(&snaps) {
         return Response::err(e.to_string());
     }
-    if let Err(e) = entry.pool.log_history_durable(&ctx.command_line()) {
-        tracing::warn!("history: {e}");
-    }
+    ctx.commit(&entry.pool);
     Response::ok(if p.has('v') {
         crate::zfs_snap::destroy_report(&plan, "will", Some(used))
     } else {

@@ -91,9 +91,7 @@ pub fn rename(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     };
     if resp.code == 0 {
         if let Some(entry) = st.pools.get(pool_of(&from)) {
-            if let Err(e) = entry.pool.log_history_durable(&ctx.command_line()) {
-                tracing::warn!("history: {e}");
-            }
+            ctx.commit(&entry.pool);
         }
     }
     resp

@@ -599,9 +599,7 @@ fn abort(st: &mut State, ctx: &Ctx, fs: &str) -> Response {
     if let Err(e) = entry.pool.receive_abort(fs) {
         return Response::err(state::cannot(&format!("cannot resume receive on '{fs}'"), e));
     }
-    if let Err(e) = entry.pool.log_history_durable(&ctx.command_line()) {
-        tracing::warn!("history: {e}");
-    }
+    ctx.commit(&entry.pool);
     let mut errs = Vec::new();
     mount_received(entry, std::slice::from_ref(&fs.to_string()), &mut errs);
     if errs.is_empty() {

@@ -34,9 +34,7 @@ pub(crate) fn pool_of(name: &str) -> &str {
 
 fn history_note(st: &State, pool: &str, ctx: &Ctx) {
     if let Some(e) = st.pools.get(pool) {
-        if let Err(err) = e.pool.log_history_durable(&ctx.command_line()) {
-            tracing::warn!("history: {err}");
-        }
+        ctx.commit(&e.pool);
     }
 }
 

@@ -83,9 +83,7 @@ pub fn run(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
 }
 
 fn history_note(entry: &PoolEntry, ctx: &Ctx) {
-    if let Err(e) = entry.pool.log_history_durable(&ctx.command_line()) {
-        tracing::warn!("history: {e}");
-    }
+    ctx.commit(&entry.pool);
 }
 
 /// Finish a command whose main step succeeded but where mounting reported errors.

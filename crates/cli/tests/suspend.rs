@@ -35,7 +35,9 @@ fn failmode_property_suspension_status_and_clear() {
     for leaf in ["v/a.img", "v/b.img"] {
         env.tarn(&["zinject", "-d", leaf, "-e", "io", "-T", "write", "tank"]).ok();
     }
-    env.zpool(&["set", "comment=lost", "tank"]).ok();
+    // The change cannot reach the disk: the command that made it says so (it waits
+    // for its txg), and so does the next sync.
+    env.zpool(&["set", "comment=lost", "tank"]).fails_with("pool I/O is currently suspended");
     env.zpool(&["sync", "tank"]).fails_with("pool I/O is currently suspended");
     let st = env.zpool(&["status", "tank"]).ok().stdout;
     assert!(st.starts_with("  pool: tank\n state: SUSPENDED\n"), "{st}");
@@ -66,7 +68,7 @@ fn failmode_property_suspension_status_and_clear() {
     for leaf in ["v/a.img", "v/b.img"] {
         env.tarn(&["zinject", "-d", leaf, "-e", "io", "-T", "write", "tank"]).ok();
     }
-    env.zpool(&["set", "comment=lost-again", "tank"]).ok();
+    env.zpool(&["set", "comment=lost-again", "tank"]).fails_with("pool I/O is currently suspended");
     env.zpool(&["sync", "tank"]).fails_with("pool I/O is currently suspended");
     env.tarn(&["zinject", "-c", "all"]).ok();
     env.zpool(&["export", "tank"]).ok();
@@ -93,9 +95,10 @@ fn failmode_panic_ends_the_daemon_and_the_pool_comes_back() {
     for leaf in ["v/a.img", "v/b.img"] {
         env.tarn(&["zinject", "-d", leaf, "-e", "io", "-T", "write", "tank"]).ok();
     }
-    env.zpool(&["set", "comment=lost", "tank"]).ok();
-    let out = env.zpool(&["sync", "tank"]);
-    assert_ne!(out.code, 0, "zpool sync succeeded on a pool that cannot write: {out:?}");
+    // `zpool set` answers only once its txg is on disk, which cannot be written: the
+    // daemon panics while the command waits, and the client sees the lost connection.
+    let out = env.zpool(&["set", "comment=lost", "tank"]);
+    assert_ne!(out.code, 0, "zpool set succeeded on a pool that cannot write: {out:?}");
     let log = env.daemon_log();
     assert!(
         log.contains("the failure mode property for this pool is set to panic"),
