@@ -234,9 +234,9 @@ impl Pool {
             .zio
             .space_sync_plan(txg)
             .map_err(|e| SpaError::Io(format!("txg {txg}: space structures: {e}")))?;
-        for block in &plan.blocks {
-            self.zio.write_sealed(block).map_err(|e| SpaError::Io(e.to_string()))?;
-        }
+        self.zio
+            .write_sealed_all(&plan.blocks)
+            .map_err(|e| SpaError::Io(format!("txg {txg}: space structures: {e}")))?;
         let smbp = plan.root;
         self.zio.flush().map_err(|e| SpaError::Io(e.to_string()))?;
         // A leaf that failed a write of this txg lacks some of its blocks: its DTL gets

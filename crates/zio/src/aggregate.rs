@@ -192,6 +192,90 @@ impl Zio {
         }
     }
 
+    /// Write the sealed blocks of a txg's space accounting (metaslab directory pages,
+    /// condensed maps, the log block, the root) to every DVA, aggregated as
+    /// [`Zio::write_blocks`] aggregates: one device write per run of adjacent copies
+    /// instead of one per copy (an idle txg wrote about 30 of them one by one).
+    /// Errors: `Io` for the first block none of whose copies landed.
+    pub fn write_sealed_all(&self, blocks: &[tarn_metaslab::SyncBlock]) -> Result<()> {
+        let payloads: Vec<&[u8]> = blocks.iter().map(|b| b.payload.as_slice()).collect();
+        let bps: Vec<BlkPtr> = blocks.iter().map(|b| b.bp).collect();
+        let landed = self.write_copies(&payloads, &bps, &vec![true; blocks.len()], 1);
+        if let Some(i) = landed.iter().position(|ok| !ok) {
+            return Err(ZioError::Io(format!("no copy of space-map block {i} of this txg was written")));
+        }
+        self.blocks_written.fetch_add(blocks.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Write `payloads[i]` to every DVA of `bps[i]` where `wanted[i]`, merging copies
+    /// adjacent on one leaf or mirror top-level vdev into runs of at most
+    /// [`AGGREGATE_MAX_BYTES`] (each copy padded to its allocated size), issued from
+    /// `threads` workers (1: this thread). Returns, per block, whether any copy landed.
+    fn write_copies(&self, payloads: &[&[u8]], bps: &[BlkPtr], wanted: &[bool], threads: usize) -> Vec<bool> {
+        let mut copies: Vec<(u32, u64, u64, usize)> = Vec::new(); // (vdev, offset, asize, block)
+        for (i, bp) in bps.iter().enumerate() {
+            if wanted[i] {
+                copies.extend(bp.dvas().map(|d| (d.vdev, d.offset_bytes, d.asize_bytes, i)));
+            }
+        }
+        copies.sort_unstable_by_key(|&(v, off, _, _)| (v, off));
+        let vdevs = self.vdevs.read();
+        let aggregatable = |v: u32| matches!(vdevs[v as usize].kind(), VdevKind::Leaf(_) | VdevKind::Mirror(_));
+        let mut runs: Vec<(u32, u64, Vec<usize>)> = Vec::new(); // (vdev, offset, copies)
+        let mut end = 0u64;
+        for (k, &(v, off, asize, _)) in copies.iter().enumerate() {
+            let extend = runs
+                .last()
+                .is_some_and(|(rv, roff, _)| *rv == v && aggregatable(v) && off == end && end + asize - roff <= AGGREGATE_MAX_BYTES);
+            if extend {
+                runs.last_mut().expect("a run to extend").2.push(k);
+            } else {
+                runs.push((v, off, vec![k]));
+            }
+            end = off + asize;
+        }
+        // A block counts as written when any of its copies landed. With one worker
+        // (a small batch) the runs go out from this thread; a mirror still writes its
+        // children in parallel, from the vdev I/O pool.
+        let workers = if threads <= 1 { 1 } else { threads.max(2).min(runs.len().max(1)) };
+        let issue = |w: usize| -> Vec<usize> {
+            let mut ok_copies: Vec<usize> = Vec::new();
+            for (v, off, members) in runs.iter().skip(w).step_by(workers) {
+                let top = &vdevs[*v as usize];
+                let ok = if members.len() == 1 {
+                    top.write(*off, payloads[copies[members[0]].3]).is_ok()
+                } else {
+                    let total: u64 = members.iter().map(|&k| copies[k].2).sum();
+                    let mut buf = vec![0u8; total as usize];
+                    for &k in members {
+                        let (_, o, _, b) = copies[k];
+                        let at = (o - off) as usize;
+                        buf[at..at + payloads[b].len()].copy_from_slice(payloads[b]);
+                    }
+                    top.write(*off, &buf).is_ok()
+                };
+                if ok {
+                    ok_copies.extend(members.iter().copied());
+                }
+            }
+            ok_copies
+        };
+        let ok_copies: Vec<usize> = if workers <= 1 {
+            issue(0)
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = (0..workers).map(|w| s.spawn(move || issue(w))).collect();
+                handles.into_iter().flat_map(|h| h.join().expect("aggregated write")).collect()
+            })
+        };
+        let mut landed = vec![false; bps.len()];
+        for k in ok_copies {
+            landed[copies[k].3] = true;
+        }
+        landed
+    }
+
     /// Whether the stored block of `e` holds exactly `payload` (dedup `verify`).
     fn same_bytes(&self, e: &crate::ddt::DdtEntry, payload: &[u8]) -> bool {
         let vdevs = self.vdevs.read();
@@ -247,70 +331,15 @@ impl Zio {
             }
         }
         // Every (block, copy) to write, grouped into runs of adjacent allocations.
-        let mut copies: Vec<(u32, u64, u64, usize)> = Vec::new(); // (vdev, offset, asize, block)
-        for (i, p) in prepared.iter().enumerate() {
-            if results[i].is_ok() && !p.nop {
-                copies.extend(p.bp.dvas().map(|d| (d.vdev, d.offset_bytes, d.asize_bytes, i)));
-            }
-        }
-        copies.sort_unstable_by_key(|&(v, off, _, _)| (v, off));
-        let vdevs = self.vdevs.read();
-        let aggregatable = |v: u32| matches!(vdevs[v as usize].kind(), VdevKind::Leaf(_) | VdevKind::Mirror(_));
-        let mut runs: Vec<(u32, u64, Vec<usize>)> = Vec::new(); // (vdev, offset, copies)
-        let mut end = 0u64;
-        for (k, &(v, off, asize, _)) in copies.iter().enumerate() {
-            let extend = runs
-                .last()
-                .is_some_and(|(rv, roff, _)| *rv == v && aggregatable(v) && off == end && end + asize - roff <= AGGREGATE_MAX_BYTES);
-            if extend {
-                runs.last_mut().unwrap().2.push(k);
-            } else {
-                runs.push((v, off, vec![k]));
-            }
-            end = off + asize;
-        }
-        // Issue the runs from a few workers; a block counts as written when any of its
-        // copies landed.
-        // A small batch, or a single run, is issued on this thread (a mirror still
-        // writes its children in parallel, from the vdev I/O pool).
-        let workers = if inline { 1 } else { threads.max(2).min(runs.len().max(1)) };
-        let issue = |w: usize| -> Vec<usize> {
-            let mut ok_copies: Vec<usize> = Vec::new();
-            for (v, off, members) in runs.iter().skip(w).step_by(workers) {
-                let top = &vdevs[*v as usize];
-                let ok = if members.len() == 1 {
-                    top.write(*off, &prepared[copies[members[0]].3].payload).is_ok()
-                } else {
-                    let total: u64 = members.iter().map(|&k| copies[k].2).sum();
-                    let mut buf = vec![0u8; total as usize];
-                    for &k in members {
-                        let (_, o, _, b) = copies[k];
-                        let at = (o - off) as usize;
-                        let p = &prepared[b].payload;
-                        buf[at..at + p.len()].copy_from_slice(p);
-                    }
-                    top.write(*off, &buf).is_ok()
-                };
-                if ok {
-                    ok_copies.extend(members.iter().copied());
-                }
-            }
-            ok_copies
-        };
-        let mut landed = vec![false; n];
-        let ok_copies: Vec<usize> = if workers <= 1 {
-            issue(0)
-        } else {
-            std::thread::scope(|s| {
-                let handles: Vec<_> = (0..workers).map(|w| s.spawn(move || issue(w))).collect();
-                handles.into_iter().flat_map(|h| h.join().expect("aggregated write")).collect()
-            })
-        };
-        for k in ok_copies {
-            landed[copies[k].3] = true;
-        }
+        let payloads: Vec<&[u8]> = prepared.iter().map(|p| &*p.payload).collect();
+        let wanted: Vec<bool> = prepared.iter().zip(&results).map(|(p, r)| r.is_ok() && !p.nop).collect();
+        let landed = self.write_copies(
+            &payloads,
+            &prepared.iter().map(|p| p.bp).collect::<Vec<_>>(),
+            &wanted,
+            if inline { 1 } else { threads },
+        );
         let mut written = landed;
-        drop(vdevs);
         self.dedup_finish(blocks, &mut prepared, &dedup, &mut written);
         let keep_compressed = self.arc.compressed_enabled();
         for ((p, (data, _)), ok) in prepared.iter_mut().zip(blocks).zip(&written) {

@@ -69,7 +69,7 @@
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tarn_metaslab::{AllocClass, SpaceMap, SyncBlock, SyncPlan, VdevSpace};
+use tarn_metaslab::{AllocClass, SpaceMap, SyncPlan, VdevSpace};
 use tarn_phys::{BlkPtr, ChecksumAlg, CompressSetting, Compression, Dva, ObjectType};
 use tarn_vdev::{Vdev, VdevError};
 
@@ -544,25 +544,6 @@ impl Zio {
         space
             .sync_plan(txg, &mut |sm, psize| Self::allocate_in(&vdevs, sm, psize, 3).ok())
             .map_err(|_| ZioError::NoSpace)
-    }
-
-    /// Write a block sealed elsewhere (its pointer already carries DVAs and checksum)
-    /// to every DVA. Errors: `Io` when no copy landed.
-    pub fn write_sealed(&self, block: &SyncBlock) -> Result<()> {
-        let vdevs = self.vdevs.read();
-        let mut ok = 0;
-        let mut last_err = None;
-        for d in block.bp.dvas() {
-            match vdevs[d.vdev as usize].write(d.offset_bytes, &block.payload) {
-                Ok(()) => ok += 1,
-                Err(e) => last_err = Some(e),
-            }
-        }
-        if ok == 0 {
-            return Err(ZioError::Io(last_err.map(|e| e.to_string()).unwrap_or_default()));
-        }
-        self.blocks_written.fetch_add(1, Ordering::Relaxed);
-        Ok(())
     }
 
     /// Application block I/O so far (reads that missed the cache plus block writes);
