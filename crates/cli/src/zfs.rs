@@ -375,13 +375,27 @@ fn known_prop(prop: &str) -> bool {
 
 /// File systems, snapshots and bookmarks of a pool, each file system followed by its
 /// snapshots, then its bookmarks.
-fn all_datasets(entry: &PoolEntry) -> Result<Vec<DatasetInfo>, String> {
-    let infos = entry.pool.list_all().map_err(|e| e.to_string())?;
-    let marks = entry.pool.bookmarks().map_err(|e| e.to_string())?;
+/// File systems, snapshots and bookmarks of the pool in listing order; with `under`,
+/// only those in the subtree of that file system (its fs part when it names a
+/// snapshot or bookmark), which costs what the subtree costs, not the pool.
+fn all_datasets(entry: &PoolEntry, under: Option<&str>) -> Result<Vec<DatasetInfo>, String> {
+    let fs_of = |n: &str| n.split(['@', '#']).next().unwrap_or(n).to_string();
+    let infos = match under {
+        Some(root) => entry.pool.list_under(&fs_of(root)),
+        None => entry.pool.list_all(),
+    }
+    .map_err(|e| e.to_string())?;
+    let mut marks = entry.pool.bookmarks().map_err(|e| e.to_string())?;
+    if let Some(root) = under {
+        let root = fs_of(root);
+        marks.retain(|b| {
+            let fs = fs_of(&b.name);
+            fs == root || is_descendant(&fs, &root)
+        });
+    }
     if marks.is_empty() {
         return Ok(infos);
     }
-    let fs_of = |n: &str| n.split(['@', '#']).next().unwrap_or(n).to_string();
     let info_of = |b: &tarn_spa::Bookmark| {
         let ro = |v: String| (v, "-".to_string());
         let props = [
@@ -442,7 +456,7 @@ fn select_typed(st: &State, operands: &[String], recursive: bool, max_depth: Opt
     let limit = max_depth.unwrap_or(usize::MAX);
     if operands.is_empty() {
         for (pool, entry) in &st.pools {
-            match all_datasets(entry) {
+            match all_datasets(entry, None) {
                 Ok(infos) => {
                     for i in infos {
                         if wanted(&i.name) && (max_depth.is_none() || list_depth(&i.name) <= limit) {
@@ -461,7 +475,7 @@ fn select_typed(st: &State, operands: &[String], recursive: bool, max_depth: Opt
     for name in operands {
         let name = name.trim_end_matches('/');
         let pool = pool_of(name);
-        let infos = match st.pools.get(pool).map(all_datasets) {
+        let infos = match st.pools.get(pool).map(|e| all_datasets(e, Some(name))) {
             Some(Ok(i)) => i,
             _ => {
                 resp.stderr.push_str(&format!("cannot open '{name}': dataset does not exist\n"));

@@ -39,18 +39,25 @@ fn kill_daemon(env: &Env, mounts: &[&Path]) {
     }
 }
 
-#[test]
-fn kill_9_and_restart_brings_the_pool_and_its_mounts_back() {
-    let env = Env::new();
-    if !fuse_usable("kill_9_and_restart_brings_the_pool_and_its_mounts_back") {
-        return;
-    }
+/// Pool `tank` mounted at `<env>/mnt` with `tank/home` holding `f` ("still here"),
+/// synced; returns the pool's mountpoint.
+fn pool_with_a_file(env: &Env) -> std::path::PathBuf {
     let mnt = env.path().join("mnt");
     let a = env.make_vdev("a", 128 * MB);
     env.zpool(&["create", "-m", mnt.to_str().unwrap(), "tank", &a]).ok();
     env.zfs(&["create", "tank/home"]).ok();
     std::fs::write(mnt.join("home/f"), b"still here").unwrap();
     env.zpool(&["sync", "tank"]).ok();
+    mnt
+}
+
+#[test]
+fn kill_9_and_restart_brings_the_pool_and_its_mounts_back() {
+    let env = Env::new();
+    if !fuse_usable("kill_9_and_restart_brings_the_pool_and_its_mounts_back") {
+        return;
+    }
+    let mnt = pool_with_a_file(&env);
     assert_eq!(listed(&env.cachefile()), ["tank"]);
     kill_daemon(&env, &[&mnt.join("home"), &mnt]);
     // Start a daemon; it returns once the socket answers, which is after the
@@ -91,12 +98,7 @@ fn a_restart_replaces_mounts_left_dead_by_a_killed_daemon_and_helpers() {
     if !fuse_usable("a_restart_replaces_mounts_left_dead_by_a_killed_daemon_and_helpers") {
         return;
     }
-    let mnt = env.path().join("mnt");
-    let a = env.make_vdev("a", 128 * MB);
-    env.zpool(&["create", "-m", mnt.to_str().unwrap(), "tank", &a]).ok();
-    env.zfs(&["create", "tank/home"]).ok();
-    std::fs::write(mnt.join("home/f"), b"still here").unwrap();
-    env.zpool(&["sync", "tank"]).ok();
+    let mnt = pool_with_a_file(&env);
     let helpers = fusermount_helpers(&mnt);
     assert_eq!(helpers.len(), 2, "one auto_unmount helper per mount");
     for pid in helpers {
