@@ -951,6 +951,9 @@ pub fn verify(os: &dyn ObjectStore, obj: u64) -> Result<()> {
 }
 
 #[cfg(test)]
+mod format_doc;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::mem::MemStore;

@@ -970,6 +970,9 @@ pub fn fuzz_decode(data: &[u8]) {
 }
 
 #[cfg(test)]
+mod format_doc;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
