@@ -76,7 +76,10 @@ fn offline_online_and_spares_in_status() {
     env.zpool(&["export", "tank"]).ok();
     env.zpool(&["import", "-d", "v", "tank"]).ok();
     assert_eq!(status_of(&env, "tank"), offline);
-    // Online: the leaf missed txgs, so it is resilvering.
+    // Online: the leaf missed txgs, so it is resilvering. Reads of the source are
+    // slowed so the resilver is still running when the status is taken (`online`
+    // answers after its txg synced, and this pool's resilver takes milliseconds).
+    env.tarn(&["zinject", "-d", &b, "-D", "1500", "-T", "read", "tank"]).ok();
     env.zpool(&["online", "tank", &a]).ok();
     let st = status_of(&env, "tank");
     assert!(st.contains(&row(4, &a, "ONLINE", w, "  (resilvering)")), "{st}");
@@ -101,6 +104,7 @@ fn offline_online_and_spares_in_status() {
     env.zpool(&["remove", "tank", &s])
         .fails_with(&format!("cannot remove {s}: Pool busy; removal may already be in progress"));
     // Detaching the spare returns it to AVAIL.
+    env.tarn(&["zinject", "-c", "all"]).ok();
     env.zpool(&["online", "tank", &a]).ok();
     env.zpool(&["detach", "tank", &s]).ok();
     assert!(status_of(&env, "tank").contains(&spares));
