@@ -288,7 +288,7 @@ pub fn clear_dead_mounts(dir: &Path) -> io::Result<Vec<PathBuf>> {
         if fstype != "fuse.tarn" {
             continue;
         }
-        let at = PathBuf::from(unescape_mount_field(at));
+        let at = unescape_mount_field(at);
         if !dir.starts_with(&at) || dead.contains(&at) {
             continue;
         }
@@ -324,8 +324,8 @@ fn connection_lost(at: &Path) -> bool {
 }
 
 /// `/proc/self/mounts` writes space, tab, newline and backslash in a path as `\ooo`
-/// octal escapes; undo them.
-fn unescape_mount_field(s: &str) -> String {
+/// octal escapes; undo them (bytes, not text: a path need not be UTF-8).
+fn unescape_mount_field(s: &str) -> PathBuf {
     use std::os::unix::ffi::OsStringExt;
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
@@ -343,7 +343,7 @@ fn unescape_mount_field(s: &str) -> String {
             }
         }
     }
-    std::ffi::OsString::from_vec(out).to_string_lossy().into_owned()
+    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 /// Lazily detach the mount at `at`: umount2(MNT_DETACH) as root, `fusermount -u -z`
@@ -891,6 +891,24 @@ impl Filesystem for TarnFuse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mount_table_escapes_are_undone_bytewise() {
+        use std::os::unix::ffi::OsStrExt;
+        assert_eq!(unescape_mount_field("/mnt/a\\040b\\011c\\134d"), PathBuf::from("/mnt/a b\tc\\d"));
+        // A path that is not UTF-8 comes back byte for byte; a lone backslash stays.
+        assert_eq!(unescape_mount_field("/x\\377y").as_os_str().as_bytes(), b"/x\xffy");
+        assert_eq!(unescape_mount_field("/x\\9z\\"), PathBuf::from("/x\\9z\\"));
+    }
+
+    #[test]
+    fn a_mountpoint_without_dead_tarn_mounts_is_left_alone() {
+        // Nothing of type fuse.tarn is dead above a fresh temporary directory.
+        let d = std::env::temp_dir().join(format!("tarn-dead-mounts-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        assert!(clear_dead_mounts(&d).unwrap().is_empty());
+        std::fs::remove_dir(&d).unwrap();
+    }
 
     #[test]
     fn a_panicking_callback_is_contained_and_reported() {
