@@ -107,10 +107,6 @@ fn no_dataset(name: &str) -> Response {
     Response::err(format!("cannot open '{name}': dataset does not exist"))
 }
 
-fn history_note(entry: &PoolEntry, ctx: &Ctx) {
-    ctx.commit(&entry.pool);
-}
-
 fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let p = match getopt(args, "puo:") {
         Ok(p) => p,
@@ -165,7 +161,7 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     if let Err(e) = entry.pool.create_dataset(&name, &props) {
         return fail(e.to_string());
     }
-    history_note(entry, ctx);
+    ctx.commit(&entry.pool);
     if p.has('u') {
         return Response::ok("");
     }
@@ -256,7 +252,7 @@ fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     if let Err(e) = crate::zfs_snap::destroy_victims(entry, &victims, p.has('f')) {
         return Response::err(e);
     }
-    history_note(entry, ctx);
+    ctx.commit(&entry.pool);
     let out: String = if p.has('v') {
         crate::zfs_snap::destroy_report(&victims, "will", None)
     } else {
@@ -880,7 +876,7 @@ fn set(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
                     break;
                 }
             }
-            history_note(entry, ctx);
+            ctx.commit(&entry.pool);
             continue;
         }
         let before = snapshot_before(entry, name);
@@ -900,7 +896,7 @@ fn set(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
             }
         }
         if ok {
-            history_note(entry, ctx);
+            ctx.commit(&entry.pool);
         }
         for e in reconcile(entry, name, &before) {
             resp.stderr.push_str(&format!("{e}\n"));
@@ -946,7 +942,7 @@ fn inherit(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
                     .push_str(&format!("{}\n", state::cannot(&format!("cannot inherit {prop} for '{name}'"), e)));
                 resp.code = 1;
             }
-            history_note(entry, ctx);
+            ctx.commit(&entry.pool);
             continue;
         }
         let before = snapshot_before(entry, &name);
@@ -963,7 +959,7 @@ fn inherit(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
                 resp.code = 1;
             }
         }
-        history_note(entry, ctx);
+        ctx.commit(&entry.pool);
         for e in reconcile(entry, &name, &before) {
             resp.stderr.push_str(&format!("{e}\n"));
             resp.code = 1;

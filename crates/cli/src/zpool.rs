@@ -82,10 +82,6 @@ pub fn run(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     }
 }
 
-fn history_note(entry: &PoolEntry, ctx: &Ctx) {
-    ctx.commit(&entry.pool);
-}
-
 /// Finish a command whose main step succeeded but where mounting reported errors.
 fn with_mount_errors(mut resp: Response, errors: Vec<String>) -> Response {
     if !errors.is_empty() {
@@ -331,7 +327,7 @@ fn create(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     let mut entry = PoolEntry::new(pool, altroot);
     entry.cachefile = cachefile;
     st.remember_dirs(planned.iter().map(|l| l.path.clone()));
-    history_note(&entry, ctx);
+    ctx.commit(&entry.pool);
     let errors = zfs_mount::mount_all(&mut entry);
     st.pools.insert(name.clone(), entry);
     crate::cachefile::record(st, &name, None);
@@ -471,7 +467,7 @@ fn add(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         return Response::err(add_error(&name, e));
     }
     st.remember_dirs(leaves);
-    history_note(entry, ctx);
+    ctx.commit(&entry.pool);
     crate::cachefile::record(st, &name, None);
     Response::ok("")
 }
@@ -505,7 +501,7 @@ fn each_device(
     let mut resp = Response::ok("");
     for word in &p.operands[1..] {
         match op(entry, &p, &device_word(ctx, word), &mut resp) {
-            Ok(()) => history_note(entry, ctx),
+            Ok(()) => ctx.commit(&entry.pool),
             Err(e) => {
                 resp.stderr.push_str(&format!("{e}\n"));
                 resp.code = 1;
@@ -570,7 +566,7 @@ fn attach(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         return Response::err(repair_error(&format!("cannot attach {} to {dev}", new.display()), e));
     }
     st.remember_dirs([new]);
-    history_note(&st.pools[name], ctx);
+    ctx.commit(&st.pools[name].pool);
     crate::cachefile::record(st, name, None);
     wait_resilver(st, name, p.has('w'));
     Response::ok("")
@@ -605,7 +601,7 @@ fn detach(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     if let Err(e) = entry.pool.detach(&dev) {
         return Response::err(e.to_string());
     }
-    history_note(entry, ctx);
+    ctx.commit(&entry.pool);
     Response::ok("")
 }
 
@@ -630,7 +626,7 @@ fn replace(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         return Response::err(repair_error(&format!("cannot replace {dev} with {new_word}"), e));
     }
     st.remember_dirs(new);
-    history_note(&st.pools[name], ctx);
+    ctx.commit(&st.pools[name].pool);
     crate::cachefile::record(st, name, None);
     wait_resilver(st, name, p.has('w'));
     Response::ok("")
@@ -708,7 +704,7 @@ fn clear(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
             return Response::err(e.to_string());
         }
     }
-    history_note(entry, ctx);
+    ctx.commit(&entry.pool);
     Response::ok("")
 }
 
@@ -766,7 +762,7 @@ fn destroy(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     if !errors.is_empty() && !p.has('f') {
         return Response::err(format!("{}\ncannot destroy '{name}': could not unmount datasets", errors.join("\n")));
     }
-    history_note(entry, ctx);
+    ctx.commit(&entry.pool);
     if let Err(e) = entry.pool.destroy() {
         return Response::err(state::cannot(&format!("cannot destroy '{name}'"), e));
     }
@@ -1258,7 +1254,7 @@ fn import_one(st: &mut State, ctx: &Ctx, which: &str, new_name: Option<&str>, di
     entry.cachefile = how.cachefile.clone();
     st.remember_dirs(state::leaves(&entry.pool.status()));
     if !entry.readonly {
-        history_note(&entry, ctx);
+        ctx.commit(&entry.pool);
     }
     let mut errors = Vec::new();
     for (k, v) in &how.props {
@@ -1378,14 +1374,14 @@ fn set(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
         }
         let old = crate::cachefile::path_of(entry);
         entry.cachefile = value;
-        history_note(entry, ctx);
+        ctx.commit(&entry.pool);
         crate::cachefile::record(st, name, old);
         return Response::ok("");
     }
     if let Err(e) = entry.pool.set_prop(&k, &v) {
         return Response::err(state::cannot(&what, e));
     }
-    history_note(entry, ctx);
+    ctx.commit(&entry.pool);
     Response::ok("")
 }
 
@@ -1463,7 +1459,7 @@ fn ddtprune(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
     match entry.pool.ddt_prune(rule) {
         Ok(pruned) => {
             tracing::info!("zpool ddtprune {name}: {pruned} unique entries pruned");
-            history_note(entry, ctx);
+            ctx.commit(&entry.pool);
             Response::ok("")
         }
         Err(e) => Response::err(format!("cannot prune dedup table on '{name}': {e}")),

@@ -902,15 +902,6 @@ mod tests {
     }
 
     #[test]
-    fn a_mountpoint_without_dead_tarn_mounts_is_left_alone() {
-        // Nothing of type fuse.tarn is dead above a fresh temporary directory.
-        let d = std::env::temp_dir().join(format!("tarn-dead-mounts-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        assert!(clear_dead_mounts(&d).unwrap().is_empty());
-        std::fs::remove_dir(&d).unwrap();
-    }
-
-    #[test]
     fn a_panicking_callback_is_contained_and_reported() {
         let store = Arc::new(tarn_dmu::mem::MemStore::new());
         let fs = tarn_zpl::Fs::open(store, tarn_zpl::ZplOptions::default()).unwrap();
