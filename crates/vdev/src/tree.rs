@@ -497,6 +497,45 @@ impl Vdev {
         r
     }
 
+    /// [`Vdev::write`] then [`Vdev::flush`], with each mirror side writing and flushing
+    /// on its own, in parallel: one fan-out instead of two, and a side's flush starts as
+    /// soon as its own write is done. For the intent log, whose one block per commit
+    /// must be durable before `fsync` returns (OpenZFS issues the lwb write and then the
+    /// flush of the same vdevs, `zil_lwb_write_done` → `zil_lwb_flush_vdevs`).
+    ///
+    /// Mirror: Ok when at least one side both wrote and flushed. Leaf and raidz: the
+    /// write, then the flush of every leaf below. Errors as [`Vdev::write`] and
+    /// [`Vdev::flush`]; a failed flush counts as a WRITE error on its leaf.
+    pub fn write_flush(&self, offset_bytes: u64, data: &[u8]) -> Result<(), VdevError> {
+        let VdevKind::Mirror(children) = &self.kind else {
+            self.write(offset_bytes, data)?;
+            return self.flush();
+        };
+        if !self.state().is_usable() {
+            return Err(VdevError::Unavailable { vdev: self.id });
+        }
+        self.check_range(offset_bytes, data.len() as u64)?;
+        let usable: Vec<&Arc<Vdev>> = children.iter().filter(|c| c.state().is_usable()).collect();
+        let mut first_err = None;
+        let mut ok = 0;
+        for r in each_parallel(&usable, |c| c.write_flush(offset_bytes, data)) {
+            match r {
+                Ok(()) => ok += 1,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if ok > 0 {
+            bump(&self.stats.write_ops, 1);
+            bump(&self.stats.write_bytes, data.len() as u64);
+            Ok(())
+        } else {
+            bump(&self.stats.write_errors, 1);
+            Err(first_err.unwrap_or(VdevError::Unavailable { vdev: self.id }))
+        }
+    }
+
     /// Read `psize_bytes` at `offset_bytes`, returning the first candidate for which
     /// `verify` is true; heal failed copies when a good one is found.
     ///

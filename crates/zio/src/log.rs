@@ -76,6 +76,20 @@ impl Zio {
         Ok(())
     }
 
+    /// [`Zio::write_raw`] and the flush of the block's top-level vdev in one step, each
+    /// mirror side writing and then flushing on its own ([`tarn_vdev::Vdev::write_flush`]):
+    /// durable when it returns Ok. For a commit whose only block is this one. Errors:
+    /// `Io` when no copy both landed and flushed.
+    pub fn write_raw_flushed(&self, dva: &Dva, data: &[u8]) -> Result<()> {
+        let top = self.vdevs.read().get(dva.vdev as usize).cloned();
+        let Some(top) = top else {
+            return Err(ZioError::Io(format!("no top-level vdev {}", dva.vdev)));
+        };
+        top.write_flush(dva.offset_bytes, data).map_err(|e| ZioError::Io(e.to_string()))?;
+        self.blocks_written.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Read `size_bytes` at `dva`, accepting the first copy (mirror side, raidz
     /// reconstruction) for which `verify` returns true; bad copies are rewritten by
     /// the vdev. Errors: `Io`/`Checksum` as the vdev reports them.
