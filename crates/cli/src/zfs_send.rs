@@ -478,7 +478,7 @@ struct RecvPlan {
     verbose: bool,
     set_props: BTreeMap<String, String>,
     exclude: Vec<String>,
-    /// `-o origin=`: receive the (single, incremental) stream as a clone of this.
+    /// `-o origin=`: receive the (single) stream as a clone of this (a full stream empties the clone first).
     origin: Option<String>,
 }
 

@@ -214,6 +214,23 @@ fn send_recv_through_mounts() {
     same_files(&fs, &m.join("copy"));
     assert_eq!(value(&env, "mounted", "tank/copy"), "yes");
 
+    // The same full stream received as a clone of an unrelated snapshot (OpenZFS:
+    // which snapshot does not matter): the stream's files, none of the origin's,
+    // and the origin pinned by its new clone.
+    env.zfs(&["create", "tank/other"]).ok();
+    std::fs::write(m.join("other/small"), b"the origin's own small file").unwrap();
+    std::fs::write(m.join("other/only-in-origin"), b"x").unwrap();
+    env.zfs(&["snapshot", "tank/other@o"]).ok();
+    recv_from(&env, &["zfs", "recv", "-o", "origin=tank/other@o", "tank/asclone"], &s1).ok();
+    same_files(&fs, &m.join("asclone"));
+    assert!(!m.join("asclone/only-in-origin").exists(), "a file of the origin survived the full stream");
+    assert_eq!(value(&env, "origin", "tank/asclone"), "tank/other@o");
+    assert_eq!(snaps(&env, "tank/asclone"), "tank/asclone@one\n");
+    assert_eq!(value(&env, "guid", "tank/asclone@one"), value(&env, "guid", "tank/fs@one"));
+    env.zfs(&["destroy", "tank/other@o"]).fails_with("snapshot has dependent clones");
+    assert_eq!(std::fs::read(m.join("other/small")).unwrap(), b"the origin's own small file");
+    env.zfs(&["destroy", "-R", "tank/other"]).ok();
+
     // An incremental stream carries the change, not the dataset.
     {
         use std::io::{Seek, SeekFrom, Write};
@@ -449,8 +466,8 @@ fn promote_through_cli() {
 
 /// `zfs recv -o origin=snap`: an incremental stream lands in a new clone of its base
 /// (`origin` shows it, the received snapshot keeps the sender's GUID and size); a
-/// wrong base, a full stream, a missing origin or an existing target are refused and
-/// create nothing.
+/// wrong base, a missing origin or an existing target (for a full stream too) are
+/// refused and create nothing.
 #[test]
 fn receive_incremental_as_clone() {
     let env = Env::new();
@@ -468,7 +485,7 @@ fn receive_incremental_as_clone() {
     let listing = || env.zfs(&["list", "-H", "-t", "all", "-o", "name"]).ok().stdout;
     let before = listing();
     recv_from(&env, &["zfs", "recv", "-u", "-o", "origin=tank/base@other", "tank/cl"], &inc).fails_with("does not\nmatch incremental source");
-    recv_from(&env, &["zfs", "recv", "-u", "-o", "origin=tank/base@a", "tank/cl"], &full).fails_with("not supported by Tarn");
+    recv_from(&env, &["zfs", "recv", "-u", "-o", "origin=tank/base@a", "tank/fs"], &full).fails_with("exists");
     recv_from(&env, &["zfs", "recv", "-u", "-o", "origin=tank/base@nope", "tank/cl"], &inc).fails_with("dataset does not exist");
     recv_from(&env, &["zfs", "recv", "-u", "-o", "origin=tank/base@a", "tank/fs"], &inc).fails_with("exists");
     assert_eq!(listing(), before);

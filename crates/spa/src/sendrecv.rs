@@ -69,8 +69,9 @@ pub struct RecvSpec {
     /// replacing those an earlier stream left. `None`: the stream carried none and
     /// received values stay as they are.
     pub received: Option<BTreeMap<String, String>>,
-    /// `-o origin=pool/fs@snap`: receive an incremental stream into a new file system
-    /// made as a clone of this snapshot, whose GUID must be the stream's from-GUID.
+    /// `-o origin=pool/fs@snap`: receive into a new file system made as a clone of
+    /// this snapshot. For an incremental stream its GUID must be the stream's
+    /// from-GUID; a full stream may name any snapshot (the clone is emptied first).
     pub origin: Option<String>,
 }
 
@@ -426,25 +427,23 @@ impl Pool {
     /// full receive's file system); a failure destroys the clone.
     ///
     /// Errors, before anything changes: `NotFound` for a missing origin; `Invalid`
-    /// when the stream is a full one (Tarn receives only incremental streams as
-    /// clones), the target exists, or the origin is not the stream's base.
+    /// when the target exists, or the origin is not the base of an incremental
+    /// stream. A full stream goes to [`Pool::receive_full_as_clone`].
     fn receive_as_clone<R: Read>(&self, reader: &mut StreamReader<R>, spec: &RecvSpec, origin: &str, exists: bool) -> Result<RecvOutcome> {
         let h = reader.header().clone();
         if !origin.contains('@') {
             return Err(SpaError::Invalid(format!("cannot receive: '{origin}' is not a snapshot")));
         }
         let oguid = self.ds_phys(self.snap_obj(origin)?)?.guid;
-        if !h.is_incremental() {
-            return Err(cannot_recv(
-                false,
-                "receiving a full stream as a clone (-o origin=) is not supported by Tarn; send it incrementally from the origin",
-            ));
-        }
+        let incremental = h.is_incremental();
         if exists {
             return Err(cannot_recv(
-                true,
+                incremental,
                 &format!("destination '{}' exists\n-o origin= needs a new file system", spec.fs),
             ));
+        }
+        if !incremental {
+            return self.receive_full_as_clone(reader, spec, origin);
         }
         if oguid != h.from_guid {
             return Err(cannot_recv(
@@ -467,6 +466,40 @@ impl Pool {
             resume: None,
         };
         self.apply(reader, spec, &opts, true)
+    }
+
+    /// `zfs recv -o origin=snap` of a full stream (OpenZFS: "the file system described
+    /// by the stream" is created "as a clone of the specified snapshot", whichever
+    /// snapshot that is): a new clone of `origin`, flagged inconsistent in the txg
+    /// that creates it, is emptied of every object it inherited (their blocks stay
+    /// with the origin), and the stream is then received into it as into a new file
+    /// system. The result has the stream's contents and `origin` as its origin, so
+    /// the origin cannot be destroyed while it exists. A failure destroys the clone.
+    fn receive_full_as_clone<R: Read>(&self, reader: &mut StreamReader<R>, spec: &RecvSpec, origin: &str) -> Result<RecvOutcome> {
+        self.sync()?;
+        {
+            let _s = self.sync_lock.lock();
+            self.clone_snapshot(origin, &spec.fs, &spec.props, false)?;
+            if let Some(r) = &spec.received {
+                self.set_received_props(&spec.fs, r, true)?;
+            }
+            self.set_inconsistent_locked(&spec.fs, true, None)?;
+        }
+        let emptied = self.objset_concrete(&spec.fs).and_then(|os| {
+            let tx = os.hold_tx().map_err(dmu_err)?;
+            for obj in 1..os.object_id_end() {
+                match os.free_object(&tx, obj) {
+                    Ok(()) | Err(tarn_dmu::DmuError::NoSuchObject(_)) => {}
+                    Err(e) => return Err(dmu_err(e)),
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = emptied.and_then(|()| self.sync()) {
+            let _ = self.discard_receive(&spec.fs);
+            return Err(e);
+        }
+        self.apply(reader, spec, &RecvOpts::default(), true)
     }
 
     /// GUID of the newest snapshot of `fs`, or for a clone without snapshots of its
