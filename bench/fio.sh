@@ -5,6 +5,11 @@
 # Usage: bash bench/fio.sh [--targets raw,tarn,zfs-fuse,btrfs] [--size 1G]
 #                          [--runtime 20] [--files 5000] [--workdir DIR]
 #                          [--workloads seqwrite,seqread,randread,randwrite,...]
+#                          [--prefill]
+# (--prefill writes every vdev file of tarn, zfs-fuse and btrfs full of zeros before
+# the pool is made, as fio lays out raw's file: without it the files are sparse and
+# every first write to a region also allocates it in the host file system, which an
+# fsync then has to commit; a disk has no such cost.)
 # (the eleven-metrics keys csrl,srl,csr,sr,swl,sw,syncw,crr,rr,fc run only when named:
 # bench/eleven.sh)
 # (--workloads: keys of the WORKLOADS table below, default all; the file the
@@ -12,7 +17,7 @@
 #
 # Targets (each is three functions below: setup_<t>, cold_<t>, teardown_<t>):
 #   raw       a plain directory on the file system that holds the vdev files
-#   tarn      a Tarn mount: `zpool create -o size=4G benchpool mirror a.img b.img`
+#   tarn      a Tarn mount: `zpool create benchpool mirror a.img b.img` (4 GiB files)
 #             with a private daemon (TARN_SOCKET / TARN_STATE_DIR under the workdir)
 #   tarn-slog the same plus `log slog.img` (a 1 GiB plain file on the same disk)
 #   zfs-fuse  Debian's zfs-fuse daemon in a private mount namespace, a mirror of two
@@ -38,8 +43,20 @@ NFILES=${BENCH_FILES:-5000}
 WORK=${BENCH_DIR:-/var/tmp/tarn-bench}
 ONLY=all
 VDEV_SIZE=4G
+PREFILL=0
 
-usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,33p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+# vdev_files SIZE FILE...: sparse files of SIZE, or written full with --prefill.
+vdev_files() {
+    local size=$1 f; shift
+    for f in "$@"; do
+        if [ "$PREFILL" = 1 ]; then
+            dd if=/dev/zero of="$f" bs=1M count=$(( $(numfmt --from=iec "$size") >> 20 )) conv=fsync status=none
+        else
+            truncate -s "$size" "$f"
+        fi
+    done
+}
 while [ $# -gt 0 ]; do
     case $1 in
         --targets) TARGETS=$2; shift 2 ;;
@@ -53,6 +70,7 @@ while [ $# -gt 0 ]; do
         --workdir) WORK=$2; shift 2 ;;
         --workloads) ONLY=$2; shift 2 ;;
         --workloads=*) ONLY=${1#*=}; shift ;;
+        --prefill) PREFILL=1; shift ;;
         --workdir=*) WORK=${1#*=}; shift ;;
         -h|--help) usage 0 ;;
         *) echo "fio.sh: unknown option $1" >&2; usage 2 ;;
@@ -97,8 +115,9 @@ setup_tarn() {  # setup_tarn [EXTRA VDEV SPEC...]
     rm -rf "$d"; mkdir -p "$d/state"  # the daemon makes $d/run itself, mode 0700
     export TARN_STATE_DIR=$d/state TARN_CACHEFILE=$d/state/tarn.cache TARN_SOCKET=$d/run/tarn.sock
     local a
-    for a in "$@"; do case $a in *.img) truncate -s 1G "$d/$a" ;; esac; done  # extra vdevs: 1 GiB files
-    (cd "$d" && tarn zpool create -o size=$VDEV_SIZE -m "$d/mnt" $TARN_POOL mirror a.img b.img "$@")
+    for a in "$@"; do case $a in *.img) vdev_files 1G "$d/$a" ;; esac; done  # extra vdevs: 1 GiB files
+    vdev_files $VDEV_SIZE "$d/a.img" "$d/b.img"
+    (cd "$d" && tarn zpool create -m "$d/mnt" $TARN_POOL mirror a.img b.img "$@")
     mountpoint -q "$d/mnt" || die "tarn: $d/mnt is not mounted"
     DIR=$d/mnt
 }
@@ -175,7 +194,7 @@ setup_zfs_fuse() {
     fi
     local d=$WORK/zfs-fuse
     rm -rf "$d"; mkdir -p "$d/mnt"
-    truncate -s $VDEV_SIZE "$d/z0.img" "$d/z1.img"
+    vdev_files $VDEV_SIZE "$d/z0.img" "$d/z1.img"
     # A private mount namespace keeps zfs-fuse's mounts away from the host; everything
     # that touches them (zpool, fio, smallfiles) runs inside it through nsenter.
     unshare --mount --propagation private sleep infinity &
@@ -212,7 +231,7 @@ BT_LOOPS=()
 setup_btrfs() {
     local d=$WORK/btrfs
     rm -rf "$d"; mkdir -p "$d/mnt"
-    truncate -s $VDEV_SIZE "$d/b0.img" "$d/b1.img"
+    vdev_files $VDEV_SIZE "$d/b0.img" "$d/b1.img"
     BT_LOOPS=("$(losetup -f --show "$d/b0.img")")
     BT_LOOPS+=("$(losetup -f --show "$d/b1.img")")
     mkfs.btrfs -q -f -d raid1 -m raid1 "${BT_LOOPS[@]}" >/dev/null
