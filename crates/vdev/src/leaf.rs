@@ -120,7 +120,7 @@ fn with_bounce<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
 /// blocks (ditto copies on every mirror side, label rings) and one `fdatasync` per
 /// leaf flushes them together, whereas each small `O_DIRECT` write would be its own
 /// synchronous device round trip.
-const DIRECT_MIN_BYTES: usize = 64 << 10;
+pub(crate) const DIRECT_MIN_BYTES: usize = 64 << 10;
 
 fn direct_ok(offset: u64, len: usize) -> bool {
     offset.is_multiple_of(512) && len.is_multiple_of(512) && len >= DIRECT_MIN_BYTES

@@ -445,7 +445,19 @@ impl Vdev {
                 let mut first_err = None;
                 let mut ok = 0;
                 let usable: Vec<&Arc<Vdev>> = children.iter().filter(|c| c.state().is_usable()).collect();
-                for r in each_parallel(&usable, |c| c.write(offset_bytes, data)) {
+                // A small write goes to the leaves' page cache and returns without
+                // waiting for the device: one side after the other on this thread
+                // costs less than waking a helper (a txg's metadata blocks and label
+                // writes are mostly 4-16 KiB). Large (direct) writes wait for the
+                // device, and so does every write while faults or delays are injected
+                // (a modelled slow disk must see the sides in parallel).
+                let inline = data.len() < crate::leaf::DIRECT_MIN_BYTES && !crate::inject::active();
+                let results = if inline {
+                    usable.iter().map(|c| c.write(offset_bytes, data)).collect()
+                } else {
+                    each_parallel(&usable, |c| c.write(offset_bytes, data))
+                };
+                for r in results {
                     match r {
                         Ok(()) => ok += 1,
                         Err(e) => {
