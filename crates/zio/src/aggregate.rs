@@ -353,7 +353,13 @@ impl Zio {
                     || std::mem::take(payload).into_owned(),
                     keep_compressed,
                 );
-                self.arc.insert_written_stored(self.arc_key(&p.bp), stored, crate::bp_is_metadata(&p.bp));
+                let meta = crate::bp_is_metadata(&p.bp);
+                // Metadata the next txg reads again (the indirect and dnode blocks
+                // this sync just rewrote) keeps its logical bytes beside the
+                // compressed copy, so that read does not decompress what the writer
+                // still holds. Not while a mutator may have changed the bytes.
+                let logical = (meta && !crate::craft::installed()).then_some(data);
+                self.arc.insert_written_stored(self.arc_key(&p.bp), stored, meta, logical);
             }
         }
         prepared

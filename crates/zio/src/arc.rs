@@ -712,14 +712,30 @@ impl ArcCache {
 
     /// Cache a block just written (its new identity). Enters the MRU; no counters.
     pub fn insert_written(&self, key: ArcKey, buf: Arc<Vec<u8>>, meta: bool) {
-        self.insert_written_stored(key, Stored::logical(buf), meta)
+        self.insert_written_stored(key, Stored::logical(buf), meta, None)
     }
 
     /// [`ArcCache::insert_written`] of a buffer kept as `stored`.
-    pub fn insert_written_stored(&self, key: ArcKey, buf: Stored, meta: bool) {
+    ///
+    /// `logical`: the block's logical bytes when the writer still has them; a block
+    /// kept compressed then also enters the cache of decompressed blocks, as if it had
+    /// just been read (OpenZFS's dbuf cache keeps the uncompressed copy of a block it
+    /// wrote), so its next read costs no decompression.
+    pub fn insert_written_stored(&self, key: ArcKey, buf: Stored, meta: bool, logical: Option<&Arc<Vec<u8>>>) {
+        let compressed = buf.comp != Compression::Off;
         let mut st = self.st.lock();
         st.unlink(&key);
         Self::insert_locked(&mut st, key, buf, meta, false, List::Mru);
+        // Lock order: the state, then the decompressed cache. A decompressed copy of
+        // an older block under the same key never outlives this write.
+        let mut dc = self.dcache.lock();
+        match (compressed, logical) {
+            (true, Some(l)) => dc.put(key, l.clone(), st.c_bytes / DCACHE_SHIFT_DIVISOR),
+            _ => dc.remove(&key),
+        }
+        st.overhead_bytes = dc.bytes;
+        drop(dc);
+        st.evict_to_fit(0);
     }
 
     fn insert_locked(st: &mut State, key: ArcKey, buf: Stored, meta: bool, prefetch: bool, to: List) {
@@ -1271,6 +1287,37 @@ mod tests {
         a.check().unwrap();
         a.remove(&key(511));
         assert_eq!(stat("overhead_size"), 0, "a freed block's decompressed copy stays");
+    }
+
+    #[test]
+    fn a_written_compressed_block_keeps_the_writers_logical_copy() {
+        let a = cache(64, Policy::Arc);
+        let compressed = |fill: &[u8]| {
+            let mut bytes = fill.repeat(B as usize / fill.len() + 1);
+            bytes.truncate(B as usize);
+            let logical = Arc::new(bytes);
+            let stored = Stored {
+                bytes: Arc::new(Compression::Lz4.compress(&logical).expect("compresses")),
+                comp: Compression::Lz4,
+                lsize: B as u32,
+            };
+            (logical, stored)
+        };
+        // With the writer's bytes: the next read gets that very buffer back, nothing
+        // decompressed.
+        let (la, sa) = compressed(b"indirect block A ");
+        a.insert_written_stored(key(1), sa, true, Some(&la));
+        let r = a.lookup(&key(1), Access::Demand, true).unwrap();
+        assert!(Arc::ptr_eq(&r, &la), "the written logical copy is served");
+        assert_eq!(a.counters().demand_metadata_hits, 1);
+        a.check().unwrap();
+        // Another block written under the same key without its logical bytes: the old
+        // decompressed copy must not be served for it.
+        let (lb, sb) = compressed(b"indirect block B ");
+        a.insert_written_stored(key(1), sb, true, None);
+        let r = a.lookup(&key(1), Access::Demand, true).expect("resident");
+        assert!(*r == *lb, "the old block's decompressed copy was served");
+        a.check().unwrap();
     }
 
     #[test]

@@ -40,6 +40,11 @@ pub fn set_write_mutator(m: Option<WriteMutator>) {
     *g = m;
 }
 
+/// Whether a mutator is installed (the bytes written may differ from the caller's).
+pub(crate) fn installed() -> bool {
+    INSTALLED.load(Ordering::Relaxed)
+}
+
 /// The bytes to write for `data`: `data` itself unless a mutator is installed and
 /// changes them.
 pub(crate) fn mutate<'a>(data: &'a [u8], otype: ObjectType, level: u8) -> Cow<'a, [u8]> {
