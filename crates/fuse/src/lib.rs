@@ -136,30 +136,60 @@ impl Mount {
         }
         let c = std::ffi::CString::new(self.mountpoint.as_os_str().as_bytes())?;
         let flags = if force { libc::MNT_FORCE | libc::MNT_DETACH } else { 0 };
-        // A just-unmounted child may leave the parent busy for a moment (its
-        // `fusermount` helper exits after the child's session ends): retry EBUSY for
-        // up to UNMOUNT_BUSY_RETRY_MS before calling the mount busy.
-        let mut waited_ms = 0;
-        // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
-        while unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EBUSY) && waited_ms < UNMOUNT_BUSY_RETRY_MS {
-                std::thread::sleep(Duration::from_millis(20));
-                waited_ms += 20;
-                continue;
+        // Where the connection can be aborted once the mount is detached (below).
+        let abort = if force { None } else { connection_abort_file(&self.mountpoint) };
+        let outcome = match abort {
+            Some((dev, file)) => self.umount_detached(c, dev, &file),
+            None => umount_retrying(&c, flags),
+        };
+        match outcome {
+            Ok(()) => {}
+            // Not root: let fuser unmount through fusermount.
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) && !force => {
+                return self.session.take().map_or(Ok(()), |s| s.umount_and_join());
             }
-            match e.raw_os_error() {
-                // Not root: let fuser unmount through fusermount.
-                Some(libc::EPERM) if !force => return self.session.take().map_or(Ok(()), |s| s.umount_and_join()),
-                // Already unmounted behind our back: only the threads are left.
-                Some(libc::EINVAL) => break,
-                _ => return Err(e),
-            }
+            // Already unmounted behind our back: only the threads are left.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(e) => return Err(e),
         }
-        // The connection ends with the mount: the session's threads see ENODEV and stop.
+        // The connection ends with the mount (or was aborted): the session's threads
+        // see ENODEV and stop.
         match self.session.take() {
             Some(s) => s.join(),
             None => Ok(()),
+        }
+    }
+
+    /// A plain unmount whose slow part does not hold up the caller. umount2(2) takes
+    /// the mount out of the tree at once, then (still inside the call) evicts every
+    /// inode the kernel cached for it: several microseconds each, seconds for a
+    /// million files just created. Nothing of that needs the daemon any more. So the
+    /// call runs on a helper thread; as soon as the mount point no longer shows the
+    /// FUSE file system (`st_dev` changed), the connection is aborted through fusectl
+    /// (which ends the session's threads at once; the kernel sends no request after
+    /// the detach but forgets, which an aborted connection drops) and the caller goes
+    /// on while the helper finishes the eviction. A busy mount is not detached: the
+    /// helper's EBUSY comes back as before.
+    fn umount_detached(&self, c: std::ffi::CString, dev: u64, abort_file: &Path) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new().name("fuse_umount".into()).spawn(move || {
+            let _ = tx.send(umount_retrying(&c, 0));
+        })?;
+        loop {
+            match rx.recv_timeout(Duration::from_micros(500)) {
+                Ok(r) => return r,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Err(io::Error::other("unmount thread vanished")),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if std::fs::metadata(&self.mountpoint).is_ok_and(|m| m.dev() != dev) {
+                        if let Err(e) = std::fs::write(abort_file, b"1") {
+                            // The connection ends anyway when the eviction is done.
+                            tracing::debug!("cannot abort {}: {e}", abort_file.display());
+                        }
+                        return Ok(());
+                    }
+                }
+            }
         }
     }
 
@@ -167,6 +197,74 @@ impl Mount {
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
     }
+}
+
+/// umount2(2) of `c` with `flags`, retrying EBUSY for up to [`UNMOUNT_BUSY_RETRY_MS`]:
+/// a just-unmounted child may leave the parent busy for a moment (its `fusermount`
+/// helper exits after the child's session ends).
+fn umount_retrying(c: &std::ffi::CStr, flags: libc::c_int) -> io::Result<()> {
+    let mut waited_ms = 0;
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+    while unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EBUSY) && waited_ms < UNMOUNT_BUSY_RETRY_MS {
+            std::thread::sleep(Duration::from_millis(20));
+            waited_ms += 20;
+            continue;
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// `f_type` of a file system, from statfs(2); None when `path` cannot be examined.
+fn fs_magic(path: &Path) -> Option<i64> {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statfs is a valid value for the kernel to fill in.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated and `st` a valid out pointer.
+    (unsafe { libc::statfs(c.as_ptr(), &mut st) } == 0).then_some(st.f_type as i64)
+}
+
+/// Where the kernel's FUSE control file system (fusectl) lives.
+const FUSECTL_DIR: &str = "/sys/fs/fuse/connections";
+
+/// Mount fusectl at [`FUSECTL_DIR`] if it is not mounted and this process is root, once
+/// per process, as systemd (`sys-fs-fuse-connections.mount`) and Debian's `fuse` init
+/// script do at boot. Best effort: without it unmounts take the slow path.
+fn ensure_fusectl() {
+    static TRIED: std::sync::Once = std::sync::Once::new();
+    const FUSECTL_SUPER_MAGIC: i64 = 0x6573_5543;
+    TRIED.call_once(|| {
+        let dir = Path::new(FUSECTL_DIR);
+        // SAFETY: geteuid has no preconditions.
+        if fs_magic(dir) == Some(FUSECTL_SUPER_MAGIC) || unsafe { libc::geteuid() } != 0 || !dir.is_dir() {
+            return;
+        }
+        let (src, target, fstype) = (c"fusectl", c"/sys/fs/fuse/connections", c"fusectl");
+        // SAFETY: every pointer is a valid NUL-terminated string; no data argument.
+        if unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) } != 0 {
+            tracing::debug!("cannot mount fusectl on {FUSECTL_DIR}: {}", io::Error::last_os_error());
+        }
+    });
+}
+
+/// The FUSE file system mounted at `mountpoint`: its device number and its
+/// connection's `abort` file under fusectl (`/sys/fs/fuse/connections/N/abort`, N the
+/// kernel's device number, `major << 20 | minor`), fusectl mounted first if need be
+/// ([`ensure_fusectl`]). None when the mount point is not a FUSE mount or fusectl is
+/// not there.
+fn connection_abort_file(mountpoint: &Path) -> Option<(u64, PathBuf)> {
+    use std::os::unix::fs::MetadataExt;
+    const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+    if fs_magic(mountpoint)? != FUSE_SUPER_MAGIC {
+        return None;
+    }
+    ensure_fusectl();
+    let dev = std::fs::metadata(mountpoint).ok()?.dev();
+    let n = (u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev));
+    let file = PathBuf::from(format!("{FUSECTL_DIR}/{n}/abort"));
+    file.exists().then_some((dev, file))
 }
 
 impl Drop for Mount {
