@@ -451,15 +451,7 @@ impl Pool {
                 &format!("most recent snapshot of {} does not\nmatch incremental source", spec.fs),
             ));
         }
-        self.sync()?;
-        {
-            let _s = self.sync_lock.lock();
-            self.clone_snapshot(origin, &spec.fs, &spec.props, false)?;
-            if let Some(r) = &spec.received {
-                self.set_received_props(&spec.fs, r, true)?;
-            }
-            self.set_inconsistent_locked(&spec.fs, true, None)?;
-        }
+        self.create_receiving_clone(origin, spec)?;
         self.sync()?;
         let opts = RecvOpts {
             expected_from_guid: Some(h.from_guid),
@@ -468,23 +460,27 @@ impl Pool {
         self.apply(reader, spec, &opts, true)
     }
 
-    /// `zfs recv -o origin=snap` of a full stream (OpenZFS: "the file system described
-    /// by the stream" is created "as a clone of the specified snapshot", whichever
-    /// snapshot that is): a new clone of `origin`, flagged inconsistent in the txg
-    /// that creates it, is emptied of every object it inherited (their blocks stay
-    /// with the origin), and the stream is then received into it as into a new file
-    /// system. The result has the stream's contents and `origin` as its origin, so
-    /// the origin cannot be destroyed while it exists. A failure destroys the clone.
-    fn receive_full_as_clone<R: Read>(&self, reader: &mut StreamReader<R>, spec: &RecvSpec, origin: &str) -> Result<RecvOutcome> {
+    /// The target of a receive with `-o origin=`: after a sync, a clone of `origin`
+    /// named `spec.fs`, with the receive's properties, flagged inconsistent in the
+    /// same txg that creates it (txgs close only under `sync_lock`).
+    fn create_receiving_clone(&self, origin: &str, spec: &RecvSpec) -> Result<()> {
         self.sync()?;
-        {
-            let _s = self.sync_lock.lock();
-            self.clone_snapshot(origin, &spec.fs, &spec.props, false)?;
-            if let Some(r) = &spec.received {
-                self.set_received_props(&spec.fs, r, true)?;
-            }
-            self.set_inconsistent_locked(&spec.fs, true, None)?;
+        let _s = self.sync_lock.lock();
+        self.clone_snapshot(origin, &spec.fs, &spec.props, false)?;
+        if let Some(r) = &spec.received {
+            self.set_received_props(&spec.fs, r, true)?;
         }
+        self.set_inconsistent_locked(&spec.fs, true, None)
+    }
+
+    /// `zfs recv -o origin=snap` of a full stream. OpenZFS makes the stream's file
+    /// system a clone of the named snapshot, and any existing snapshot will do: here a
+    /// new clone of `origin` is emptied of every object it inherited (their blocks
+    /// stay with the origin), and the stream is then received into it as into a new
+    /// file system. The result has the stream's contents and `origin` as its origin,
+    /// so the origin cannot be destroyed while it exists. A failure destroys the clone.
+    fn receive_full_as_clone<R: Read>(&self, reader: &mut StreamReader<R>, spec: &RecvSpec, origin: &str) -> Result<RecvOutcome> {
+        self.create_receiving_clone(origin, spec)?;
         let emptied = self.objset_concrete(&spec.fs).and_then(|os| {
             let tx = os.hold_tx().map_err(dmu_err)?;
             for obj in 1..os.object_id_end() {
