@@ -50,6 +50,10 @@
 //! such file or directory". Missing mountpoint directories are created mode 0755
 //! whatever the process umask ([`create_mountpoint`]), as OpenZFS creates them.
 //!
+//! Unmount: [`Mount::unmount_ext`] does not wait for the kernel to evict the inodes it
+//! cached (seconds for a million files): once umount2 on a helper thread has detached
+//! the mount, the connection is aborted through fusectl and the caller goes on.
+//!
 //! Crash / EIO / ENOSPC: zpl errors are mapped to errno and returned to the caller;
 //! nothing is retried. If the daemon dies, a mount made with `auto_unmount` is
 //! removed by `fusermount`; otherwise it stays as "Transport endpoint is not
