@@ -448,6 +448,10 @@ enum NewNode<'a> {
     Symlink(&'a [u8]),
 }
 
+/// How many times [`Fs::write`] lets go of its tx and waits for space on its way back
+/// before it reports ENOSPC.
+const WRITE_SPACE_RETRIES: u32 = 3;
+
 impl Fs {
     /// Open the file system in `os`, formatting an empty object set (master node,
     /// root directory 0o40755 owned by 0:0, empty delete queue) and freeing every
@@ -1384,19 +1388,33 @@ impl Fs {
             .checked_add(data.len() as u64)
             .filter(|&e| e <= FILE_SIZE_MAX_BYTES)
             .ok_or(ZplError::FileTooBig)?;
-        let tx = self.hold()?;
-        let _ns = self.ns.read();
-        let _s = self.stripe(ino).write();
-        let mut z = self.load(ino)?;
-        match z.kind() {
-            FileKind::File => {}
-            FileKind::Dir => return Err(ZplError::IsDir),
-            _ => return Err(ZplError::Invalid("write to a special file")),
-        }
-        if data.is_empty() {
-            return Ok(0);
-        }
-        self.os.write(&tx, ino, offset, data)?;
+        // The store refuses dirty data that might not fit before it changes anything.
+        // When the shortfall is only space on its way back (frees deferred for a few
+        // txgs, dirty overwrites whose syncs free the old blocks) and other writers took
+        // the room between the wait before the hold and the check under it, let go of
+        // the tx and wait again (OpenZFS `dmu_tx_assign` returns ERESTART and waits for
+        // the next txg in that case). A pool that is really full fails every attempt at
+        // once, its waits having nothing to wait for.
+        let mut attempt = 0;
+        let (tx, _ns, _s, mut z) = loop {
+            let tx = self.hold()?;
+            let ns = self.ns.read();
+            let s = self.stripe(ino).write();
+            let z = self.load(ino)?;
+            match z.kind() {
+                FileKind::File => {}
+                FileKind::Dir => return Err(ZplError::IsDir),
+                _ => return Err(ZplError::Invalid("write to a special file")),
+            }
+            if data.is_empty() {
+                return Ok(0);
+            }
+            match self.os.write(&tx, ino, offset, data) {
+                Ok(()) => break (tx, ns, s, z),
+                Err(tarn_dmu::DmuError::NoSpace) if attempt < WRITE_SPACE_RETRIES => attempt += 1,
+                Err(e) => return Err(e.into()),
+            }
+        };
         let now = Timespec::now();
         z.size = z.size.max(end);
         z.mtime = now;
