@@ -46,7 +46,10 @@
 //! delete queue at the next open. EIO / corruption: returned as `Io` / `Corrupt` to the
 //! caller, never retried; a znode that fails validation is never trusted. ENOSPC:
 //! returned as `NoSpace`, the operation's earlier changes in the same tx stay (as in
-//! ZFS, a tx cannot be rolled back; the pre-checks make this rare).
+//! ZFS, a tx cannot be rolled back; the pre-checks make this rare). A `write` refused
+//! before it changed anything lets go of its tx and tries again after the store's wait
+//! for space (up to `WRITE_SPACE_RETRIES` times), since the room may only be on its way
+//! back (deferred frees) and taken meanwhile by other writers.
 //!
 //! Intent log: with a [`Zilog`] (see [`Fs::open_logged`]) every change queues a record
 //! under its tx and locks (`log.rs`), `fsync` commits the log, and a log left by a crash
