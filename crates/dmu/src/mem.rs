@@ -100,6 +100,8 @@ pub struct MemStore {
     objects: Mutex<BTreeMap<u64, MemObject>>,
     next_obj: Mutex<u64>,
     readonly: AtomicBool,
+    /// Writes still to be refused with `NoSpace` before they change anything.
+    refuse_writes: std::sync::atomic::AtomicU32,
 }
 
 impl MemStore {
@@ -111,6 +113,13 @@ impl MemStore {
     /// Number of live objects (for leak checks in tests).
     pub fn object_count(&self) -> usize {
         self.objects.lock().len()
+    }
+
+    /// Refuse the next `n` writes with [`DmuError::NoSpace`] before they change
+    /// anything, as a pool does when the room is taken by other writers between the
+    /// wait for space and the check under the hold (for the callers' retry tests).
+    pub fn refuse_writes_for_space(&self, n: u32) {
+        self.refuse_writes.store(n, Ordering::SeqCst);
     }
 
     /// Make every later mutating call fail with [`DmuError::ReadOnly`] (or allow again).
@@ -126,6 +135,7 @@ impl MemStore {
             objects: Mutex::new(self.objects.lock().clone()),
             next_obj: Mutex::new(*self.next_obj.lock()),
             readonly: AtomicBool::new(true),
+            refuse_writes: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -214,6 +224,13 @@ impl ObjectStore for MemStore {
 
     fn write(&self, _tx: &TxHold, obj: u64, offset_bytes: u64, data: &[u8]) -> Result<()> {
         self.check_writable()?;
+        if self
+            .refuse_writes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(DmuError::NoSpace);
+        }
         let mut objects = self.objects.lock();
         let o = objects.get_mut(&obj).ok_or(DmuError::NoSuchObject(obj))?;
         let end = offset_bytes.checked_add(data.len() as u64).ok_or(DmuError::Invalid("write range overflows"))?;
