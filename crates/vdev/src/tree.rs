@@ -442,34 +442,20 @@ impl Vdev {
                 r
             }
             VdevKind::Mirror(children) => {
-                let mut first_err = None;
-                let mut ok = 0;
                 let usable: Vec<&Arc<Vdev>> = children.iter().filter(|c| c.state().is_usable()).collect();
                 // A small write goes to the leaves' page cache and returns without
                 // waiting for the device: one side after the other on this thread
-                // costs less than waking a helper (a txg's metadata blocks and label
-                // writes are mostly 4-16 KiB). Large (direct) writes wait for the
-                // device, and so does every write while faults or delays are injected
-                // (a modelled slow disk must see the sides in parallel).
+                // costs less than waking a helper (most of a txg's metadata blocks are
+                // 4-16 KiB). Large (direct) writes wait for the device, and so does
+                // every write while faults or delays are injected (a modelled slow
+                // disk must see the sides in parallel).
                 let inline = data.len() < crate::leaf::DIRECT_MIN_BYTES && !crate::inject::active();
                 let results = if inline {
                     usable.iter().map(|c| c.write(offset_bytes, data)).collect()
                 } else {
                     each_parallel(&usable, |c| c.write(offset_bytes, data))
                 };
-                for r in results {
-                    match r {
-                        Ok(()) => ok += 1,
-                        Err(e) => {
-                            first_err.get_or_insert(e);
-                        }
-                    }
-                }
-                if ok > 0 {
-                    Ok(())
-                } else {
-                    Err(first_err.unwrap_or(VdevError::Unavailable { vdev: self.id }))
-                }
+                self.any_side(results)
             }
             VdevKind::Raidz { nparity, children } => {
                 // Only the block's columns are written; its skip sectors never are.
@@ -498,15 +484,36 @@ impl Vdev {
             }
             VdevKind::Hole => unreachable!("holes are refused above"),
         };
-        match &r {
+        self.count_write(&r, data.len());
+        r
+    }
+
+    /// A mirror's rule for a write: Ok when at least one side succeeded, else the
+    /// first side's error (`Unavailable` when no side was usable).
+    fn any_side(&self, results: Vec<Result<(), VdevError>>) -> Result<(), VdevError> {
+        let mut first_err = None;
+        for r in results {
+            match r {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        Err(first_err.unwrap_or(VdevError::Unavailable { vdev: self.id }))
+    }
+
+    /// Count a write of `len_bytes` in this vdev's statistics (leaves count their own
+    /// errors where they happen).
+    fn count_write(&self, r: &Result<(), VdevError>, len_bytes: usize) {
+        match r {
             Ok(()) => {
                 bump(&self.stats.write_ops, 1);
-                bump(&self.stats.write_bytes, data.len() as u64);
+                bump(&self.stats.write_bytes, len_bytes as u64);
             }
             Err(_) if !matches!(self.kind, VdevKind::Leaf(_)) => bump(&self.stats.write_errors, 1),
             Err(_) => {}
         }
-        r
     }
 
     /// [`Vdev::write`] then [`Vdev::flush`], with each mirror side writing and flushing
@@ -528,24 +535,9 @@ impl Vdev {
         }
         self.check_range(offset_bytes, data.len() as u64)?;
         let usable: Vec<&Arc<Vdev>> = children.iter().filter(|c| c.state().is_usable()).collect();
-        let mut first_err = None;
-        let mut ok = 0;
-        for r in each_parallel(&usable, |c| c.write_flush(offset_bytes, data)) {
-            match r {
-                Ok(()) => ok += 1,
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        if ok > 0 {
-            bump(&self.stats.write_ops, 1);
-            bump(&self.stats.write_bytes, data.len() as u64);
-            Ok(())
-        } else {
-            bump(&self.stats.write_errors, 1);
-            Err(first_err.unwrap_or(VdevError::Unavailable { vdev: self.id }))
-        }
+        let r = self.any_side(each_parallel(&usable, |c| c.write_flush(offset_bytes, data)));
+        self.count_write(&r, data.len());
+        r
     }
 
     /// Read `psize_bytes` at `offset_bytes`, returning the first candidate for which
