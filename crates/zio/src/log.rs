@@ -67,10 +67,17 @@ impl Zio {
             .any(|(i, s)| s.class() == tarn_metaslab::AllocClass::Log && s.is_allocatable() && vdevs.get(i).is_some_and(|t| t.state().is_usable()))
     }
 
+    /// The top-level vdev `dva` names. Errors: `Io` when there is none (a log block
+    /// pointer read back from a chain may name any vdev).
+    fn log_top(&self, dva: &Dva) -> Result<std::sync::Arc<tarn_vdev::Vdev>> {
+        let top = self.vdevs.read().get(dva.vdev as usize).cloned();
+        top.ok_or_else(|| ZioError::Io(format!("no top-level vdev {}", dva.vdev)))
+    }
+
     /// Write `data` (its length is the block size) at `dva`; not durable until
     /// [`Zio::flush_vdev`]. Errors: `Io` when no copy of the write landed.
     pub fn write_raw(&self, dva: &Dva, data: &[u8]) -> Result<()> {
-        let top = self.vdevs.read()[dva.vdev as usize].clone();
+        let top = self.log_top(dva)?;
         top.write(dva.offset_bytes, data).map_err(|e| ZioError::Io(e.to_string()))?;
         self.blocks_written.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -81,10 +88,7 @@ impl Zio {
     /// durable when it returns Ok. For a commit whose only block is this one. Errors:
     /// `Io` when no copy both landed and flushed.
     pub fn write_raw_flushed(&self, dva: &Dva, data: &[u8]) -> Result<()> {
-        let top = self.vdevs.read().get(dva.vdev as usize).cloned();
-        let Some(top) = top else {
-            return Err(ZioError::Io(format!("no top-level vdev {}", dva.vdev)));
-        };
+        let top = self.log_top(dva)?;
         top.write_flush(dva.offset_bytes, data).map_err(|e| ZioError::Io(e.to_string()))?;
         self.blocks_written.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -94,10 +98,7 @@ impl Zio {
     /// reconstruction) for which `verify` returns true; bad copies are rewritten by
     /// the vdev. Errors: `Io`/`Checksum` as the vdev reports them.
     pub fn read_raw(&self, dva: &Dva, size_bytes: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>> {
-        let top = self.vdevs.read().get(dva.vdev as usize).cloned();
-        let Some(top) = top else {
-            return Err(ZioError::Io(format!("no top-level vdev {}", dva.vdev)));
-        };
+        let top = self.log_top(dva)?;
         top.read(dva.offset_bytes, size_bytes, verify).map_err(|e| match e {
             tarn_vdev::VdevError::Checksum { .. } => ZioError::Checksum {
                 vdev: dva.vdev,
