@@ -221,13 +221,23 @@ fn umount_retrying(c: &std::ffi::CStr, flags: libc::c_int) -> io::Result<()> {
     Ok(())
 }
 
-/// `f_type` of a file system, from statfs(2); None when `path` cannot be examined.
-fn fs_magic(path: &Path) -> Option<i64> {
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+/// statfs(2) of `path`. Errors: the call's, or `InvalidInput` for a path with a NUL.
+fn statfs_of(path: &Path) -> io::Result<libc::statfs> {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())?;
     // SAFETY: an all-zero statfs is a valid value for the kernel to fill in.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: `c` is NUL-terminated and `st` a valid out pointer.
-    (unsafe { libc::statfs(c.as_ptr(), &mut st) } == 0).then_some(st.f_type as i64)
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+/// `f_type` of a file system, from statfs(2); None when `path` cannot be examined.
+// `f_type` is 64 bits wide on 64-bit Linux, 32 on 32-bit targets.
+#[allow(clippy::useless_conversion)]
+fn fs_magic(path: &Path) -> Option<i64> {
+    statfs_of(path).ok().map(|st| i64::from(st.f_type))
 }
 
 /// Where the kernel's FUSE control file system (fusectl) lives.
@@ -415,14 +425,7 @@ pub fn clear_dead_mounts(dir: &Path) -> io::Result<Vec<PathBuf>> {
 /// daemon (a stat may be answered from the kernel's attribute cache for a while
 /// after the daemon died), and a closed connection answers `ENOTCONN`.
 fn connection_lost(at: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(at.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: statfs writes only into `buf`, a properly sized and aligned struct;
-    // `c` is a valid NUL-terminated path for the duration of the call.
-    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::statfs(c.as_ptr(), &mut buf) };
-    rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOTCONN)
+    matches!(statfs_of(at), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
 }
 
 /// `/proc/self/mounts` writes space, tab, newline and backslash in a path as `\ooo`
