@@ -728,14 +728,19 @@ impl ArcCache {
         Self::insert_locked(&mut st, key, buf, meta, false, List::Mru);
         // Lock order: the state, then the decompressed cache. A decompressed copy of
         // an older block under the same key never outlives this write.
+        // Blocks with nothing to keep or drop there (most data blocks of a txg) leave
+        // it alone.
         let mut dc = self.dcache.lock();
-        match (compressed, logical) {
+        let before = dc.bytes;
+        match (compressed && st.hdrs.contains_key(&key), logical) {
             (true, Some(l)) => dc.put(key, l.clone(), st.c_bytes / DCACHE_SHIFT_DIVISOR),
             _ => dc.remove(&key),
         }
-        st.overhead_bytes = dc.bytes;
-        drop(dc);
-        st.evict_to_fit(0);
+        if dc.bytes != before {
+            st.overhead_bytes = dc.bytes;
+            drop(dc);
+            st.evict_to_fit(0);
+        }
     }
 
     fn insert_locked(st: &mut State, key: ArcKey, buf: Stored, meta: bool, prefetch: bool, to: List) {
