@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use tarn_spa::DatasetInfo;
+use tarn_spa::{is_descendant, DatasetInfo};
 
 use crate::args::{self, canonical_fs_prop, getopt, split_prop, FS_PROPS};
 use crate::format::{self, nicebytes, parse_size, table, Column};
@@ -85,10 +85,6 @@ pub fn run(st: &mut State, ctx: &Ctx, args: &[String]) -> Response {
 
 fn parent_of(name: &str) -> Option<&str> {
     name.rfind('/').map(|i| &name[..i])
-}
-
-fn is_descendant(name: &str, of: &str) -> bool {
-    name.len() > of.len() && name.starts_with(of) && name.as_bytes()[of.len()] == b'/'
 }
 
 fn depth(name: &str) -> usize {

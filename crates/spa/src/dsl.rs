@@ -1091,7 +1091,7 @@ impl Pool {
                 return n == root;
             }
             let nfs = n.split('@').next().unwrap_or(n);
-            nfs == fs || (nfs.len() > fs.len() && nfs.starts_with(fs) && nfs.as_bytes()[fs.len()] == b'/')
+            nfs == fs || crate::names::is_descendant(nfs, fs)
         })
     }
 
@@ -1311,7 +1311,7 @@ impl Pool {
             if !d.datasets.contains_key(name) {
                 return Err(SpaError::NotFound(format!("cannot open '{name}': dataset does not exist")));
             }
-            let inside = |fs: &str| fs == name || crate::rename::is_descendant(fs, name);
+            let inside = |fs: &str| fs == name || crate::names::is_descendant(fs, name);
             let heads: Vec<(String, u64)> = d.datasets.iter().filter(|(n, _)| inside(n)).map(|(n, r)| (n.clone(), r.obj)).collect();
             let snaps: Vec<(String, u64)> = d
                 .snaps

@@ -143,7 +143,7 @@ pub use holds::{Released, TempHolds, TAG_MAX_BYTES};
 pub use inspect::{BlockStats, DatasetDump, MetaslabInfo, ObjectDump, SimDdtEntry, TypeStats, VdevMetaslabs, RAW_READ_MAX_BYTES, WALK_POINTERS_MAX};
 pub use iostat::{PoolIostat, VdevIostat};
 pub use leak::LeakReport;
-pub use names::{validate_dataset_name, validate_pool_name, validate_snapshot_name};
+pub use names::{is_descendant, validate_dataset_name, validate_pool_name, validate_snapshot_name};
 pub use pool::{
     arc, cache_limit, default_cache_limit, format_time, set_cache_limit, LogEvacuateHook, Pool, CACHE_LIMIT_DEFAULT_BYTES, CACHE_LIMIT_DEFAULT_MAX_BYTES,
 };

@@ -24,6 +24,12 @@ fn check_component(name: &str, comp: &str) -> Result<()> {
     Ok(())
 }
 
+/// Whether dataset `name` is below `of` in the dataset tree (`of/…`; `of` itself is
+/// not).
+pub fn is_descendant(name: &str, of: &str) -> bool {
+    name.len() > of.len() && name.starts_with(of) && name.as_bytes()[of.len()] == b'/'
+}
+
 /// Validate a pool name. Errors carry OpenZFS's reasons ("name must begin with a
 /// letter", "invalid character ... in pool name", "name is reserved").
 pub fn validate_pool_name(name: &str) -> Result<()> {

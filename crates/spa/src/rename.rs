@@ -34,6 +34,7 @@
 //! across pools is refused, as in OpenZFS.
 
 use crate::dsl::{Dir, DsRec};
+use crate::names::is_descendant;
 use crate::names::NAME_MAX_BYTES;
 use crate::pool::{dmu_err, Pool};
 use crate::{Result, SpaError};
@@ -65,11 +66,6 @@ fn why(e: SpaError) -> String {
 
 fn parent_of(name: &str) -> Option<&str> {
     name.rfind('/').map(|i| &name[..i])
-}
-
-/// Whether `name` is below `of` in the dataset tree (`of/…`).
-pub(crate) fn is_descendant(name: &str, of: &str) -> bool {
-    name.len() > of.len() && name.starts_with(of) && name.as_bytes()[of.len()] == b'/'
 }
 
 impl Pool {
