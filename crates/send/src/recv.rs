@@ -186,16 +186,7 @@ pub fn receive_stream<R: Read>(reader: &mut StreamReader<R>, target: &Objset, op
                 if first < floor {
                     return Err(order("FREEOBJECTS out of order"));
                 }
-                let end = (first + count).min(target.object_id_end());
-                let tx = target.hold_tx()?;
-                for obj in first..end {
-                    match target.free_object(&tx, obj) {
-                        Ok(()) => info.objects_freed += 1,
-                        Err(DmuError::NoSuchObject(_)) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-                drop(tx);
+                info.objects_freed += free_objects(target, first, first + count)?;
                 floor = first + count;
                 current = None;
                 progress.object = floor;
@@ -210,6 +201,24 @@ pub fn receive_stream<R: Read>(reader: &mut StreamReader<R>, target: &Objset, op
     info.records = reader.records();
     progress.bytes = info.stream_bytes;
     Ok(info)
+}
+
+/// Free every object of `target` with an id in `[first, end)` (clamped to the ids the
+/// object set has), in one tx; ids with no object are skipped. Returns how many were
+/// freed. For FREEOBJECTS records, and for emptying a clone a full stream is received
+/// into (`zfs recv -o origin=`). Errors: the object set's.
+pub fn free_objects(target: &Objset, first: u64, end: u64) -> std::result::Result<u64, DmuError> {
+    let end = end.min(target.object_id_end());
+    let tx = target.hold_tx()?;
+    let mut freed = 0;
+    for obj in first..end {
+        match target.free_object(&tx, obj) {
+            Ok(()) => freed += 1,
+            Err(DmuError::NoSuchObject(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(freed)
 }
 
 /// The checks made before the first change.

@@ -481,17 +481,10 @@ impl Pool {
     /// so the origin cannot be destroyed while it exists. A failure destroys the clone.
     fn receive_full_as_clone<R: Read>(&self, reader: &mut StreamReader<R>, spec: &RecvSpec, origin: &str) -> Result<RecvOutcome> {
         self.create_receiving_clone(origin, spec)?;
-        let emptied = self.objset_concrete(&spec.fs).and_then(|os| {
-            let tx = os.hold_tx().map_err(dmu_err)?;
-            for obj in 1..os.object_id_end() {
-                match os.free_object(&tx, obj) {
-                    Ok(()) | Err(tarn_dmu::DmuError::NoSuchObject(_)) => {}
-                    Err(e) => return Err(dmu_err(e)),
-                }
-            }
-            Ok(())
-        });
-        if let Err(e) = emptied.and_then(|()| self.sync()) {
+        let emptied = self
+            .objset_concrete(&spec.fs)
+            .and_then(|os| tarn_send::recv::free_objects(&os, 1, u64::MAX).map_err(dmu_err));
+        if let Err(e) = emptied.and_then(|_freed| self.sync()) {
             let _ = self.discard_receive(&spec.fs);
             return Err(e);
         }
