@@ -75,7 +75,7 @@ pub const FIXED_OVERHEAD_BYTES: u64 = 64 << 20;
 /// Memory of each mounted file system beyond the caches, bytes: its FUSE workers
 /// (`tarn_fuse::MountOptions::threads`, 8 for the daemon's mounts) each keep a
 /// request buffer of which a 1 MiB write touches 1 MiB + a page, and a read reply
-/// of up to 1 MiB may be in flight beside it.
+/// buffer of up to 1 MiB that it keeps between requests.
 pub const MOUNT_OVERHEAD_BYTES: u64 = 16 << 20;
 
 /// Largest number of malloc arenas (`M_ARENA_MAX`; glibc's default is 8 per CPU).

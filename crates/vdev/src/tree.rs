@@ -579,11 +579,13 @@ impl Vdev {
     }
 
     fn read_leaf(&self, leaf: &Leaf, offset_bytes: u64, psize_bytes: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>, VdevError> {
-        let mut buf = vec![0u8; psize_bytes as usize];
-        if let Err(e) = leaf.pread(DATA_START_BYTES + offset_bytes, &mut buf) {
-            bump(&self.stats.read_errors, 1);
-            return Err(e);
-        }
+        let buf = match leaf.pread_vec(DATA_START_BYTES + offset_bytes, psize_bytes as usize) {
+            Ok(b) => b,
+            Err(e) => {
+                bump(&self.stats.read_errors, 1);
+                return Err(e);
+            }
+        };
         if !verify(&buf) {
             bump(&self.stats.checksum_errors, 1);
             return Err(VdevError::Checksum { vdev: self.id, offset_bytes });

@@ -1338,7 +1338,17 @@ impl Fs {
     /// Read up to `size` bytes of file `ino` at `offset` (short at end of file; holes
     /// read as zeros).
     pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        let (buf, touch) = {
+        let mut buf = vec![0u8; size as usize];
+        let n = self.read_into(ino, offset, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// [`Fs::read`] into the caller's buffer: fills `buf[..n]` with the file's bytes
+    /// at `offset` and returns `n`, which is `buf.len()` unless the file ends first.
+    /// The FUSE layer passes a per-thread buffer, so a read allocates nothing.
+    pub fn read_into(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let (n, touch) = {
             let _ns = self.ns.read();
             let _s = self.stripe(ino).read();
             let z = self.load(ino)?;
@@ -1347,12 +1357,11 @@ impl Fs {
                 FileKind::Dir => return Err(ZplError::IsDir),
                 _ => return Err(ZplError::Invalid("read of a special file")),
             }
-            let n = z.size.saturating_sub(offset).min(u64::from(size)) as usize;
-            let mut buf = vec![0u8; n];
+            let n = z.size.saturating_sub(offset).min(buf.len() as u64) as usize;
             if n > 0 {
-                self.os.read(ino, offset, &mut buf)?;
+                self.os.read(ino, offset, &mut buf[..n])?;
             }
-            (buf, self.atime_due(&z))
+            (n, self.atime_due(&z))
         };
         if touch {
             // Best effort: a failed atime update never fails the read.
@@ -1360,7 +1369,7 @@ impl Fs {
                 tracing::debug!(ino, error = %e, "atime update failed");
             }
         }
-        Ok(buf)
+        Ok(n)
     }
 
     fn atime_due(&self, z: &ZnodePhys) -> bool {

@@ -461,12 +461,21 @@ impl Vfs {
 
     /// Read up to `size` bytes of file `ino` at `offset` ([`Fs::read`]).
     pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; size as usize];
+        let n = self.read_into(ino, offset, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// [`Vfs::read`] into the caller's buffer ([`Fs::read_into`]): returns how many
+    /// bytes of `buf` it filled.
+    pub fn read_into(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
         match Self::node(ino)? {
-            Node::Live(i) => self.fs.read(i, offset, size),
+            Node::Live(i) => self.fs.read_into(i, offset, buf),
             Node::Ctl(_) => Err(ZplError::IsDir),
             Node::Snap { slot, obj } => {
                 let fs = self.snap(slot)?;
-                fs.read(ctldir::snap_obj(fs.root(), obj), offset, size)
+                fs.read_into(ctldir::snap_obj(fs.root(), obj), offset, buf)
             }
         }
     }
