@@ -33,6 +33,12 @@
 //! its pools ([`Zio::with_arc`]); a dataset's `primarycache` reaches the read path as a
 //! [`CachePolicy`] ([`Zio::read_block_as`]).
 //!
+//! A demand read of a block that a prefetch worker is reading at that moment waits for
+//! that read and takes the block from the cache ([`Zio::read_block_as`]) instead of
+//! reading it a second time (OpenZFS's `arc_read` finds the prefetch's header in the
+//! hash table and waits on it the same way); a cold sequential read issued a seventh
+//! more leaf reads than the file's size before.
+//!
 //! Blocks shared by cloning (`copy_file_range`) are counted in the pool's block
 //! reference table ([`brt`]): a free of such a block drops one reference, and only
 //! the last one frees its space.
@@ -222,11 +228,36 @@ pub const PREFETCH_THREADS: usize = 2;
 /// Prefetch requests queued at most; more are dropped (prefetch is only a hint).
 pub const PREFETCH_QUEUE: usize = 64;
 
+/// A prefetch read in progress: set `done` and notified when it ends (whatever its
+/// outcome), so that demand reads of the same block can wait for it.
+#[derive(Default)]
+struct Flight {
+    done: Mutex<bool>,
+    cv: parking_lot::Condvar,
+}
+
+/// Ends a prefetch's [`Flight`] when dropped, also if the read panicked.
+struct FlightGuard<'a> {
+    zio: &'a Zio,
+    key: arc::ArcKey,
+    flight: Arc<Flight>,
+}
+
+impl Drop for FlightGuard<'_> {
+    fn drop(&mut self) {
+        self.zio.prefetching.lock().remove(&self.key);
+        *self.flight.done.lock() = true;
+        self.flight.cv.notify_all();
+    }
+}
+
 /// The pool's I/O pipeline: top-level vdevs, their free space, and the read cache.
 pub struct Zio {
     /// `f64` bits of the worst normal-class asize/psize ratio (see [`Zio::inflation`]).
     inflation_bits: AtomicU64,
     prefetch_tx: Mutex<Option<std::sync::mpsc::SyncSender<(BlkPtr, CachePolicy)>>>,
+    /// Blocks a prefetch worker is reading now, by cache key.
+    prefetching: Mutex<std::collections::HashMap<arc::ArcKey, Arc<Flight>>>,
     vdevs: RwLock<Vec<Arc<Vdev>>>,
     space: Mutex<SpaceMap>,
     arc: Arc<ArcCache>,
@@ -291,6 +322,7 @@ impl Zio {
         Zio {
             inflation_bits: AtomicU64::new(inflation.to_bits()),
             prefetch_tx: Mutex::new(None),
+            prefetching: Mutex::new(std::collections::HashMap::new()),
             vdevs: RwLock::new(vdevs),
             space: Mutex::new(space),
             arc,
@@ -666,6 +698,11 @@ impl Zio {
         if let Some(d) = self.arc.lookup(&key, access, meta) {
             return Ok(d);
         }
+        if access == Access::Demand && self.wait_prefetch(&key) {
+            if let Some(d) = self.arc.lookup(&key, access, meta) {
+                return Ok(d);
+            }
+        }
         if !self.l2arc.is_empty() {
             // The L2ARC holds what the ARC held: the physical bytes of a compressed
             // block, else the logical ones.
@@ -779,12 +816,37 @@ impl Zio {
                 let _ = std::thread::Builder::new().name(format!("zio_prefetch{i}")).spawn(move || loop {
                     let Ok((bp, cache)) = recv.lock().recv() else { break };
                     let Some(zio) = weak.upgrade() else { break };
-                    let _ = zio.read_block_as(&bp, Access::Prefetch, cache);
+                    if let Some(_flight) = zio.begin_prefetch(&bp) {
+                        let _ = zio.read_block_as(&bp, Access::Prefetch, cache);
+                    };
                 });
             }
             *tx = Some(send);
         }
         let _ = tx.as_ref().unwrap().try_send((bp, cache));
+    }
+
+    /// Register a prefetch read of `bp`; `None` when one is already in flight.
+    fn begin_prefetch(&self, bp: &BlkPtr) -> Option<FlightGuard<'_>> {
+        let key = self.arc_key(bp);
+        let flight = match self.prefetching.lock().entry(key) {
+            std::collections::hash_map::Entry::Occupied(_) => return None,
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(Arc::new(Flight::default())).clone(),
+        };
+        Some(FlightGuard { zio: self, key, flight })
+    }
+
+    /// Wait for a prefetch read of the block under `key`, if one is in flight. True
+    /// when there was one (the block may now be cached).
+    fn wait_prefetch(&self, key: &arc::ArcKey) -> bool {
+        let Some(flight) = self.prefetching.lock().get(key).cloned() else {
+            return false;
+        };
+        let mut done = flight.done.lock();
+        while !*done {
+            flight.cv.wait(&mut done);
+        }
+        true
     }
 
     /// Free a block's DVAs, deferred until `txg + TXG_DEFER_SIZE` has synced. A DVA
