@@ -323,6 +323,59 @@ impl Leaf {
         self.file.write_all_at(data, device_offset_bytes).map_err(|source| self.io(source))
     }
 
+    /// [`Leaf::pwrite`] then [`Leaf::flush`], in one system call where it can: a
+    /// 512-byte-aligned write on a leaf with a direct descriptor goes out as
+    /// `pwritev2(RWF_DSYNC)` through `O_DIRECT`, durable when it returns (the kernel
+    /// writes it to the device and then flushes the device's cache, or sends it with
+    /// FUA), with no page-cache copy and no writeback pass of `fdatasync`. For the
+    /// intent log's blocks, whose `fsync` waits for exactly this: fio's 8 KiB random
+    /// writes here did 6,962-7,717 IOPS that way against 5,805 with `write` +
+    /// `fdatasync`. Anything else, and every write while injections are registered
+    /// (a power cut must see the write and the flush apart), takes the two calls; so
+    /// does a kernel or file system that refuses the flag (`EINVAL`, `EOPNOTSUPP`).
+    /// Unlike [`Leaf::flush`] it leaves the file's other dirty pages alone: only
+    /// `data` is made durable. Errors: `Io`.
+    pub fn write_durable(&self, device_offset_bytes: u64, data: &[u8]) -> Result<(), VdevError> {
+        let direct = self
+            .direct
+            .as_ref()
+            .filter(|_| !inject::active() && device_offset_bytes.is_multiple_of(512) && data.len().is_multiple_of(512) && !data.is_empty());
+        if let Some(d) = direct {
+            let r = with_bounce(data.len(), |b| {
+                b.copy_from_slice(data);
+                let mut done = 0usize;
+                while done < b.len() {
+                    let iov = libc::iovec {
+                        iov_base: b[done..].as_mut_ptr().cast(),
+                        iov_len: b.len() - done,
+                    };
+                    // SAFETY: one iovec over the live bounce buffer, on a descriptor
+                    // owned by `d`; the kernel reads at most `iov_len` bytes from it.
+                    let n = unsafe { libc::pwritev2(d.as_raw_fd(), &iov, 1, (device_offset_bytes + done as u64) as libc::off_t, libc::RWF_DSYNC) };
+                    if n < 0 {
+                        let e = std::io::Error::last_os_error();
+                        if e.kind() == std::io::ErrorKind::Interrupted {
+                            continue;
+                        }
+                        return Err(e);
+                    }
+                    if n == 0 {
+                        return Err(std::io::ErrorKind::WriteZero.into());
+                    }
+                    done += n as usize;
+                }
+                Ok(())
+            });
+            match r {
+                Ok(()) => return Ok(()),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::EOPNOTSUPP)) => {}
+                Err(e) => return Err(self.io(e)),
+            }
+        }
+        self.pwrite(device_offset_bytes, data)?;
+        self.flush()
+    }
+
     /// Release the exclusive lock early (export/destroy: the pool no longer uses the
     /// device even if some in-memory handle still refers to it).
     pub fn unlock(&self) {
@@ -397,6 +450,13 @@ mod tests {
         assert_eq!(leaf.pread_vec(1 << 20, pattern.len()).unwrap(), pattern);
         assert!(matches!(leaf.pread_vec((80 << 20) - 4096, 8192), Err(VdevError::Io { .. })));
         assert!(leaf.pread_vec(0, 0).unwrap().is_empty());
+        // A durable write, aligned (the direct path where the file system allows it)
+        // and not, reads back like any other.
+        let block: Vec<u8> = (0..12_288u32).map(|i| (i % 253) as u8).collect();
+        leaf.write_durable(4 << 20, &block).unwrap();
+        assert_eq!(leaf.pread_vec(4 << 20, block.len()).unwrap(), block);
+        leaf.write_durable((4 << 20) + 7, b"odd").unwrap();
+        assert_eq!(leaf.pread_vec((4 << 20) + 7, 3).unwrap(), b"odd");
     }
 
     #[test]
