@@ -263,6 +263,8 @@ WORKLOADS=(
     "fsync8|rand write 8K, fsync=1, 8 jobs|IOPS"
     "small1|5k files 8K+fsync, 1 thread|files/s"
     "small4|5k files 8K+fsync, 4 threads|files/s"
+    "cpshare|cp -a /usr/share, cold source|MB/s"
+    "cprust|cp -a lib/rustlib, cold source|MB/s"
     # Seed 003's eleven metrics (filebench on a Sun Storage 7000), scaled to this
     # machine: --size is the whole working set; 20-thread sets are 20 files of size/20,
     # the sync-write set 128 files of size/128. `bench/eleven.sh` runs these.
@@ -390,7 +392,39 @@ run_workloads() {
         record "$t" "small$threads" "$v"
         "${RUN[@]}" rm -rf "$DIR/small$threads"
     done
+    run_copies "$t"
     run_eleven "$t" "$cold"
+}
+
+# The source tree of a copy workload; fails when this machine has none.
+copy_source() {
+    case $1 in
+        cpshare) [ -d /usr/share ] && echo /usr/share ;;
+        cprust) local root; root=$(rustc --print sysroot 2>/dev/null) && [ -d "$root/lib/rustlib" ] && echo "$root/lib/rustlib" ;;
+    esac
+}
+
+# Copying real trees (issue 13): `cp -a` of a directory of this machine into the
+# target, the source's page cache dropped first, timed until cp exits (nothing is
+# synced after it, on any target: what a user waits for). MB/s of the source's bytes
+# (apparent sizes of everything in it). A copy that fails leaves its cell empty.
+run_copies() {
+    local t=$1 key src bytes t0 t1
+    for key in cpshare cprust; do
+        want "$key" || continue
+        if ! src=$(copy_source "$key"); then log "$t: no source tree for $key, skipped"; continue; fi
+        bytes=$(du -sb --apparent-size "$src" | cut -f1)
+        drop_caches
+        log "$t: cp -a $src ($((bytes >> 20)) MiB)"
+        t0=$EPOCHREALTIME
+        if ! "${RUN[@]}" cp -a "$src" "$DIR/$key"; then
+            log "$t: cp -a $src failed"
+        else
+            t1=$EPOCHREALTIME
+            record "$t" "$key" "$(awk -v b="$bytes" -v a="$t0" -v z="$t1" 'BEGIN { printf "%.1f", b / 1e6 / (z - a) }')"
+        fi
+        "${RUN[@]}" rm -rf "$DIR/$key"
+    done
 }
 
 run_target() {  # in a subshell: teardown always runs, a failure does not stop the others
