@@ -10,8 +10,8 @@
 //!   path under `DIR` (open/pread/pwrite/fsync on real descriptors): FUSE's cost over
 //!   the raw directory.
 //!
-//! Flat and simple on purpose: regular files and directories only (no links, renames
-//! or special files: they answer ENOSYS). Runs until unmounted (`fusermount -u`);
+//! Flat and simple on purpose: regular files, directories and symbolic links only
+//! (no hard links, renames or special files: they answer ENOSYS). Runs until unmounted (`fusermount -u`);
 //! killed, `auto_unmount` lets `fusermount` unmount it.
 
 use fuser::{
@@ -44,6 +44,8 @@ struct State {
     next_ino: u64,
     files: HashMap<u64, std::fs::File>,
     next_fh: u64,
+    /// Symbolic links' targets (null mode; passthrough asks the backing directory).
+    links: HashMap<u64, Vec<u8>>,
 }
 
 struct NullFs {
@@ -141,6 +143,7 @@ impl NullFs {
         }
         st.names.remove(&(parent, name.to_os_string()));
         st.nodes.remove(&ino);
+        st.links.remove(&ino);
         reply.ok();
     }
 
@@ -249,6 +252,42 @@ impl Filesystem for NullFs {
         match self.attr(&st, ino) {
             Ok(a) => reply.entry(&TTL, &a, Generation(0)),
             Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(&self, _req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let mut st = self.st.lock();
+        if st.names.contains_key(&(parent.0, link_name.to_os_string())) {
+            return reply.error(Errno::from_i32(libc::EEXIST));
+        }
+        if let Some(dir) = self.backing_path(&st, parent.0) {
+            if let Err(e) = std::os::unix::fs::symlink(target, dir.join(link_name)) {
+                return reply.error(errno(&e));
+            }
+        }
+        let ino = self.add(&mut st, parent.0, link_name, FileType::Symlink, 0o777);
+        let t = target.as_os_str().as_bytes().to_vec();
+        if let Some(n) = st.nodes.get_mut(&ino) {
+            n.size_bytes = t.len() as u64;
+        }
+        st.links.insert(ino, t);
+        match self.attr(&st, ino) {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let st = self.st.lock();
+        if let Some(p) = self.backing_path(&st, ino.0) {
+            return match std::fs::read_link(&p) {
+                Ok(t) => reply.data(t.as_os_str().as_bytes()),
+                Err(e) => reply.error(errno(&e)),
+            };
+        }
+        match st.links.get(&ino.0) {
+            Some(t) => reply.data(t),
+            None => reply.error(Errno::from_i32(libc::EINVAL)),
         }
     }
 
@@ -416,6 +455,7 @@ fn main() {
             next_ino: 2,
             files: HashMap::new(),
             next_fh: 1,
+            links: HashMap::new(),
         }),
     };
     // The daemon's options (crates/cli/src/mounts.rs).
