@@ -2,10 +2,13 @@
 //! after the ARC lost them, and nothing a cache device holds (damaged, removed,
 //! stale, overwritten by the ring, or from another pool) is ever returned wrong.
 
+mod common;
+
+use common::data_props;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tarn_metaslab::{SpaceMap, VdevSpace};
-use tarn_phys::{BlkPtr, ChecksumAlg, CompressSetting, ObjectType};
+use tarn_phys::{BlkPtr, CompressSetting};
 use tarn_vdev::leaf::Leaf;
 use tarn_vdev::Vdev;
 use tarn_zio::{ArcCache, WriteProps, Zio};
@@ -21,19 +24,6 @@ fn leaf(dir: &tempfile::TempDir, name: &str, id: u32, guid: u64, size_bytes: u64
     Arc::new(Vdev::new_leaf(id, guid, 12, p.display().to_string(), Some(l)))
 }
 
-fn props(txg: u64) -> WriteProps {
-    WriteProps {
-        otype: ObjectType::FileData,
-        level: 0,
-        compression: CompressSetting::OFF,
-        checksum: ChecksumAlg::Fletcher4,
-        copies: 1,
-        txg,
-        fill: 1,
-        nop_prev: None,
-        dedup: tarn_zio::Dedup::Off,
-    }
-}
 
 fn block(i: u64, len: usize) -> Vec<u8> {
     let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -59,7 +49,7 @@ fn pipeline(dir: &tempfile::TempDir, arc_bytes: u64) -> Arc<Zio> {
 /// Write `n` blocks of `len` bytes born in `txg` (batched writes also cache them).
 fn write_all(zio: &Zio, n: u64, len: usize, txg: u64) -> Vec<(BlkPtr, Vec<u8>)> {
     let datas: Vec<Vec<u8>> = (0..n).map(|i| block(i + txg * 1000, len)).collect();
-    let items: Vec<(Arc<Vec<u8>>, WriteProps)> = datas.iter().map(|d| (Arc::new(d.clone()), props(txg))).collect();
+    let items: Vec<(Arc<Vec<u8>>, WriteProps)> = datas.iter().map(|d| (Arc::new(d.clone()), data_props(txg))).collect();
     let bps = zio.write_blocks(&items, 2);
     bps.into_iter().map(|r| r.unwrap()).zip(datas).collect()
 }
@@ -303,7 +293,7 @@ fn compressed_blocks_stay_compressed_in_the_arc_and_the_l2arc() {
     let datas: Vec<Vec<u8>> = (0..32u64)
         .map(|i| format!("block {i}: the quick brown fox jumps over the lazy dog. ").into_bytes().repeat(2000)[..64 << 10].to_vec())
         .collect();
-    let mut p = props(5);
+    let mut p = data_props(5);
     p.compression = CompressSetting::LZ4;
     let items: Vec<(Arc<Vec<u8>>, WriteProps)> = datas.iter().map(|d| (Arc::new(d.clone()), p)).collect();
     let bps: Vec<BlkPtr> = zio.write_blocks(&items, 2).into_iter().map(|r| r.unwrap()).collect();

@@ -2,18 +2,12 @@
 //! what every pool's next feed writes. Its own test binary: the tunables are
 //! process-wide.
 
+mod common;
+
+use common::{data_props, leaf};
 use std::sync::Arc;
 use tarn_metaslab::{SpaceMap, VdevSpace};
-use tarn_phys::{ChecksumAlg, CompressSetting, ObjectType};
-use tarn_vdev::leaf::Leaf;
-use tarn_vdev::Vdev;
 use tarn_zio::{ArcCache, WriteProps, Zio};
-
-fn leaf(dir: &tempfile::TempDir, name: &str, guid: u64, size_bytes: u64) -> Arc<Vdev> {
-    let p = dir.path().join(name);
-    std::fs::File::create(&p).unwrap().set_len(size_bytes).unwrap();
-    Arc::new(Vdev::new_leaf(0, guid, 12, p.display().to_string(), Some(Leaf::open(&p).unwrap())))
-}
 
 #[test]
 fn host_wide_write_limits_bound_each_feed() {
@@ -22,17 +16,7 @@ fn host_wide_write_limits_bound_each_feed() {
     let space = SpaceMap::new(vec![VdevSpace::new(a.asize_bytes(), a.alloc_align_bytes())]);
     let zio = Arc::new(Zio::with_arc(vec![a], space, Arc::new(ArcCache::with_max(64 << 20))));
     zio.add_cache_device(leaf(&dir, "cache", 900, 64 << 20), false, 0);
-    let props = WriteProps {
-        otype: ObjectType::FileData,
-        level: 0,
-        compression: CompressSetting::OFF,
-        checksum: ChecksumAlg::Fletcher4,
-        copies: 1,
-        txg: 5,
-        fill: 1,
-        nop_prev: None,
-        dedup: tarn_zio::Dedup::Off,
-    };
+    let props = data_props(5);
     let items: Vec<(Arc<Vec<u8>>, WriteProps)> = (0..32u8).map(|i| (Arc::new(vec![i + 1; 64 << 10]), props)).collect();
     for r in zio.write_blocks(&items, 2) {
         r.unwrap();

@@ -2,37 +2,25 @@
 //! of its block in flight waits for it and takes the block from the cache, so the
 //! device is read once.
 
+mod common;
+
+use common::{data_props, leaf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tarn_metaslab::{SpaceMap, VdevSpace};
-use tarn_phys::{ChecksumAlg, CompressSetting, ObjectType};
 use tarn_vdev::inject::{self, Action, Delay, HandlerSpec, IoType, FREQ_ALWAYS_PPM};
-use tarn_vdev::leaf::Leaf;
-use tarn_vdev::Vdev;
-use tarn_zio::{ArcCache, WriteProps, Zio};
+use tarn_zio::{ArcCache, Zio};
 
 #[test]
 fn a_demand_read_waits_for_the_prefetch_of_its_block_instead_of_reading_it_again() {
     let dir = tempfile::tempdir().unwrap();
+    let leaf = leaf(&dir, "data", 7, 80 << 20);
     let path = dir.path().join("data");
-    std::fs::File::create(&path).unwrap().set_len(80 << 20).unwrap();
-    let leaf = Arc::new(Vdev::new_leaf(0, 7, 12, path.display().to_string(), Some(Leaf::open(&path).unwrap())));
     let space = SpaceMap::new(vec![VdevSpace::new(leaf.asize_bytes(), leaf.alloc_align_bytes())]);
     let zio = Arc::new(Zio::with_arc(vec![leaf], space, Arc::new(ArcCache::with_max(64 << 20))));
     let data: Vec<u8> = (0..128u32 << 10).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8).collect();
-    let props = WriteProps {
-        otype: ObjectType::FileData,
-        level: 0,
-        compression: CompressSetting::OFF,
-        checksum: ChecksumAlg::Fletcher4,
-        copies: 1,
-        txg: 4,
-        fill: 1,
-        nop_prev: None,
-        dedup: tarn_zio::Dedup::Off,
-    };
-    let bp = zio.write_blocks(&[(Arc::new(data.clone()), props)], 1).remove(0).unwrap();
+    let bp = zio.write_blocks(&[(Arc::new(data.clone()), data_props(4))], 1).remove(0).unwrap();
     zio.clear_cache();
     let id = inject::add_handler(HandlerSpec {
         pool: "prefetch-test".into(),
