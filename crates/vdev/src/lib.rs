@@ -39,6 +39,7 @@
 //!
 //! Called by: zio (read/write/flush), spa (open/label I/O). Calls: the OS (pread/pwrite).
 
+pub mod aio;
 pub mod dtl;
 pub mod inject;
 pub mod iopool;
