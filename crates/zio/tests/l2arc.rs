@@ -24,7 +24,6 @@ fn leaf(dir: &tempfile::TempDir, name: &str, id: u32, guid: u64, size_bytes: u64
     Arc::new(Vdev::new_leaf(id, guid, 12, p.display().to_string(), Some(l)))
 }
 
-
 fn block(i: u64, len: usize) -> Vec<u8> {
     let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..len)
