@@ -81,7 +81,8 @@ const READDIR_BATCH: usize = 128;
 
 thread_local! {
     /// Each FUSE worker's read buffer, kept between requests and grown to the
-    /// largest read seen (at most `max_read`, 1 MiB): a read reply is assembled here
+    /// largest reply sent (at most `max_read`, 1 MiB, and never past what a file had
+    /// to return; [`tarn_zpl::Fs::read_into`]): a read reply is assembled here
     /// instead of in a new zero-filled allocation per request (whose zeroing and page
     /// faults cost as much CPU as the copy itself in a cold sequential read).
     static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -263,9 +264,9 @@ fn ensure_fusectl() {
         if fs_magic(dir) == Some(FUSECTL_SUPER_MAGIC) || unsafe { libc::geteuid() } != 0 || !dir.is_dir() {
             return;
         }
-        let (src, target, fstype) = (c"fusectl", c"/sys/fs/fuse/connections", c"fusectl");
+        let Ok(target) = std::ffi::CString::new(FUSECTL_DIR) else { return };
         // SAFETY: every pointer is a valid NUL-terminated string; no data argument.
-        if unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) } != 0 {
+        if unsafe { libc::mount(c"fusectl".as_ptr(), target.as_ptr(), c"fusectl".as_ptr(), 0, std::ptr::null()) } != 0 {
             tracing::debug!("cannot mount fusectl on {FUSECTL_DIR}: {}", io::Error::last_os_error());
         }
     });
@@ -858,14 +859,9 @@ impl Filesystem for TarnFuse {
 
     fn read(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock_owner: Option<LockOwner>, reply: ReplyData) {
         self.guard("read", || {
-            READ_BUF.with_borrow_mut(|buf| {
-                if buf.len() < size as usize {
-                    buf.resize(size as usize, 0);
-                }
-                match self.vfs.read_into(self.zino(ino), offset, &mut buf[..size as usize]) {
-                    Ok(n) => reply.data(&buf[..n]),
-                    Err(e) => reply.error(err(e)),
-                }
+            READ_BUF.with_borrow_mut(|buf| match self.vfs.read_into(self.zino(ino), offset, size, buf) {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(e) => reply.error(err(e)),
             })
         });
     }

@@ -455,6 +455,16 @@ enum NewNode<'a> {
 /// before it reports ENOSPC.
 const WRITE_SPACE_RETRIES: u32 = 3;
 
+/// Ok for a regular file; `IsDir` for a directory, `Invalid(what)` for anything else
+/// (`what` names the operation, e.g. "read of a special file").
+pub(crate) fn require_file(kind: FileKind, what: &'static str) -> Result<()> {
+    match kind {
+        FileKind::File => Ok(()),
+        FileKind::Dir => Err(ZplError::IsDir),
+        _ => Err(ZplError::Invalid(what)),
+    }
+}
+
 impl Fs {
     /// Open the file system in `os`, formatting an empty object set (master node,
     /// root directory 0o40755 owned by 0:0, empty delete queue) and freeing every
@@ -711,11 +721,7 @@ impl Fs {
         let mut op = Op::new(self, tx);
         let z = op.get(ino)?.clone();
         if let Some(size) = s.size {
-            match z.kind() {
-                FileKind::File => {}
-                FileKind::Dir => return Err(ZplError::IsDir),
-                _ => return Err(ZplError::Invalid("truncate of a non-regular file")),
-            }
+            require_file(z.kind(), "truncate of a non-regular file")?;
             if size > FILE_SIZE_MAX_BYTES {
                 return Err(ZplError::FileTooBig);
             }
@@ -785,11 +791,7 @@ impl Fs {
         }
         self.check_writable()?;
         let a = self.getattr(ino)?;
-        match a.kind {
-            FileKind::File => {}
-            FileKind::Dir => return Err(ZplError::IsDir),
-            _ => return Err(ZplError::Invalid("fallocate of a non-regular file")),
-        }
+        require_file(a.kind, "fallocate of a non-regular file")?;
         let keep_size = mode & FALLOC_FL_KEEP_SIZE != 0;
         if mode & zeroing != 0 {
             let mut len = len_bytes;
@@ -1338,26 +1340,27 @@ impl Fs {
     /// Read up to `size` bytes of file `ino` at `offset` (short at end of file; holes
     /// read as zeros).
     pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        let mut buf = vec![0u8; size as usize];
-        let n = self.read_into(ino, offset, &mut buf)?;
+        let mut buf = Vec::new();
+        let n = self.read_into(ino, offset, size, &mut buf)?;
         buf.truncate(n);
         Ok(buf)
     }
 
-    /// [`Fs::read`] into the caller's buffer: fills `buf[..n]` with the file's bytes
-    /// at `offset` and returns `n`, which is `buf.len()` unless the file ends first.
-    /// The FUSE layer passes a per-thread buffer, so a read allocates nothing.
-    pub fn read_into(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
+    /// [`Fs::read`] into the caller's buffer: reads `n` bytes (at most `size`, fewer
+    /// where the file ends) into `buf[..n]` and returns `n`. `buf` grows to `n` bytes
+    /// when it is shorter and is never shrunk or cleared, so a buffer kept between
+    /// calls (the FUSE workers keep one) is zero-filled only where it grows, and only
+    /// as far as the file has bytes to return.
+    pub fn read_into(&self, ino: u64, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<usize> {
         let (n, touch) = {
             let _ns = self.ns.read();
             let _s = self.stripe(ino).read();
             let z = self.load(ino)?;
-            match z.kind() {
-                FileKind::File => {}
-                FileKind::Dir => return Err(ZplError::IsDir),
-                _ => return Err(ZplError::Invalid("read of a special file")),
+            require_file(z.kind(), "read of a special file")?;
+            let n = z.size.saturating_sub(offset).min(u64::from(size)) as usize;
+            if buf.len() < n {
+                buf.resize(n, 0);
             }
-            let n = z.size.saturating_sub(offset).min(buf.len() as u64) as usize;
             if n > 0 {
                 self.os.read(ino, offset, &mut buf[..n])?;
             }
@@ -1413,11 +1416,7 @@ impl Fs {
             let ns = self.ns.read();
             let s = self.stripe(ino).write();
             let z = self.load(ino)?;
-            match z.kind() {
-                FileKind::File => {}
-                FileKind::Dir => return Err(ZplError::IsDir),
-                _ => return Err(ZplError::Invalid("write to a special file")),
-            }
+            require_file(z.kind(), "write to a special file")?;
             if data.is_empty() {
                 return Ok(0);
             }
@@ -1469,11 +1468,7 @@ impl Fs {
             let zin = self.load(ino_in)?;
             let mut zout = self.load(ino_out)?;
             for z in [&zin, &zout] {
-                match z.kind() {
-                    FileKind::File => {}
-                    FileKind::Dir => return Err(ZplError::IsDir),
-                    _ => return Err(ZplError::Invalid("clone of a special file")),
-                }
+                require_file(z.kind(), "clone of a special file")?;
             }
             let blksz = u64::from(self.os.object_info(ino_in)?.datablksz_bytes);
             let len = len.min(zin.size.saturating_sub(off_in));

@@ -461,21 +461,21 @@ impl Vfs {
 
     /// Read up to `size` bytes of file `ino` at `offset` ([`Fs::read`]).
     pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        let mut buf = vec![0u8; size as usize];
-        let n = self.read_into(ino, offset, &mut buf)?;
+        let mut buf = Vec::new();
+        let n = self.read_into(ino, offset, size, &mut buf)?;
         buf.truncate(n);
         Ok(buf)
     }
 
-    /// [`Vfs::read`] into the caller's buffer ([`Fs::read_into`]): returns how many
-    /// bytes of `buf` it filled.
-    pub fn read_into(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
+    /// [`Vfs::read`] into the caller's buffer ([`Fs::read_into`]): returns `n`, the
+    /// bytes now in `buf[..n]`.
+    pub fn read_into(&self, ino: u64, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<usize> {
         match Self::node(ino)? {
-            Node::Live(i) => self.fs.read_into(i, offset, buf),
+            Node::Live(i) => self.fs.read_into(i, offset, size, buf),
             Node::Ctl(_) => Err(ZplError::IsDir),
             Node::Snap { slot, obj } => {
                 let fs = self.snap(slot)?;
-                fs.read_into(ctldir::snap_obj(fs.root(), obj), offset, buf)
+                fs.read_into(ctldir::snap_obj(fs.root(), obj), offset, size, buf)
             }
         }
     }
@@ -501,11 +501,7 @@ impl Vfs {
         COPY_FILE_RANGE_CALLS.fetch_add(1, Ordering::Relaxed);
         let (a_in, a_out) = (self.getattr(ino_in)?, self.getattr(ino_out)?);
         for a in [&a_in, &a_out] {
-            match a.kind {
-                FileKind::File => {}
-                FileKind::Dir => return Err(ZplError::IsDir),
-                _ => return Err(ZplError::Invalid("copy_file_range of a non-regular file")),
-            }
+            crate::require_file(a.kind, "copy_file_range of a non-regular file")?;
         }
         let n = len_bytes.min(a_in.size.saturating_sub(offset_in)).min(COPY_RANGE_MAX_BYTES);
         if ino_in == ino_out && offset_in < offset_out.saturating_add(n) && offset_out < offset_in.saturating_add(n) {

@@ -777,3 +777,21 @@ fn a_write_refused_for_space_is_retried_then_reported() {
     assert_eq!(read_all(&fs, f), b"01ab456789", "a refused write changes nothing");
     assert_eq!(fs.getattr(f).unwrap().size, 10);
 }
+
+/// `read_into` fills the front of the caller's buffer, grows it only as far as the
+/// file has bytes (not to the size asked for), and never shrinks a longer buffer.
+#[test]
+fn read_into_grows_the_buffer_only_to_what_the_file_returns() {
+    let store = std::sync::Arc::new(MemStore::new());
+    let fs = Fs::open(store, ZplOptions::default()).unwrap();
+    let f = mkfile(&fs, fs.root(), "f", b"0123456789");
+    let mut buf = Vec::new();
+    assert_eq!(fs.read_into(f, 4, 1 << 20, &mut buf).unwrap(), 6);
+    assert_eq!(buf, b"456789", "grown to the six bytes past offset 4, not to 1 MiB");
+    let mut kept = vec![b'x'; 64];
+    assert_eq!(fs.read_into(f, 0, 3, &mut kept).unwrap(), 3);
+    assert_eq!(&kept[..3], b"012");
+    assert_eq!(kept.len(), 64, "a longer buffer is kept as it is");
+    assert!(kept[3..].iter().all(|&b| b == b'x'));
+    assert_eq!(fs.read_into(f, 10, 5, &mut kept).unwrap(), 0, "at end of file");
+}
