@@ -526,18 +526,15 @@ impl Vdev {
     /// write, then the flush of every leaf below. Errors as [`Vdev::write`] and
     /// [`Vdev::flush`]; a failed flush counts as a WRITE error on its leaf.
     pub fn write_flush(&self, offset_bytes: u64, data: &[u8]) -> Result<(), VdevError> {
-        let children = match &self.kind {
-            VdevKind::Mirror(children) => children,
-            VdevKind::Leaf(Some(leaf)) if self.durable_leaf(data.len()).is_some() => {
-                self.check_range(offset_bytes, data.len() as u64)?;
-                let r = leaf.write_durable(DATA_START_BYTES + offset_bytes, data);
-                self.count_leaf_write(&r, data.len());
-                return r;
-            }
-            _ => {
-                self.write(offset_bytes, data)?;
-                return self.flush();
-            }
+        if let Some(leaf) = self.durable_leaf(data.len()) {
+            self.check_range(offset_bytes, data.len() as u64)?;
+            let r = leaf.write_durable(DATA_START_BYTES + offset_bytes, data);
+            self.count_leaf_write(&r, data.len());
+            return r;
+        }
+        let VdevKind::Mirror(children) = &self.kind else {
+            self.write(offset_bytes, data)?;
+            return self.flush();
         };
         if !self.state().is_usable() {
             return Err(VdevError::Unavailable { vdev: self.id });
