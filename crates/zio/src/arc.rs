@@ -727,9 +727,9 @@ impl ArcCache {
         st.unlink(&key);
         Self::insert_locked(&mut st, key, buf, meta, false, List::Mru);
         // Lock order: the state, then the decompressed cache. A decompressed copy of
-        // an older block under the same key never outlives this write.
-        // Blocks with nothing to keep or drop there (most data blocks of a txg) leave
-        // it alone.
+        // an older block under the same key (a block freed unsynced and its range
+        // reallocated in the same txg) never outlives this write. Only a change there
+        // updates the overhead count and evicts.
         let mut dc = self.dcache.lock();
         let before = dc.bytes;
         match (compressed && st.hdrs.contains_key(&key), logical) {
