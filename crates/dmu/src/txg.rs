@@ -206,6 +206,22 @@ impl TxgGate {
         })
     }
 
+    /// A hold on the open txg only if one can be had at once: `None` when the gate is
+    /// read-only or suspended, or a quiesce holds or waits for the txg (never delayed
+    /// by the write throttle). For optional open-context work (the DMU's early writes)
+    /// that must never hold up a sync.
+    pub fn try_hold(&self) -> Option<TxHold> {
+        if self.is_readonly() || self.suspended().is_some() {
+            return None;
+        }
+        let guard = self.open.try_read_arc()?;
+        let txg = *guard;
+        Some(TxHold {
+            txg,
+            _guard: Some(Box::new(guard)),
+        })
+    }
+
     /// The open txg.
     pub fn open_txg(&self) -> u64 {
         *self.open.read()

@@ -153,7 +153,10 @@ impl Pool {
 
     /// Sync one txg: everything changed under holds of the open txg becomes durable.
     pub(crate) fn sync_once(&self) -> Result<()> {
+        let t_wait = Instant::now();
         let _s = self.sync_lock.lock();
+        let t0 = Instant::now();
+        let lock_wait = t0 - t_wait;
         crate::inject::sync_fault_point(&self.name, crate::inject::SyncFault::PanicAtStart);
         // From the quiesce on, a failure leaves in-memory state half-synced.
         self.sync_untrusted.store(true, Ordering::SeqCst);
@@ -192,9 +195,14 @@ impl Pool {
             }
             return Ok(());
         }
+        let t_quiesced = t0.elapsed();
+        let dirty_records: usize = batches.iter().map(|(_, _, b)| b.block_count()).sum();
+        let dirty_bytes: u64 = batches.iter().map(|(_, _, b)| b.dirty_bytes()).sum();
         let tx = TxHold { txg, _guard: None };
+        let mut early_blocks = 0;
         for (id, os, mut b) in batches {
             os.sync_write_data(&mut b, 2).map_err(dmu_err)?;
+            early_blocks += b.early_blocks();
             if let Some(root) = os.sync_finish(b).map_err(dmu_err)? {
                 let _a = self.admin.lock();
                 // The dataset may have been destroyed meanwhile.
@@ -209,8 +217,10 @@ impl Pool {
             }
         }
         crate::inject::sync_fault_point(&self.name, crate::inject::SyncFault::PanicAfterData);
+        let t_data = t0.elapsed();
         // Sync tasks see every dataset record as this txg leaves it.
         self.run_due_sync_tasks(&tx);
+        let t_tasks = t0.elapsed();
         // The block reference and dedup tables after every free of this txg (they
         // change only in syncing context, so they match this txg's trees).
         if self.zio.brt().take_dirty() {
@@ -225,6 +235,7 @@ impl Pool {
             self.mos.sync_write_data(&mut mb, 1).map_err(dmu_err)?;
             self.mos.sync_finish(mb).map_err(dmu_err)?
         };
+        let t_mos = t0.elapsed();
         let rootbp = mos_root.unwrap_or_else(|| self.mos.root_bp());
         // Space accounting (metaslab theory statement): this txg's log block(s), the
         // metaslabs flushed this txg, their directory pages and a new root. The plan
@@ -238,7 +249,9 @@ impl Pool {
             .write_sealed_all(&plan.blocks)
             .map_err(|e| SpaError::Io(format!("txg {txg}: space structures: {e}")))?;
         let smbp = plan.root;
+        let t_space = t0.elapsed();
         self.zio.flush().map_err(|e| SpaError::Io(e.to_string()))?;
+        let t_flush = t0.elapsed();
         // A leaf that failed a write of this txg lacks some of its blocks: its DTL gets
         // the txg, and the labels record that after the uberblock.
         if self.repair_sync_writes_done(txg, &write_errors_before) {
@@ -260,6 +273,11 @@ impl Pool {
             return Err(SpaError::Io(format!("txg {txg}: no leaf accepted the uberblock")));
         }
         *self.spacemap_bp.lock() = smbp;
+        let t_ub = t0.elapsed();
+        tracing::debug!(
+            "pool {} txg {txg}: waited {lock_wait:?} for the sync lock; {dirty_records} dirty blocks ({early_blocks} written early), {dirty_bytes} dirty bytes; quiesce {t_quiesced:?}, data {t_data:?}, tasks {t_tasks:?}, mos {t_mos:?}, space {t_space:?}, flush {t_flush:?}, uberblock {t_ub:?} (cumulative)",
+            self.name
+        );
         self.zio.with_space(|s| s.sync_done(txg));
         if config_changed {
             // The uberblock above committed the new vdev tree; now every label (new

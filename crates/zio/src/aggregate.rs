@@ -35,6 +35,15 @@ pub const AGGREGATE_MAX_BYTES: u64 = 1 << 20;
 /// of milliseconds per start on a busy machine).
 pub const INLINE_BATCH_MAX_BYTES: usize = 512 << 10;
 
+/// Block writes staged by [`Zio::stage_blocks`]: allocated, checksummed, not yet on
+/// any device. Hand them to [`Zio::write_staged`]; dropping them unwritten leaks
+/// their allocations until the pool is reopened.
+#[derive(Default)]
+pub struct StagedWrites {
+    /// (payload as stored, pointer, logical bytes for the ARC) per block.
+    blocks: Vec<(Vec<u8>, BlkPtr, Arc<Vec<u8>>)>,
+}
+
 /// One block prepared for writing: its payload (compressed, or the caller's bytes
 /// borrowed) and every pointer field except the DVAs.
 pub(crate) struct Prepared<'a> {
@@ -83,6 +92,31 @@ pub(crate) fn prepare<'a>(data: &'a [u8], props: &WriteProps) -> Prepared<'a> {
         return Prepared { payload, bp: old, nop: true };
     }
     Prepared { bp, payload, nop: false }
+}
+
+/// [`prepare`] every block, in `threads` workers (1..=8) unless the batch is small
+/// (at most [`INLINE_BATCH_MAX_BYTES`]); the flag says it was prepared inline.
+fn prepare_all(blocks: &[(Arc<Vec<u8>>, WriteProps)], threads: usize) -> (Vec<Prepared<'_>>, bool) {
+    let n = blocks.len();
+    let threads = threads.clamp(1, 8).min(n.max(1));
+    let chunk = n.div_ceil(threads).max(1);
+    let mut prepared: Vec<Option<Prepared>> = (0..n).map(|_| None).collect();
+    let inline = threads == 1 || blocks.iter().map(|(d, _)| d.len()).sum::<usize>() <= INLINE_BATCH_MAX_BYTES;
+    fn prepare_chunk<'a>(items: &'a [(Arc<Vec<u8>>, WriteProps)], outs: &mut [Option<Prepared<'a>>]) {
+        for ((data, props), o) in items.iter().zip(outs.iter_mut()) {
+            *o = Some(prepare(data, props));
+        }
+    }
+    if inline {
+        prepare_chunk(blocks, &mut prepared);
+    } else {
+        std::thread::scope(|s| {
+            for (items, outs) in blocks.chunks(chunk).zip(prepared.chunks_mut(chunk)) {
+                s.spawn(move || prepare_chunk(items, outs));
+            }
+        });
+    }
+    (prepared.into_iter().map(|p| p.expect("prepared")).collect(), inline)
 }
 
 /// OpenZFS `zio_nop_write`'s test: the old pointer is a level-0 block of the same
@@ -276,6 +310,83 @@ impl Zio {
         landed
     }
 
+    /// A block has just been written: the ARC takes over its (compressed) payload, as
+    /// OpenZFS's ARC keeps a buffer it has just written (`arc_write`).
+    fn cache_written(&self, bp: &BlkPtr, data: &Arc<Vec<u8>>, payload: impl FnOnce() -> Vec<u8>) {
+        let stored = crate::arc::Stored::choose(bp.compression, bp.lsize_bytes, data, payload, self.arc.compressed_enabled());
+        let meta = crate::bp_is_metadata(bp);
+        // Metadata the next txg reads again (the indirect and dnode blocks this sync
+        // just rewrote) keeps its logical bytes beside the compressed copy, so that read
+        // does not decompress what the writer still holds. Not while a mutator may have
+        // changed the bytes.
+        let logical = (meta && !crate::craft::installed()).then_some(data);
+        self.arc.insert_written_stored(self.arc_key(bp), stored, meta, logical);
+    }
+
+    /// Compress, checksum and allocate `blocks` as [`Zio::write_blocks`] does (no
+    /// deduplication or nopwrite: for metadata) and return their pointers at once,
+    /// leaving the device writes in `staged` for [`Zio::write_staged`]. A txg sync
+    /// builds each tree level's blocks from the pointers of the level below: staging
+    /// lets it build every level first and write all of them in one aggregated batch,
+    /// one device round trip instead of one per level (OpenZFS's parents take their
+    /// children's pointers when the children are "ready", not when written). Nothing
+    /// staged may be read until written. Errors: `NoSpace` for a block that found no
+    /// room (nothing staged for it).
+    pub fn stage_blocks(&self, blocks: &[(Arc<Vec<u8>>, WriteProps)], threads: usize, staged: &mut StagedWrites) -> Vec<Result<BlkPtr>> {
+        let (prepared, _) = prepare_all(blocks, threads);
+        prepared
+            .into_iter()
+            .zip(blocks)
+            .map(|(p, (data, props))| {
+                debug_assert!(props.nop_prev.is_none() && matches!(props.dedup, crate::Dedup::Off), "staged writes are plain");
+                let mut bp = p.bp;
+                bp.dva = self.allocate(p.payload.len() as u64, props.copies)?;
+                staged.blocks.push((p.payload.into_owned(), bp, data.clone()));
+                Ok(bp)
+            })
+            .collect()
+    }
+
+    /// Give back the allocations of staged writes that will not be issued (their txg
+    /// failed before writing them).
+    pub fn discard_staged(&self, staged: StagedWrites) {
+        for (_, bp, _) in &staged.blocks {
+            self.free_now(bp);
+        }
+    }
+
+    /// Issue every write of `staged` (aggregated, from `threads` workers) and cache the
+    /// blocks that landed. Returns the pointers written, in staging order. Errors: `Io`
+    /// when some block has no copy written; every such block is freed (the txg that
+    /// staged it fails).
+    pub fn write_staged(&self, staged: StagedWrites, threads: usize) -> Result<Vec<BlkPtr>> {
+        let StagedWrites { blocks } = staged;
+        let payloads: Vec<&[u8]> = blocks.iter().map(|(p, _, _)| p.as_slice()).collect();
+        let bps: Vec<BlkPtr> = blocks.iter().map(|(_, bp, _)| *bp).collect();
+        // A small batch (an idle txg's) goes out from this thread: helpers cost more.
+        let bytes: usize = payloads.iter().map(|p| p.len()).sum();
+        let threads = if bytes <= INLINE_BATCH_MAX_BYTES { 1 } else { threads };
+        let landed = self.write_copies(&payloads, &bps, &vec![true; blocks.len()], threads);
+        drop(payloads);
+        let mut failed = None;
+        for ((payload, bp, data), ok) in blocks.into_iter().zip(&landed) {
+            if *ok {
+                self.blocks_written.fetch_add(1, Ordering::Relaxed);
+                self.cache_written(&bp, &data, || payload);
+            } else {
+                self.free_now(&bp);
+                failed.get_or_insert(bp);
+            }
+        }
+        match failed {
+            Some(bp) => Err(ZioError::Io(format!(
+                "no copy of a block at vdev {} offset {} could be written",
+                bp.dva[0].vdev, bp.dva[0].offset_bytes
+            ))),
+            None => Ok(bps),
+        }
+    }
+
     /// Whether the stored block of `e` holds exactly `payload` (dedup `verify`).
     fn same_bytes(&self, e: &crate::ddt::DdtEntry, payload: &[u8]) -> bool {
         let vdevs = self.vdevs.read();
@@ -295,25 +406,8 @@ impl Zio {
     /// overwrite of the same record then needs no read-back from disk.
     pub fn write_blocks(&self, blocks: &[(Arc<Vec<u8>>, WriteProps)], threads: usize) -> Vec<Result<BlkPtr>> {
         let n = blocks.len();
+        let (mut prepared, inline) = prepare_all(blocks, threads);
         let threads = threads.clamp(1, 8).min(n.max(1));
-        let chunk = n.div_ceil(threads).max(1);
-        let mut prepared: Vec<Option<Prepared>> = (0..n).map(|_| None).collect();
-        let inline = threads == 1 || blocks.iter().map(|(d, _)| d.len()).sum::<usize>() <= INLINE_BATCH_MAX_BYTES;
-        fn prepare_chunk<'a>(items: &'a [(Arc<Vec<u8>>, WriteProps)], outs: &mut [Option<Prepared<'a>>]) {
-            for ((data, props), o) in items.iter().zip(outs.iter_mut()) {
-                *o = Some(prepare(data, props));
-            }
-        }
-        if inline {
-            prepare_chunk(blocks, &mut prepared);
-        } else {
-            std::thread::scope(|s| {
-                for (items, outs) in blocks.chunks(chunk).zip(prepared.chunks_mut(chunk)) {
-                    s.spawn(move || prepare_chunk(items, outs));
-                }
-            });
-        }
-        let mut prepared: Vec<Prepared<'_>> = prepared.into_iter().map(|p| p.expect("prepared")).collect();
         let dedup = self.dedup_lookup(blocks, &mut prepared);
         // Allocate in order, so that a txg's blocks lie next to each other.
         let mut results: Vec<Result<()>> = Vec::with_capacity(n);
@@ -341,25 +435,10 @@ impl Zio {
         );
         let mut written = landed;
         self.dedup_finish(blocks, &mut prepared, &dedup, &mut written);
-        let keep_compressed = self.arc.compressed_enabled();
         for ((p, (data, _)), ok) in prepared.iter_mut().zip(blocks).zip(&written) {
             if *ok && !p.nop {
-                // The (compressed) payload has been written: the ARC takes it over.
                 let payload = &mut p.payload;
-                let stored = crate::arc::Stored::choose(
-                    p.bp.compression,
-                    p.bp.lsize_bytes,
-                    data,
-                    || std::mem::take(payload).into_owned(),
-                    keep_compressed,
-                );
-                let meta = crate::bp_is_metadata(&p.bp);
-                // Metadata the next txg reads again (the indirect and dnode blocks
-                // this sync just rewrote) keeps its logical bytes beside the
-                // compressed copy, so that read does not decompress what the writer
-                // still holds. Not while a mutator may have changed the bytes.
-                let logical = (meta && !crate::craft::installed()).then_some(data);
-                self.arc.insert_written_stored(self.arc_key(&p.bp), stored, meta, logical);
+                self.cache_written(&p.bp, data, || std::mem::take(payload).into_owned());
             }
         }
         prepared

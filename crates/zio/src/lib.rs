@@ -83,7 +83,7 @@ mod aggregate;
 pub mod craft;
 mod log;
 mod read_batch;
-pub use aggregate::AGGREGATE_MAX_BYTES;
+pub use aggregate::{StagedWrites, AGGREGATE_MAX_BYTES};
 pub mod arc;
 pub use arc::{Access, ArcCache};
 pub mod l2arc;
@@ -214,6 +214,15 @@ impl CachePolicy {
     }
 }
 
+/// See [`Zio::write_fence`]: compare two with `==`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteFence {
+    /// Address of each top-level vdev node (a replaced node is a new allocation).
+    tops: Vec<usize>,
+    /// (guid, state, write errors) of every leaf, in tree order.
+    leaves: Vec<(u64, tarn_vdev::VdevState, u64)>,
+}
+
 /// Whether the cache accounts `bp` as metadata: an indirect block or a block of a
 /// metadata type (OpenZFS `BP_IS_METADATA`).
 pub fn bp_is_metadata(bp: &BlkPtr) -> bool {
@@ -337,6 +346,27 @@ impl Zio {
             blocks_written: AtomicU64::new(0),
             nop_writes: AtomicU64::new(0),
             blocks_read: AtomicU64::new(0),
+        }
+    }
+
+    /// A fingerprint of the vdev tree's shape and health for open-context writes
+    /// (the DMU's early writes): which top-level vdevs are in place, and every leaf's
+    /// state and write-error count. Two equal fences, taken before and after a write,
+    /// mean no leaf failed a write meanwhile and no vdev was attached, detached,
+    /// replaced, onlined or offlined, so the block is on every leaf that a txg sync
+    /// would have written it to, and a leaf's missing-txg range (DTL), which only the
+    /// txg sync records, needs nothing for it.
+    pub fn write_fence(&self) -> WriteFence {
+        let vdevs = self.vdevs.read();
+        let mut leaves = Vec::new();
+        for top in vdevs.iter() {
+            for leaf in top.leaves() {
+                leaves.push((leaf.guid(), leaf.state(), leaf.stats().write_errors.load(Ordering::Relaxed)));
+            }
+        }
+        WriteFence {
+            tops: vdevs.iter().map(|t| Arc::as_ptr(t) as usize).collect(),
+            leaves,
         }
     }
 

@@ -41,12 +41,26 @@ pub struct SyncBatch {
     dirty_bytes: u64,
     /// Objects with changes in this txg (data, attributes or frees).
     objects: usize,
+    /// Records whose early block phase 2 installed (module `early`).
+    early_blocks: usize,
 }
 
 impl SyncBatch {
     /// The txg being synced.
     pub fn txg(&self) -> u64 {
         self.txg
+    }
+    /// Bytes of dirty data the batch holds (what the write throttle counted).
+    pub fn dirty_bytes(&self) -> u64 {
+        self.dirty_bytes
+    }
+    /// Level-0 blocks of the batch (written in phase 2, or written early).
+    pub fn block_count(&self) -> usize {
+        self.blocks.len()
+    }
+    /// Records of the batch that phase 2 found written early (module `early`).
+    pub fn early_blocks(&self) -> usize {
+        self.early_blocks
     }
     /// True when nothing in this object set changed in the txg.
     pub fn is_empty(&self) -> bool {
@@ -106,6 +120,7 @@ impl Objset {
             written: Vec::new(),
             dirty_bytes,
             objects: st.syncing.len(),
+            early_blocks: 0,
         }
     }
 
@@ -158,11 +173,15 @@ impl Objset {
                 WriteProps::meta(otype, 0, copies_for(otype, self.os_type, data_copies), txg, 1)
             }
         };
-        batch.written = vec![None; batch.blocks.len()];
+        // Whole records written early (module `early`) keep the block they have.
+        batch.written = self.early_take(txg, &batch.blocks);
+        batch.early_blocks = batch.written.iter().flatten().count();
         let mut first_err = None;
         // One batch through zio: compressed and checksummed in parallel, then written
         // with adjacent blocks merged into larger device writes.
-        let full: Vec<usize> = (0..batch.blocks.len()).filter(|&i| matches!(batch.blocks[i].3, Dirty::Full(_))).collect();
+        let full: Vec<usize> = (0..batch.blocks.len())
+            .filter(|&i| matches!(batch.blocks[i].3, Dirty::Full(_)) && batch.written[i].is_none())
+            .collect();
         let items: Vec<(Arc<Vec<u8>>, WriteProps)> = full
             .iter()
             .map(|&i| match &batch.blocks[i].3 {
@@ -308,13 +327,29 @@ impl Objset {
     /// Phase 3: install pointers, rewrite indirect and dnode blocks and the root.
     /// Returns the new root pointer, or `None` if nothing changed in this txg.
     ///
-    /// The metadata is written level by level across all objects of the txg, each
-    /// level as one [`Zio::write_blocks`] batch (aggregated, in parallel): first every
+    /// The metadata is built level by level across all objects of the txg: every
     /// dirty level-1 indirect block, then level 2, and so on, then all dnode blocks,
-    /// then object 0's indirect blocks, then the root. A txg therefore costs a handful
-    /// of device round trips on a slow disk, not one per block, and the object-set lock
-    /// is held that much less (OpenZFS issues these as one tree of parallel zios).
+    /// then object 0's indirect blocks, then the root. Each level is compressed,
+    /// checksummed and allocated as one batch ([`Zio::stage_blocks`]), which gives the
+    /// pointers the next level needs without waiting for a device; all levels are then
+    /// written as one aggregated batch ([`Zio::write_staged`]) before the new tree is
+    /// published. A txg's metadata therefore costs one device round trip, not one per
+    /// level or per block (OpenZFS issues these as one tree of parallel zios, a parent
+    /// taking its children's pointers when they are ready). On an error the staged
+    /// allocations are given back.
     pub fn sync_finish(&self, batch: SyncBatch) -> Result<Option<BlkPtr>> {
+        let mut staged = StagedWrites::default();
+        let r = self.sync_finish_staged(batch, &mut staged);
+        if r.is_err() {
+            self.zio.discard_staged(staged);
+        }
+        r
+    }
+
+    /// [`Objset::sync_finish`], staging every metadata write in `staged` and issuing
+    /// them all at the end, in one aggregated batch, before the new tree is published
+    /// (the object-set lock is held throughout).
+    fn sync_finish_staged(&self, batch: SyncBatch, staged: &mut StagedWrites) -> Result<Option<BlkPtr>> {
         let txg = batch.txg;
         let mut st = self.st.lock();
         let syncing = std::mem::take(&mut st.syncing);
@@ -359,7 +394,7 @@ impl Objset {
         }
         {
             let mut trees: Vec<&mut TreeWork> = works.iter_mut().map(|(_, _, w)| w).collect();
-            self.trees_write(&mut trees, txg)?;
+            self.trees_write(&mut trees, txg, staged)?;
         }
         for (obj, rec, work) in works {
             used_delta += work.used_delta_bytes();
@@ -410,12 +445,12 @@ impl Objset {
                 dnode_bids.push(bid);
             }
         }
-        for (bid, r) in dnode_bids.into_iter().zip(self.write_bps(&dnode_blocks, 2)) {
+        for (bid, r) in dnode_bids.into_iter().zip(self.zio.stage_blocks(&dnode_blocks, 2, staged)) {
             meta_installs.push((bid, r.map_err(zio_err)?));
         }
         let meta = std::mem::take(&mut st.meta);
         let mut work = self.tree_prepare(meta, &[], &meta_installs, txg)?;
-        self.trees_write(&mut [&mut work], txg)?;
+        self.trees_write(&mut [&mut work], txg, staged)?;
         used_delta += work.used_delta_bytes();
         let meta = work.tree;
         let maxblkid = (st.next_obj.saturating_sub(1)) / DNODES_PER_BLOCK;
@@ -438,10 +473,11 @@ impl Objset {
             zil_header: st.zil_header,
         };
         st.zil_dirty = false;
-        let root = self
-            .zio
-            .write_block(&phys.encode(), self.meta_props(ObjectType::Objset, 0, txg, 1))
-            .map_err(zio_err)?;
+        let root_block = [(Arc::new(phys.encode()), self.meta_props(ObjectType::Objset, 0, txg, 1))];
+        let root = self.zio.stage_blocks(&root_block, 1, staged).pop().expect("one block").map_err(zio_err)?;
+        // Every level at once; the tree is published only after the writes landed.
+        let written = self.zio.write_staged(std::mem::take(staged), 2).map_err(zio_err)?;
+        self.cache_policy(written.iter());
         let old_root = std::mem::replace(&mut st.root, root);
         used_delta += root.asize_total_bytes() as i64 - old_root.asize_total_bytes() as i64;
         self.kill(&old_root, txg);
@@ -627,10 +663,11 @@ impl Objset {
         Ok(())
     }
 
-    /// Second half of phase 3 for a set of trees: write their dirty indirect blocks
-    /// bottom-up, one [`Zio::write_blocks`] batch per level across all trees, each
-    /// written pointer installed in its (loaded) parent or as the tree's new root.
-    pub(super) fn trees_write(&self, works: &mut [&mut TreeWork], txg: u64) -> Result<()> {
+    /// Second half of phase 3 for a set of trees: stage their dirty indirect blocks
+    /// bottom-up in `staged`, one [`Zio::stage_blocks`] batch per level across all
+    /// trees, each new pointer installed in its (loaded) parent or as the tree's new
+    /// root. The caller writes what was staged.
+    pub(super) fn trees_write(&self, works: &mut [&mut TreeWork], txg: u64, staged: &mut StagedWrites) -> Result<()> {
         let max_top = works.iter().map(|w| w.tree.nlevels.max(1) as u32 - 1).max().unwrap_or(0);
         for level in 1..=max_top {
             // (tree, index, bytes) of every dirty block at this level; empty ones are holes.
@@ -656,7 +693,7 @@ impl Objset {
                     }
                 }
             }
-            for ((w, idx), r) in members.into_iter().zip(self.write_bps(&blocks, 2)) {
+            for ((w, idx), r) in members.into_iter().zip(self.zio.stage_blocks(&blocks, 2, staged)) {
                 results.push((w, idx, r.map_err(zio_err)?));
             }
             for (w, idx, new_bp) in results {

@@ -97,8 +97,9 @@
 //! and block resolution (`dbuf.c`); `zfetch` the sequential read-ahead
 //! (`dmu_zfetch.c`); `dnode_sync` the three sync phases (`dnode_sync.c`).
 //!
-//! Limits: one mutex per object set (metadata I/O in phase 3 happens under it, one
-//! batched round trip per tree level); clean
+//! Limits: one mutex per object set (metadata I/O in phase 3 happens under it: one
+//! aggregated batch of writes for all levels, after reads of the indirect blocks
+//! being changed); clean
 //! dnodes are evicted from memory when more than [`DNODE_CACHE_MAX`] are loaded.
 //!
 //! Errors: a failed block read returns `DmuError::Io` (zio already counted it); a
@@ -120,7 +121,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use tarn_phys::{BlkPtr, ChecksumAlg, CompressSetting, DnodePhys, ObjectType, ObjsetPhys, ZilHeader, BLKPTR_SIZE_BYTES, DNODE_SIZE_BYTES};
-use tarn_zio::{CachePolicy, WriteProps, Zio, ZioError};
+use tarn_zio::{CachePolicy, StagedWrites, WriteProps, Zio, ZioError};
 
 /// Bytes per dnode block (object 0's block size).
 pub const DNODE_BLOCK_BYTES: u32 = 16 << 10;
@@ -151,10 +152,12 @@ pub const OS_TYPE_ZFS: u64 = 2;
 mod dbuf;
 mod dnode;
 mod dnode_sync;
+mod early;
 mod zfetch;
 
 use dbuf::{Dirty, OpenRec, Src, SyncRec};
 pub use dnode_sync::{FillStats, SyncBatch, FILL_BATCH_BYTES};
+pub use early::{EarlyStats, EARLY_BATCH_RECORDS, EARLY_QUEUE_MAX};
 
 fn zio_err(e: ZioError) -> DmuError {
     match e {
@@ -264,6 +267,16 @@ pub struct Objset {
     block_kill: Mutex<Option<BlockKill>>,
     /// Deferred-fill counters (see [`Objset::fill_stats`]).
     fill_stats: Mutex<FillStats>,
+    /// This object set, for the threads it starts (which must not keep it alive).
+    weak: std::sync::Weak<Objset>,
+    /// Records written before their txg syncs (module `early`).
+    early: Arc<early::EarlyShared>,
+}
+
+impl Drop for Objset {
+    fn drop(&mut self) {
+        self.early_close();
+    }
 }
 
 /// Receiver of the object ids whose reads failed with an I/O or checksum error.
@@ -294,8 +307,8 @@ fn copies_for(otype: ObjectType, os_type: u64, data_copies: u8) -> u8 {
 impl Objset {
     /// An object set of type `os_type` in state `st`, with properties at their
     /// defaults (the DSL sets them after open).
-    fn with_state(zio: Arc<Zio>, gate: Arc<TxgGate>, os_type: u64, st: OsState) -> Objset {
-        Objset {
+    fn with_state(zio: Arc<Zio>, gate: Arc<TxgGate>, os_type: u64, st: OsState) -> Arc<Objset> {
+        Arc::new_cyclic(|weak| Objset {
             zio,
             gate,
             os_type,
@@ -312,7 +325,9 @@ impl Objset {
             error_sink: Mutex::new(None),
             block_kill: Mutex::new(None),
             fill_stats: Mutex::new(FillStats::default()),
-        }
+            weak: weak.clone(),
+            early: Arc::default(),
+        })
     }
 
     /// A new, empty object set of type `os_type` (nothing on disk until synced).
@@ -322,12 +337,7 @@ impl Objset {
             nlevels: 1,
             used_bytes: 0,
         };
-        Arc::new(Objset::with_state(
-            zio,
-            gate,
-            os_type,
-            OsState::new(meta, 1, 0, BlkPtr::HOLE, ZilHeader::default()),
-        ))
+        Objset::with_state(zio, gate, os_type, OsState::new(meta, 1, 0, BlkPtr::HOLE, ZilHeader::default()))
     }
 
     /// Open the object set rooted at `root` (an [`ObjsetPhys`] block).
@@ -358,7 +368,7 @@ impl Objset {
             used_bytes: md.used_bytes,
         };
         let st = OsState::new(meta, next_obj, used_bytes, *root, phys.zil_header);
-        Ok(Arc::new(Objset::with_state(zio, gate, phys.os_type, st)))
+        Ok(Objset::with_state(zio, gate, phys.os_type, st))
     }
 
     /// The intent-log header as of the last [`Objset::set_zil_header`] (or as read at open).
@@ -464,20 +474,25 @@ impl Objset {
     /// it keep, and mark what `secondarycache` keeps off the cache devices.
     fn write_bps(&self, blocks: &[(Arc<Vec<u8>>, WriteProps)], threads: usize) -> Vec<std::result::Result<BlkPtr, ZioError>> {
         let out = self.zio.write_blocks(blocks, threads);
+        self.cache_policy(out.iter().flatten());
+        out
+    }
+
+    /// Apply `primarycache` and `secondarycache` to blocks just written.
+    fn cache_policy<'a>(&self, bps: impl Iterator<Item = &'a BlkPtr> + Clone) {
         let policy = self.primarycache();
         if policy != CachePolicy::All {
-            for bp in out.iter().flatten() {
+            for bp in bps.clone() {
                 if !policy.caches(tarn_zio::bp_is_metadata(bp)) {
                     self.zio.uncache(bp);
                 }
             }
         }
         if self.secondarycache() != CachePolicy::All {
-            for bp in out.iter().flatten() {
+            for bp in bps {
                 self.mark_secondary(bp);
             }
         }
-        out
     }
 
     /// Make this object set refuse changes (`readonly=on`).
@@ -763,6 +778,8 @@ impl ObjectStore for Objset {
             }
         }
         let mut pos = 0usize;
+        // Records this write completed, for the early writer (module `early`).
+        let mut completed: Vec<(u64, u64)> = Vec::new();
         while pos < data.len() {
             let dn = self.load_dnode(&mut st, obj)?;
             let blksz = dn.attrs.blksz as u64;
@@ -772,8 +789,13 @@ impl ObjectStore for Objset {
             let n = (blksz as usize - in_blk).min(data.len() - pos);
             self.write_in_block(&mut st, obj, blkid, in_blk, &data[pos..pos + n])?;
             pos += n;
+            if in_blk + n == blksz as usize && st.dnodes.get(&obj).is_some_and(|dn| self.early_candidate(dn, blkid)) {
+                completed.push((obj, blkid));
+            }
         }
         Self::mark_dirty(&mut st, obj);
+        drop(st);
+        self.early_queue(&completed);
         Ok(())
     }
 

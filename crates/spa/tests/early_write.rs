@@ -1,0 +1,168 @@
+//! Early writes (`tarn_dmu::objset` module `early`): whole records a streaming writer
+//! completes are written before their txg syncs; the sync installs those blocks
+//! instead of writing the records again, and frees every early block whose record
+//! changed or went away meanwhile. The contents, the space maps (`Pool::leak_check`)
+//! and a re-import must agree either way.
+
+mod common;
+
+use common::{abandon, mirror_pool, pattern, reimport};
+use std::time::{Duration, Instant};
+use tarn_dmu::objset::{EarlyStats, Objset};
+use tarn_dmu::{ObjectStore, ObjectType};
+use tarn_spa::Pool;
+
+const RECORD: usize = 128 << 10;
+
+/// A new 128 KiB-record file-data object.
+fn new_file(os: &Objset) -> u64 {
+    let tx = os.hold_tx().unwrap();
+    os.create_object(&tx, ObjectType::FileData, 512, RECORD as u32, &[]).unwrap()
+}
+
+/// Append `data` to `obj` at `at` in 8 KiB writes, as an fio appender does.
+fn append(os: &Objset, obj: u64, at: usize, data: &[u8]) {
+    for (i, piece) in data.chunks(8 << 10).enumerate() {
+        let tx = os.hold_tx().unwrap();
+        os.write(&tx, obj, (at + i * (8 << 10)) as u64, piece).unwrap();
+    }
+}
+
+fn read(os: &dyn ObjectStore, obj: u64, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    os.read(obj, 0, &mut b).unwrap();
+    b
+}
+
+/// Wait (at most 20 s) until the early writer has written `n` records.
+fn wait_written(os: &Objset, n: u64) -> EarlyStats {
+    let t = Instant::now();
+    loop {
+        let s = os.early_stats();
+        if s.written >= n {
+            return s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "early writer stuck at {s:?}, wanted {n} written");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn leak_free(pool: &Pool, ctx: &str) {
+    pool.leak_check().unwrap_or_else(|e| panic!("{ctx}: leak check: {e}"));
+}
+
+/// Sixteen records appended 8 KiB at a time: the early writer writes the completed
+/// ones, the sync installs them (at least one, and no more than it wrote), and the
+/// file reads back the same before and after an export and import.
+#[test]
+fn streamed_records_are_written_early_and_installed_by_the_sync() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = mirror_pool(d.path(), "early1", 128 << 20);
+    pool.sync().unwrap();
+    let os = pool.objset_concrete("early1").unwrap();
+    let data = pattern(7, 16 * RECORD);
+    let obj = new_file(&os);
+    append(&os, obj, 0, &data);
+    let before = wait_written(&os, 8);
+    assert_eq!(read(&*os, obj, data.len()), data, "content before the sync");
+    pool.sync().unwrap();
+    let after = os.early_stats();
+    assert!(after.used >= 1, "the sync installed no early block: {after:?}");
+    assert!(
+        after.used + after.discarded <= after.written,
+        "more early blocks accounted than written: {after:?}"
+    );
+    assert!(before.written <= 16, "a record was written early twice without changing: {before:?}");
+    assert_eq!(read(&*os, obj, data.len()), data, "content after the sync");
+    leak_free(&pool, "after the sync");
+    drop(os);
+    let pool = reimport(pool, d.path(), "early1");
+    let os = pool.objset_concrete("early1").unwrap();
+    assert_eq!(read(&*os, obj, data.len()), data, "content after import");
+    leak_free(&pool, "after import");
+}
+
+/// Records written early, then changed before their sync: one partly overwritten,
+/// one rewritten whole, one truncated away, and a whole object freed. The sync must
+/// write the new contents and free each stale early block (the leak check fails on
+/// a block left allocated or freed twice).
+#[test]
+fn early_blocks_of_changed_records_are_freed_not_installed() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = mirror_pool(d.path(), "early2", 128 << 20);
+    pool.sync().unwrap();
+    let os = pool.objset_concrete("early2").unwrap();
+    let mut model = pattern(11, 8 * RECORD);
+    let obj = new_file(&os);
+    append(&os, obj, 0, &model);
+    let gone = new_file(&os);
+    append(&os, gone, 0, &pattern(12, 4 * RECORD));
+    wait_written(&os, 8);
+    let tx = os.hold_tx().unwrap();
+    // Record 1: 8 KiB in the middle.
+    let patch = pattern(13, 8 << 10);
+    os.write(&tx, obj, (RECORD + 4096) as u64, &patch).unwrap();
+    model[RECORD + 4096..RECORD + 4096 + patch.len()].copy_from_slice(&patch);
+    // Record 2: rewritten whole.
+    let whole = pattern(14, RECORD);
+    os.write(&tx, obj, 2 * RECORD as u64, &whole).unwrap();
+    model[2 * RECORD..3 * RECORD].copy_from_slice(&whole);
+    // Records 6 and 7: truncated away.
+    os.free_range(&tx, obj, 6 * RECORD as u64, u64::MAX).unwrap();
+    model.truncate(6 * RECORD);
+    // A whole object whose records were written early.
+    os.free_object(&tx, gone).unwrap();
+    drop(tx);
+    pool.sync().unwrap();
+    let s = os.early_stats();
+    assert!(s.discarded >= 1, "no stale early block was freed: {s:?}");
+    let got = read(&*os, obj, 8 * RECORD);
+    assert_eq!(&got[..model.len()], &model[..], "content after the sync");
+    assert!(got[model.len()..].iter().all(|&b| b == 0), "truncated records still read back");
+    leak_free(&pool, "after the sync");
+    drop(os);
+    let pool = reimport(pool, d.path(), "early2");
+    let os = pool.objset_concrete("early2").unwrap();
+    assert_eq!(&read(&*os, obj, model.len())[..], &model[..], "content after import");
+    leak_free(&pool, "after import");
+}
+
+/// A crash after records were written early and before their txg synced: the import
+/// finds the last synced state, with no early block counted as allocated.
+#[test]
+fn early_blocks_of_an_unsynced_txg_are_not_allocated_after_a_crash() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = mirror_pool(d.path(), "early3", 128 << 20);
+    let os = pool.objset_concrete("early3").unwrap();
+    let base = pattern(21, 2 * RECORD);
+    let kept = new_file(&os);
+    append(&os, kept, 0, &base);
+    pool.sync().unwrap();
+    let lost = new_file(&os);
+    append(&os, lost, 0, &pattern(22, 12 * RECORD));
+    wait_written(&os, 6);
+    drop(os);
+    abandon(pool, "early3-none");
+    let pool = Pool::import("early3", &[d.path().to_path_buf()], tarn_spa::Rewind::None, None).unwrap();
+    let os = pool.objset_concrete("early3").unwrap();
+    assert_eq!(read(&*os, kept, base.len()), base, "synced file after the crash");
+    leak_free(&pool, "after the crash");
+}
+
+/// With early writes off (`Objset::set_early_writes`), nothing is written early and
+/// the same stream reads back the same.
+#[test]
+fn early_writes_can_be_turned_off() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = mirror_pool(d.path(), "early4", 128 << 20);
+    let os = pool.objset_concrete("early4").unwrap();
+    os.set_early_writes(false);
+    let data = pattern(31, 6 * RECORD);
+    let obj = new_file(&os);
+    append(&os, obj, 0, &data);
+    std::thread::sleep(Duration::from_millis(200));
+    pool.sync().unwrap();
+    assert_eq!(os.early_stats(), EarlyStats::default());
+    assert_eq!(read(&*os, obj, data.len()), data);
+    leak_free(&pool, "early writes off");
+}
