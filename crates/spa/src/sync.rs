@@ -200,9 +200,13 @@ impl Pool {
         let dirty_bytes: u64 = batches.iter().map(|(_, _, b)| b.dirty_bytes()).sum();
         let tx = TxHold { txg, _guard: None };
         let mut early_blocks = 0;
+        let mut early = tarn_dmu::objset::EarlyStats::default();
         for (id, os, mut b) in batches {
             os.sync_write_data(&mut b, 2).map_err(dmu_err)?;
             early_blocks += b.early_blocks();
+            let e = os.early_stats();
+            early.written += e.written;
+            early.discarded += e.discarded;
             if let Some(root) = os.sync_finish(b).map_err(dmu_err)? {
                 let _a = self.admin.lock();
                 // The dataset may have been destroyed meanwhile.
@@ -275,8 +279,10 @@ impl Pool {
         *self.spacemap_bp.lock() = smbp;
         let t_ub = t0.elapsed();
         tracing::debug!(
-            "pool {} txg {txg}: waited {lock_wait:?} for the sync lock; {dirty_records} dirty blocks ({early_blocks} written early), {dirty_bytes} dirty bytes; quiesce {t_quiesced:?}, data {t_data:?}, tasks {t_tasks:?}, mos {t_mos:?}, space {t_space:?}, flush {t_flush:?}, uberblock {t_ub:?} (cumulative)",
-            self.name
+            "pool {} txg {txg}: waited {lock_wait:?} for the sync lock; {dirty_records} dirty blocks ({early_blocks} written early; since open {} early, {} discarded), {dirty_bytes} dirty bytes; quiesce {t_quiesced:?}, data {t_data:?}, tasks {t_tasks:?}, mos {t_mos:?}, space {t_space:?}, flush {t_flush:?}, uberblock {t_ub:?} (cumulative)",
+            self.name,
+            early.written,
+            early.discarded
         );
         self.zio.with_space(|s| s.sync_done(txg));
         if config_changed {

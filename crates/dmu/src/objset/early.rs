@@ -165,9 +165,11 @@ impl Objset {
         }
         let Some(mut hold) = self.gate.try_hold() else { return };
         if self.gate.synced_txg() + 1 != hold.txg {
-            // A sync is in progress: its space drain could log these allocations.
+            // A sync is in progress (of the txg before the open one, which is therefore
+            // wanted already): its space drain could log these allocations.
+            let syncing = hold.txg - 1;
             drop(hold);
-            let _ = self.gate.wait_synced_nowait(self.gate.synced_txg() + 1);
+            let _ = self.gate.wait_synced_nowait(syncing);
             match self.gate.try_hold() {
                 Some(h) if self.gate.synced_txg() + 1 == h.txg => hold = h,
                 _ => return,
@@ -209,7 +211,7 @@ impl Objset {
         };
         let items: Vec<(Arc<Vec<u8>>, WriteProps)> = records.iter().map(|(_, _, d)| (d.clone(), props)).collect();
         let fence = self.zio.write_fence();
-        let written = self.write_bps(&items, 2);
+        let written = self.write_bps(&items, 1);
         let intact = self.zio.write_fence() == fence;
         let st = self.st.lock();
         let mut e = self.early.inner.lock();
