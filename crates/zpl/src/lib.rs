@@ -49,7 +49,8 @@
 //! ZFS, a tx cannot be rolled back; the pre-checks make this rare). A `write` refused
 //! before it changed anything lets go of its tx and tries again after the store's wait
 //! for space (up to `WRITE_SPACE_RETRIES` times), since the room may only be on its way
-//! back (deferred frees) and taken meanwhile by other writers.
+//! back (deferred frees) and taken meanwhile by other writers; so does a truncate whose
+//! zeroing of a record's tail is refused.
 //!
 //! Intent log: with a [`Zilog`] (see [`Fs::open_logged`]) every change queues a record
 //! under its tx and locks (`log.rs`), `fsync` commits the log, and a log left by a crash
@@ -716,19 +717,34 @@ impl Fs {
     /// Change attributes of `ino` (chmod, chown, truncate, utimens).
     pub fn setattr(&self, ino: u64, s: SetAttr) -> Result<Attr> {
         self.check_writable()?;
-        let tx = self.hold()?;
-        let _ns = self.ns.write();
-        let mut op = Op::new(self, tx);
-        let z = op.get(ino)?.clone();
-        if let Some(size) = s.size {
-            require_file(z.kind(), "truncate of a non-regular file")?;
-            if size > FILE_SIZE_MAX_BYTES {
-                return Err(ZplError::FileTooBig);
+        // A truncate into the middle of a record first writes zeros over the record's
+        // tail, which the store may refuse for space before changing anything (room on
+        // its way back, taken by other writers): then let go of the tx and wait for
+        // space again, as `write` does.
+        let mut attempt = 0;
+        let (mut op, _ns) = loop {
+            let tx = self.hold()?;
+            let ns = self.ns.write();
+            let mut op = Op::new(self, tx);
+            let z = op.get(ino)?.clone();
+            if let Some(size) = s.size {
+                require_file(z.kind(), "truncate of a non-regular file")?;
+                if size > FILE_SIZE_MAX_BYTES {
+                    return Err(ZplError::FileTooBig);
+                }
+                if size < z.size {
+                    match self.truncate_down(&op.tx, ino, size, z.size) {
+                        Ok(()) => {}
+                        Err(ZplError::NoSpace) if attempt < WRITE_SPACE_RETRIES => {
+                            attempt += 1;
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
             }
-            if size < z.size {
-                self.truncate_down(&op.tx, ino, size, z.size)?;
-            }
-        }
+            break (op, ns);
+        };
         let now = op.now;
         let zm = op.get_mut(ino)?;
         if let Some(m) = s.mode {

@@ -778,6 +778,35 @@ fn a_write_refused_for_space_is_retried_then_reported() {
     assert_eq!(fs.getattr(f).unwrap().size, 10);
 }
 
+/// A truncate into the middle of a record writes zeros over the record's tail first;
+/// when the store refuses that write for space it is retried like a write, and one
+/// refused every time fails with ENOSPC and leaves the file as it was.
+#[test]
+fn a_truncate_refused_for_space_is_retried_then_reported() {
+    let store = std::sync::Arc::new(MemStore::new());
+    let fs = Fs::open(store.clone(), ZplOptions::default()).unwrap();
+    let f = mkfile(&fs, fs.root(), "f", b"0123456789");
+    let truncate = |size: u64| {
+        fs.setattr(
+            f,
+            SetAttr {
+                size: Some(size),
+                ..SetAttr::default()
+            },
+        )
+    };
+    store.refuse_writes_for_space(100);
+    assert!(matches!(truncate(3), Err(ZplError::NoSpace)));
+    store.refuse_writes_for_space(0);
+    assert_eq!(read_all(&fs, f), b"0123456789", "a refused truncate changes nothing");
+    store.refuse_writes_for_space(2);
+    assert_eq!(truncate(5).unwrap().size, 5, "refused twice, then truncated");
+    store.refuse_writes_for_space(0);
+    assert_eq!(read_all(&fs, f), b"01234");
+    assert_eq!(truncate(8).unwrap().size, 8);
+    assert_eq!(read_all(&fs, f), b"01234\0\0\0", "the old tail reads as zeros after growing again");
+}
+
 /// `read_into` fills the front of the caller's buffer, grows it only as far as the
 /// file has bytes (not to the size asked for), and never shrinks a longer buffer.
 #[test]
