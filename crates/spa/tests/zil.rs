@@ -218,7 +218,7 @@ fn random_run(seed: u64) -> bool {
         fs.mkdir(root, b"d2", 0o755, 0, 0).unwrap().ino,
     ];
     fs.fsync(root).unwrap();
-    let cut = tarn_vdev::inject::power_cut_after(&prefix, 1 + rng.below(24));
+    let cut = tarn_vdev::inject::power_cut_after(&prefix, 1 + rng.below(16));
     let mut snaps = vec![snapshot(&fs)];
     let mut acked = 0usize;
     let pick_name = |rng: &mut Rng| format!("f{}", rng.below(12));
@@ -318,6 +318,7 @@ fn random_workload_recovers_a_real_state_no_older_than_the_last_fsync() {
             mid += 1;
         }
     }
+    eprintln!("{mid} of {n} cuts fell inside the workload");
     assert!(mid * 2 >= n, "only {mid} of {n} cuts fell inside the workload");
 }
 
