@@ -9,6 +9,11 @@
 //! settle the data and a second for the records. A task runs with `sync_lock` held and
 //! takes `admin` itself; it must check everything before it changes anything (its
 //! error leaves the MOS untouched) and must not wait for a txg.
+//!
+//! Observability: at debug level (`TARN_LOG=tarn_spa=debug` in the daemon's
+//! environment) each txg that writes logs one line: its dirty blocks and bytes, how
+//! many blocks the early writer had written, and the cumulative time at the end of each
+//! phase (quiesce, data, sync tasks, MOS, space maps, flush, uberblock).
 
 use crate::dsl::DslDatasetPhys;
 use crate::pool::{dmu_err, now_s, Pool};
