@@ -40,8 +40,16 @@ pub const INLINE_BATCH_MAX_BYTES: usize = 512 << 10;
 /// their allocations until the pool is reopened.
 #[derive(Default)]
 pub struct StagedWrites {
-    /// (payload as stored, pointer, logical bytes for the ARC) per block.
-    blocks: Vec<(Vec<u8>, BlkPtr, Arc<Vec<u8>>)>,
+    blocks: Vec<StagedBlock>,
+}
+
+/// One staged block.
+struct StagedBlock {
+    /// The bytes to store when they differ from `data` (compressed, or mutated).
+    payload: Option<Vec<u8>>,
+    bp: BlkPtr,
+    /// The logical bytes (for the ARC, and the payload when `payload` is `None`).
+    data: Arc<Vec<u8>>,
 }
 
 /// One block prepared for writing: its payload (compressed, or the caller's bytes
@@ -341,7 +349,16 @@ impl Zio {
                 debug_assert!(props.nop_prev.is_none() && matches!(props.dedup, crate::Dedup::Off), "staged writes are plain");
                 let mut bp = p.bp;
                 bp.dva = self.allocate(p.payload.len() as u64, props.copies)?;
-                staged.blocks.push((p.payload.into_owned(), bp, data.clone()));
+                // A borrowed payload is the logical bytes themselves: keep no copy.
+                let payload = match p.payload {
+                    Cow::Owned(v) => Some(v),
+                    Cow::Borrowed(_) => None,
+                };
+                staged.blocks.push(StagedBlock {
+                    payload,
+                    bp,
+                    data: data.clone(),
+                });
                 Ok(bp)
             })
             .collect()
@@ -350,8 +367,8 @@ impl Zio {
     /// Give back the allocations of staged writes that will not be issued (their txg
     /// failed before writing them).
     pub fn discard_staged(&self, staged: StagedWrites) {
-        for (_, bp, _) in &staged.blocks {
-            self.free_now(bp);
+        for b in &staged.blocks {
+            self.free_now(&b.bp);
         }
     }
 
@@ -361,18 +378,18 @@ impl Zio {
     /// staged it fails).
     pub fn write_staged(&self, staged: StagedWrites, threads: usize) -> Result<Vec<BlkPtr>> {
         let StagedWrites { blocks } = staged;
-        let payloads: Vec<&[u8]> = blocks.iter().map(|(p, _, _)| p.as_slice()).collect();
-        let bps: Vec<BlkPtr> = blocks.iter().map(|(_, bp, _)| *bp).collect();
+        let payloads: Vec<&[u8]> = blocks.iter().map(|b| b.payload.as_deref().unwrap_or(&b.data)).collect();
+        let bps: Vec<BlkPtr> = blocks.iter().map(|b| b.bp).collect();
         // A small batch (an idle txg's) goes out from this thread: helpers cost more.
         let bytes: usize = payloads.iter().map(|p| p.len()).sum();
         let threads = if bytes <= INLINE_BATCH_MAX_BYTES { 1 } else { threads };
         let landed = self.write_copies(&payloads, &bps, &vec![true; blocks.len()], threads);
         drop(payloads);
         let mut failed = None;
-        for ((payload, bp, data), ok) in blocks.into_iter().zip(&landed) {
+        for (StagedBlock { payload, bp, data }, ok) in blocks.into_iter().zip(&landed) {
             if *ok {
                 self.blocks_written.fetch_add(1, Ordering::Relaxed);
-                self.cache_written(&bp, &data, || payload);
+                self.cache_written(&bp, &data, || payload.unwrap_or_else(|| data.to_vec()));
             } else {
                 self.free_now(&bp);
                 failed.get_or_insert(bp);
