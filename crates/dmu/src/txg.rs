@@ -209,7 +209,9 @@ impl TxgGate {
     /// A hold on the open txg only if one can be had at once: `None` when the gate is
     /// read-only or suspended, or a quiesce holds or waits for the txg (never delayed
     /// by the write throttle). For optional open-context work (the DMU's early writes)
-    /// that must never hold up a sync.
+    /// that must never wait for a sync: it never starts once a quiesce is waiting, but
+    /// a quiesce that begins while the hold is kept waits for its release, as for any
+    /// hold.
     pub fn try_hold(&self) -> Option<TxHold> {
         if self.is_readonly() || self.suspended().is_some() {
             return None;

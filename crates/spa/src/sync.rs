@@ -201,6 +201,8 @@ impl Pool {
             return Ok(());
         }
         let t_quiesced = t0.elapsed();
+        // What the debug line reports (module docs), counted only when it is logged.
+        let debug = tracing::enabled!(tracing::Level::DEBUG);
         let dirty_records: usize = batches.iter().map(|(_, _, b)| b.block_count()).sum();
         let dirty_bytes: u64 = batches.iter().map(|(_, _, b)| b.dirty_bytes()).sum();
         let tx = TxHold { txg, _guard: None };
@@ -208,10 +210,12 @@ impl Pool {
         let mut early = tarn_dmu::objset::EarlyStats::default();
         for (id, os, mut b) in batches {
             os.sync_write_data(&mut b, 2).map_err(dmu_err)?;
-            early_blocks += b.early_blocks();
-            let e = os.early_stats();
-            early.written += e.written;
-            early.discarded += e.discarded;
+            if debug {
+                early_blocks += b.early_blocks();
+                let e = os.early_stats();
+                early.written += e.written;
+                early.discarded += e.discarded;
+            }
             if let Some(root) = os.sync_finish(b).map_err(dmu_err)? {
                 let _a = self.admin.lock();
                 // The dataset may have been destroyed meanwhile.

@@ -20,9 +20,10 @@
 //!   or its object set gone — is freed at once by the next sync (or by `Drop`): it was
 //!   never referenced by a synced tree, so nothing can hold it.
 //! - *An early block belongs to the txg of its record*: it is written under a hold on
-//!   the open txg (taken without waiting, [`TxgGate::try_hold`]), with that txg as its
-//!   birth, and installed before the hold is released, so the record cannot have moved
-//!   to syncing meanwhile.
+//!   the open txg (taken without waiting, [`TxgGate::try_hold`]: no batch starts while a
+//!   quiesce waits, but one under way delays a quiesce by its own write, at most
+//!   [`EARLY_BATCH_RECORDS`] records), with that txg as its birth, and installed before
+//!   the hold is released, so the record cannot have moved to syncing meanwhile.
 //! - *Its allocation is logged with its own txg*: allocations are recorded in the
 //!   space records the next txg sync drains; an early write runs only when the txg
 //!   before its own has synced whole (no sync in progress: the next drain is its own
@@ -109,30 +110,25 @@ impl Objset {
         self.early.off.store(!on, Ordering::Relaxed);
     }
 
-    /// Whether this object set may write a record early now (module docs).
-    fn early_allowed(&self) -> bool {
-        if self.early.off.load(Ordering::Relaxed)
-            || self.os_type == OS_TYPE_MOS
-            || self.readonly.load(Ordering::Relaxed)
-            || self.dedup() != tarn_zio::Dedup::Off
-        {
-            return false;
-        }
-        let (compression, checksum) = (self.compression(), self.checksum());
-        if checksum.is_strong() && compression.alg != tarn_phys::Compression::Off {
-            return false;
-        }
-        let (size, free) = self.zio.with_space(|s| (s.asize_bytes(), s.free_bytes()));
-        free > size / 4
+    /// Whether this object set writes records early at all (module docs): not when
+    /// turned off, for the MOS, a read-only object set, or a dataset whose sync may
+    /// deduplicate or nopwrite a record (their tables change in syncing context).
+    fn early_wanted(&self) -> bool {
+        !self.early.off.load(Ordering::Relaxed)
+            && self.os_type != OS_TYPE_MOS
+            && !self.readonly.load(Ordering::Relaxed)
+            && self.dedup() == tarn_zio::Dedup::Off
+            && !(self.checksum().is_strong() && self.compression().alg != tarn_phys::Compression::Off)
     }
 
     /// Whether a write that just completed block `blkid` of `dn` makes it a record to
-    /// write early: file data, a whole record of the object's full record size.
+    /// write early: file data, a whole record of the object's full record size, in an
+    /// object set that writes early ([`Objset::early_wanted`]).
     pub(super) fn early_candidate(&self, dn: &Dn, blkid: u64) -> bool {
         dn.attrs.otype == ObjectType::FileData
             && dn.attrs.blksz == dn.attrs.max_blksz
-            && matches!(dn.open.blocks.get(&blkid), Some(Dirty::Full(d)) if d.len() == dn.attrs.blksz as usize)
-            && !self.early.off.load(Ordering::Relaxed)
+            && matches!(dn.open.blocks.get(&blkid), Some(Dirty::Full(_)))
+            && self.early_wanted()
     }
 
     /// Queue records for the early writer (starting it when none runs). Records past
@@ -160,7 +156,10 @@ impl Objset {
     /// of the open txg (module docs), as one aggregated batch; any failure leaves them
     /// to the sync.
     fn early_write(&self, batch: &[(u64, u64)]) {
-        if !self.early_allowed() {
+        // Properties may have changed since the records were queued; and a pool short of
+        // space would count an early block and its dirty bytes both.
+        let (size, free) = self.zio.with_space(|s| (s.asize_bytes(), s.free_bytes()));
+        if !self.early_wanted() || free <= size / 4 {
             return;
         }
         let Some(mut hold) = self.gate.try_hold() else { return };
