@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use tarn_dmu::objset::{EarlyStats, Objset};
 use tarn_dmu::{ObjectStore, ObjectType};
 use tarn_spa::Pool;
+use tarn_vdev::inject::{self, Action, Delay, Fault, HandlerSpec, IoType, FREQ_ALWAYS_PPM};
 
 const RECORD: usize = 128 << 10;
 
@@ -127,8 +128,11 @@ fn early_blocks_of_changed_records_are_freed_not_installed() {
     leak_free(&pool, "after import");
 }
 
-/// A crash after records were written early and before their txg synced: the import
-/// finds the last synced state, with no early block counted as allocated.
+/// A crash after records were written early and before their txg synced, where the
+/// records were completed while the sync of the txg before was still writing (made
+/// slow by a delay on every leaf write): an early write must wait for that sync, or
+/// its allocation goes into that txg's space maps and the block, referenced by no
+/// synced tree, stays allocated after the crash — which the leak check finds.
 #[test]
 fn early_blocks_of_an_unsynced_txg_are_not_allocated_after_a_crash() {
     let d = tempfile::tempdir().unwrap();
@@ -138,15 +142,78 @@ fn early_blocks_of_an_unsynced_txg_are_not_allocated_after_a_crash() {
     let kept = new_file(&os);
     append(&os, kept, 0, &base);
     pool.sync().unwrap();
+    // Dirty data for a slow sync.
+    let slow = new_file(&os);
+    let tx = os.hold_tx().unwrap();
+    os.write(&tx, slow, 0, &pattern(23, 3 * RECORD + 100)).unwrap();
+    drop(tx);
+    let delays: Vec<u64> = ["a.img", "b.img"]
+        .iter()
+        .map(|leaf| {
+            inject::add_handler(HandlerSpec {
+                pool: "early3".into(),
+                vdev_guid: 0,
+                path: d.path().join(leaf).display().to_string(),
+                io_type: IoType::Write,
+                action: Action::Delay(Delay::Fixed {
+                    latency: Duration::from_millis(60),
+                    lanes: 1,
+                }),
+                freq_ppm: FREQ_ALWAYS_PPM,
+            })
+        })
+        .collect();
+    let syncing = {
+        let pool = pool.clone();
+        std::thread::spawn(move || pool.sync().unwrap())
+    };
+    // The sync has quiesced (its writes take hundreds of ms): these records belong to
+    // the next txg, and the early writer finds the sync in progress.
+    std::thread::sleep(Duration::from_millis(40));
     let lost = new_file(&os);
     append(&os, lost, 0, &pattern(22, 12 * RECORD));
+    syncing.join().unwrap();
     wait_written(&os, 6);
+    for id in delays {
+        inject::remove_handler(id);
+    }
     drop(os);
     abandon(pool, "early3-none");
     let pool = Pool::import("early3", &[d.path().to_path_buf()], tarn_spa::Rewind::None, None).unwrap();
     let os = pool.objset_concrete("early3").unwrap();
     assert_eq!(read(&*os, kept, base.len()), base, "synced file after the crash");
     leak_free(&pool, "after the crash");
+}
+
+/// Early writes while one side of the mirror fails every write: each early block
+/// landed on one side only, so none may be kept (the sync writes the records itself,
+/// and only the sync records the failing side's missing txg); the data still reads
+/// back, from the good side.
+#[test]
+fn an_early_write_that_a_leaf_failed_is_left_to_the_sync() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = mirror_pool(d.path(), "early5", 128 << 20);
+    pool.sync().unwrap();
+    let os = pool.objset_concrete("early5").unwrap();
+    let fail = inject::add_handler(HandlerSpec {
+        pool: "early5".into(),
+        vdev_guid: 0,
+        path: d.path().join("b.img").display().to_string(),
+        io_type: IoType::Write,
+        action: Action::Fault(Fault::Io),
+        freq_ppm: FREQ_ALWAYS_PPM,
+    });
+    let data = pattern(41, 8 * RECORD);
+    let obj = new_file(&os);
+    append(&os, obj, 0, &data);
+    wait_written(&os, 4);
+    pool.sync().unwrap();
+    inject::remove_handler(fail);
+    let s = os.early_stats();
+    assert_eq!(s.used, 0, "an early block missing from one side was installed: {s:?}");
+    assert_eq!(s.discarded, s.written, "{s:?}");
+    assert_eq!(read(&*os, obj, data.len()), data);
+    leak_free(&pool, "after the failed side");
 }
 
 /// With early writes off (`Objset::set_early_writes`), nothing is written early and
