@@ -11,7 +11,8 @@
 //!   the raw directory.
 //!
 //! Flat and simple on purpose: regular files, directories and symbolic links only
-//! (no hard links, renames or special files: they answer ENOSYS). Runs until unmounted (`fusermount -u`);
+//! (no hard links, renames or special files: they answer ENOSYS). Runs until
+//! unmounted (`fusermount -u`);
 //! killed, `auto_unmount` lets `fusermount` unmount it.
 
 use fuser::{

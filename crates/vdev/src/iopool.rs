@@ -7,7 +7,8 @@
 //! mirror three per `fsync`, a large share of a 1 ms intent-log commit. The pool keeps
 //! [`IO_POOL_THREADS`] threads waiting on a condition variable over a job queue (a
 //! futex sleep: no spinning, which would steal the CPU of a small machine from the
-//! request itself) and hands them jobs, each waking one thread; the caller runs the first item itself and waits on a latch for the rest.
+//! request itself) and hands them jobs, each waking one thread; the caller runs the
+//! first item itself and waits on a latch for the rest.
 //!
 //! Invariants: [`each_parallel`] returns only after every job it handed out has
 //! finished (the jobs borrow the caller's data; a guard waits even while a panic

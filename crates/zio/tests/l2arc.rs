@@ -4,14 +4,13 @@
 
 mod common;
 
-use common::data_props;
+use common::{data_props, zio_over};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tarn_metaslab::{SpaceMap, VdevSpace};
 use tarn_phys::{BlkPtr, CompressSetting};
 use tarn_vdev::leaf::Leaf;
 use tarn_vdev::Vdev;
-use tarn_zio::{ArcCache, WriteProps, Zio};
+use tarn_zio::{WriteProps, Zio};
 
 const POOL_GUID: u64 = 0xabcdef;
 
@@ -39,8 +38,7 @@ fn block(i: u64, len: usize) -> Vec<u8> {
 /// A pipeline over one 80 MiB data leaf with its own ARC of `arc_bytes`.
 fn pipeline(dir: &tempfile::TempDir, arc_bytes: u64) -> Arc<Zio> {
     let a = leaf(dir, "data", 0, 100, 80 << 20);
-    let space = SpaceMap::new(vec![VdevSpace::new(a.asize_bytes(), a.alloc_align_bytes())]);
-    let zio = Arc::new(Zio::with_arc(vec![a], space, Arc::new(ArcCache::with_max(arc_bytes))));
+    let zio = Arc::new(zio_over(a, arc_bytes));
     zio.l2arc().set_pool_guid(POOL_GUID);
     zio
 }

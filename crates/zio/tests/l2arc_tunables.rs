@@ -4,17 +4,15 @@
 
 mod common;
 
-use common::{data_props, leaf};
+use common::{data_props, leaf, zio_over};
 use std::sync::Arc;
-use tarn_metaslab::{SpaceMap, VdevSpace};
-use tarn_zio::{ArcCache, WriteProps, Zio};
+use tarn_zio::WriteProps;
 
 #[test]
 fn host_wide_write_limits_bound_each_feed() {
     let dir = tempfile::tempdir().unwrap();
     let a = leaf(&dir, "data", 100, 80 << 20);
-    let space = SpaceMap::new(vec![VdevSpace::new(a.asize_bytes(), a.alloc_align_bytes())]);
-    let zio = Arc::new(Zio::with_arc(vec![a], space, Arc::new(ArcCache::with_max(64 << 20))));
+    let zio = Arc::new(zio_over(a, 64 << 20));
     zio.add_cache_device(leaf(&dir, "cache", 900, 64 << 20), false, 0);
     let props = data_props(5);
     let items: Vec<(Arc<Vec<u8>>, WriteProps)> = (0..32u8).map(|i| (Arc::new(vec![i + 1; 64 << 10]), props)).collect();

@@ -4,21 +4,18 @@
 
 mod common;
 
-use common::{data_props, leaf};
+use common::{data_props, leaf, zio_over};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tarn_metaslab::{SpaceMap, VdevSpace};
 use tarn_vdev::inject::{self, Action, Delay, HandlerSpec, IoType, FREQ_ALWAYS_PPM};
-use tarn_zio::{ArcCache, Zio};
 
 #[test]
 fn a_demand_read_waits_for_the_prefetch_of_its_block_instead_of_reading_it_again() {
     let dir = tempfile::tempdir().unwrap();
     let leaf = leaf(&dir, "data", 7, 80 << 20);
     let path = dir.path().join("data");
-    let space = SpaceMap::new(vec![VdevSpace::new(leaf.asize_bytes(), leaf.alloc_align_bytes())]);
-    let zio = Arc::new(Zio::with_arc(vec![leaf], space, Arc::new(ArcCache::with_max(64 << 20))));
+    let zio = Arc::new(zio_over(leaf, 64 << 20));
     let data: Vec<u8> = (0..128u32 << 10).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8).collect();
     let bp = zio.write_blocks(&[(Arc::new(data.clone()), data_props(4))], 1).remove(0).unwrap();
     zio.clear_cache();

@@ -4,18 +4,15 @@
 
 mod common;
 
-use common::{data_props, leaf};
+use common::{data_props, leaf, zio_over};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tarn_metaslab::{SpaceMap, VdevSpace};
 use tarn_phys::ObjectType;
 use tarn_vdev::inject::{self, Action, Fault, HandlerSpec, IoType, FREQ_ALWAYS_PPM};
-use tarn_zio::{ArcCache, StagedWrites, WriteProps, Zio};
+use tarn_zio::{StagedWrites, WriteProps, Zio};
 
 fn zio_on(dir: &tempfile::TempDir, name: &str, guid: u64) -> Zio {
-    let leaf = leaf(dir, name, guid, 80 << 20);
-    let space = SpaceMap::new(vec![VdevSpace::new(leaf.asize_bytes(), leaf.alloc_align_bytes())]);
-    Zio::with_arc(vec![leaf], space, Arc::new(ArcCache::with_max(64 << 20)))
+    zio_over(leaf(dir, name, guid, 80 << 20), 64 << 20)
 }
 
 /// Two "levels" of blocks: the second holds the first's pointers (as an indirect block
