@@ -15,6 +15,16 @@ use tarn_vdev::inject::{self, Action, Delay, Fault, HandlerSpec, IoType, FREQ_AL
 
 const RECORD: usize = 128 << 10;
 
+/// A synced pool `name` on a fresh 2-way mirror of 128 MiB files, and its root file
+/// system's object set (the directory holds the files: keep it for the test).
+fn fresh_pool(name: &str) -> (tempfile::TempDir, std::sync::Arc<Pool>, std::sync::Arc<Objset>) {
+    let d = tempfile::tempdir().unwrap();
+    let pool = mirror_pool(d.path(), name, 128 << 20);
+    pool.sync().unwrap();
+    let os = pool.objset_concrete(name).unwrap();
+    (d, pool, os)
+}
+
 /// A new 128 KiB-record file-data object.
 fn new_file(os: &Objset) -> u64 {
     let tx = os.hold_tx().unwrap();
@@ -48,6 +58,18 @@ fn wait_written(os: &Objset, n: u64) -> EarlyStats {
     }
 }
 
+/// Register `action` on every write to the leaf file at `path`; returns the handler id.
+fn on_every_write(path: &std::path::Path, action: Action) -> u64 {
+    inject::add_handler(HandlerSpec {
+        pool: "early-write-test".into(),
+        vdev_guid: 0,
+        path: path.display().to_string(),
+        io_type: IoType::Write,
+        action,
+        freq_ppm: FREQ_ALWAYS_PPM,
+    })
+}
+
 fn leak_free(pool: &Pool, ctx: &str) {
     pool.leak_check().unwrap_or_else(|e| panic!("{ctx}: leak check: {e}"));
 }
@@ -57,10 +79,7 @@ fn leak_free(pool: &Pool, ctx: &str) {
 /// file reads back the same before and after an export and import.
 #[test]
 fn streamed_records_are_written_early_and_installed_by_the_sync() {
-    let d = tempfile::tempdir().unwrap();
-    let pool = mirror_pool(d.path(), "early1", 128 << 20);
-    pool.sync().unwrap();
-    let os = pool.objset_concrete("early1").unwrap();
+    let (d, pool, os) = fresh_pool("early1");
     let data = pattern(7, 16 * RECORD);
     let obj = new_file(&os);
     append(&os, obj, 0, &data);
@@ -89,10 +108,7 @@ fn streamed_records_are_written_early_and_installed_by_the_sync() {
 /// a block left allocated or freed twice).
 #[test]
 fn early_blocks_of_changed_records_are_freed_not_installed() {
-    let d = tempfile::tempdir().unwrap();
-    let pool = mirror_pool(d.path(), "early2", 128 << 20);
-    pool.sync().unwrap();
-    let os = pool.objset_concrete("early2").unwrap();
+    let (d, pool, os) = fresh_pool("early2");
     let mut model = pattern(11, 8 * RECORD);
     let obj = new_file(&os);
     append(&os, obj, 0, &model);
@@ -135,9 +151,7 @@ fn early_blocks_of_changed_records_are_freed_not_installed() {
 /// synced tree, stays allocated after the crash — which the leak check finds.
 #[test]
 fn early_blocks_of_an_unsynced_txg_are_not_allocated_after_a_crash() {
-    let d = tempfile::tempdir().unwrap();
-    let pool = mirror_pool(d.path(), "early3", 128 << 20);
-    let os = pool.objset_concrete("early3").unwrap();
+    let (d, pool, os) = fresh_pool("early3");
     let base = pattern(21, 2 * RECORD);
     let kept = new_file(&os);
     append(&os, kept, 0, &base);
@@ -147,22 +161,11 @@ fn early_blocks_of_an_unsynced_txg_are_not_allocated_after_a_crash() {
     let tx = os.hold_tx().unwrap();
     os.write(&tx, slow, 0, &pattern(23, 3 * RECORD + 100)).unwrap();
     drop(tx);
-    let delays: Vec<u64> = ["a.img", "b.img"]
-        .iter()
-        .map(|leaf| {
-            inject::add_handler(HandlerSpec {
-                pool: "early3".into(),
-                vdev_guid: 0,
-                path: d.path().join(leaf).display().to_string(),
-                io_type: IoType::Write,
-                action: Action::Delay(Delay::Fixed {
-                    latency: Duration::from_millis(60),
-                    lanes: 1,
-                }),
-                freq_ppm: FREQ_ALWAYS_PPM,
-            })
-        })
-        .collect();
+    let delay = Action::Delay(Delay::Fixed {
+        latency: Duration::from_millis(60),
+        lanes: 1,
+    });
+    let delays: Vec<u64> = ["a.img", "b.img"].iter().map(|leaf| on_every_write(&d.path().join(leaf), delay)).collect();
     let syncing = {
         let pool = pool.clone();
         std::thread::spawn(move || pool.sync().unwrap())
@@ -191,18 +194,8 @@ fn early_blocks_of_an_unsynced_txg_are_not_allocated_after_a_crash() {
 /// back, from the good side.
 #[test]
 fn an_early_write_that_a_leaf_failed_is_left_to_the_sync() {
-    let d = tempfile::tempdir().unwrap();
-    let pool = mirror_pool(d.path(), "early5", 128 << 20);
-    pool.sync().unwrap();
-    let os = pool.objset_concrete("early5").unwrap();
-    let fail = inject::add_handler(HandlerSpec {
-        pool: "early5".into(),
-        vdev_guid: 0,
-        path: d.path().join("b.img").display().to_string(),
-        io_type: IoType::Write,
-        action: Action::Fault(Fault::Io),
-        freq_ppm: FREQ_ALWAYS_PPM,
-    });
+    let (d, pool, os) = fresh_pool("early5");
+    let fail = on_every_write(&d.path().join("b.img"), Action::Fault(Fault::Io));
     let data = pattern(41, 8 * RECORD);
     let obj = new_file(&os);
     append(&os, obj, 0, &data);
@@ -220,9 +213,7 @@ fn an_early_write_that_a_leaf_failed_is_left_to_the_sync() {
 /// the same stream reads back the same.
 #[test]
 fn early_writes_can_be_turned_off() {
-    let d = tempfile::tempdir().unwrap();
-    let pool = mirror_pool(d.path(), "early4", 128 << 20);
-    let os = pool.objset_concrete("early4").unwrap();
+    let (_d, pool, os) = fresh_pool("early4");
     os.set_early_writes(false);
     let data = pattern(31, 6 * RECORD);
     let obj = new_file(&os);
