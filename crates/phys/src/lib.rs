@@ -73,7 +73,13 @@ pub use zil::{LwbHeader, LwbPtr, RecordHeader, ZilHeader};
 /// pointer with the dedup flag may have no entry (pruned) and is then an ordinary
 /// block. A version 5 pool's table loads with the import's time as every entry's
 /// change time and is rewritten in the new records by the first txg synced.
-pub const TARN_FORMAT_VERSION: u64 = 6;
+///
+/// Version 7: an intent-log write record may name the file's own record block (object
+/// type file data, not intent log): a block written before its txg synced that the
+/// sync installs in the file's tree, which the log must never free and claims at
+/// import only when its birth txg never reached the pool (docs/format.md §13). A
+/// version 6 pool's logs hold none and import unchanged.
+pub const TARN_FORMAT_VERSION: u64 = 7;
 
 /// Oldest format version this build imports. Version 1 pools (JSON pool directory)
 /// and version 2 pools (one whole-pool space map) are refused with a message that

@@ -224,3 +224,38 @@ fn early_writes_can_be_turned_off() {
     assert_eq!(read(&*os, obj, data.len()), data);
     leak_free(&pool, "early writes off");
 }
+
+/// An early batch is allocated under a hold on its txg and written after releasing
+/// it, so a sync may quiesce while the batch is still on its way to the disk. The
+/// sync must wait for it and install its blocks: taking early blocks before the
+/// batch lands would leave them to a later sync to free, after this txg had drained
+/// their allocations into its space maps.
+#[test]
+fn a_sync_waits_for_an_early_batch_in_flight_and_installs_it() {
+    let (d, pool, os) = fresh_pool("early6");
+    let delay = Action::Delay(Delay::Fixed {
+        latency: Duration::from_millis(200),
+        lanes: 1,
+    });
+    let delays: Vec<u64> = ["a.img", "b.img"].iter().map(|leaf| on_every_write(&d.path().join(leaf), delay)).collect();
+    let data = pattern(61, RECORD);
+    let obj = new_file(&os);
+    let tx = os.hold_tx().unwrap();
+    os.write(&tx, obj, 0, &data).unwrap();
+    drop(tx);
+    // The early writer took the record and is writing it (200 ms per device write).
+    std::thread::sleep(Duration::from_millis(60));
+    pool.sync().unwrap();
+    for id in delays {
+        inject::remove_handler(id);
+    }
+    let s = os.early_stats();
+    assert_eq!((s.written, s.used, s.discarded), (1, 1, 0), "the sync took the batch in flight: {s:?}");
+    assert_eq!(read(&*os, obj, data.len()), data);
+    leak_free(&pool, "after the sync that waited");
+    drop(os);
+    let pool = reimport(pool, d.path(), "early6");
+    let os = pool.objset_concrete("early6").unwrap();
+    assert_eq!(read(&*os, obj, data.len()), data);
+    leak_free(&pool, "reimported");
+}

@@ -33,6 +33,11 @@
 //!   every record exactly once.
 //! - A failed log write makes the committer fall back to a txg sync (the changes are
 //!   made durable the slow way) and retires the chain; the next commit starts a new one.
+//! - The log owns the data blocks of its indirect records (object type intent log) and
+//!   frees them with the log block naming them, but never an *adopted* block (a
+//!   file's own record block, which the txg sync installs or frees: `tarn_dmu`'s
+//!   `early` module); at import it claims one only when its birth txg is at least
+//!   `claim_txg`, and reads no indirect data of records older than `claim_txg`.
 //!
 //! Locks (in order): `issue` (one thread builds and allocates log blocks), then `st`.
 //! Neither is held across a txg wait; `st` is never held across I/O. `Objset` locks
@@ -154,6 +159,9 @@ pub struct ZilStats {
     pub fallbacks: AtomicU64,
     /// Records written.
     pub records: AtomicU64,
+    /// Write records that name a whole-record block of the file instead of a copy
+    /// (adopted from the object set, [`Zilog::adopt_whole_records`]).
+    pub adopted: AtomicU64,
 }
 
 #[derive(Default)]
@@ -207,6 +215,29 @@ pub struct Zilog {
     /// Counters.
     pub stats: ZilStats,
 }
+
+/// What an issue does with one pending itx ([`Zilog::adopt_whole_records`]).
+#[derive(Debug, Clone, Copy)]
+enum Adoption {
+    /// Logged as itself.
+    None,
+    /// Part of a whole record logged by a later itx's adopted record: left out.
+    Covered,
+    /// Logged as one write record of the whole record, naming the object set's block
+    /// (of txg `txg`) that holds its current bytes.
+    Record {
+        obj: u64,
+        offset_bytes: u64,
+        length_bytes: u64,
+        bp: BlkPtr,
+        txg: u64,
+    },
+}
+
+/// Whole records offered to [`Objset::adopt_records`] per call (4 MiB of 128 KiB
+/// records): it allocates those without a block under a hold on the open txg (a
+/// quiesce waits for that, not for the writes).
+pub const ADOPT_BATCH_RECORDS: usize = 32;
 
 /// Why a commit could not use the log.
 enum Fallback {
@@ -456,10 +487,39 @@ impl Zilog {
         let mut records: Vec<(Vec<u8>, u64, u64, Option<BlkPtr>)> = Vec::with_capacity(itxs.len());
         // Every indirect data block written for this issue (freed again on failure).
         let mut written: Vec<BlkPtr> = Vec::new();
-        for itx in &itxs {
-            let (rtype, body, ind) = match itx.write {
-                None => (itx.rtype, itx.body.clone(), None),
-                Some((obj, off, len)) => {
+        let adoption = if indirect_ok {
+            self.adopt_whole_records(&itxs)
+        } else {
+            vec![Adoption::None; itxs.len()]
+        };
+        for (itx, adoption) in itxs.iter().zip(adoption) {
+            let mut txg = itx.txg;
+            let (rtype, body, ind) = match (adoption, itx.write) {
+                (Adoption::Covered, _) => continue,
+                (
+                    Adoption::Record {
+                        obj,
+                        offset_bytes,
+                        length_bytes,
+                        bp,
+                        txg: block_txg,
+                    },
+                    _,
+                ) => {
+                    // The record's bytes are those of the whole-record block the txg
+                    // sync installs; the log does not own it (`indirect` stays empty).
+                    txg = txg.max(block_txg);
+                    self.stats.adopted.fetch_add(1, Ordering::Relaxed);
+                    let w = WriteRecord {
+                        obj,
+                        offset_bytes,
+                        length_bytes,
+                        data: WriteData::Indirect(bp),
+                    };
+                    (TX_WRITE, w.encode(), None)
+                }
+                (Adoption::None, None) => (itx.rtype, itx.body.clone(), None),
+                (Adoption::None, Some((obj, off, len))) => {
                     // Objects are only freed after `materialize_writes`, so the bytes
                     // are either here already or still readable.
                     let Some(data) = itx.data.clone().or_else(|| get_data(obj, off, len)) else {
@@ -516,11 +576,11 @@ impl Zilog {
                 rtype,
                 rlen_bytes: rlen as u32,
                 seq: itx.seq,
-                txg: itx.txg,
+                txg,
             }
             .encode(&mut rec);
             rec[RECORD_HEADER_SIZE_BYTES..RECORD_HEADER_SIZE_BYTES + body.len()].copy_from_slice(&body);
-            records.push((rec, itx.seq, itx.txg, ind));
+            records.push((rec, itx.seq, txg, ind));
         }
         let total: usize = records.iter().map(|r| r.0.len()).sum();
         // A new chain needs its header in the pool before anything in it counts.
@@ -626,6 +686,71 @@ impl Zilog {
         }
         st.issued_seq = st.issued_seq.max(upto);
         Ok(Some(blocks))
+    }
+
+    /// The pending write itxs that together cover whole records of a file, each
+    /// record given a block already on disk by the object set
+    /// ([`Objset::adopt_records`], OpenZFS's `dmu_sync`): the issue then logs one
+    /// record naming that block in place of the itxs, and the bytes are written once,
+    /// not once for the log and again at the txg sync. Only runs of consecutive write
+    /// itxs of one object, contiguous and starting on a record boundary, qualify (a
+    /// streaming writer's chunks): the adopted record takes the place and the seq of
+    /// the run's last itx, so seqs stay increasing and no other change is reordered
+    /// across it. Returns one entry per itx.
+    fn adopt_whole_records(&self, itxs: &[Itx]) -> Vec<Adoption> {
+        let mut out = vec![Adoption::None; itxs.len()];
+        let mut record_bytes: std::collections::HashMap<u64, Option<u64>> = std::collections::HashMap::new();
+        // (first itx, last itx, object, block id, record bytes)
+        let mut runs: Vec<(usize, usize, u64, u64, u64)> = Vec::new();
+        let write_of = |i: usize| itxs.get(i).filter(|x| x.data.is_none()).and_then(|x| x.write);
+        let mut i = 0;
+        while i < itxs.len() {
+            let Some((obj, off, _)) = write_of(i) else {
+                i += 1;
+                continue;
+            };
+            let rs = *record_bytes.entry(obj).or_insert_with(|| self.os.adoptable_record_bytes(obj));
+            let Some(rs) = rs.filter(|&rs| rs > IMMEDIATE_WRITE_MAX_BYTES && off % rs == 0) else {
+                i += 1;
+                continue;
+            };
+            let (mut end, mut j) = (off, i);
+            while let Some((o, at, len)) = write_of(j) {
+                if o != obj || at != end || end + len > off + rs {
+                    break;
+                }
+                end += len;
+                j += 1;
+                if end == off + rs {
+                    break;
+                }
+            }
+            if end == off + rs {
+                runs.push((i, j - 1, obj, off / rs, rs));
+                i = j;
+            } else {
+                i += 1;
+            }
+        }
+        // A bounded batch per call: the object set holds the open txg while it
+        // allocates the records that have no block yet.
+        for chunk in runs.chunks(ADOPT_BATCH_RECORDS) {
+            let want: Vec<(u64, u64)> = chunk.iter().map(|&(_, _, obj, blkid, _)| (obj, blkid)).collect();
+            for (&(first, last, obj, blkid, rs), got) in chunk.iter().zip(self.os.adopt_records(&want)) {
+                let Some((bp, txg)) = got else { continue };
+                for slot in &mut out[first..last] {
+                    *slot = Adoption::Covered;
+                }
+                out[last] = Adoption::Record {
+                    obj,
+                    offset_bytes: blkid * rs,
+                    length_bytes: rs,
+                    bp,
+                    txg,
+                };
+            }
+        }
+        out
     }
 
     /// Normal-class space a log block must leave free: the dirty data waiting for the
@@ -809,7 +934,10 @@ impl Zilog {
 
     /// Read the chain named by the header: every valid block in order with its records,
     /// and the pointer at which the chain ends (the first block that failed to verify).
-    fn read_chain(&self, h: &ZilHeader) -> (Vec<ChainBlock>, LwbPtr, Option<String>) {
+    /// The indirect data of write records older than `floor_txg` (in the pool already,
+    /// never replayed) is not read: an adopted block of such a record may have been
+    /// freed by its txg's sync and its space reused.
+    fn read_chain(&self, h: &ZilHeader, floor_txg: u64) -> (Vec<ChainBlock>, LwbPtr, Option<String>) {
         let mut out = Vec::new();
         let mut unreadable = None;
         let mut ptr = h.head;
@@ -849,9 +977,13 @@ impl Zilog {
                         Ok(w) => {
                             let data = match w.data {
                                 WriteData::Copied(d) => Some(d),
+                                WriteData::Indirect(bp) if rh.txg < floor_txg => {
+                                    bps.push(bp);
+                                    Some(Vec::new())
+                                }
                                 WriteData::Indirect(bp) => {
                                     bps.push(bp);
-                                    self.zio.read_block(&bp).ok().map(|d| d[..w.length_bytes as usize].to_vec())
+                                    self.zio.read_block(&bp).ok().and_then(|d| d.get(..w.length_bytes as usize).map(<[u8]>::to_vec))
                                 }
                             };
                             match data {
@@ -893,6 +1025,16 @@ impl Zilog {
         (out, ptr, unreadable)
     }
 
+    /// The first txg whose records a replay of the chain under `h` applies: the one
+    /// its first claim fixed, else the one after the last synced txg `synced_txg`.
+    fn claim_floor(h: &ZilHeader, synced_txg: u64) -> u64 {
+        if h.claim_txg != 0 {
+            h.claim_txg
+        } else {
+            synced_txg + 1
+        }
+    }
+
     /// Import: take ownership of the blocks of a chain awaiting replay, so the
     /// allocator cannot hand them out (they may postdate the last space map), and fix
     /// `claim_txg` = first txg of this import.
@@ -901,13 +1043,20 @@ impl Zilog {
         if h.is_empty() {
             return ClaimInfo::default();
         }
-        let (blocks, end, unreadable) = self.read_chain(&h);
+        let floor_txg = Self::claim_floor(&h, self.gate.synced_txg());
+        let (blocks, end, unreadable) = self.read_chain(&h, floor_txg);
         let mut st = self.st.lock();
         let mut n = 0;
         for b in &blocks {
             self.zio.claim_dva(&b.ptr.dva());
             st.retired.push(b.ptr.dva());
             for bp in &b.indirect {
+                // An adopted block (a file's record, not a log data block: module docs
+                // of `tarn_dmu::objset::early`) born in a txg that reached the pool is
+                // the tree's, or was freed by that txg's sync: never the log's.
+                if bp.otype != ObjectType::IntentLog && bp.birth_txg < floor_txg {
+                    continue;
+                }
                 for d in bp.dvas() {
                     self.zio.claim_dva(d);
                 }
@@ -949,8 +1098,8 @@ impl Zilog {
             }
             st.header
         };
-        let claim_txg = if h.claim_txg != 0 { h.claim_txg } else { self.gate.synced_txg() + 1 };
-        let (blocks, _, _) = self.read_chain(&h);
+        let claim_txg = Self::claim_floor(&h, self.gate.synced_txg());
+        let (blocks, _, _) = self.read_chain(&h, claim_txg);
         let mut stats = ReplayStats::default();
         for b in &blocks {
             stats.blocks += 1;

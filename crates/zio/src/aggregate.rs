@@ -377,6 +377,21 @@ impl Zio {
     /// when some block has no copy written; every such block is freed (the txg that
     /// staged it fails).
     pub fn write_staged(&self, staged: StagedWrites, threads: usize) -> Result<Vec<BlkPtr>> {
+        let bps: Vec<BlkPtr> = staged.blocks.iter().map(|b| b.bp).collect();
+        let landed = self.write_staged_each(staged, threads);
+        match bps.iter().zip(&landed).find(|(_, ok)| !**ok) {
+            Some((bp, _)) => Err(ZioError::Io(format!(
+                "no copy of a block at vdev {} offset {} could be written",
+                bp.dva[0].vdev, bp.dva[0].offset_bytes
+            ))),
+            None => Ok(bps),
+        }
+    }
+
+    /// [`Zio::write_staged`], reporting each block: `true` where a copy landed (the
+    /// block is cached), `false` where none did (its allocation is freed at once).
+    /// In staging order.
+    pub fn write_staged_each(&self, staged: StagedWrites, threads: usize) -> Vec<bool> {
         let StagedWrites { blocks } = staged;
         let payloads: Vec<&[u8]> = blocks.iter().map(|b| b.payload.as_deref().unwrap_or(&b.data)).collect();
         let bps: Vec<BlkPtr> = blocks.iter().map(|b| b.bp).collect();
@@ -385,23 +400,15 @@ impl Zio {
         let threads = if bytes <= INLINE_BATCH_MAX_BYTES { 1 } else { threads };
         let landed = self.write_copies(&payloads, &bps, &vec![true; blocks.len()], threads);
         drop(payloads);
-        let mut failed = None;
         for (StagedBlock { payload, bp, data }, ok) in blocks.into_iter().zip(&landed) {
             if *ok {
                 self.blocks_written.fetch_add(1, Ordering::Relaxed);
                 self.cache_written(&bp, &data, || payload.unwrap_or_else(|| data.to_vec()));
             } else {
                 self.free_now(&bp);
-                failed.get_or_insert(bp);
             }
         }
-        match failed {
-            Some(bp) => Err(ZioError::Io(format!(
-                "no copy of a block at vdev {} offset {} could be written",
-                bp.dva[0].vdev, bp.dva[0].offset_bytes
-            ))),
-            None => Ok(bps),
-        }
+        landed
     }
 
     /// Whether the stored block of `e` holds exactly `payload` (dedup `verify`).

@@ -19,15 +19,18 @@
 //!   early block — its record rewritten, cloned over, freed with its range or object,
 //!   or its object set gone — is freed at once by the next sync (or by `Drop`): it was
 //!   never referenced by a synced tree, so nothing can hold it.
-//! - *An early block belongs to the txg of its record*: it is written under a hold on
-//!   the open txg (taken without waiting, [`TxgGate::try_hold`]: no batch starts while a
-//!   quiesce waits, but one under way delays a quiesce by its own write, at most
-//!   [`EARLY_BATCH_RECORDS`] records), with that txg as its birth, and installed before
-//!   the hold is released, so the record cannot have moved to syncing meanwhile.
+//! - *An early block belongs to the txg of its record*: it is compressed, checksummed
+//!   and allocated under a hold on the open txg (taken without waiting,
+//!   [`TxgGate::try_hold`]: no batch starts while a quiesce waits), with that txg as
+//!   its birth; the hold is then released and the block written, the batch counted in
+//!   flight for that txg until it is, so a quiesce never waits for an early write.
+//!   The txg's sync waits for its in-flight batches before it takes early blocks
+//!   (phase 2), so it sees every one of them written, installs those whose record it
+//!   is syncing unchanged, and frees the rest before it drains the space records.
 //! - *Its allocation is logged with its own txg*: allocations are recorded in the
-//!   space records the next txg sync drains; an early write runs only when the txg
+//!   space records the next txg sync drains; an early write starts only when the txg
 //!   before its own has synced whole (no sync in progress: the next drain is its own
-//!   txg's, which waits for the hold), so a crash can never find an early block
+//!   txg's, which waits for the batch), so a crash can never find an early block
 //!   allocated on disk by a txg that does not reference it.
 //! - *Redundancy as at sync*: the write is kept only when no leaf failed a write and
 //!   the vdev tree did not change while it ran ([`Zio::write_fence`]); otherwise it is
@@ -35,9 +38,19 @@
 //! - Nothing that only the syncing context may do: deduplicated and nopwrite datasets
 //!   (their tables change at sync) and the MOS never write early; neither does a pool
 //!   short of space (an early block and its dirty bytes would both count against it).
+//! - *An adopted block outlives its record until its txg is in the pool*: the intent
+//!   log may point a write record at an early block instead of writing the bytes a
+//!   second time ([`Objset::adopt_records`], OpenZFS's `dmu_sync` for `WR_INDIRECT`
+//!   records). Such a block is *adopted*: the sync of its txg still installs it when
+//!   the record is unchanged, but when the record changed it is freed deferred in that
+//!   txg's sync (never at once), because a crash before that txg is in the pool
+//!   replays the log record, which reads it. The log never frees an adopted block
+//!   itself; at import it claims one only when its birth txg never reached the pool
+//!   (`tarn_zil::Zilog::claim`).
 //!
-//! Called by: [`Objset::write`] (queueing), phase 2 of the sync ([`Objset::early_take`])
-//! and the object set's `Drop`.
+//! Called by: [`Objset::write`] (queueing), the intent log's commit
+//! ([`Objset::adopt_records`]), phase 2 of the sync ([`Objset::early_take`]) and the
+//! object set's `Drop`.
 
 use super::*;
 use parking_lot::Condvar;
@@ -50,9 +63,15 @@ use std::time::Duration;
 /// rest to the txg sync.
 pub const EARLY_QUEUE_MAX: usize = 1024;
 
-/// Records the early writer takes per batch (written as one aggregated batch, 1 MiB
-/// of 128 KiB records, as [`tarn_zio::AGGREGATE_MAX_BYTES`] aggregates).
-pub const EARLY_BATCH_RECORDS: usize = 8;
+/// Records the early writer takes per batch at most (4 MiB of 128 KiB records,
+/// written as aggregated device writes of up to [`tarn_zio::AGGREGATE_MAX_BYTES`]).
+/// Only the allocation holds the open txg, so the size of a batch never delays a
+/// quiesce by its write; the txg's sync waits for it, as it would have written it.
+pub const EARLY_BATCH_RECORDS: usize = 32;
+
+/// Worker threads of an early batch (checksum and compression, then the device
+/// writes of its aggregated runs).
+const EARLY_WRITE_THREADS: usize = 2;
 
 /// The early writer exits after this long with nothing queued (a new one starts with
 /// the next record).
@@ -67,13 +86,17 @@ pub struct EarlyStats {
     pub used: u64,
     /// Early blocks freed unused (the record changed, or went away, before its sync).
     pub discarded: u64,
+    /// Early blocks the intent log adopted (pointed a write record at).
+    pub adopted: u64,
 }
 
-/// One record written early: its txg, the exact record bytes it holds, its pointer.
+/// One record written early: its txg, the exact record bytes it holds, its pointer,
+/// and whether a log record points at it (module docs).
 pub(super) struct EarlyBlock {
     txg: u64,
     data: Arc<Vec<u8>>,
     bp: BlkPtr,
+    adopted: bool,
 }
 
 /// State shared by an object set and its early writer thread (which must not keep the
@@ -82,6 +105,8 @@ pub(super) struct EarlyBlock {
 pub(super) struct EarlyShared {
     inner: Mutex<EarlyState>,
     ready: Condvar,
+    /// Signalled when an in-flight batch is written (`EarlyState::inflight`).
+    written: Condvar,
     /// Early writes wanted at all (see [`Objset::set_early_writes`]).
     off: AtomicBool,
 }
@@ -92,8 +117,14 @@ struct EarlyState {
     queue: VecDeque<(u64, u64)>,
     /// Blocks written early and not yet taken by a sync, by (object, block id).
     blocks: HashMap<(u64, u64), EarlyBlock>,
+    /// Adopted blocks whose record was written again before their txg synced: (txg,
+    /// pointer), freed deferred by the sync of that txg.
+    orphans: Vec<(u64, BlkPtr)>,
     /// A writer thread is running.
     worker: bool,
+    /// Batches allocated under a hold on txg (key) whose blocks are still being
+    /// written (count); that txg's sync waits for them ([`Objset::early_take`]).
+    inflight: HashMap<u64, usize>,
     /// The object set is gone: the worker exits.
     closed: bool,
     stats: EarlyStats,
@@ -174,10 +205,18 @@ impl Objset {
                 _ => return,
             }
         }
-        self.early_write_with(&hold, batch);
+        self.early_write_with(hold, batch, EARLY_WRITE_THREADS);
     }
 
-    fn early_write_with(&self, hold: &TxHold, batch: &[(u64, u64)]) {
+    /// Write the records `batch` (object, block id) that are still whole records of
+    /// the open txg, the one `hold` is on: compressed, checksummed and allocated under
+    /// the hold (so the allocations belong to that txg), then the hold is released and
+    /// the blocks written, so that a quiesce never waits for the device. Until they
+    /// are written the batch counts as in flight for that txg, and the txg's sync
+    /// waits for it before it takes early blocks ([`Objset::early_take`]): the sync
+    /// never drains these allocations, or publishes a tree, before the blocks are on
+    /// disk and known. Written blocks are recorded for the sync; failed ones freed.
+    fn early_write_with(&self, hold: TxHold, batch: &[(u64, u64)], threads: usize) {
         let zero_is_hole = self.compression().alg != tarn_phys::Compression::Off;
         let records: Vec<(u64, u64, Arc<Vec<u8>>)> = {
             let st = self.st.lock();
@@ -197,38 +236,49 @@ impl Objset {
         if records.is_empty() {
             return;
         }
+        let txg = hold.txg;
         let props = WriteProps {
             otype: ObjectType::FileData,
             level: 0,
             compression: self.compression(),
             checksum: self.checksum(),
             copies: copies_for(ObjectType::FileData, self.os_type, self.data_copies()),
-            txg: hold.txg,
+            txg,
             fill: 1,
             nop_prev: None,
             dedup: tarn_zio::Dedup::Off,
         };
         let items: Vec<(Arc<Vec<u8>>, WriteProps)> = records.iter().map(|(_, _, d)| (d.clone(), props)).collect();
         let fence = self.zio.write_fence();
-        let written = self.write_bps(&items, 1);
+        let mut staged = tarn_zio::StagedWrites::default();
+        let bps = self.zio.stage_blocks(&items, threads, &mut staged);
+        let _in_flight = InFlight::start(&self.early, txg);
+        drop(hold);
+        let landed = self.zio.write_staged_each(staged, threads);
+        let mut landed = landed.into_iter();
+        let written: Vec<Option<BlkPtr>> = bps.into_iter().map(|r| r.ok().filter(|_| landed.next().unwrap_or(false))).collect();
+        self.cache_policy(written.iter().flatten());
         let intact = self.zio.write_fence() == fence;
-        let st = self.st.lock();
         let mut e = self.early.inner.lock();
-        for ((obj, blkid, data), r) in records.into_iter().zip(written) {
-            let Ok(bp) = r else { continue };
+        for ((obj, blkid, data), bp) in records.into_iter().zip(written) {
+            // A block no copy of which landed was freed by zio.
+            let Some(bp) = bp else { continue };
             e.stats.written += 1;
-            let current = st.dnodes.get(&obj).and_then(|dn| match dn.open.blocks.get(&blkid) {
-                Some(Dirty::Full(d)) if !dn.attrs.freed => Some(d),
-                _ => None,
-            });
-            if !intact || !current.is_some_and(|d| Arc::ptr_eq(d, &data)) {
+            if !intact {
                 e.stats.discarded += 1;
                 self.early_free(&bp);
                 continue;
             }
-            if let Some(old) = e.blocks.insert((obj, blkid), EarlyBlock { txg: hold.txg, data, bp }) {
+            // Kept even if the record changed meanwhile: the sync installs it only
+            // for the bytes it holds, and frees it otherwise.
+            let new = EarlyBlock { txg, data, bp, adopted: false };
+            if let Some(old) = e.blocks.insert((obj, blkid), new) {
                 e.stats.discarded += 1;
-                self.early_free(&old.bp);
+                if old.adopted {
+                    e.orphans.push((old.txg, old.bp));
+                } else {
+                    self.early_free(&old.bp);
+                }
             }
         }
     }
@@ -239,6 +289,18 @@ impl Objset {
     /// one is freed.
     pub(super) fn early_take(&self, txg: u64, blocks: &[(u64, u64, ObjectType, Dirty)]) -> Vec<Option<BlkPtr>> {
         let mut e = self.early.inner.lock();
+        // Batches allocated in this txg and still being written (`early_write_with`).
+        while e.inflight.keys().any(|&t| t <= txg) {
+            self.early.written.wait(&mut e);
+        }
+        // Adopted blocks replaced before this sync: a log record of this txg may still
+        // name them until the txg is in the pool, so their space waits for it.
+        let orphans = std::mem::take(&mut e.orphans);
+        let (due, keep): (Vec<_>, Vec<_>) = orphans.into_iter().partition(|(t, _)| *t <= txg);
+        e.orphans = keep;
+        for (_, bp) in due {
+            self.zio.free_block(&bp, txg);
+        }
         if e.blocks.is_empty() {
             return vec![None; blocks.len()];
         }
@@ -257,7 +319,96 @@ impl Objset {
         for k in stale {
             let b = e.blocks.remove(&k).expect("listed above");
             e.stats.discarded += 1;
-            self.early_free(&b.bp);
+            if b.adopted {
+                self.zio.free_block(&b.bp, txg);
+            } else {
+                self.early_free(&b.bp);
+            }
+        }
+        out
+    }
+
+    /// Record size of file `obj` when its records are whole (`blksz == max_blksz`) and
+    /// early writes are on for this object set: the span the intent log may cover with
+    /// one adopted block ([`Objset::adopt_records`]). `None` otherwise.
+    pub fn adoptable_record_bytes(&self, obj: u64) -> Option<u64> {
+        if !self.early_wanted() {
+            return None;
+        }
+        let st = self.st.lock();
+        let dn = st.dnodes.get(&obj)?;
+        (dn.attrs.otype == ObjectType::FileData && dn.attrs.blksz == dn.attrs.max_blksz && !dn.attrs.freed).then_some(dn.attrs.blksz as u64)
+    }
+
+    /// The intent log's `dmu_sync`: for each `(object, block id)` of `records`, a block
+    /// already on disk holding exactly the record's current bytes, which the log may
+    /// name in a write record instead of writing the bytes again. The block is the
+    /// record's early block (written now, as one aggregated batch, for records that
+    /// have none yet); it is marked adopted (module docs) and the txg sync installs it
+    /// as usual. Returns, in order, `(pointer, txg of the block)` or `None` where no
+    /// block can be offered: the record is not a whole dirty record of the open txg,
+    /// early writes are off, the pool is short of space, a sync is in progress (the
+    /// rule of early writes), or the write failed. Never waits for a txg.
+    pub fn adopt_records(&self, records: &[(u64, u64)]) -> Vec<Option<(BlkPtr, u64)>> {
+        let mut out: Vec<Option<(BlkPtr, u64)>> = vec![None; records.len()];
+        if records.is_empty() || !self.early_wanted() {
+            return out;
+        }
+        let (size, free) = self.zio.with_space(|s| (s.asize_bytes(), s.free_bytes()));
+        if free <= size / 4 {
+            return out;
+        }
+        // Under a hold on the open txg: the records without a block are allocated in
+        // it (`early_write_with`), as early writes are.
+        let Some(hold) = self.gate.try_hold() else { return out };
+        if self.gate.synced_txg() + 1 != hold.txg {
+            return out;
+        }
+        let missing: Vec<(u64, u64)> = {
+            let st = self.st.lock();
+            let e = self.early.inner.lock();
+            records
+                .iter()
+                .filter(|&&(obj, blkid)| {
+                    let current = st.dnodes.get(&obj).and_then(|dn| match dn.open.blocks.get(&blkid) {
+                        Some(Dirty::Full(d)) if !dn.attrs.freed => Some(d),
+                        _ => None,
+                    });
+                    let written = e
+                        .blocks
+                        .get(&(obj, blkid))
+                        .is_some_and(|b| b.txg == hold.txg && current.is_some_and(|d| Arc::ptr_eq(d, &b.data)));
+                    current.is_some() && !written
+                })
+                .copied()
+                .collect()
+        };
+        let txg = hold.txg;
+        if missing.is_empty() {
+            drop(hold);
+        } else {
+            // The early writer need not write these again.
+            self.early.inner.lock().queue.retain(|r| !missing.contains(r));
+            self.early_write_with(hold, &missing, EARLY_WRITE_THREADS);
+        }
+        // Without the hold now: a record that moved on to its sync meanwhile is no
+        // longer the open txg's, and is left to the log's own copy.
+        let st = self.st.lock();
+        let mut guard = self.early.inner.lock();
+        let e = &mut *guard;
+        for (slot, &(obj, blkid)) in out.iter_mut().zip(records) {
+            let current = st.dnodes.get(&obj).and_then(|dn| match dn.open.blocks.get(&blkid) {
+                Some(Dirty::Full(d)) if !dn.attrs.freed => Some(d.clone()),
+                _ => None,
+            });
+            let Some(d) = current else { continue };
+            if let Some(b) = e.blocks.get_mut(&(obj, blkid)).filter(|b| b.txg == txg && Arc::ptr_eq(&b.data, &d)) {
+                if !b.adopted {
+                    b.adopted = true;
+                    e.stats.adopted += 1;
+                }
+                *slot = Some((b.bp, b.txg));
+            }
         }
         out
     }
@@ -276,11 +427,45 @@ impl Objset {
         let mut e = self.early.inner.lock();
         e.closed = true;
         e.queue.clear();
+        // No txg of this object set syncs again; an adopted block's log chain goes
+        // with it (export and destroy sync or discard the log first).
         for (_, b) in e.blocks.drain() {
             self.early_free(&b.bp);
         }
+        for (_, bp) in std::mem::take(&mut e.orphans) {
+            self.early_free(&bp);
+        }
         drop(e);
         self.early.ready.notify_all();
+    }
+}
+
+/// A batch counted in flight for its txg (`EarlyState::inflight`) from its allocation
+/// until it is dropped, even by a panic, so that the txg's sync never waits for a
+/// batch that is gone.
+struct InFlight<'a> {
+    shared: &'a EarlyShared,
+    txg: u64,
+}
+
+impl<'a> InFlight<'a> {
+    fn start(shared: &'a EarlyShared, txg: u64) -> Self {
+        *shared.inner.lock().inflight.entry(txg).or_insert(0) += 1;
+        InFlight { shared, txg }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut e = self.shared.inner.lock();
+        if let Some(n) = e.inflight.get_mut(&self.txg) {
+            *n -= 1;
+            if *n == 0 {
+                e.inflight.remove(&self.txg);
+            }
+        }
+        drop(e);
+        self.shared.written.notify_all();
     }
 }
 
