@@ -9,38 +9,21 @@
 mod common;
 
 use common::pattern;
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tarn_spa::{CreateSpec, Pool, Rewind, TopSpec};
+use tarn_spa::{Pool, Rewind};
 use tarn_vdev::inject::{self, Action, Delay, HandlerSpec, IoType, FREQ_ALWAYS_PPM};
 use tarn_zpl::{Fs, ZplOptions};
 
 const RECORD: usize = 128 << 10;
 
-/// A pool `name` on a 2-way mirror of 96 MiB files in `dir`, its file system mounted
-/// with the intent log, and a warm log chain (so that no commit below waits for a new
-/// chain's header to sync).
+/// A pool `name` on a 2-way mirror of 96 MiB files (`a.img`, `b.img`) in `dir`, its
+/// file system mounted with the intent log, and a warm log chain (so that no commit
+/// below waits for a new chain's header to sync).
 fn setup(dir: &Path, name: &str) -> (Arc<Pool>, Arc<Fs>) {
-    let mk = |n: &str| {
-        let p = dir.join(n);
-        std::fs::File::create(&p).unwrap().set_len(96 << 20).unwrap();
-        p
-    };
-    let spec = CreateSpec {
-        name: name.into(),
-        vdevs: vec![TopSpec::Mirror(vec![mk("a"), mk("b")])],
-        logs: Vec::new(),
-        spares: Vec::new(),
-        caches: Vec::new(),
-        ashift: 12,
-        force: false,
-        pool_props: BTreeMap::new(),
-        fs_props: BTreeMap::new(),
-    };
-    let pool = Pool::create(&spec).unwrap();
+    let pool = common::mirror_pool(dir, name, 96 << 20);
     let fs = mount(&pool, name);
     let warm = fs.create(fs.root(), b"warm", 0o644, 0, 0).unwrap().ino;
     fs.write(warm, 0, b"warm").unwrap();
@@ -110,9 +93,7 @@ fn whole_records_fsynced_are_logged_by_pointer_and_survive_a_power_cut() {
     let fs = mount(&pool, "adopt1");
     assert!(file(&fs, f) == data, "the fsynced file after the power cut");
     assert!(file(&fs, g) == want_g, "the unaligned file after the power cut");
-    for _ in 0..6 {
-        pool.sync().unwrap();
-    }
+    common::settle(&pool);
     leak_free(&pool, "after replay");
     drop(fs);
     pool.export().unwrap();
@@ -136,7 +117,7 @@ fn an_adopted_block_its_txg_installed_is_not_claimed_again_at_import() {
         latency: Duration::from_millis(150),
         lanes: 1,
     });
-    let handlers: Vec<u64> = ["a", "b"]
+    let handlers: Vec<u64> = ["a.img", "b.img"]
         .iter()
         .map(|leaf| {
             inject::add_handler(HandlerSpec {
@@ -171,9 +152,7 @@ fn an_adopted_block_its_txg_installed_is_not_claimed_again_at_import() {
     leak_free(&pool, "imported with the chain naming installed blocks");
     let fs = mount(&pool, "adopt2");
     assert!(file(&fs, f) == data, "the file after the power cut");
-    for _ in 0..6 {
-        pool.sync().unwrap();
-    }
+    common::settle(&pool);
     leak_free(&pool, "after the chain was retired");
     drop(fs);
     pool.export().unwrap();
@@ -231,9 +210,7 @@ fn an_adopted_record_written_again_keeps_its_block_until_its_txg_syncs() {
     pool.sync().unwrap();
     let s = os.early_stats();
     assert_eq!((s.adopted - before.adopted, s.used - before.used), (8, 7), "{s:?} after {before:?}");
-    for _ in 0..6 {
-        pool.sync().unwrap();
-    }
+    common::settle(&pool);
     assert!(file(&fs, g) == want_g && file(&fs, f) == want);
     leak_free(&pool, "after the rewritten record's txg synced");
     drop(fs);
