@@ -332,8 +332,10 @@ impl Zio {
     }
 
     /// Compress, checksum and allocate `blocks` as [`Zio::write_blocks`] does (no
-    /// deduplication or nopwrite: for metadata) and return their pointers at once,
-    /// leaving the device writes in `staged` for [`Zio::write_staged`]. A txg sync
+    /// deduplication or nopwrite: for metadata, and for the file records the object
+    /// set writes early, allocated under a txg hold and written after it) and return
+    /// their pointers at once, leaving the device writes in `staged` for
+    /// [`Zio::write_staged`] (or [`Zio::write_staged_each`]). A txg sync
     /// builds each tree level's blocks from the pointers of the level below: staging
     /// lets it build every level first and write all of them in one aggregated batch,
     /// one device round trip instead of one per level (OpenZFS's parents take their
