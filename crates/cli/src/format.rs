@@ -507,7 +507,7 @@ fn import_rows(v: &VdevStatus, depth: usize, width: usize, out: &mut String) {
 }
 
 /// The missing log vdevs that make `zpool import` ask for `-m`, as OpenZFS's
-/// `print_vdev_tree` lists them: top-level vdevs four spaces in with " [log]", their
+/// `print_vdev_tree` lists them: top-level vdevs four spaces in with `" [log]"`, their
 /// leaves two further.
 pub fn missing_vdev_tree(missing: &[VdevStatus]) -> String {
     fn rows(v: &VdevStatus, indent: usize, out: &mut String) {

@@ -10,7 +10,7 @@
 //! process, the daemon; the engine crates never depend on this one.
 //!
 //! Output follows OpenZFS byte for byte where Tarn implements the same command
-//! ([`format`]); argument syntax is OpenZFS's getopt ([`args`]).
+//! ([`format`](mod@format)); argument syntax is OpenZFS's getopt ([`args`]).
 //!
 //! Limits: commands are serialized in the daemon (a slow `zpool export` delays a
 //! concurrent `zfs list`), except the stream of `zfs send`/`zfs recv`, which moves

@@ -81,7 +81,7 @@ pub struct Ctx {
     /// Full argv after `tarn`.
     pub argv: Vec<String>,
     /// The client's stdin, stdout and stderr when the request carried them
-    /// ([`proto::wants_stdio`]); a command takes them out.
+    /// ([`crate::proto::wants_stdio`]); a command takes them out.
     pub stdio: Mutex<Vec<std::os::fd::OwnedFd>>,
     /// Set when the command changed a pool but its txg could not be synced (the pool
     /// suspended): [`crate::daemon::dispatch_with`] then fails the command instead of

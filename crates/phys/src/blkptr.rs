@@ -4,7 +4,7 @@
 //!
 //! | off | size | field |
 //! |----:|-----:|-------|
-//! | 0   | 48   | dva[3], 16 bytes each (see [`Dva`]) |
+//! | 0   | 48   | `dva[3]`, 16 bytes each (see [`Dva`]) |
 //! | 48  | 4    | lsize_bytes (logical size) |
 //! | 52  | 4    | psize_bytes (physical size, after compression) |
 //! | 56  | 1    | object type ([`ObjectType`]) |

@@ -1553,7 +1553,7 @@ impl Pool {
     }
 
     /// `zpool history` lines: "YYYY-MM-DD.HH:MM:SS command". At most the last
-    /// [`HISTORY_READ_MAX_BYTES`] are read (older lines are left out, as OpenZFS's
+    /// `HISTORY_READ_MAX_BYTES` are read (older lines are left out, as OpenZFS's
     /// history is a ring that drops its oldest records), so a history of any length
     /// costs a bounded allocation. Errors: `Corrupt` when the recorded length does not
     /// fit the object (a crafted pool).

@@ -160,7 +160,7 @@ pub struct ZilStats {
     /// Records written.
     pub records: AtomicU64,
     /// Write records that name a whole-record block of the file instead of a copy
-    /// (adopted from the object set, [`Zilog::adopt_whole_records`]).
+    /// (adopted from the object set, [`Objset::adopt_records`]).
     pub adopted: AtomicU64,
 }
 

@@ -281,7 +281,7 @@ struct State {
 }
 
 /// Estimated memory of one header, bytes, resident or ghost (`hdr_size` in the
-/// stats is this times the headers): its entry in the hash table (key and [`Hdr`],
+/// stats is this times the headers): its entry in the hash table (key and `Hdr`,
 /// with the table's spare capacity, about half again), its entry in its list's B-tree
 /// (position and key, nodes about two-thirds full) and, for a resident one, the shared
 /// buffer's reference-count block. OpenZFS counts its headers in `arc_size`; Tarn

@@ -69,7 +69,7 @@
 //! except the `vdevs` read lock.
 //!
 //! Called by: dmu (block trees), spa (the txg's space structures through
-//! [`Zio::space_sync_plan`] and [`Zio::write_sealed`], uberblock bookkeeping).
+//! [`Zio::space_sync_plan`] and [`Zio::write_sealed_all`], uberblock bookkeeping).
 //! Calls: metaslab, vdev.
 
 use parking_lot::{Mutex, RwLock};

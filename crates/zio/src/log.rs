@@ -75,7 +75,7 @@ impl Zio {
     }
 
     /// Write `data` (its length is the block size) at `dva`; not durable until
-    /// [`Zio::flush_vdev`]. Errors: `Io` when no copy of the write landed.
+    /// [`Zio::flush_vdevs`]. Errors: `Io` when no copy of the write landed.
     pub fn write_raw(&self, dva: &Dva, data: &[u8]) -> Result<()> {
         let top = self.log_top(dva)?;
         top.write(dva.offset_bytes, data).map_err(|e| ZioError::Io(e.to_string()))?;
