@@ -54,10 +54,10 @@ one() {  # one LABEL BIN: a fresh pool, then snapshots idle / append / stream
             sleep 0.2
         done
         rm -f "$flag"
-        w1=$EPOCHREALTIME
         # fio writes its report when terminated; the stream ends after its file.
         [ "$kind" = stream ] || kill "$writer" 2>/dev/null || true
         wait "$writer" 2>/dev/null || true
+        w1=$EPOCHREALTIME
         case $kind in
             append) n=$(awk -F';' 'NF > 100 { print $49 }' "$T/fio.terse" 2>/dev/null) ;;
             stream) n=$(awk -v s=$(( ${w1/./} - ${w0/./} )) 'END { printf "%.1f", NR * 64 / (s / 1e6) }' "$T/done") ;;
