@@ -452,8 +452,8 @@ enum NewNode<'a> {
     Symlink(&'a [u8]),
 }
 
-/// How many times [`Fs::write`] lets go of its tx and waits for space on its way back
-/// before it reports ENOSPC.
+/// How many times [`Fs::write`] (and a truncate in [`Fs::setattr`]) lets go of its tx
+/// and waits for space on its way back before it reports ENOSPC.
 const WRITE_SPACE_RETRIES: u32 = 3;
 
 /// Ok for a regular file; `IsDir` for a directory, `Invalid(what)` for anything else

@@ -18,7 +18,8 @@
 //!   `put_block` inserts a new one, `Arc::make_mut` copies a shared one). Every other
 //!   early block — its record rewritten, cloned over, freed with its range or object,
 //!   or its object set gone — is freed at once by the next sync (or by `Drop`): it was
-//!   never referenced by a synced tree, so nothing can hold it.
+//!   never referenced by a synced tree, so nothing can hold it (unless the intent log
+//!   adopted it: below).
 //! - *An early block belongs to the txg of its record*: it is compressed, checksummed
 //!   and allocated under a hold on the open txg (taken without waiting,
 //!   [`TxgGate::try_hold`]: no batch starts while a quiesce waits), with that txg as
@@ -136,6 +137,12 @@ impl Objset {
         self.early.inner.lock().stats
     }
 
+    /// Early batches allocated and not yet written (for tests: a sync that quiesces
+    /// now waits for them).
+    pub fn early_batches_in_flight(&self) -> usize {
+        self.early.inner.lock().inflight.values().sum()
+    }
+
     /// Turn early writes on (the default) or off, for benchmarks comparing the two.
     pub fn set_early_writes(&self, on: bool) {
         self.early.off.store(!on, Ordering::Relaxed);
@@ -187,25 +194,34 @@ impl Objset {
     /// of the open txg (module docs), as one aggregated batch; any failure leaves them
     /// to the sync.
     fn early_write(&self, batch: &[(u64, u64)]) {
-        // Properties may have changed since the records were queued; and a pool short of
-        // space would count an early block and its dirty bytes both.
+        if let Some(hold) = self.early_hold(true) {
+            self.early_write_with(hold, batch, EARLY_WRITE_THREADS);
+        }
+    }
+
+    /// A hold on the open txg under which early blocks may be allocated, or `None`:
+    /// early writes are off (properties may have changed since the records were
+    /// queued), the pool is short of space (an early block and its dirty bytes would
+    /// both count against it), a quiesce holds or waits for the txg, or a sync is in
+    /// progress (its space drain could log these allocations: module docs). With
+    /// `wait_for_sync`, a sync in progress is waited for once (it is of the txg before
+    /// the open one, which is therefore wanted already) and the hold tried again.
+    fn early_hold(&self, wait_for_sync: bool) -> Option<TxHold> {
         let (size, free) = self.zio.with_space(|s| (s.asize_bytes(), s.free_bytes()));
         if !self.early_wanted() || free <= size / 4 {
-            return;
+            return None;
         }
-        let Some(mut hold) = self.gate.try_hold() else { return };
-        if self.gate.synced_txg() + 1 != hold.txg {
-            // A sync is in progress (of the txg before the open one, which is therefore
-            // wanted already): its space drain could log these allocations.
-            let syncing = hold.txg - 1;
-            drop(hold);
-            let _ = self.gate.wait_synced_nowait(syncing);
-            match self.gate.try_hold() {
-                Some(h) if self.gate.synced_txg() + 1 == h.txg => hold = h,
-                _ => return,
-            }
+        let hold = self.gate.try_hold()?;
+        if self.gate.synced_txg() + 1 == hold.txg {
+            return Some(hold);
         }
-        self.early_write_with(hold, batch, EARLY_WRITE_THREADS);
+        if !wait_for_sync {
+            return None;
+        }
+        let syncing = hold.txg - 1;
+        drop(hold);
+        let _ = self.gate.wait_synced_nowait(syncing);
+        self.gate.try_hold().filter(|h| self.gate.synced_txg() + 1 == h.txg)
     }
 
     /// Write the records `batch` (object, block id) that are still whole records of
@@ -224,10 +240,10 @@ impl Objset {
             batch
                 .iter()
                 .filter_map(|&(obj, blkid)| {
-                    let dn = st.dnodes.get(&obj)?;
-                    let Some(Dirty::Full(d)) = dn.open.blocks.get(&blkid) else { return None };
+                    let d = Self::open_full_record(&st, obj, blkid)?;
+                    let whole = st.dnodes.get(&obj).is_some_and(|dn| d.len() == dn.attrs.blksz as usize);
                     let done = e.blocks.get(&(obj, blkid)).is_some_and(|b| Arc::ptr_eq(&b.data, d));
-                    (!dn.attrs.freed && d.len() == dn.attrs.blksz as usize && !done).then(|| (obj, blkid, d.clone()))
+                    (whole && !done).then(|| (obj, blkid, d.clone()))
                 })
                 .collect()
         };
@@ -328,6 +344,16 @@ impl Objset {
         out
     }
 
+    /// The bytes of block `blkid` of `obj` when it is a whole record dirty in the
+    /// open txg of an object not being freed (what an early block may hold).
+    fn open_full_record(st: &OsState, obj: u64, blkid: u64) -> Option<&Arc<Vec<u8>>> {
+        let dn = st.dnodes.get(&obj).filter(|dn| !dn.attrs.freed)?;
+        match dn.open.blocks.get(&blkid) {
+            Some(Dirty::Full(d)) => Some(d),
+            _ => None,
+        }
+    }
+
     /// Record size of file `obj` when its records are whole (`blksz == max_blksz`) and
     /// early writes are on for this object set: the span the intent log may cover with
     /// one adopted block ([`Objset::adopt_records`]). `None` otherwise.
@@ -351,34 +377,20 @@ impl Objset {
     /// rule of early writes), or the write failed. Never waits for a txg.
     pub fn adopt_records(&self, records: &[(u64, u64)]) -> Vec<Option<(BlkPtr, u64)>> {
         let mut out: Vec<Option<(BlkPtr, u64)>> = vec![None; records.len()];
-        if records.is_empty() || !self.early_wanted() {
-            return out;
-        }
-        let (size, free) = self.zio.with_space(|s| (s.asize_bytes(), s.free_bytes()));
-        if free <= size / 4 {
+        if records.is_empty() {
             return out;
         }
         // Under a hold on the open txg: the records without a block are allocated in
-        // it (`early_write_with`), as early writes are.
-        let Some(hold) = self.gate.try_hold() else { return out };
-        if self.gate.synced_txg() + 1 != hold.txg {
-            return out;
-        }
+        // it (`early_write_with`), as early writes are. Never waits for a sync.
+        let Some(hold) = self.early_hold(false) else { return out };
         let missing: Vec<(u64, u64)> = {
             let st = self.st.lock();
             let e = self.early.inner.lock();
             records
                 .iter()
                 .filter(|&&(obj, blkid)| {
-                    let current = st.dnodes.get(&obj).and_then(|dn| match dn.open.blocks.get(&blkid) {
-                        Some(Dirty::Full(d)) if !dn.attrs.freed => Some(d),
-                        _ => None,
-                    });
-                    let written = e
-                        .blocks
-                        .get(&(obj, blkid))
-                        .is_some_and(|b| b.txg == hold.txg && current.is_some_and(|d| Arc::ptr_eq(d, &b.data)));
-                    current.is_some() && !written
+                    Self::open_full_record(&st, obj, blkid)
+                        .is_some_and(|d| !e.blocks.get(&(obj, blkid)).is_some_and(|b| b.txg == hold.txg && Arc::ptr_eq(d, &b.data)))
                 })
                 .copied()
                 .collect()
@@ -397,12 +409,8 @@ impl Objset {
         let mut guard = self.early.inner.lock();
         let e = &mut *guard;
         for (slot, &(obj, blkid)) in out.iter_mut().zip(records) {
-            let current = st.dnodes.get(&obj).and_then(|dn| match dn.open.blocks.get(&blkid) {
-                Some(Dirty::Full(d)) if !dn.attrs.freed => Some(d.clone()),
-                _ => None,
-            });
-            let Some(d) = current else { continue };
-            if let Some(b) = e.blocks.get_mut(&(obj, blkid)).filter(|b| b.txg == txg && Arc::ptr_eq(&b.data, &d)) {
+            let Some(d) = Self::open_full_record(&st, obj, blkid) else { continue };
+            if let Some(b) = e.blocks.get_mut(&(obj, blkid)).filter(|b| b.txg == txg && Arc::ptr_eq(&b.data, d)) {
                 if !b.adopted {
                     b.adopted = true;
                     e.stats.adopted += 1;
