@@ -6,12 +6,12 @@
 
 mod common;
 
-use common::{abandon, mirror_pool, pattern, reimport};
+use common::{abandon, mirror_pool, on_every_write, pattern, reimport, slow_mirror_writes};
 use std::time::{Duration, Instant};
 use tarn_dmu::objset::{EarlyStats, Objset};
 use tarn_dmu::{ObjectStore, ObjectType};
 use tarn_spa::Pool;
-use tarn_vdev::inject::{self, Action, Delay, Fault, HandlerSpec, IoType, FREQ_ALWAYS_PPM};
+use tarn_vdev::inject::{self, Action, Fault};
 
 const RECORD: usize = 128 << 10;
 
@@ -56,18 +56,6 @@ fn wait_written(os: &Objset, n: u64) -> EarlyStats {
         assert!(t.elapsed() < Duration::from_secs(20), "early writer stuck at {s:?}, wanted {n} written");
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-/// Register `action` on every write to the leaf file at `path`; returns the handler id.
-fn on_every_write(path: &std::path::Path, action: Action) -> u64 {
-    inject::add_handler(HandlerSpec {
-        pool: "early-write-test".into(),
-        vdev_guid: 0,
-        path: path.display().to_string(),
-        io_type: IoType::Write,
-        action,
-        freq_ppm: FREQ_ALWAYS_PPM,
-    })
 }
 
 fn leak_free(pool: &Pool, ctx: &str) {
@@ -161,11 +149,7 @@ fn early_blocks_of_an_unsynced_txg_are_not_allocated_after_a_crash() {
     let tx = os.hold_tx().unwrap();
     os.write(&tx, slow, 0, &pattern(23, 3 * RECORD + 100)).unwrap();
     drop(tx);
-    let delay = Action::Delay(Delay::Fixed {
-        latency: Duration::from_millis(60),
-        lanes: 1,
-    });
-    let delays: Vec<u64> = ["a.img", "b.img"].iter().map(|leaf| on_every_write(&d.path().join(leaf), delay)).collect();
+    let delays = slow_mirror_writes(d.path(), 60);
     let syncing = {
         let pool = pool.clone();
         std::thread::spawn(move || pool.sync().unwrap())
@@ -233,18 +217,18 @@ fn early_writes_can_be_turned_off() {
 #[test]
 fn a_sync_waits_for_an_early_batch_in_flight_and_installs_it() {
     let (d, pool, os) = fresh_pool("early6");
-    let delay = Action::Delay(Delay::Fixed {
-        latency: Duration::from_millis(200),
-        lanes: 1,
-    });
-    let delays: Vec<u64> = ["a.img", "b.img"].iter().map(|leaf| on_every_write(&d.path().join(leaf), delay)).collect();
+    let delays = slow_mirror_writes(d.path(), 200);
     let data = pattern(61, RECORD);
     let obj = new_file(&os);
     let tx = os.hold_tx().unwrap();
     os.write(&tx, obj, 0, &data).unwrap();
     drop(tx);
     // The early writer took the record and is writing it (200 ms per device write).
-    std::thread::sleep(Duration::from_millis(60));
+    let t = Instant::now();
+    while os.early_batches_in_flight() == 0 {
+        assert!(t.elapsed() < Duration::from_secs(20), "no early batch started: {:?}", os.early_stats());
+        std::thread::sleep(Duration::from_millis(1));
+    }
     pool.sync().unwrap();
     for id in delays {
         inject::remove_handler(id);

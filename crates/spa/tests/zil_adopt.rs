@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tarn_spa::{Pool, Rewind};
-use tarn_vdev::inject::{self, Action, Delay, HandlerSpec, IoType, FREQ_ALWAYS_PPM};
+use tarn_vdev::inject;
 use tarn_zpl::{Fs, ZplOptions};
 
 const RECORD: usize = 128 << 10;
@@ -113,23 +113,7 @@ fn an_adopted_block_its_txg_installed_is_not_claimed_again_at_import() {
     let data = pattern(2, 8 * RECORD);
     let f = fs.create(fs.root(), b"big", 0o644, 0, 0).unwrap().ino;
     fs.write(f, 0, &data).unwrap();
-    let slow = Action::Delay(Delay::Fixed {
-        latency: Duration::from_millis(150),
-        lanes: 1,
-    });
-    let handlers: Vec<u64> = ["a.img", "b.img"]
-        .iter()
-        .map(|leaf| {
-            inject::add_handler(HandlerSpec {
-                pool: "adopt2".into(),
-                vdev_guid: 0,
-                path: dir.join(leaf).display().to_string(),
-                io_type: IoType::Write,
-                action: slow,
-                freq_ppm: FREQ_ALWAYS_PPM,
-            })
-        })
-        .collect();
+    let handlers = common::slow_mirror_writes(&dir, 150);
     let fsyncing = {
         let fs = fs.clone();
         std::thread::spawn(move || fs.fsync(f).unwrap())

@@ -208,3 +208,26 @@ pub fn delete_all(pool: &tarn_spa::Pool, fs: &tarn_zpl::Fs, names: &[String]) {
     }
     settle(pool);
 }
+
+/// Register `action` on every write to the leaf file at `path` (any pool); returns the
+/// handler id for `tarn_vdev::inject::remove_handler`.
+pub fn on_every_write(path: &std::path::Path, action: tarn_vdev::inject::Action) -> u64 {
+    tarn_vdev::inject::add_handler(tarn_vdev::inject::HandlerSpec {
+        pool: "test".into(),
+        vdev_guid: 0,
+        path: path.display().to_string(),
+        io_type: tarn_vdev::inject::IoType::Write,
+        action,
+        freq_ppm: tarn_vdev::inject::FREQ_ALWAYS_PPM,
+    })
+}
+
+/// Make every write to `a.img` and `b.img` in `dir` (the leaves of [`mirror_pool`])
+/// take `latency_ms`, one at a time per leaf; returns the handler ids.
+pub fn slow_mirror_writes(dir: &std::path::Path, latency_ms: u64) -> Vec<u64> {
+    let slow = tarn_vdev::inject::Action::Delay(tarn_vdev::inject::Delay::Fixed {
+        latency: std::time::Duration::from_millis(latency_ms),
+        lanes: 1,
+    });
+    ["a.img", "b.img"].iter().map(|leaf| on_every_write(&dir.join(leaf), slow)).collect()
+}
