@@ -21,6 +21,13 @@
 //! `[start_sector / n, (end_sector − 1) / n]` and each column is sliced out of it by
 //! the block's [`crate::raidz::Map`]. Skip sectors are neither checked nor written.
 //!
+//! The work comes in two halves so that a scan can pipeline them: [`Vdev::scan_read`]
+//! (or [`Vdev::scan_read_many`], several extents' reads in flight together) does the
+//! I/O into buffers a [`ScanBuffers`] hands out and takes back, and
+//! [`Vdev::scan_finish`] does the verifying and repairing; [`Vdev::scan_extent`] is
+//! the two in turn. A mirror block's truth is the verified copy itself, borrowed
+//! from the read buffer, unless its padding is not zeros.
+//!
 //! Writes to each leaf are sorted and coalesced, so a resilvering leaf also sees few
 //! large ascending writes. Only block ranges are ever written — never the gaps between
 //! blocks, which may be free space that a concurrent txg is allocating.
@@ -39,6 +46,7 @@
 use crate::tree::{bump, raidz_solve, Column};
 use crate::{Vdev, VdevKind};
 use parking_lot::Mutex;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use tarn_phys::label::DATA_START_BYTES;
 
@@ -139,6 +147,69 @@ impl Copy<'_> {
     }
 }
 
+/// Read buffers a scan reuses from extent to extent: a fresh multi-megabyte buffer
+/// per leaf per extent cost more CPU than the reads' copies themselves (the kernel
+/// zeroing new pages and faulting them in, then the allocator handing them back).
+/// At most [`SCAN_BUFFERS_KEPT`] idle buffers are kept; they go when this does.
+#[derive(Default)]
+pub struct ScanBuffers {
+    idle: Mutex<Vec<Vec<u8>>>,
+}
+
+/// Idle read buffers a [`ScanBuffers`] keeps (enough for a few extents in flight on
+/// a wide raidz).
+pub const SCAN_BUFFERS_KEPT: usize = 32;
+
+impl ScanBuffers {
+    /// A buffer of exactly `len_bytes` bytes whose contents are unspecified (the
+    /// read overwrites all of them, or fails and the buffer is not looked at).
+    fn take(&self, len_bytes: usize) -> Vec<u8> {
+        let reused = {
+            let mut idle = self.idle.lock();
+            let best = idle.iter().position(|b| b.capacity() >= len_bytes);
+            best.map(|i| idle.swap_remove(i))
+        };
+        match reused {
+            Some(mut b) => {
+                b.resize(len_bytes, 0);
+                b
+            }
+            None => vec![0u8; len_bytes],
+        }
+    }
+
+    fn give(&self, buf: Vec<u8>) {
+        let mut idle = self.idle.lock();
+        if idle.len() < SCAN_BUFFERS_KEPT {
+            idle.push(buf);
+        }
+    }
+}
+
+/// What [`Vdev::scan_read`] read of one extent, for [`Vdev::scan_finish`]; its
+/// buffers go back to their [`ScanBuffers`] when it is dropped.
+pub struct ExtentRead<'v, 'b> {
+    /// Leaf offset (data area, bytes) at which every leaf's read started.
+    leaf_start: u64,
+    /// Per column set (mirror: one), per leaf: what was read.
+    copies: Vec<Vec<Copy<'v>>>,
+    buffers: &'b ScanBuffers,
+}
+
+impl Drop for ExtentRead<'_, '_> {
+    fn drop(&mut self) {
+        for c in self.copies.iter_mut().flatten() {
+            if let Some(Ok(buf)) = c.read.take() {
+                self.buffers.give(buf);
+            }
+        }
+    }
+}
+
+/// A block's true bytes per placement (mirror: the padded block; raidz: each column),
+/// borrowed from a read buffer where they can be.
+type Truth<'a> = Vec<Cow<'a, [u8]>>;
+
 /// Where one column (raidz) or the whole padded block (mirror, leaf) of a block lies:
 /// the column set (raidz child, or 0), the leaf offset and the length (bytes).
 #[derive(Clone, Copy)]
@@ -151,11 +222,71 @@ struct Placement {
 impl Vdev {
     /// Scrub or resilver `blocks` (sorted by offset, non-overlapping, all on this
     /// top-level vdev) with one read per needed leaf; see the module theory.
+    /// [`Vdev::scan_read`] then [`Vdev::scan_finish`], with buffers of its own.
     ///
     /// Never fails as a whole: a block no copy of which verifies is listed in
     /// `unrecoverable` (and counted as a CKSUM error on this vdev); leaf read and
     /// write errors are counted on the leaves. Panics (a bug) on an empty extent.
     pub fn scan_extent(&self, func: ScanFunc, blocks: &[ScanBlock<'_>], trace: &IoTrace) -> ExtentReport {
+        let buffers = ScanBuffers::default();
+        let read = self.scan_read(func, blocks, trace, &buffers);
+        self.scan_finish(blocks, read, trace)
+    }
+
+    /// The I/O half of [`Vdev::scan_extent`]: read the extent that holds `blocks`
+    /// from every leaf the scan needs (a scrub: every usable leaf; a resilver: one
+    /// source per mirror side set or raidz column), all leaves in parallel, into
+    /// buffers from `buffers`. What it read goes to [`Vdev::scan_finish`] with the
+    /// same `blocks`; a scan may read the next extents while an earlier one is being
+    /// finished. Read errors are counted on the leaves and leave that copy out.
+    /// Panics (a bug) on an empty extent.
+    pub fn scan_read<'v, 'b>(&'v self, func: ScanFunc, blocks: &[ScanBlock<'_>], trace: &IoTrace, buffers: &'b ScanBuffers) -> ExtentRead<'v, 'b> {
+        let mut reads = self.scan_read_many(func, &[blocks], trace, buffers);
+        reads.pop().expect("one extent read")
+    }
+
+    /// [`Vdev::scan_read`] of several extents at once (in ascending order, as the
+    /// scan plans them): every leaf read of every extent is in flight together, so a
+    /// leaf streams from one extent into the next instead of idling between two
+    /// synchronous reads. The I/Os are recorded in `trace` in extent order, as
+    /// submitted. One [`ExtentRead`] per extent, in order.
+    pub fn scan_read_many<'v, 'b>(
+        &'v self,
+        func: ScanFunc,
+        extents: &[&[ScanBlock<'_>]],
+        trace: &IoTrace,
+        buffers: &'b ScanBuffers,
+    ) -> Vec<ExtentRead<'v, 'b>> {
+        let mut reads: Vec<(ExtentRead<'v, 'b>, u64)> = extents.iter().map(|blocks| self.plan_read(func, blocks, buffers)).collect();
+        // (extent, set, copy) of every leaf read, recorded in order, then all issued.
+        let wanted: Vec<(usize, usize, usize)> = reads
+            .iter()
+            .enumerate()
+            .flat_map(|(ei, (r, _))| {
+                r.copies
+                    .iter()
+                    .enumerate()
+                    .flat_map(move |(si, set)| set.iter().enumerate().filter(|(_, c)| c.read.is_some()).map(move |(ci, _)| (ei, si, ci)))
+            })
+            .collect();
+        for &(ei, si, ci) in &wanted {
+            let (r, len) = &reads[ei];
+            trace.record(r.copies[si][ci].leaf.guid, r.leaf_start, *len);
+        }
+        let got = crate::iopool::each_parallel(&wanted, |&(ei, si, ci)| {
+            let (r, len) = &reads[ei];
+            read_leaf(r.copies[si][ci].leaf, r.leaf_start, *len, buffers)
+        });
+        for ((ei, si, ci), r) in wanted.into_iter().zip(got) {
+            reads[ei].0.copies[si][ci].read = Some(r);
+        }
+        reads.into_iter().map(|(r, _)| r).collect()
+    }
+
+    /// Which leaves an extent's scan reads, and where: an [`ExtentRead`] whose copies
+    /// to read are marked (`read: Some(Err(()))` until read), and the length to read
+    /// from each (bytes). Panics (a bug) on an empty extent.
+    fn plan_read<'v, 'b>(&'v self, func: ScanFunc, blocks: &[ScanBlock<'_>], buffers: &'b ScanBuffers) -> (ExtentRead<'v, 'b>, u64) {
         assert!(!blocks.is_empty(), "empty scan extent");
         let geometry = self.geometry();
         let ext_start = blocks[0].offset_bytes;
@@ -179,7 +310,7 @@ impl Vdev {
             VdevKind::Raidz { children, .. } => children.iter().map(|c| c.leaves()).collect(),
             _ => vec![self.leaves()],
         };
-        let mut copies: Vec<Vec<Copy<'_>>> = sets
+        let copies: Vec<Vec<Copy<'_>>> = sets
             .iter()
             .map(|set| {
                 let useful = |leaf: &Vdev| leaf.state().is_usable() && !blocks.iter().all(|b| leaf.dtl.contains(b.birth_txg));
@@ -201,35 +332,50 @@ impl Vdev {
                     .collect()
             })
             .collect();
-        // One read per chosen leaf, all leaves in parallel.
-        std::thread::scope(|s| {
-            for copy in copies.iter_mut().flatten().filter(|c| c.read.is_some()) {
-                s.spawn(move || copy.read = Some(read_leaf(copy.leaf, leaf_start, leaf_len, trace)));
-            }
-        });
+        (ExtentRead { leaf_start, copies, buffers }, leaf_len)
+    }
+
+    /// The verify-and-repair half of [`Vdev::scan_extent`], for what
+    /// [`Vdev::scan_read`] read of the same `blocks`: finds each
+    /// block's true bytes, counts and rewrites damaged or missing copies (each
+    /// leaf's writes coalesced and in ascending order), and gives the read buffers
+    /// back. Never fails as a whole (see [`Vdev::scan_extent`]).
+    pub fn scan_finish(&self, blocks: &[ScanBlock<'_>], read: ExtentRead<'_, '_>, trace: &IoTrace) -> ExtentReport {
+        let geometry = self.geometry();
+        let leaf_start = read.leaf_start;
+        let copies = &read.copies;
         let mut report = ExtentReport::default();
         let mut writes: Vec<(usize, usize, u64, Vec<u8>)> = Vec::new(); // (set, copy, leaf offset, bytes)
         for (i, b) in blocks.iter().enumerate() {
             let asize = self.psize_to_asize(b.psize_bytes);
             // Where the block lies, and its true bytes there (a mirror has one
             // placement: the padded block).
-            let (places, truth): (Vec<Placement>, Option<Vec<Vec<u8>>>) = match &geometry {
+            let (places, truth): (Vec<Placement>, Option<Truth<'_>>) = match &geometry {
                 None => {
                     let place = Placement {
                         set: 0,
                         leaf_offset_bytes: b.offset_bytes,
                         size_bytes: asize,
                     };
-                    let found = copies[0]
-                        .iter()
-                        .filter_map(|c| c.part(leaf_start, b.offset_bytes, b.psize_bytes))
-                        .find(|d| (b.verify)(d));
+                    // The padded block of the first copy that verifies, as read when
+                    // its padding is zeros (no copy of the bytes), else rebuilt.
+                    let found = copies[0].iter().find_map(|c| {
+                        let d = c.part(leaf_start, b.offset_bytes, b.psize_bytes)?;
+                        (b.verify)(d).then(|| match c.part(leaf_start, b.offset_bytes, asize) {
+                            Some(padded) if padded[d.len()..].iter().all(|&x| x == 0) => Cow::Borrowed(padded),
+                            _ => Cow::Owned(d.to_vec()),
+                        })
+                    });
                     let truth = found
-                        .map(<[u8]>::to_vec)
-                        .or_else(|| self.read_birth(b.offset_bytes, b.psize_bytes, b.birth_txg, b.verify).ok())
-                        .map(|mut d| {
-                            d.resize(asize as usize, 0);
-                            vec![d]
+                        .or_else(|| self.read_birth(b.offset_bytes, b.psize_bytes, b.birth_txg, b.verify).ok().map(Cow::Owned))
+                        .map(|d| {
+                            if d.len() == asize as usize {
+                                vec![d]
+                            } else {
+                                let mut d = d.into_owned();
+                                d.resize(asize as usize, 0);
+                                vec![Cow::Owned(d)]
+                            }
                         });
                     (vec![place], truth)
                 }
@@ -261,7 +407,7 @@ impl Vdev {
                         .collect();
                     let truth = raidz_solve(&map, &cols, b.verify)
                         .or_else(|| self.read_birth(b.offset_bytes, b.psize_bytes, b.birth_txg, b.verify).ok())
-                        .map(|d| map.encode(&d));
+                        .map(|d| map.encode(&d).into_iter().map(Cow::Owned).collect());
                     (places, truth)
                 }
             };
@@ -277,7 +423,7 @@ impl Vdev {
                     }
                     let missing = c.leaf.dtl.contains(b.birth_txg);
                     let fix = match (&c.read, c.part(leaf_start, pl.leaf_offset_bytes, pl.size_bytes)) {
-                        (Some(_), Some(d)) if d == &want[..] => false,
+                        (Some(_), Some(d)) if std::ptr::eq(d, &want[..]) || d == &want[..] => false,
                         (Some(_), Some(_)) => {
                             if !missing {
                                 bump(&c.leaf.stats.checksum_errors, 1);
@@ -289,7 +435,7 @@ impl Vdev {
                     };
                     if fix {
                         report.repaired_bytes += pl.size_bytes;
-                        writes.push((pl.set, ci, pl.leaf_offset_bytes, want.clone()));
+                        writes.push((pl.set, ci, pl.leaf_offset_bytes, want.to_vec()));
                     }
                 }
             }
@@ -313,24 +459,20 @@ impl Vdev {
                 _ => per_leaf.push(vec![run]),
             }
         }
-        std::thread::scope(|s| {
-            for leaf_runs in &per_leaf {
-                s.spawn(move || {
-                    for (leaf, off, data) in leaf_runs {
-                        write_leaf(leaf, *off, data, trace);
-                    }
-                });
+        crate::iopool::each_parallel(&per_leaf, |leaf_runs| {
+            for (leaf, off, data) in leaf_runs {
+                write_leaf(leaf, *off, data, trace);
             }
         });
         report
     }
 }
 
-/// One positional read of `len` bytes at data-area offset `off` of a leaf node.
-fn read_leaf(v: &Vdev, off: u64, len: u64, trace: &IoTrace) -> Result<Vec<u8>, ()> {
+/// One positional read of `len` bytes at data-area offset `off` of a leaf node, into
+/// a buffer from `buffers` (the caller records it in the trace).
+fn read_leaf(v: &Vdev, off: u64, len: u64, buffers: &ScanBuffers) -> Result<Vec<u8>, ()> {
     let VdevKind::Leaf(Some(leaf)) = &v.kind else { return Err(()) };
-    let mut buf = vec![0u8; len as usize];
-    trace.record(v.guid, off, len);
+    let mut buf = buffers.take(len as usize);
     match leaf.pread(DATA_START_BYTES + off, &mut buf) {
         Ok(()) => {
             bump(&v.stats.read_ops, 1);
@@ -338,6 +480,7 @@ fn read_leaf(v: &Vdev, off: u64, len: u64, trace: &IoTrace) -> Result<Vec<u8>, (
             Ok(buf)
         }
         Err(_) => {
+            buffers.give(buf);
             bump(&v.stats.read_errors, 1);
             Err(())
         }
@@ -445,6 +588,89 @@ mod tests {
         assert_eq!((t[&101].ios, t[&101].bytes), (2, 196_608 + 65536));
         let again = IoTrace::default();
         assert_eq!(scan(&m, ScanFunc::Scrub, &blocks, 65536, &again).repaired_bytes, 0);
+    }
+
+    #[test]
+    fn extents_read_together_then_finished_repair_each_and_reuse_buffers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (paths, nodes) = leaves(&dir, 2);
+        let m = Vdev::new_mirror(0, 1, 12, nodes.clone());
+        let blocks = write3(&m, 65536);
+        // A 1000-byte block (one 4 KiB sector: 3,096 bytes of zero padding) at 1 MiB.
+        let small = data(1000, 9);
+        m.write(1 << 20, &small).unwrap();
+        flip(&paths[1], 70_000, 1000); // inside block 1 on side 1
+        flip(&paths[0], (1 << 20) + 2000, 10); // the small block's padding on side 0
+        type Verifier = Box<dyn Fn(&[u8]) -> bool + Sync>;
+        let all: Vec<(u64, Vec<u8>)> = blocks
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (i as u64 * 65536, b.clone()))
+            .chain([(1 << 20, small.clone())])
+            .collect();
+        let verifiers: Vec<Verifier> = all
+            .iter()
+            .map(|(_, b)| {
+                let h = blake3::hash(b);
+                Box::new(move |d: &[u8]| blake3::hash(d) == h) as Verifier
+            })
+            .collect();
+        let sb: Vec<ScanBlock<'_>> = all
+            .iter()
+            .zip(&verifiers)
+            .map(|((off, b), f)| ScanBlock {
+                offset_bytes: *off,
+                psize_bytes: b.len() as u64,
+                birth_txg: 5,
+                verify: f.as_ref(),
+            })
+            .collect();
+        let buffers = ScanBuffers::default();
+        let trace = IoTrace::default();
+        let mut reads = m.scan_read_many(ScanFunc::Scrub, &[&sb[..3], &sb[3..]], &trace, &buffers);
+        assert_eq!(reads.len(), 2);
+        // Both extents' reads were issued before either was finished, in order per leaf.
+        for (guid, t) in trace.snapshot() {
+            assert_eq!((t.ios, t.ascending, t.bytes), (2, 2, 196_608 + 4096), "leaf {guid}");
+        }
+        let second = reads.pop().unwrap();
+        let first = reads.pop().unwrap();
+        let r1 = m.scan_finish(&sb[..3], first, &trace);
+        assert_eq!(
+            r1,
+            ExtentReport {
+                repaired_bytes: 65536,
+                unrecoverable: vec![]
+            }
+        );
+        assert_eq!(buffers.idle.lock().len(), 2, "the first extent's buffers are back");
+        // The first copy verifies but its padding is not zeros: rewritten, and counted.
+        let r2 = m.scan_finish(&sb[3..], second, &trace);
+        assert_eq!(
+            r2,
+            ExtentReport {
+                repaired_bytes: 4096,
+                unrecoverable: vec![]
+            }
+        );
+        assert_eq!(buffers.idle.lock().len(), 4);
+        assert_eq!(nodes[0].stats.checksum_errors.load(Ordering::Relaxed), 1);
+        assert_eq!(nodes[1].stats.checksum_errors.load(Ordering::Relaxed), 1);
+        let mut pad = vec![1u8; 4096];
+        std::fs::File::open(&paths[0])
+            .unwrap()
+            .read_exact_at(&mut pad, DATA_START_BYTES + (1 << 20))
+            .unwrap();
+        assert_eq!((&pad[..1000], pad[1000..].iter().all(|&x| x == 0)), (&small[..], true));
+        // Reading again reuses the idle buffers, and finds nothing left to repair.
+        let again = m.scan_read_many(ScanFunc::Scrub, &[&sb[..3], &sb[3..]], &IoTrace::default(), &buffers);
+        assert!(buffers.idle.lock().is_empty(), "all four buffers taken again");
+        let repaired: u64 = again
+            .into_iter()
+            .zip([&sb[..3], &sb[3..]])
+            .map(|(r, b)| m.scan_finish(b, r, &IoTrace::default()).repaired_bytes)
+            .sum();
+        assert_eq!(repaired, 0);
     }
 
     #[test]
