@@ -210,6 +210,10 @@ impl Drop for ExtentRead<'_, '_> {
 /// borrowed from a read buffer where they can be.
 type Truth<'a> = Vec<Cow<'a, [u8]>>;
 
+/// One leaf write of a scan: the leaf, its offset and length (bytes), and the pieces
+/// whose concatenation it writes.
+type Run<'a> = (&'a Vdev, u64, u64, Vec<&'a [u8]>);
+
 /// Where one column (raidz) or the whole padded block (mirror, leaf) of a block lies:
 /// the column set (raidz child, or 0), the leaf offset and the length (bytes).
 #[derive(Clone, Copy)]
@@ -345,7 +349,11 @@ impl Vdev {
         let leaf_start = read.leaf_start;
         let copies = &read.copies;
         let mut report = ExtentReport::default();
-        let mut writes: Vec<(usize, usize, u64, Vec<u8>)> = Vec::new(); // (set, copy, leaf offset, bytes)
+        // Every block's truth, kept until the writes are done; each write names a
+        // truth and one of its placements, so the bytes are copied once, into the
+        // leaf write itself.
+        let mut truths: Vec<Truth<'_>> = Vec::new();
+        let mut writes: Vec<(usize, usize, u64, usize, usize)> = Vec::new(); // (set, copy, leaf offset, truth, placement)
         for (i, b) in blocks.iter().enumerate() {
             let asize = self.psize_to_asize(b.psize_bytes);
             // Where the block lies, and its true bytes there (a mirror has one
@@ -416,7 +424,7 @@ impl Vdev {
                 report.unrecoverable.push(i);
                 continue;
             };
-            for (pl, want) in places.iter().zip(&truth) {
+            for (pi, (pl, want)) in places.iter().zip(&truth).enumerate() {
                 for (ci, c) in copies[pl.set].iter().enumerate() {
                     if !c.leaf.state().is_usable() {
                         continue;
@@ -435,24 +443,29 @@ impl Vdev {
                     };
                     if fix {
                         report.repaired_bytes += pl.size_bytes;
-                        writes.push((pl.set, ci, pl.leaf_offset_bytes, want.to_vec()));
+                        writes.push((pl.set, ci, pl.leaf_offset_bytes, truths.len(), pi));
                     }
                 }
             }
+            truths.push(truth);
         }
         // Coalesce each leaf's writes into runs of adjacent ranges.
         writes.sort_by_key(|w| (w.0, w.1, w.2));
-        let mut runs: Vec<(&Vdev, u64, Vec<u8>)> = Vec::new();
+        let mut runs: Vec<Run<'_>> = Vec::new();
         let mut last_key = None;
-        for (si, ci, off, data) in writes {
+        for (si, ci, off, ti, pi) in writes {
+            let data: &[u8] = &truths[ti][pi];
             match runs.last_mut() {
-                Some((_, start, buf)) if last_key == Some((si, ci)) && *start + buf.len() as u64 == off => buf.extend_from_slice(&data),
-                _ => runs.push((copies[si][ci].leaf, off, data)),
+                Some((_, start, len, parts)) if last_key == Some((si, ci)) && *start + *len == off => {
+                    parts.push(data);
+                    *len += data.len() as u64;
+                }
+                _ => runs.push((copies[si][ci].leaf, off, data.len() as u64, vec![data])),
             }
             last_key = Some((si, ci));
         }
         // Leaves in parallel; each leaf's runs in ascending order.
-        let mut per_leaf: Vec<Vec<(&Vdev, u64, Vec<u8>)>> = Vec::new();
+        let mut per_leaf: Vec<Vec<Run<'_>>> = Vec::new();
         for run in runs {
             match per_leaf.last_mut() {
                 Some(l) if std::ptr::eq(l[0].0, run.0) => l.push(run),
@@ -460,8 +473,8 @@ impl Vdev {
             }
         }
         crate::iopool::each_parallel(&per_leaf, |leaf_runs| {
-            for (leaf, off, data) in leaf_runs {
-                write_leaf(leaf, *off, data, trace);
+            for (leaf, off, _, parts) in leaf_runs {
+                write_leaf(leaf, *off, parts, trace);
             }
         });
         report
@@ -487,14 +500,16 @@ fn read_leaf(v: &Vdev, off: u64, len: u64, buffers: &ScanBuffers) -> Result<Vec<
     }
 }
 
-/// One positional write at data-area offset `off` of a leaf node (errors are counted).
-fn write_leaf(v: &Vdev, off: u64, data: &[u8], trace: &IoTrace) {
+/// One positional write at data-area offset `off` of a leaf node of the
+/// concatenation of `parts` (errors are counted).
+fn write_leaf(v: &Vdev, off: u64, parts: &[&[u8]], trace: &IoTrace) {
     let VdevKind::Leaf(Some(leaf)) = &v.kind else { return };
-    trace.record(v.guid, off, data.len() as u64);
-    match leaf.pwrite(DATA_START_BYTES + off, data) {
+    let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
+    trace.record(v.guid, off, len);
+    match leaf.pwrite_gather(DATA_START_BYTES + off, parts) {
         Ok(()) => {
             bump(&v.stats.write_ops, 1);
-            bump(&v.stats.write_bytes, data.len() as u64);
+            bump(&v.stats.write_bytes, len);
         }
         Err(_) => bump(&v.stats.write_errors, 1),
     }
