@@ -29,9 +29,10 @@
 //! before the scan reads or repairs it. Blocks born after `max_txg` need nothing:
 //! they were written with every leaf present.
 //!
-//! Low priority: before each extent, `throttle` is called; the spa's throttle sleeps
-//! while application I/O is active (OpenZFS's `zfs_scan_idle` / `zfs_scrub_delay`
-//! scheme), so applications keep their latency and the scan still progresses.
+//! Low priority: before each group of extents is read, `throttle` is called; the
+//! spa's throttle sleeps while application I/O is active (OpenZFS's `zfs_scan_idle`
+//! / `zfs_scrub_delay` scheme), so applications keep their latency and the scan
+//! still progresses.
 //!
 //! Not scanned: intent-log chains (their blocks are short-lived and replay verifies
 //! them) and the labels (rewritten every txg).
@@ -288,8 +289,9 @@ fn scan_blocks<'a>(ext: &[Entry], verifiers: &'a [Verifier]) -> Vec<ScanBlock<'a
         .collect()
 }
 
-/// Issue `entries` (see the crate theory), calling `throttle` before each extent;
-/// when it returns false the issue stops there (pause, cancel, export) and the
+/// Issue `entries` (see the crate theory), calling `throttle` before each group of
+/// extents is read; when it returns false the issue stops there (pause, cancel,
+/// export: the extents already read are still verified) and the
 /// caller must not treat the batch as done. Progress and errors are added to
 /// `progress`; every leaf I/O to `trace`.
 ///
@@ -297,8 +299,7 @@ fn scan_blocks<'a>(ext: &[Entry], verifiers: &'a [Verifier]) -> Vec<ScanBlock<'a
 /// ascending order, [`READ_GROUP_EXTENTS`] at a time and up to [`READ_AHEAD_GROUPS`]
 /// groups ahead (`Vdev::scan_read_many`), and a finisher that verifies and repairs
 /// them in the same order (`Vdev::scan_finish`), so the leaves stream while a core
-/// checksums. Read buffers are reused across extents, and `throttle` is called
-/// before each group.
+/// checksums. Read buffers are reused across extents.
 pub fn issue(zio: &Zio, mut entries: Vec<Entry>, params: &Params, progress: &Progress, trace: &IoTrace, throttle: &(dyn Fn() -> bool + Sync)) -> Issued {
     let vdevs = zio.vdevs();
     let extents = plan(&mut entries, params);

@@ -616,76 +616,60 @@ mod tests {
         m.write(1 << 20, &small).unwrap();
         flip(&paths[1], 70_000, 1000); // inside block 1 on side 1
         flip(&paths[0], (1 << 20) + 2000, 10); // the small block's padding on side 0
-        type Verifier = Box<dyn Fn(&[u8]) -> bool + Sync>;
         let all: Vec<(u64, Vec<u8>)> = blocks
             .iter()
             .enumerate()
             .map(|(i, b)| (i as u64 * 65536, b.clone()))
             .chain([(1 << 20, small.clone())])
             .collect();
-        let verifiers: Vec<Verifier> = all
-            .iter()
-            .map(|(_, b)| {
-                let h = blake3::hash(b);
-                Box::new(move |d: &[u8]| blake3::hash(d) == h) as Verifier
-            })
-            .collect();
-        let sb: Vec<ScanBlock<'_>> = all
-            .iter()
-            .zip(&verifiers)
-            .map(|((off, b), f)| ScanBlock {
-                offset_bytes: *off,
-                psize_bytes: b.len() as u64,
-                birth_txg: 5,
-                verify: f.as_ref(),
-            })
-            .collect();
-        let buffers = ScanBuffers::default();
-        let trace = IoTrace::default();
-        let mut reads = m.scan_read_many(ScanFunc::Scrub, &[&sb[..3], &sb[3..]], &trace, &buffers);
-        assert_eq!(reads.len(), 2);
-        // Both extents' reads were issued before either was finished, in order per leaf.
-        for (guid, t) in trace.snapshot() {
-            assert_eq!((t.ios, t.ascending, t.bytes), (2, 2, 196_608 + 4096), "leaf {guid}");
-        }
-        let second = reads.pop().unwrap();
-        let first = reads.pop().unwrap();
-        let r1 = m.scan_finish(&sb[..3], first, &trace);
-        assert_eq!(
-            r1,
-            ExtentReport {
-                repaired_bytes: 65536,
-                unrecoverable: vec![]
+        with_scan_blocks(&all, |sb| {
+            let buffers = ScanBuffers::default();
+            let trace = IoTrace::default();
+            let mut reads = m.scan_read_many(ScanFunc::Scrub, &[&sb[..3], &sb[3..]], &trace, &buffers);
+            assert_eq!(reads.len(), 2);
+            // Both extents' reads were issued before either was finished, in order per leaf.
+            for (guid, t) in trace.snapshot() {
+                assert_eq!((t.ios, t.ascending, t.bytes), (2, 2, 196_608 + 4096), "leaf {guid}");
             }
-        );
-        assert_eq!(buffers.idle.lock().len(), 2, "the first extent's buffers are back");
-        // The first copy verifies but its padding is not zeros: rewritten, and counted.
-        let r2 = m.scan_finish(&sb[3..], second, &trace);
-        assert_eq!(
-            r2,
-            ExtentReport {
-                repaired_bytes: 4096,
-                unrecoverable: vec![]
-            }
-        );
-        assert_eq!(buffers.idle.lock().len(), 4);
-        assert_eq!(nodes[0].stats.checksum_errors.load(Ordering::Relaxed), 1);
-        assert_eq!(nodes[1].stats.checksum_errors.load(Ordering::Relaxed), 1);
-        let mut pad = vec![1u8; 4096];
-        std::fs::File::open(&paths[0])
-            .unwrap()
-            .read_exact_at(&mut pad, DATA_START_BYTES + (1 << 20))
-            .unwrap();
-        assert_eq!((&pad[..1000], pad[1000..].iter().all(|&x| x == 0)), (&small[..], true));
-        // Reading again reuses the idle buffers, and finds nothing left to repair.
-        let again = m.scan_read_many(ScanFunc::Scrub, &[&sb[..3], &sb[3..]], &IoTrace::default(), &buffers);
-        assert!(buffers.idle.lock().is_empty(), "all four buffers taken again");
-        let repaired: u64 = again
-            .into_iter()
-            .zip([&sb[..3], &sb[3..]])
-            .map(|(r, b)| m.scan_finish(b, r, &IoTrace::default()).repaired_bytes)
-            .sum();
-        assert_eq!(repaired, 0);
+            let second = reads.pop().unwrap();
+            let first = reads.pop().unwrap();
+            let r1 = m.scan_finish(&sb[..3], first, &trace);
+            assert_eq!(
+                r1,
+                ExtentReport {
+                    repaired_bytes: 65536,
+                    unrecoverable: vec![]
+                }
+            );
+            assert_eq!(buffers.idle.lock().len(), 2, "the first extent's buffers are back");
+            // The first copy verifies but its padding is not zeros: rewritten, and counted.
+            let r2 = m.scan_finish(&sb[3..], second, &trace);
+            assert_eq!(
+                r2,
+                ExtentReport {
+                    repaired_bytes: 4096,
+                    unrecoverable: vec![]
+                }
+            );
+            assert_eq!(buffers.idle.lock().len(), 4);
+            assert_eq!(nodes[0].stats.checksum_errors.load(Ordering::Relaxed), 1);
+            assert_eq!(nodes[1].stats.checksum_errors.load(Ordering::Relaxed), 1);
+            let mut pad = vec![1u8; 4096];
+            std::fs::File::open(&paths[0])
+                .unwrap()
+                .read_exact_at(&mut pad, DATA_START_BYTES + (1 << 20))
+                .unwrap();
+            assert_eq!((&pad[..1000], pad[1000..].iter().all(|&x| x == 0)), (&small[..], true));
+            // Reading again reuses the idle buffers, and finds nothing left to repair.
+            let again = m.scan_read_many(ScanFunc::Scrub, &[&sb[..3], &sb[3..]], &IoTrace::default(), &buffers);
+            assert!(buffers.idle.lock().is_empty(), "all four buffers taken again");
+            let repaired: u64 = again
+                .into_iter()
+                .zip([&sb[..3], &sb[3..]])
+                .map(|(r, b)| m.scan_finish(b, r, &IoTrace::default()).repaired_bytes)
+                .sum();
+            assert_eq!(repaired, 0);
+        });
     }
 
     #[test]
@@ -782,6 +766,12 @@ mod tests {
     }
 
     fn scan_mixed(v: &Vdev, func: ScanFunc, blocks: &[(u64, Vec<u8>)], trace: &IoTrace) -> ExtentReport {
+        with_scan_blocks(blocks, |sb| v.scan_extent(func, sb, trace))
+    }
+
+    /// `f` with the scan blocks of (offset, bytes) pairs, born in txg 5, each checked
+    /// against its bytes' BLAKE3 hash.
+    fn with_scan_blocks<R>(blocks: &[(u64, Vec<u8>)], f: impl FnOnce(&[ScanBlock<'_>]) -> R) -> R {
         type Verifier = Box<dyn Fn(&[u8]) -> bool + Sync>;
         let verifiers: Vec<Verifier> = blocks
             .iter()
@@ -800,7 +790,7 @@ mod tests {
                 verify: f.as_ref(),
             })
             .collect();
-        v.scan_extent(func, &sb, trace)
+        f(&sb)
     }
 
     #[test]
