@@ -260,8 +260,89 @@ pub fn plan(entries: &mut [Entry], params: &Params) -> Vec<(u32, Vec<Entry>)> {
 type Verifier = Box<dyn Fn(&[u8]) -> bool + Sync>;
 
 /// Extents a top-level vdev's reader reads at once (all their leaf reads in flight
-/// together), so that a leaf streams from one into the next.
+/// together), so that a leaf streams from one into the next; 1 when more than one
+/// top-level vdev is scanned (they stream in parallel anyway, and the memory in
+/// flight grows with their number: see [`SCAN_IN_FLIGHT_BYTES_MAX`]).
 pub const READ_GROUP_EXTENTS: usize = 2;
+
+/// Bytes of leaf reads one [`issue`] may hold in flight over all its top-level vdevs
+/// (read, queued or being verified). A vdev's reader waits for room before reading a
+/// group, except when nothing of its own is in flight, so every vdev always
+/// progresses and the worst case is this or one group per vdev, whichever is more.
+pub const SCAN_IN_FLIGHT_BYTES_MAX: u64 = 32 << 20;
+
+/// The pool-wide bound on scan reads in flight ([`SCAN_IN_FLIGHT_BYTES_MAX`]): bytes
+/// held in all and per top-level vdev.
+struct InFlight {
+    cap_bytes: u64,
+    held: std::sync::Mutex<(u64, Vec<u64>)>,
+    released: std::sync::Condvar,
+}
+
+/// Bytes of one group held in an [`InFlight`], given back when dropped (after the
+/// finisher is done with the group).
+struct Held<'a> {
+    budget: &'a InFlight,
+    vdev: usize,
+    bytes: u64,
+}
+
+impl InFlight {
+    fn new(cap_bytes: u64, vdevs: usize) -> InFlight {
+        InFlight {
+            cap_bytes,
+            held: std::sync::Mutex::new((0, vec![0; vdevs])),
+            released: std::sync::Condvar::new(),
+        }
+    }
+
+    /// Hold `bytes` for `vdev` if that fits under the cap or the vdev holds nothing.
+    #[cfg(test)]
+    fn try_hold(&self, vdev: usize, bytes: u64) -> Option<Held<'_>> {
+        let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        Self::admit(&mut h, self.cap_bytes, vdev, bytes).then(|| Held { budget: self, vdev, bytes })
+    }
+
+    /// [`InFlight::try_hold`], waiting for releases until it succeeds.
+    fn hold(&self, vdev: usize, bytes: u64) -> Held<'_> {
+        let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        while !Self::admit(&mut h, self.cap_bytes, vdev, bytes) {
+            h = self.released.wait(h).unwrap_or_else(|e| e.into_inner());
+        }
+        Held { budget: self, vdev, bytes }
+    }
+
+    fn admit(h: &mut (u64, Vec<u64>), cap_bytes: u64, vdev: usize, bytes: u64) -> bool {
+        if h.1[vdev] > 0 && h.0 + bytes > cap_bytes {
+            return false;
+        }
+        h.0 += bytes;
+        h.1[vdev] += bytes;
+        true
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let mut h = self.budget.held.lock().unwrap_or_else(|e| e.into_inner());
+        h.0 -= self.bytes;
+        h.1[self.vdev] -= self.bytes;
+        drop(h);
+        self.budget.released.notify_all();
+    }
+}
+
+/// Leaf bytes a group of extents reads at most: each extent's address span from
+/// every leaf of a mirror (or the single leaf), or about its span over all the
+/// children of a raidz (each child reads its share of the rows).
+fn group_read_bytes(vdev: &tarn_vdev::Vdev, group: &[Vec<Entry>]) -> u64 {
+    let copies = if vdev.geometry().is_some() { 1 } else { vdev.leaves().len().max(1) as u64 };
+    let span: u64 = group
+        .iter()
+        .filter_map(|ext| Some(ext.last()?.offset_bytes + ext.last()?.asize_bytes - ext.first()?.offset_bytes))
+        .sum();
+    span * copies
+}
 
 /// Groups of extents the reader may have read ahead of the one being verified.
 pub const READ_AHEAD_GROUPS: usize = 2;
@@ -299,7 +380,8 @@ fn scan_blocks<'a>(ext: &[Entry], verifiers: &'a [Verifier]) -> Vec<ScanBlock<'a
 /// ascending order, [`READ_GROUP_EXTENTS`] at a time and up to [`READ_AHEAD_GROUPS`]
 /// groups ahead (`Vdev::scan_read_many`), and a finisher that verifies and repairs
 /// them in the same order (`Vdev::scan_finish`), so the leaves stream while a core
-/// checksums. Read buffers are reused across extents.
+/// checksums. Read buffers are reused across extents; the bytes in flight over all
+/// vdevs are bounded by [`SCAN_IN_FLIGHT_BYTES_MAX`].
 pub fn issue(zio: &Zio, mut entries: Vec<Entry>, params: &Params, progress: &Progress, trace: &IoTrace, throttle: &(dyn Fn() -> bool + Sync)) -> Issued {
     let vdevs = zio.vdevs();
     let extents = plan(&mut entries, params);
@@ -311,6 +393,10 @@ pub fn issue(zio: &Zio, mut entries: Vec<Entry>, params: &Params, progress: &Pro
         }
     }
     let damaged = std::sync::Mutex::new(Vec::new());
+    let busy = per_vdev.iter().filter(|q| !q.is_empty()).count();
+    let group_extents = if busy > 1 { 1 } else { READ_GROUP_EXTENTS };
+    let in_flight = InFlight::new(SCAN_IN_FLIGHT_BYTES_MAX, per_vdev.len());
+    let in_flight = &in_flight;
     std::thread::scope(|s| {
         for (v, queue) in per_vdev.into_iter().enumerate().filter(|(_, q)| !q.is_empty()) {
             let vdev: &tarn_vdev::Vdev = &vdevs[v];
@@ -324,10 +410,11 @@ pub fn issue(zio: &Zio, mut entries: Vec<Entry>, params: &Params, progress: &Pro
                     inner.spawn(move || {
                         let mut queue = queue.into_iter();
                         loop {
-                            let group: Vec<Vec<Entry>> = queue.by_ref().take(READ_GROUP_EXTENTS).collect();
+                            let group: Vec<Vec<Entry>> = queue.by_ref().take(group_extents).collect();
                             if group.is_empty() || !throttle() {
                                 return;
                             }
+                            let held = in_flight.hold(v, group_read_bytes(vdev, &group));
                             let reads = if vdev.is_hole() || !vdev.state().is_usable() {
                                 group.iter().map(|_| None).collect()
                             } else {
@@ -339,20 +426,23 @@ pub fn issue(zio: &Zio, mut entries: Vec<Entry>, params: &Params, progress: &Pro
                                     .map(Some)
                                     .collect::<Vec<_>>()
                             };
-                            if tx.send(group.into_iter().zip(reads).collect::<Vec<_>>()).is_err() {
+                            if tx.send((group.into_iter().zip(reads).collect::<Vec<_>>(), held)).is_err() {
                                 return;
                             }
                         }
                     });
-                    for (ext, read) in rx.into_iter().flatten() {
-                        let r = match read {
-                            None => tarn_vdev::scan::ExtentReport {
-                                repaired_bytes: 0,
-                                unrecoverable: (0..ext.len()).collect(),
-                            },
-                            Some(read) => vdev.scan_finish(&scan_blocks(&ext, &verifiers(&ext)), read, trace),
-                        };
-                        account(zio, &ext, &r, progress, damaged);
+                    for (group, held) in rx {
+                        for (ext, read) in group {
+                            let r = match read {
+                                None => tarn_vdev::scan::ExtentReport {
+                                    repaired_bytes: 0,
+                                    unrecoverable: (0..ext.len()).collect(),
+                                },
+                                Some(read) => vdev.scan_finish(&scan_blocks(&ext, &verifiers(&ext)), read, trace),
+                            };
+                            account(zio, &ext, &r, progress, damaged);
+                        }
+                        drop(held);
                     }
                 });
             });
@@ -403,6 +493,47 @@ mod tests {
             object: 0,
             bp: BlkPtr::HOLE,
         }
+    }
+
+    #[test]
+    fn in_flight_waits_over_the_cap_unless_the_vdev_holds_nothing() {
+        let b = InFlight::new(10, 2);
+        let first = b.try_hold(0, 8).expect("room");
+        assert!(b.try_hold(0, 4).is_none(), "over the cap while vdev 0 holds bytes");
+        // Vdev 1 holds nothing: it may always start one group, even over the cap.
+        let other = b.try_hold(1, 6).expect("an idle vdev always progresses");
+        assert!(b.try_hold(1, 1).is_none());
+        drop(first);
+        let again = b.try_hold(0, 4).expect("6 + 4 fits the cap of 10");
+        assert_eq!(b.held.lock().unwrap().0, 10);
+        // A blocked hold is woken by a release.
+        std::thread::scope(|s| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let b = &b;
+            s.spawn(move || {
+                let h = b.hold(0, 3);
+                tx.send(h.bytes).unwrap();
+            });
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(rx.try_recv().is_err(), "10 + 3 is over the cap and vdev 0 holds bytes");
+            drop(other);
+            assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap(), 3);
+        });
+        drop(again);
+        assert_eq!(*b.held.lock().unwrap(), (0, vec![0, 0]), "every hold given back");
+    }
+
+    #[test]
+    fn group_read_bytes_counts_every_mirror_side_and_a_raidz_span_once() {
+        use std::sync::Arc;
+        use tarn_vdev::Vdev;
+        let leaf = |i: u32| Arc::new(Vdev::new_leaf(i, 100 + i as u64, 12, format!("l{i}"), None));
+        let k = 1024;
+        let group = vec![vec![entry(0, 0, 128 * k), entry(0, 128 * k, 128 * k)], vec![entry(0, 1 << 20, 4 * k)]];
+        let mirror = Vdev::new_mirror(0, 1, 12, vec![leaf(0), leaf(1)]);
+        assert_eq!(group_read_bytes(&mirror, &group), 2 * (256 + 4) * k);
+        let raidz = Vdev::new_raidz(0, 1, 12, 1, vec![leaf(0), leaf(1), leaf(2)]);
+        assert_eq!(group_read_bytes(&raidz, &group), (256 + 4) * k);
     }
 
     #[test]
