@@ -268,7 +268,8 @@ pub const READ_GROUP_EXTENTS: usize = 2;
 /// Bytes of leaf reads one [`issue`] may hold in flight over all its top-level vdevs
 /// (read, queued or being verified). A vdev's reader waits for room before reading a
 /// group, except when nothing of its own is in flight, so every vdev always
-/// progresses and the worst case is this or one group per vdev, whichever is more.
+/// progresses (no reader waits on itself) and the worst case is this plus one group
+/// for each vdev that had nothing in flight when it read.
 pub const SCAN_IN_FLIGHT_BYTES_MAX: u64 = 32 << 20;
 
 /// The pool-wide bound on scan reads in flight ([`SCAN_IN_FLIGHT_BYTES_MAX`]): bytes
