@@ -242,11 +242,13 @@ pub fn plan(entries: &mut [Entry], params: &Params) -> Vec<(u32, Vec<Entry>)> {
         if let Some((v, ext)) = extents.last_mut() {
             let first = ext[0].offset_bytes;
             let last = ext[ext.len() - 1];
-            let end = last.offset_bytes + last.asize_bytes;
+            // Saturating: offsets come from block pointers (the vdev refuses what lies
+            // outside its address space).
+            let end = last.offset_bytes.saturating_add(last.asize_bytes);
             if *v == e.vdev && e.offset_bytes < end {
                 continue; // the same DVA again (or an overlap, which would be a bug elsewhere)
             }
-            if *v == e.vdev && e.offset_bytes - end <= params.gap_max_bytes && e.offset_bytes + e.asize_bytes - first <= params.extent_max_bytes {
+            if *v == e.vdev && e.offset_bytes - end <= params.gap_max_bytes && e.offset_bytes.saturating_add(e.asize_bytes) - first <= params.extent_max_bytes {
                 ext.push(*e);
                 continue;
             }
@@ -340,9 +342,9 @@ fn group_read_bytes(vdev: &tarn_vdev::Vdev, group: &[Vec<Entry>]) -> u64 {
     let copies = if vdev.geometry().is_some() { 1 } else { vdev.leaves().len().max(1) as u64 };
     let span: u64 = group
         .iter()
-        .filter_map(|ext| Some(ext.last()?.offset_bytes + ext.last()?.asize_bytes - ext.first()?.offset_bytes))
-        .sum();
-    span * copies
+        .filter_map(|ext| Some(ext.last()?.offset_bytes.saturating_add(ext.last()?.asize_bytes) - ext.first()?.offset_bytes))
+        .fold(0u64, u64::saturating_add);
+    span.saturating_mul(copies)
 }
 
 /// Groups of extents the reader may have read ahead of the one being verified.
@@ -535,6 +537,22 @@ mod tests {
         assert_eq!(group_read_bytes(&mirror, &group), 2 * (256 + 4) * k);
         let raidz = Vdev::new_raidz(0, 1, 12, 1, vec![leaf(0), leaf(1), leaf(2)]);
         assert_eq!(group_read_bytes(&raidz, &group), (256 + 4) * k);
+    }
+
+    #[test]
+    fn plan_and_group_bytes_take_offsets_past_u64_without_overflow() {
+        use std::sync::Arc;
+        let k = 1024;
+        // The first block's end is past u64 (saturated to u64::MAX), so the second,
+        // which starts before that, overlaps it and is dropped.
+        let mut e = vec![entry(0, u64::MAX - 65535, 128 * k), entry(0, u64::MAX - 4095, 4 * k), entry(0, 0, 4 * k)];
+        let ext = plan(&mut e, &Params::new(ScanFunc::Scrub, 0, 10));
+        let shape: Vec<Vec<u64>> = ext.iter().map(|(_, x)| x.iter().map(|e| e.offset_bytes).collect()).collect();
+        assert_eq!(shape, vec![vec![0], vec![u64::MAX - 65535]]);
+        let leaf = |i: u32| Arc::new(tarn_vdev::Vdev::new_leaf(i, 100 + i as u64, 12, format!("l{i}"), None));
+        let mirror = tarn_vdev::Vdev::new_mirror(0, 1, 12, vec![leaf(0), leaf(1)]);
+        let group: Vec<Vec<Entry>> = ext.into_iter().map(|(_, x)| x).collect();
+        assert_eq!(group_read_bytes(&mirror, &group), 2 * (4 * k + 65535));
     }
 
     #[test]

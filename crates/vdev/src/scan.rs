@@ -295,13 +295,22 @@ impl Vdev {
         let geometry = self.geometry();
         let ext_start = blocks[0].offset_bytes;
         let last = &blocks[blocks.len() - 1];
-        let ext_end = last.offset_bytes + self.psize_to_asize(last.psize_bytes);
+        // Offsets come from block pointers, which a damaged or crafted pool can set
+        // anywhere: an extent that does not lie inside the address space is not read
+        // at all (no read of its length is attempted or allocated); `scan_finish`
+        // then reads each block on its own, where the vdev's range check reports the
+        // bad ones as unrecoverable.
+        let ext_end = last
+            .offset_bytes
+            .checked_add(self.psize_to_asize(last.psize_bytes))
+            .filter(|&e| ext_start <= last.offset_bytes && e <= self.asize_bytes());
         // The leaf range that holds the extent: every leaf of a mirror holds the same
         // range; a raidz child holds the child sectors of linear sectors
         // [ext_start, ext_end) (the same range on every child, give or take a sector).
-        let (leaf_start, leaf_len) = match &geometry {
-            None => (ext_start, ext_end - ext_start),
-            Some(g) => {
+        let (leaf_start, leaf_len) = match (&geometry, ext_end) {
+            (_, None) => (ext_start, 0),
+            (None, Some(ext_end)) => (ext_start, ext_end - ext_start),
+            (Some(g), Some(ext_end)) => {
                 let (sb, n) = (g.sector_bytes, g.ncols as u64);
                 let first = ext_start / sb / n;
                 let end = (ext_end.max(ext_start + sb) / sb - 1) / n + 1;
@@ -327,7 +336,7 @@ impl Vdev {
                 set.iter()
                     .enumerate()
                     .map(|(i, &leaf)| {
-                        let read = useful(leaf) && (func == ScanFunc::Scrub || source == Some(i));
+                        let read = ext_end.is_some() && useful(leaf) && (func == ScanFunc::Scrub || source == Some(i));
                         Copy {
                             leaf,
                             read: read.then_some(Err(())),
@@ -670,6 +679,25 @@ mod tests {
                 .sum();
             assert_eq!(repaired, 0);
         });
+    }
+
+    #[test]
+    fn an_extent_outside_the_address_space_is_not_read_and_its_blocks_are_unrecoverable() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_paths, nodes) = leaves(&dir, 2);
+        let m = Vdev::new_mirror(0, 1, 12, nodes.clone());
+        let blocks = write3(&m, 65536);
+        let end = m.asize_bytes();
+        // Pointers a crafted pool could hold: past the end of the vdev, and past u64.
+        for bad_offset in [end, u64::MAX - 4095] {
+            let placed = vec![(0, blocks[0].clone()), (65536, blocks[1].clone()), (bad_offset, blocks[2].clone())];
+            let trace = IoTrace::default();
+            let r = scan_mixed(&m, ScanFunc::Scrub, &placed, &trace);
+            // The two good blocks are still verified (each by its own read), the bad
+            // one is reported, and no extent read of the impossible length happened.
+            assert_eq!((r.repaired_bytes, r.unrecoverable), (0, vec![2]), "offset {bad_offset}");
+            assert!(trace.snapshot().is_empty(), "no extent read: {:?}", trace.snapshot());
+        }
     }
 
     #[test]

@@ -400,7 +400,7 @@ impl Vdev {
 
     /// Check that `[offset, offset + asize)` is aligned and inside the address space
     /// (and, for raidz, not empty).
-    fn check_range(&self, offset_bytes: u64, psize_bytes: u64) -> Result<(), VdevError> {
+    pub(crate) fn check_range(&self, offset_bytes: u64, psize_bytes: u64) -> Result<(), VdevError> {
         let align = self.alloc_align_bytes();
         let asize = self.psize_to_asize(psize_bytes);
         let end = offset_bytes.checked_add(asize);
