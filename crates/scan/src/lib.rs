@@ -259,7 +259,7 @@ pub fn plan(entries: &mut [Entry], params: &Params) -> Vec<(u32, Vec<Entry>)> {
 }
 
 /// A block's checksum check, owned.
-type Verifier = Box<dyn Fn(&[u8]) -> bool + Sync>;
+type Verifier = Box<dyn Fn(&[u8]) -> bool + Send + Sync>;
 
 /// Extents a top-level vdev's reader reads at once (all their leaf reads in flight
 /// together), so that a leaf streams from one into the next; 1 when more than one
@@ -418,30 +418,31 @@ pub fn issue(zio: &Zio, mut entries: Vec<Entry>, params: &Params, progress: &Pro
                                 return;
                             }
                             let held = in_flight.hold(v, group_read_bytes(vdev, &group));
-                            let reads = if vdev.is_hole() || !vdev.state().is_usable() {
-                                group.iter().map(|_| None).collect()
-                            } else {
-                                let checks: Vec<Vec<Verifier>> = group.iter().map(|ext| verifiers(ext)).collect();
+                            let readable = !vdev.is_hole() && vdev.state().is_usable();
+                            // The checks are built once, here, and go to the finisher
+                            // with what was read.
+                            let checks: Vec<Vec<Verifier>> = group.iter().map(|ext| if readable { verifiers(ext) } else { Vec::new() }).collect();
+                            let reads = if readable {
                                 let blocks: Vec<Vec<ScanBlock<'_>>> = group.iter().zip(&checks).map(|(ext, c)| scan_blocks(ext, c)).collect();
                                 let extents: Vec<&[ScanBlock<'_>]> = blocks.iter().map(Vec::as_slice).collect();
-                                vdev.scan_read_many(params.func, &extents, trace, buffers)
-                                    .into_iter()
-                                    .map(Some)
-                                    .collect::<Vec<_>>()
+                                vdev.scan_read_many(params.func, &extents, trace, buffers).into_iter().map(Some).collect()
+                            } else {
+                                group.iter().map(|_| None).collect::<Vec<_>>()
                             };
-                            if tx.send((group.into_iter().zip(reads).collect::<Vec<_>>(), held)).is_err() {
+                            let work: Vec<_> = group.into_iter().zip(checks).zip(reads).map(|((ext, c), r)| (ext, c, r)).collect();
+                            if tx.send((work, held)).is_err() {
                                 return;
                             }
                         }
                     });
                     for (group, held) in rx {
-                        for (ext, read) in group {
+                        for (ext, checks, read) in group {
                             let r = match read {
                                 None => tarn_vdev::scan::ExtentReport {
                                     repaired_bytes: 0,
                                     unrecoverable: (0..ext.len()).collect(),
                                 },
-                                Some(read) => vdev.scan_finish(&scan_blocks(&ext, &verifiers(&ext)), read, trace),
+                                Some(read) => vdev.scan_finish(&scan_blocks(&ext, &checks), read, trace),
                             };
                             account(zio, &ext, &r, progress, damaged);
                         }
