@@ -11,6 +11,8 @@
 # bytes in /dev/shm. Prints MiB/s for every target and round, then the medians and
 # their ratio to raw. Run by hand as root, never by CI.
 set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/bench/lib.sh"
 bins="" rounds=2 files=16 work=/var/tmp/tarn-fsyncstream
 while [ $# -gt 0 ]; do
     case $1 in
@@ -21,9 +23,7 @@ while [ $# -gt 0 ]; do
         *) echo "usage: bash bench/fsyncstream.sh --bins A[,B...] [--rounds N] [--files N] [--work DIR]" >&2; exit 2 ;;
     esac
 done
-[ -n "$bins" ] || { echo "--bins names one or more tarn binaries" >&2; exit 2; }
-IFS=, read -r -a BINS <<< "$bins"
-for b in "${BINS[@]}"; do [ -x "$b" ] || { echo "not a tarn binary: $b" >&2; exit 2; }; done
+tarn_bins "$bins"
 mkdir -p "$work/raw"
 src=/dev/shm/tarn-fsyncstream.src
 [ -f "$src" ] || head -c 64M /dev/urandom > "$src"

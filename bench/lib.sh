@@ -1,6 +1,6 @@
 # Helpers shared by the benchmark scripts (fio.sh, sync.sh, scan.sh); source it after
 # setting REPO. Defines log, die, apt_install, has, in_new_namespace, wait_for,
-# wait_gone, find_tarn and on_signal. Nothing here runs on its own.
+# wait_gone, find_tarn, tarn_bins and on_signal. Nothing here runs on its own.
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -55,6 +55,15 @@ find_tarn() {
         TARN=$target_dir/release/tarn
     fi
     [ -x "$TARN" ] || die "no tarn binary at $TARN"
+}
+
+# tarn_bins LIST: the comma-separated tarn binaries of a `--bins` option into the array
+# BINS, each checked to be executable (dies otherwise).
+tarn_bins() {
+    [ -n "$1" ] || die "--bins names one or more tarn binaries"
+    IFS=, read -r -a BINS <<< "$1"
+    local b
+    for b in "${BINS[@]}"; do [ -x "$b" ] || die "not a tarn binary: $b"; done
 }
 
 # on_signal: the INT/TERM trap of a script that runs each part in the background in its

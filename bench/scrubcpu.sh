@@ -15,6 +15,8 @@
 # a mirror reads) and the ratio `dd / scrub` of wall times printed (1.0 = the scrub
 # reads as fast as `dd`). Run by hand as root, never by CI.
 set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/bench/lib.sh"
 bins="" rounds=3 data=2G work=/var/tmp/tarn-scrubcpu
 while [ $# -gt 0 ]; do
     case $1 in
@@ -25,17 +27,14 @@ while [ $# -gt 0 ]; do
         *) echo "usage: bash bench/scrubcpu.sh --bins A[,B...] [--rounds N] [--data SIZE] [--work DIR]" >&2; exit 2 ;;
     esac
 done
-[ -n "$bins" ] || { echo "--bins names one or more tarn binaries" >&2; exit 2; }
-IFS=, read -r -a BINS <<< "$bins"
-for b in "${BINS[@]}"; do [ -x "$b" ] || { echo "not a tarn binary: $b" >&2; exit 2; }; done
+tarn_bins "$bins"
 bytes=$(numfmt --from=iec "$data")
-here=$(cd "$(dirname "$0")" && pwd)
 export TARN_STATE_DIR=$work/state TARN_CACHEFILE=$work/state/tarn.cache TARN_SOCKET=$work/run/tarn.sock
 first=$(readlink -f "${BINS[0]}")
 "$first" zpool destroy scb >/dev/null 2>&1 || true
 "$first" daemon --stop >/dev/null 2>&1 || true
 rm -rf "$work"; mkdir -p "$work/vdev" "$work/state"
-gcc -O2 -o "$work/scangen" "$here/scangen.c" -lpthread -lm
+gcc -O2 -o "$work/scangen" "$REPO/bench/scangen.c" -lpthread -lm
 truncate -s $((bytes * 2)) "$work/vdev/A" "$work/vdev/B"
 "$first" zpool create -m "$work/mnt" scb mirror "$work/vdev/A" "$work/vdev/B"
 "$work/scangen" "$work/mnt" "$bytes" 42 4
