@@ -8,7 +8,7 @@ mod common;
 
 use common::{abandon, mirror_pool, on_every_write, pattern, reimport, slow_mirror_writes};
 use std::time::{Duration, Instant};
-use tarn_dmu::objset::{EarlyStats, Objset};
+use tarn_dmu::objset::{EarlyStats, Objset, EARLY_BACKLOG_RECORDS, EARLY_BACKLOG_WAIT_MAX};
 use tarn_dmu::{ObjectStore, ObjectType};
 use tarn_spa::Pool;
 use tarn_vdev::inject::{self, Action, Fault};
@@ -242,4 +242,50 @@ fn a_sync_waits_for_an_early_batch_in_flight_and_installs_it() {
     let os = pool.objset_concrete("early6").unwrap();
     assert_eq!(read(&*os, obj, data.len()), data);
     leak_free(&pool, "reimported");
+}
+
+/// A writer that gets ahead of the early writer (its device is slow) waits before its
+/// next hold once more than `EARLY_BACKLOG_RECORDS` records are queued, and only for
+/// `EARLY_BACKLOG_WAIT_MAX`: a stuck early writer slows writers, never stops them.
+/// Below the mark no hold waits. The data reads back whole after the sync.
+#[test]
+fn writers_wait_for_a_long_early_backlog_but_not_for_ever() {
+    let (d, pool, os) = fresh_pool("early7");
+    let delays = slow_mirror_writes(d.path(), 500);
+    let obj = new_file(&os);
+    let data = pattern(61, (EARLY_BACKLOG_RECORDS + 2) * RECORD);
+    let write_record = |b: usize| {
+        let tx = os.hold_tx().unwrap();
+        os.write(&tx, obj, (b * RECORD) as u64, &data[b * RECORD..(b + 1) * RECORD]).unwrap();
+    };
+    // The early writer takes the first record and is stuck writing it for 500 ms.
+    write_record(0);
+    let t = Instant::now();
+    while os.early_batches_in_flight() == 0 {
+        assert!(t.elapsed() < Duration::from_secs(20), "the early writer never started");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Up to the mark (and the record that passes it) nobody waits.
+    for b in 1..=EARLY_BACKLOG_RECORDS + 1 {
+        write_record(b);
+    }
+    assert_eq!(os.early_stats().throttled, 0, "a hold waited below the backlog mark");
+    // Over it, the next hold waits, for the bounded time only.
+    let t = Instant::now();
+    drop(os.hold_tx().unwrap());
+    let waited = t.elapsed();
+    assert_eq!(os.early_stats().throttled, 1);
+    assert!(
+        waited >= EARLY_BACKLOG_WAIT_MAX.mul_f64(0.8),
+        "a hold over the backlog mark went through after {waited:?}"
+    );
+    // The stuck batch takes 500 ms per leaf write: a hold that waited for it, rather
+    // than for the bounded time, would have taken longer than this.
+    assert!(waited < Duration::from_millis(450), "a hold waited {waited:?} for a stuck early writer");
+    for id in delays {
+        inject::remove_handler(id);
+    }
+    pool.sync().unwrap();
+    assert_eq!(read(&*os, obj, data.len()), data);
+    leak_free(&pool, "after the backlog");
 }

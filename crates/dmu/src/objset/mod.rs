@@ -157,7 +157,7 @@ mod zfetch;
 
 use dbuf::{Dirty, OpenRec, Src, SyncRec};
 pub use dnode_sync::{FillStats, SyncBatch, FILL_BATCH_BYTES};
-pub use early::{EarlyStats, EARLY_BATCH_RECORDS, EARLY_QUEUE_MAX};
+pub use early::{EarlyStats, EARLY_BACKLOG_RECORDS, EARLY_BACKLOG_WAIT_MAX, EARLY_BATCH_RECORDS, EARLY_QUEUE_MAX};
 
 fn zio_err(e: ZioError) -> DmuError {
     match e {
@@ -697,6 +697,7 @@ impl ObjectStore for Objset {
     fn hold_tx(&self) -> Result<TxHold> {
         self.check_writable()?;
         self.wait_for_space();
+        self.early_backpressure();
         self.gate.hold()
     }
 
