@@ -38,11 +38,10 @@
 //!   next hold while more than [`EARLY_BACKLOG_RECORDS`] records are queued, at most
 //!   [`EARLY_BACKLOG_WAIT_MAX`] each time (`Objset::early_backpressure`, never under
 //!   a hold). Whatever waits for a sync then waits for a few records, not for all the
-//!   writer got ahead by: under a 64 MiB `dd` stream a snapshot's median fell from 19
-//!   to 11 ms and its 90th percentile from 56 to 14 ms, and the stream itself ran
-//!   faster (369 to 442 MiB/s), `bench/snaplat.sh`. OpenZFS throttles on all dirty
-//!   data (`dmu_tx_delay`), which Tarn also does ([`crate::txg`]), at a far higher
-//!   mark.
+//!   writer got ahead by: under a 64 MiB `dd` stream a snapshot's 90th percentile
+//!   fell from 40 to 20 ms (median 17.1 to 15.2 ms), and the stream itself ran faster
+//!   (411 to 448 MiB/s), `bench/snaplat.sh`. OpenZFS throttles on all dirty data
+//!   (`dmu_tx_delay`), which Tarn also does ([`crate::txg`]), at a far higher mark.
 //! - *Redundancy as at sync*: the write is kept only when no leaf failed a write and
 //!   the vdev tree did not change while it ran ([`Zio::write_fence`]); otherwise it is
 //!   freed and the sync writes the record (and records a leaf's missing txg).
@@ -83,11 +82,13 @@ pub const EARLY_BATCH_RECORDS: usize = 32;
 /// Records queued for the early writer above which a writer of the object set waits,
 /// before it takes its next hold, for the early writer to catch up (at most
 /// [`EARLY_BACKLOG_WAIT_MAX`] per hold). This bounds what a txg sync finds unwritten
-/// from a streaming writer (this many records plus a batch in flight: 40 records, 5 MiB
+/// from a streaming writer (this many records plus a batch in flight: 64 records, 8 MiB
 /// of 128 KiB records), so whatever waits for a sync — a snapshot, `zpool sync` —
 /// waits for that much rather than for everything the writer outran the device by.
-/// Measured with `bench/snaplat.sh` (module docs).
-pub const EARLY_BACKLOG_RECORDS: usize = 8;
+/// Smaller marks shorten that wait further but slow a writer down to the early
+/// writer's pace in small batches (`zfs recv` of 1 GiB: 16 records 10% slower, 8
+/// records 1.5 times slower; 32 as fast as without a mark; `bench/README.md`).
+pub const EARLY_BACKLOG_RECORDS: usize = 32;
 
 /// Longest a writer waits for the early writer's backlog before one hold, so that a
 /// stalled early writer slows writers down without stopping them.
