@@ -696,8 +696,10 @@ impl ObjectStore for Objset {
 
     fn hold_tx(&self) -> Result<TxHold> {
         self.check_writable()?;
-        self.wait_for_space();
+        // Before the wait for space: the early writer allocates while a writer waits
+        // for it, and what `wait_for_space` found must still be there at the hold.
         self.early_backpressure();
+        self.wait_for_space();
         self.gate.hold()
     }
 
