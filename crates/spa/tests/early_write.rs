@@ -289,3 +289,48 @@ fn writers_wait_for_a_long_early_backlog_but_not_for_ever() {
     assert_eq!(read(&*os, obj, data.len()), data);
     leak_free(&pool, "after the backlog");
 }
+
+/// While the early writer waits for a sync in progress, its queue cannot shrink:
+/// writers then pass the backlog mark without waiting (they fill the next txg), and
+/// the records are written early once the sync is done.
+#[test]
+fn writers_do_not_wait_for_the_backlog_while_a_sync_runs() {
+    let (d, pool, os) = fresh_pool("early8");
+    let slow = new_file(&os);
+    let tx = os.hold_tx().unwrap();
+    os.write(&tx, slow, 0, &pattern(71, 3 * RECORD + 100)).unwrap();
+    drop(tx);
+    let delays = slow_mirror_writes(d.path(), 100);
+    let synced_before = pool.synced_txg();
+    let syncing = {
+        let pool = pool.clone();
+        std::thread::spawn(move || pool.sync().unwrap())
+    };
+    std::thread::sleep(Duration::from_millis(40));
+    // A record of the next txg: the early writer takes it and waits for the sync.
+    let obj = new_file(&os);
+    let data = pattern(72, (EARLY_BACKLOG_RECORDS + 4) * RECORD);
+    let write_record = |b: usize| {
+        let tx = os.hold_tx().unwrap();
+        os.write(&tx, obj, (b * RECORD) as u64, &data[b * RECORD..(b + 1) * RECORD]).unwrap();
+    };
+    write_record(0);
+    let t = Instant::now();
+    while !os.early_waits_for_sync() {
+        assert!(t.elapsed() < Duration::from_secs(20), "the early writer never waited for the sync");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for b in 1..EARLY_BACKLOG_RECORDS + 4 {
+        write_record(b);
+    }
+    assert_eq!(pool.synced_txg(), synced_before, "the sync ended before the writes");
+    assert_eq!(os.early_stats().throttled, 0, "a writer waited for a backlog that could not shrink");
+    syncing.join().unwrap();
+    wait_written(&os, 2);
+    for id in delays {
+        inject::remove_handler(id);
+    }
+    pool.sync().unwrap();
+    assert_eq!(read(&*os, obj, data.len()), data);
+    leak_free(&pool, "after the sync");
+}
