@@ -39,6 +39,21 @@ fn append(os: &Objset, obj: u64, at: usize, data: &[u8]) {
     }
 }
 
+/// Write record `b` of `data` (whole 128 KiB records) to `obj`, under one hold.
+fn write_record(os: &Objset, obj: u64, data: &[u8], b: usize) {
+    let tx = os.hold_tx().unwrap();
+    os.write(&tx, obj, (b * RECORD) as u64, &data[b * RECORD..(b + 1) * RECORD]).unwrap();
+}
+
+/// Wait (at most 20 s) until `ready` holds, polling every millisecond.
+fn wait_until(what: &str, ready: impl Fn() -> bool) {
+    let t = Instant::now();
+    while !ready() {
+        assert!(t.elapsed() < Duration::from_secs(20), "{what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 fn read(os: &dyn ObjectStore, obj: u64, len: usize) -> Vec<u8> {
     let mut b = vec![0u8; len];
     os.read(obj, 0, &mut b).unwrap();
@@ -254,17 +269,10 @@ fn writers_wait_for_a_long_early_backlog_but_not_for_ever() {
     let delays = slow_mirror_writes(d.path(), 500);
     let obj = new_file(&os);
     let data = pattern(61, (EARLY_BACKLOG_RECORDS + 2) * RECORD);
-    let write_record = |b: usize| {
-        let tx = os.hold_tx().unwrap();
-        os.write(&tx, obj, (b * RECORD) as u64, &data[b * RECORD..(b + 1) * RECORD]).unwrap();
-    };
+    let write_record = |b: usize| write_record(&os, obj, &data, b);
     // The early writer takes the first record and is stuck writing it for 500 ms.
     write_record(0);
-    let t = Instant::now();
-    while os.early_batches_in_flight() == 0 {
-        assert!(t.elapsed() < Duration::from_secs(20), "the early writer never started");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_until("the early writer never started", || os.early_batches_in_flight() > 0);
     // Up to the mark (and the record that passes it) nobody waits.
     for b in 1..=EARLY_BACKLOG_RECORDS + 1 {
         write_record(b);
@@ -310,16 +318,9 @@ fn writers_do_not_wait_for_the_backlog_while_a_sync_runs() {
     // A record of the next txg: the early writer takes it and waits for the sync.
     let obj = new_file(&os);
     let data = pattern(72, (EARLY_BACKLOG_RECORDS + 4) * RECORD);
-    let write_record = |b: usize| {
-        let tx = os.hold_tx().unwrap();
-        os.write(&tx, obj, (b * RECORD) as u64, &data[b * RECORD..(b + 1) * RECORD]).unwrap();
-    };
+    let write_record = |b: usize| write_record(&os, obj, &data, b);
     write_record(0);
-    let t = Instant::now();
-    while !os.early_waits_for_sync() {
-        assert!(t.elapsed() < Duration::from_secs(20), "the early writer never waited for the sync");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_until("the early writer never waited for the sync", || os.early_waits_for_sync());
     for b in 1..EARLY_BACKLOG_RECORDS + 4 {
         write_record(b);
     }
