@@ -37,10 +37,11 @@
 //!   the early writer writes them (a stream that outruns the device) waits before its
 //!   next hold while more than [`EARLY_BACKLOG_RECORDS`] records are queued, at most
 //!   [`EARLY_BACKLOG_WAIT_MAX`] each time, and not while the early writer waits for a
-//!   sync (`Objset::early_backpressure`, never under a hold). Whatever waits for a sync then waits for a few records, not for all the
-//!   writer got ahead by: under a 64 MiB `dd` stream a snapshot's 90th percentile
-//!   fell from 40 to 20 ms (median 17.1 to 15.2 ms), and the stream itself ran faster
-//!   (411 to 448 MiB/s), `bench/snaplat.sh`. OpenZFS throttles on all dirty data
+//!   sync (`Objset::early_backpressure`, never under a hold). Whatever waits for a
+//!   sync then waits for a few records, not for all the writer got ahead by: under a
+//!   64 MiB `dd` stream a snapshot's median fell from 24.5 to 15.9 ms and its 90th
+//!   percentile from 63 to 21 ms, and the stream itself ran faster (337 to 465
+//!   MiB/s), `bench/snaplat.sh`. OpenZFS throttles on all dirty data
 //!   (`dmu_tx_delay`), which Tarn also does ([`crate::txg`]), at a far higher mark.
 //! - *Redundancy as at sync*: the write is kept only when no leaf failed a write and
 //!   the vdev tree did not change while it ran ([`Zio::write_fence`]); otherwise it is
