@@ -12,8 +12,10 @@
 //!
 //! Observability: at debug level (`TARN_LOG=tarn_spa=debug` in the daemon's
 //! environment) each txg that writes logs one line: its dirty blocks and bytes, how
-//! many blocks the early writer had written, and the cumulative time at the end of each
-//! phase (quiesce, data, sync tasks, MOS, space maps, flush, uberblock).
+//! many blocks the early writer had written (and, since the object sets were opened,
+//! how many it wrote and discarded and how many holds waited for its backlog), and the
+//! cumulative time at the end of each phase (quiesce, data, sync tasks, MOS, space
+//! maps, flush, uberblock).
 
 use crate::dsl::DslDatasetPhys;
 use crate::pool::{dmu_err, now_s, Pool};
@@ -215,6 +217,7 @@ impl Pool {
                 let e = os.early_stats();
                 early.written += e.written;
                 early.discarded += e.discarded;
+                early.throttled += e.throttled;
             }
             if let Some(root) = os.sync_finish(b).map_err(dmu_err)? {
                 let _a = self.admin.lock();
@@ -288,10 +291,11 @@ impl Pool {
         *self.spacemap_bp.lock() = smbp;
         let t_ub = t0.elapsed();
         tracing::debug!(
-            "pool {} txg {txg}: waited {lock_wait:?} for the sync lock; {dirty_records} dirty blocks ({early_blocks} written early; since open {} early, {} discarded), {dirty_bytes} dirty bytes; quiesce {t_quiesced:?}, data {t_data:?}, tasks {t_tasks:?}, mos {t_mos:?}, space {t_space:?}, flush {t_flush:?}, uberblock {t_ub:?} (cumulative)",
+            "pool {} txg {txg}: waited {lock_wait:?} for the sync lock; {dirty_records} dirty blocks ({early_blocks} written early; since open {} early, {} discarded, {} holds throttled), {dirty_bytes} dirty bytes; quiesce {t_quiesced:?}, data {t_data:?}, tasks {t_tasks:?}, mos {t_mos:?}, space {t_space:?}, flush {t_flush:?}, uberblock {t_ub:?} (cumulative)",
             self.name,
             early.written,
-            early.discarded
+            early.discarded,
+            early.throttled
         );
         self.zio.with_space(|s| s.sync_done(txg));
         if config_changed {
