@@ -296,14 +296,13 @@ impl Vdev {
         let ext_start = blocks[0].offset_bytes;
         let last = &blocks[blocks.len() - 1];
         // Offsets come from block pointers, which a damaged or crafted pool can set
-        // anywhere: an extent that does not lie inside the address space is not read
-        // at all (no read of its length is attempted or allocated); `scan_finish`
-        // then reads each block on its own, where the vdev's range check reports the
-        // bad ones as unrecoverable.
-        let ext_end = last
-            .offset_bytes
-            .checked_add(self.psize_to_asize(last.psize_bytes))
-            .filter(|&e| ext_start <= last.offset_bytes && e <= self.asize_bytes());
+        // anywhere: an extent whose first or last block fails the vdev's range check
+        // (the one every read makes) is not read at all (no read of its length is
+        // attempted or allocated); `scan_finish` then reads each block on its own,
+        // where the same check reports the bad ones as unrecoverable.
+        let in_range = |b: &ScanBlock<'_>| self.check_range(b.offset_bytes, b.psize_bytes).is_ok();
+        let ext_end =
+            (ext_start <= last.offset_bytes && in_range(&blocks[0]) && in_range(last)).then(|| last.offset_bytes + self.psize_to_asize(last.psize_bytes));
         // The leaf range that holds the extent: every leaf of a mirror holds the same
         // range; a raidz child holds the child sectors of linear sectors
         // [ext_start, ext_end) (the same range on every child, give or take a sector).
