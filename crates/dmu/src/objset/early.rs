@@ -87,8 +87,9 @@ pub const EARLY_BATCH_RECORDS: usize = 32;
 /// of 128 KiB records), so whatever waits for a sync — a snapshot, `zpool sync` —
 /// waits for that much rather than for everything the writer outran the device by.
 /// Smaller marks shorten that wait further but slow a writer down to the early
-/// writer's pace in small batches (`zfs recv` of 1 GiB: 16 records 10% slower, 8
-/// records 1.5 times slower; 32 as fast as without a mark; `bench/README.md`).
+/// writer's pace in small batches (`zfs recv` of 1 GiB, `bench/recvrate.sh`: 8
+/// records 1.5 times slower, 16 records 10% slower, 32 about 5% slower in the median
+/// of five rounds, with more spread; `bench/README.md`).
 pub const EARLY_BACKLOG_RECORDS: usize = 32;
 
 /// Longest a writer waits for the early writer's backlog before one hold, so that a
