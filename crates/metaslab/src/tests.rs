@@ -228,9 +228,83 @@ fn claim_only_free_space() {
     assert!(v.claim(2 * K, 2 * K));
     assert!(!v.claim(3 * K, K));
     assert!(!v.claim(7 * K, 2 * K));
+    // A crafted log block pointer: an unaligned range is refused, the tree untouched.
+    assert!(!v.claim(5 * K + 1, K));
+    assert!(!v.claim(5 * K, K - 512));
+    v.verify();
     assert!(v.is_allocated(2 * K, 2 * K));
     assert!(!v.is_allocated(K, 2 * K));
     assert_eq!(v.alloc_bytes(), 2 * K);
+}
+
+/// A range near one of the metaslab boundaries of a 64 MiB vdev of 16 MiB
+/// metaslabs: `(boundary, blocks before it, length in blocks, byte skew)`.
+fn near_boundary(b: u64, back: u64, n: u64, skew: u64) -> (u64, u64) {
+    let ms = 1u64 << MS_SHIFT_MIN;
+    ((b * ms).saturating_sub(back * K) + skew, n * K + if skew == 2 { 1 } else { 0 })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// `try_free` / `try_free_now` free exactly what `is_freeable` accepts and
+    /// change nothing otherwise, also for a range over two metaslabs of which only
+    /// one piece is allocated (the refused free must not have freed the other).
+    #[test]
+    fn try_free_frees_what_is_freeable_and_changes_nothing_else(
+        ops in prop::collection::vec((0u8..4, 0u64..5, 0u64..6, 1u64..8, prop_oneof![6 => Just(0u64), 1 => Just(1u64), 1 => Just(2u64)]), 1..60)
+    ) {
+        let mut v = VdevSpace::with_ms_shift(4 << MS_SHIFT_MIN, K, MS_SHIFT_MIN);
+        prop_assert_eq!(v.metaslabs().len(), 4);
+        let mut txg = 1u64;
+        for (op, b, back, n, skew) in ops {
+            let (off, len) = near_boundary(b, back, n, skew);
+            match op {
+                0 => {
+                    // Allocate (a claim places the range where the op says).
+                    let _ = v.claim(off, len);
+                }
+                1 => {
+                    v.sync_done(txg, u64::MAX);
+                    txg += 1;
+                }
+                _ => {
+                    let ok = v.is_freeable(off, len);
+                    let before = (v.free_bytes(), v.deferred_bytes(), v.pending.clone(), v.deferred_iter().collect::<Vec<_>>());
+                    let done = if op == 2 { v.try_free(txg, off, len) } else { v.try_free_now(off, len) };
+                    prop_assert_eq!(done, ok, "[{}, +{}) freeable {} but try_free said {}", off, len, ok, done);
+                    if done {
+                        let (free, deferred) = if op == 2 { (before.0, before.1 + len) } else { (before.0 + len, before.1) };
+                        prop_assert_eq!((v.free_bytes(), v.deferred_bytes()), (free, deferred));
+                        prop_assert!(!v.is_allocated(off, len));
+                    } else {
+                        let after = (v.free_bytes(), v.deferred_bytes(), v.pending.clone(), v.deferred_iter().collect::<Vec<_>>());
+                        prop_assert_eq!(after, before);
+                    }
+                }
+            }
+            v.verify();
+        }
+    }
+}
+
+#[test]
+fn a_refused_free_over_two_metaslabs_frees_neither_piece() {
+    let mut v = VdevSpace::with_ms_shift(4 << MS_SHIFT_MIN, K, MS_SHIFT_MIN);
+    let boundary = 1u64 << MS_SHIFT_MIN;
+    // Only the piece before the boundary is allocated.
+    assert!(v.claim(boundary - 2 * K, 2 * K));
+    let (free, pending) = (v.free_bytes(), v.pending.len());
+    assert!(!v.is_freeable(boundary - 2 * K, 4 * K));
+    assert!(!v.try_free(5, boundary - 2 * K, 4 * K));
+    assert!(!v.try_free_now(boundary - 2 * K, 4 * K));
+    assert_eq!((v.free_bytes(), v.deferred_bytes(), v.pending.len()), (free, 0, pending));
+    assert!(v.is_allocated(boundary - 2 * K, 2 * K));
+    // Both pieces allocated: freed whole, one record per metaslab.
+    assert!(v.claim(boundary, 2 * K));
+    assert!(v.try_free(5, boundary - 2 * K, 4 * K));
+    assert_eq!(v.deferred_bytes(), 4 * K);
+    assert_eq!(v.pending.iter().filter(|r| r.kind == RecordKind::Free).count(), 2);
 }
 
 // ---- pick_vdev ------------------------------------------------------------------

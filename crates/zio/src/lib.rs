@@ -45,7 +45,7 @@
 //!
 //! Frees are deferred ([`tarn_metaslab::TXG_DEFER_SIZE`]) so that the last few
 //! uberblocks stay importable for rewind. A free names DVAs read from disk, so it is
-//! checked first (`VdevSpace::is_freeable`): a range that is not allocated or names
+//! checked first (`VdevSpace::try_free`): a range that is not allocated or names
 //! no vdev is refused and counted in `refused_frees` (leaked space) instead of
 //! panicking the syncing thread or handing the range out twice.
 //!
@@ -902,8 +902,12 @@ impl Zio {
         for d in bp.dvas() {
             match space.vdevs.get_mut(d.vdev as usize) {
                 Some(vs) if vs.class() == AllocClass::Hole => {}
-                Some(vs) if vs.is_freeable(d.offset_bytes, d.asize_bytes) => vs.free(txg, d.offset_bytes, d.asize_bytes),
-                _ => self.refuse_free(d),
+                Some(vs) => {
+                    if !vs.try_free(txg, d.offset_bytes, d.asize_bytes) {
+                        self.refuse_free(d);
+                    }
+                }
+                None => self.refuse_free(d),
             }
         }
     }
@@ -919,8 +923,12 @@ impl Zio {
         for d in bp.dvas() {
             match space.vdevs.get_mut(d.vdev as usize) {
                 Some(vs) if vs.class() == AllocClass::Hole => {}
-                Some(vs) if vs.is_freeable(d.offset_bytes, d.asize_bytes) => vs.free_now(d.offset_bytes, d.asize_bytes),
-                _ => self.refuse_free(d),
+                Some(vs) => {
+                    if !vs.try_free_now(d.offset_bytes, d.asize_bytes) {
+                        self.refuse_free(d);
+                    }
+                }
+                None => self.refuse_free(d),
             }
         }
     }

@@ -120,9 +120,7 @@ impl Zio {
     pub fn free_dva(&self, dva: &Dva, txg: u64) {
         let mut space = self.space.lock();
         let Some(vs) = space.vdevs.get_mut(dva.vdev as usize) else { return };
-        if vs.is_freeable(dva.offset_bytes, dva.asize_bytes) {
-            vs.free(txg, dva.offset_bytes, dva.asize_bytes);
-        } else {
+        if !vs.try_free(txg, dva.offset_bytes, dva.asize_bytes) {
             self.refused_frees.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tracing::error!("log block {dva:?} freed but not allocated; ignored");
         }
@@ -132,12 +130,13 @@ impl Zio {
     /// that is not allocated is left alone and counted, as in [`Zio::free_dva`].
     pub fn free_dva_now(&self, dva: &Dva) {
         let mut space = self.space.lock();
-        match space.vdevs.get_mut(dva.vdev as usize) {
-            Some(vs) if vs.is_freeable(dva.offset_bytes, dva.asize_bytes) => vs.free_now(dva.offset_bytes, dva.asize_bytes),
-            _ => {
-                self.refused_frees.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::error!("log block {dva:?} freed but not allocated; ignored");
-            }
+        let freed = space
+            .vdevs
+            .get_mut(dva.vdev as usize)
+            .is_some_and(|vs| vs.try_free_now(dva.offset_bytes, dva.asize_bytes));
+        if !freed {
+            self.refused_frees.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::error!("log block {dva:?} freed but not allocated; ignored");
         }
     }
 
