@@ -191,23 +191,34 @@ impl Objset {
             Src::Data(d) => Ok(d),
             Src::Zero => Ok(Arc::new(vec![0u8; blksz as usize])),
             Src::Bp(bp) => self.read_bp(&bp).map_err(zio_err),
+            src @ Src::Partial(..) => self.fetch_owned(src, blksz).map(Arc::new),
+        }
+    }
+
+    /// The content of `src` as a buffer of its own, exactly `blksz` bytes
+    /// (zero-extended), for a caller that changes it: zeros are allocated zeroed
+    /// once, where fetching them and copying the result allocated and filled two
+    /// buffers (a new file's first write did that for every file of a tree copy).
+    pub(super) fn fetch_owned(&self, src: Src, blksz: u32) -> Result<Vec<u8>> {
+        let mut v = match src {
+            Src::Zero => return Ok(vec![0u8; blksz as usize]),
             Src::Partial(layers, base) => {
-                let mut v = self.fetch(*base, blksz)?.as_ref().clone();
-                v.resize(blksz as usize, 0);
+                let mut v = self.fetch_owned(*base, blksz)?;
                 for p in layers.iter().rev() {
                     p.overlay(&mut v);
                 }
-                Ok(Arc::new(v))
+                v
             }
-        }
+            src => self.fetch(src, blksz)?.as_ref().clone(),
+        };
+        v.resize(blksz as usize, 0);
+        Ok(v)
     }
 
     /// Current content of block `blkid`, exactly `blksz` bytes (zero-extended).
     pub(super) fn block_content(&self, dn: &Dn, blkid: u64) -> Result<Vec<u8>> {
         let src = self.resolve(dn, blkid)?;
-        let mut v = self.fetch(src, dn.attrs.blksz)?.as_ref().clone();
-        v.resize(dn.attrs.blksz as usize, 0);
-        Ok(v)
+        self.fetch_owned(src, dn.attrs.blksz)
     }
 
     pub(super) fn mark_dirty(st: &mut OsState, obj: u64) {
@@ -267,8 +278,7 @@ impl Objset {
             Some(Dirty::Clone(bp)) => {
                 // A write into a block cloned in this txg: it becomes a copy (read
                 // now); the clone took no reference yet, so dropping it costs nothing.
-                let mut b = self.fetch(Src::of(*bp), blksz as u32)?.as_ref().clone();
-                b.resize(blksz, 0);
+                let mut b = self.fetch_owned(Src::of(*bp), blksz as u32)?;
                 b[in_blk..in_blk + data.len()].copy_from_slice(data);
                 Dirty::Full(Arc::new(b))
             }
@@ -280,8 +290,7 @@ impl Objset {
                 };
                 match below {
                     Src::Zero | Src::Data(_) => {
-                        let mut b = self.fetch(below, blksz as u32)?.as_ref().clone();
-                        b.resize(blksz, 0);
+                        let mut b = self.fetch_owned(below, blksz as u32)?;
                         b[in_blk..in_blk + data.len()].copy_from_slice(data);
                         Dirty::Full(Arc::new(b))
                     }
