@@ -462,7 +462,8 @@ impl VdevSpace {
     /// Whether [`VdevSpace::free`] / [`VdevSpace::free_now`] accept this range (they
     /// panic otherwise, as a double free is a bug): non-empty, aligned, inside the
     /// vdev and allocated. Callers freeing a range read from disk (a block pointer
-    /// that may be crafted) check this first and refuse the free instead.
+    /// that may be crafted) use [`VdevSpace::try_free`] / [`VdevSpace::try_free_now`],
+    /// which free exactly the ranges this accepts and refuse the rest.
     pub fn is_freeable(&self, offset: u64, size_bytes: u64) -> bool {
         self.is_aligned(offset, size_bytes) && self.is_allocated(offset, size_bytes)
     }
