@@ -898,18 +898,7 @@ impl Zio {
             // Another pointer (a clone, a dedup hit) still names the block.
             return;
         }
-        let mut space = self.space.lock();
-        for d in bp.dvas() {
-            match space.vdevs.get_mut(d.vdev as usize) {
-                Some(vs) if vs.class() == AllocClass::Hole => {}
-                Some(vs) => {
-                    if !vs.try_free(txg, d.offset_bytes, d.asize_bytes) {
-                        self.refuse_free(d);
-                    }
-                }
-                None => self.refuse_free(d),
-            }
-        }
+        self.free_dvas(bp, |vs, d| vs.try_free(txg, d.offset_bytes, d.asize_bytes));
     }
 
     /// Free a block immediately (it was never referenced by a synced uberblock). DVAs
@@ -919,16 +908,22 @@ impl Zio {
         if self.keep_on_free(bp) {
             return;
         }
+        self.free_dvas(bp, |vs, d| vs.try_free_now(d.offset_bytes, d.asize_bytes));
+    }
+
+    /// Give back every DVA of `bp` with `free` (`VdevSpace::try_free` or
+    /// `try_free_now`), under one space-map lock: DVAs on holes are skipped, and a DVA
+    /// naming no vdev or a range `free` refuses is counted ([`Zio::refuse_free`]).
+    fn free_dvas(&self, bp: &BlkPtr, free: impl Fn(&mut VdevSpace, &Dva) -> bool) {
         let mut space = self.space.lock();
         for d in bp.dvas() {
-            match space.vdevs.get_mut(d.vdev as usize) {
-                Some(vs) if vs.class() == AllocClass::Hole => {}
-                Some(vs) => {
-                    if !vs.try_free_now(d.offset_bytes, d.asize_bytes) {
-                        self.refuse_free(d);
-                    }
-                }
-                None => self.refuse_free(d),
+            let freed = match space.vdevs.get_mut(d.vdev as usize) {
+                Some(vs) if vs.class() == AllocClass::Hole => true,
+                Some(vs) => free(vs, d),
+                None => false,
+            };
+            if !freed {
+                self.refuse_free(d);
             }
         }
     }
