@@ -231,6 +231,55 @@ fn full_record_overwrites_need_no_fill() {
     pool.export().unwrap();
 }
 
+/// A warm fill takes its old blocks out of the ARC (`Zio::take_blocks`): the records
+/// written by the previous txg are filled from memory without a device read, the
+/// replaced blocks are no longer cached, the new ones are, and the file reads back
+/// as written.
+#[test]
+fn warm_fill_takes_the_old_blocks_out_of_the_arc() {
+    const N: u64 = 6;
+    let d = tempfile::tempdir().unwrap();
+    let pool = mirror_pool(d.path(), "warmfill", 64 << 20);
+    let os = pool.objset_concrete("warmfill").unwrap();
+    let mut model = pattern(5, (N * RECORD) as usize);
+    let obj = file_on_disk(&pool, &os, &model);
+    let zio = pool.zio().clone();
+    let (_, old) = os.block_pointers(obj, 0, N).unwrap().expect("synced");
+    // Where each cached buffer's bytes live (the pattern does not compress, so the
+    // ARC keeps the logical bytes themselves).
+    let old_at: Vec<usize> = old
+        .iter()
+        .map(|bp| zio.arc().peek(&zio.arc_key(bp)).expect("a block just written is cached").as_ptr() as usize)
+        .collect();
+    let tx = os.hold_tx().unwrap();
+    for r in 0..N {
+        let at = r * RECORD + 1000 * r + 3;
+        let bytes = pattern(50 + r, 8192);
+        os.write(&tx, obj, at, &bytes).unwrap();
+        model[at as usize..at as usize + bytes.len()].copy_from_slice(&bytes);
+    }
+    drop(tx);
+    let (blocks_read, deleted) = (zio.blocks_read.load(Ordering::Relaxed), zio.arc().counters().deleted);
+    let before = os.fill_stats();
+    pool.sync().unwrap();
+    let after = os.fill_stats();
+    assert_eq!(after.synced_fills - before.synced_fills, N, "every record was partial");
+    assert_eq!(zio.blocks_read.load(Ordering::Relaxed), blocks_read, "filled from the ARC, no device read");
+    assert!(zio.arc().counters().deleted >= deleted + N, "each old block left the ARC");
+    let (_, new) = os.block_pointers(obj, 0, N).unwrap().expect("synced");
+    for ((o, n), at) in old.iter().zip(&new).zip(old_at) {
+        assert_ne!(o.dva[0], n.dva[0], "copy-on-write: a new block");
+        assert!(!zio.arc().contains(&zio.arc_key(o)), "the replaced block is not cached");
+        let cached = zio.arc().peek(&zio.arc_key(n)).expect("the new block is cached");
+        assert_eq!(cached.as_ptr() as usize, at, "the old block's buffer became the new record, not a copy");
+    }
+    check_whole(&*os, obj, &model, "after the warm fill");
+    let pool = reimport(pool, d.path(), "warmfill");
+    let os = pool.objset("warmfill").unwrap();
+    check_whole(&*os, obj, &model, "after export and import");
+    pool.export().unwrap();
+}
+
 /// A partial write into a record whose only copy is damaged: the sync does not fail
 /// (the pool stays healthy for everything else), the write is dropped, and reading the
 /// record reports the checksum error instead of returning zeros or half-new bytes.

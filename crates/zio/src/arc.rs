@@ -334,11 +334,11 @@ impl DCache {
         }
     }
 
-    fn remove(&mut self, key: &ArcKey) {
-        if let Some((b, seq)) = self.map.remove(key) {
-            self.order.remove(&seq);
-            self.bytes -= b.len() as u64;
-        }
+    fn remove(&mut self, key: &ArcKey) -> Option<Arc<Vec<u8>>> {
+        let (b, seq) = self.map.remove(key)?;
+        self.order.remove(&seq);
+        self.bytes -= b.len() as u64;
+        Some(b)
     }
 
     fn remove_user(&mut self, user: u64) {
@@ -674,6 +674,32 @@ impl ArcCache {
         self.logical_of(key, stored)
     }
 
+    /// Drop the resident buffer of `key` and hand over its logical bytes (`None`, and
+    /// nothing changed, when only a ghost or nothing is there), without counting a hit
+    /// or miss: for the deferred fill, which turns the block its txg replaces into the
+    /// new record. Once the cache's references are gone the caller usually holds the
+    /// only one, so `Arc::try_unwrap` yields the buffer without a copy. The block is
+    /// freed by the same sync (or kept by a snapshot, whose reads then miss and read
+    /// it again), so nothing that reads it soon loses more than a device read.
+    /// Counted as `deleted`, like [`ArcCache::remove`].
+    pub fn take(&self, key: &ArcKey) -> Option<Arc<Vec<u8>>> {
+        let mut st = self.st.lock();
+        let stored = st.hdrs.get(key)?.stored()?;
+        st.unlink(key);
+        st.counters.deleted += 1;
+        // Lock order: the state, then the decompressed cache (`sync_overhead`).
+        let mut dc = self.dcache.lock();
+        let decompressed = dc.remove(key);
+        st.overhead_bytes = dc.bytes;
+        drop(dc);
+        drop(st);
+        match decompressed {
+            Some(b) => Some(b),
+            None if stored.comp == Compression::Off => Some(stored.bytes),
+            None => stored.to_logical(),
+        }
+    }
+
     /// Cache a block just read from disk after a miss by [`ArcCache::lookup`]. A
     /// ghost header adapts `p` and brings the block into the MFU; otherwise it enters
     /// the MRU. Flagged as a prefetch when `access` is one.
@@ -734,7 +760,9 @@ impl ArcCache {
         let before = dc.bytes;
         match (compressed && st.hdrs.contains_key(&key), logical) {
             (true, Some(l)) => dc.put(key, l.clone(), st.c_bytes / DCACHE_SHIFT_DIVISOR),
-            _ => dc.remove(&key),
+            _ => {
+                dc.remove(&key);
+            }
         }
         if dc.bytes != before {
             st.overhead_bytes = dc.bytes;
@@ -1130,6 +1158,41 @@ mod tests {
         }
         a.insert_read(k, Arc::new(vec![i as u8; B as usize]), false, Access::Demand);
         false
+    }
+
+    #[test]
+    fn take_hands_over_the_buffer_and_forgets_the_block() {
+        let a = cache(8, Policy::Arc);
+        a.insert_written(key(1), Arc::new(vec![7u8; B as usize]), false);
+        read(&a, 2);
+        let size = a.size_bytes();
+        let deleted = a.counters().deleted;
+        let got = a.take(&key(1)).expect("resident");
+        assert_eq!(Arc::strong_count(&got), 1, "the cache keeps no reference");
+        assert_eq!(*got, vec![7u8; B as usize]);
+        assert!(!a.contains(&key(1)));
+        assert!(a.contains(&key(2)), "other blocks stay");
+        assert_eq!(a.size_bytes(), size - B);
+        assert_eq!(a.counters().deleted, deleted + 1);
+        assert!(a.take(&key(1)).is_none(), "taken once");
+        assert!(a.take(&key(3)).is_none(), "never cached");
+        assert_eq!(a.counters().deleted, deleted + 1, "a miss changes nothing");
+        a.check().unwrap();
+    }
+
+    #[test]
+    fn take_of_a_compressed_block_returns_its_logical_bytes() {
+        let a = cache(64, Policy::Arc);
+        let logical: Vec<u8> = (0..B as usize).map(|i| (i / 512) as u8).collect();
+        let phys = Compression::Lz4.compress(&logical).expect("compressible");
+        let stored = Stored::choose(Compression::Lz4, B as u32, &Arc::new(logical.clone()), || phys, true);
+        assert_ne!(stored.comp, Compression::Off, "kept compressed");
+        a.insert_read_stored(key(4), stored, false, Access::Demand);
+        assert_eq!(*a.lookup(&key(4), Access::Demand, false).unwrap(), logical, "decompressed copy cached");
+        let got = a.take(&key(4)).expect("resident");
+        assert_eq!(*got, logical);
+        assert!(!a.contains(&key(4)));
+        a.check().unwrap();
     }
 
     /// Hot set of `hot` blocks read 4 times, then a scan of `scan` other blocks read

@@ -18,14 +18,18 @@
 //! error, so a batched read is never weaker than single reads. Holes read as zeros.
 //!
 //! The ARC is consulted first (a record written by the previous txg is usually still
-//! there), but only peeked at, neither counted, moved nor filled: the callers read
-//! blocks that their own txg is about to replace, which are no application's reads. Every block read from a device counts in
-//! `blocks_read`.
+//! there), but neither counted, moved nor filled: the callers read blocks that their
+//! own txg is about to replace, or a stream's blocks, which are no application's
+//! reads. [`Zio::read_blocks`] only peeks at it; [`Zio::take_blocks`], the fill's,
+//! takes the cached buffer out ([`crate::arc::ArcCache::take`]), so that the fill can
+//! turn the old block's buffer into the new record in place instead of copying 128 KiB
+//! into a fresh allocation. Every block read from a device counts in `blocks_read`.
 //!
 //! Called by: dmu (phase 2 of a txg sync, the fill of partial records) and send (its
 //! read-ahead of data blocks).
 
-use crate::{Result, Zio, AGGREGATE_MAX_BYTES};
+use crate::arc::Access;
+use crate::{CachePolicy, Result, Zio, AGGREGATE_MAX_BYTES};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tarn_phys::{BlkPtr, Compression};
@@ -44,6 +48,20 @@ impl Zio {
     /// `Io` when every copy failed, `Corrupt` when a verified block fails to
     /// decompress.
     pub fn read_blocks(&self, bps: &[BlkPtr], threads: usize) -> Vec<Result<Arc<Vec<u8>>>> {
+        self.read_blocks_with(bps, threads, false)
+    }
+
+    /// [`Zio::read_blocks`] for blocks about to be replaced (the deferred fill): a
+    /// block found in the ARC leaves it ([`crate::arc::ArcCache::take`]), so the
+    /// returned buffer is usually the only reference to its bytes and can be changed
+    /// in place after `Arc::try_unwrap`. No block it reads from a device enters the
+    /// ARC (`read_blocks` caches those it has to read alone). Same results and errors
+    /// as `read_blocks`.
+    pub fn take_blocks(&self, bps: &[BlkPtr], threads: usize) -> Vec<Result<Arc<Vec<u8>>>> {
+        self.read_blocks_with(bps, threads, true)
+    }
+
+    fn read_blocks_with(&self, bps: &[BlkPtr], threads: usize, take: bool) -> Vec<Result<Arc<Vec<u8>>>> {
         let n = bps.len();
         let mut out: Vec<Option<Result<Arc<Vec<u8>>>>> = (0..n).map(|_| None).collect();
         // (vdev, offset, asize, index) of the first DVA of every non-hole block.
@@ -51,7 +69,11 @@ impl Zio {
         for (i, bp) in bps.iter().enumerate() {
             if bp.is_hole() {
                 out[i] = Some(Ok(Arc::new(vec![0u8; bp.lsize_bytes as usize])));
-            } else if let Some(d) = self.arc.peek(&self.arc_key(bp)) {
+            } else if let Some(d) = if take {
+                self.arc.take(&self.arc_key(bp))
+            } else {
+                self.arc.peek(&self.arc_key(bp))
+            } {
                 // Verified when it entered the cache, as `read_block` trusts it.
                 out[i] = Some(Ok(d));
             } else {
@@ -117,6 +139,9 @@ impl Zio {
                                     // Alone, or not verified in its run: the full
                                     // single-block path, with every copy, healing and
                                     // error counting.
+                                    // (The fill's blocks stay out of the cache
+                                    // there too: they are about to be replaced.)
+                                    None if take => self.read_block_as(bp, Access::Demand, CachePolicy::None),
                                     None => self.read_block(bp),
                                 };
                                 got.push((i, r));

@@ -129,7 +129,7 @@ impl Objset {
     /// Whole records go out first, as one batch. Then the partial records are filled
     /// (theory statement, "Deferred fill"): the block each one lies over is looked up
     /// in the synced tree, the fills are sorted by the old block's (vdev, offset) and
-    /// read with [`Zio::read_blocks`] in batches of at most [`FILL_BATCH_BYTES`], each
+    /// read with [`Zio::take_blocks`] in batches of at most [`FILL_BATCH_BYTES`], each
     /// batch merged (new bytes over old) and written before the next is read.
     pub fn sync_write_data(&self, batch: &mut SyncBatch, threads: usize) -> Result<()> {
         let (compression, checksum, data_copies, dedup) = (self.compression(), self.checksum(), self.data_copies(), self.dedup());
@@ -265,7 +265,7 @@ impl Objset {
                     _ => BlkPtr::HOLE,
                 })
                 .collect();
-            let olds = self.zio.read_blocks(&bps, threads);
+            let olds = self.zio.take_blocks(&bps, threads);
             let mut stats = FillStats {
                 fill_batches: 1,
                 ..FillStats::default()
@@ -298,7 +298,9 @@ impl Objset {
                         Arc::new(Vec::new())
                     }
                 };
-                let mut v = old.as_ref().clone();
+                // The old block's buffer becomes the new record: taken out of the
+                // ARC, it is usually ours alone (no copy); shared, it is copied.
+                let mut v = Arc::try_unwrap(old).unwrap_or_else(|shared| shared.as_ref().clone());
                 v.resize(*blksz as usize, 0);
                 p.overlay(&mut v);
                 idx.push(*i);

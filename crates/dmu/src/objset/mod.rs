@@ -58,10 +58,12 @@
 //! the partial one and no write changed it meanwhile, the merge becomes that record
 //! (`Objset::promote`, now `Full`), so a record read often (a ZAP block) merges once. At txg
 //! sync (phase 2) every partial record of the txg is filled: the old blocks are looked
-//! up in the tree, sorted by (vdev, offset), read with `Zio::read_blocks` (adjacent
-//! blocks aggregated) in batches of at most [`FILL_BATCH_BYTES`], merged and written
-//! before the next batch is read, so the fill's memory is bounded whatever the dirty
-//! limit. A whole-record write needs no fill, and a partial record over a hole none.
+//! up in the tree, sorted by (vdev, offset), read with `Zio::take_blocks` (adjacent
+//! blocks aggregated; a block in the ARC leaves it, its buffer becoming the new
+//! record without a copy) in batches of at most [`FILL_BATCH_BYTES`], merged and
+//! written before the next batch is read, so the fill's memory is bounded whatever
+//! the dirty limit. A whole-record write needs no fill, and a partial record over a
+//! hole none.
 //!
 //! A fill whose read fails (I/O error or checksum error on every copy; zio counted it)
 //! installs nothing: the record keeps its old block, the new bytes of that record are
