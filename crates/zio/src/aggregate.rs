@@ -24,6 +24,7 @@ use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tarn_phys::{BlkPtr, ChecksumAlg, Compression, ObjectType};
+use tarn_vdev::leaf::AlignedBuf;
 use tarn_vdev::VdevKind;
 
 /// Largest single aggregated write (OpenZFS `zfs_vdev_aggregation_limit` is 1 MiB).
@@ -288,13 +289,11 @@ impl Zio {
                 let ok = if members.len() == 1 {
                     top.write(*off, payloads[copies[members[0]].3]).is_ok()
                 } else {
-                    let total: u64 = members.iter().map(|&k| copies[k].2).sum();
-                    let mut buf = vec![0u8; total as usize];
-                    for &k in members {
-                        let (_, o, _, b) = copies[k];
-                        let at = (o - off) as usize;
-                        buf[at..at + payloads[b].len()].copy_from_slice(payloads[b]);
-                    }
+                    // The copies lie back to back (each starts where the previous
+                    // allocation ends), so the run is their payloads, each padded to
+                    // its allocated size. Built once in a buffer aligned for direct
+                    // I/O: every mirror side writes it as it is, without a bounce copy.
+                    let buf = AlignedBuf::concat_padded(members.iter().map(|&k| (payloads[copies[k].3], copies[k].2 as usize)));
                     top.write(*off, &buf).is_ok()
                 };
                 if ok {
