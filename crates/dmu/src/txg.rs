@@ -6,7 +6,9 @@
 //! collects that txg's dirty state from every object set and opens the next txg before
 //! releasing the lock. So a txg's changes are exactly those made under its holds.
 //!
-//! Dirty bytes (data waiting to be written) are counted here, and a sync is asked for
+//! Dirty bytes (data waiting to be written) are counted here; a record's bytes leave
+//! the count as soon as the sync has written it (OpenZFS `dbuf_write_done` undirties
+//! each record), the rest when its object set's sync ends. A sync is asked for
 //! as soon as dirty data passes a quarter of `dirty_max_bytes` (ZFS
 //! `zfs_dirty_data_sync_percent`), so a sync is always running ahead of the writers.
 //! `hold` throttles writers smoothly, as OpenZFS's `dmu_tx_delay` does: below

@@ -359,6 +359,47 @@ fn partial_records_count_whole_records_as_dirty() {
     pool.export().unwrap();
 }
 
+/// Each record leaves the dirty count when the sync's data phase has written it (as
+/// OpenZFS's `dbuf_write_done` undirties it), not when the whole txg ends: after phase
+/// 2 only what phase 2 could not write is still counted (here a fill whose old block
+/// cannot be read), and phase 3 takes that. The phases are driven by hand on a
+/// second handle of the object set with a gate of its own, which the pool's sync
+/// thread never touches.
+#[test]
+fn written_records_leave_the_dirty_count_in_the_data_phase() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = mirror_pool(d.path(), "undirty", 64 << 20);
+    let os = pool.objset_concrete("undirty").unwrap();
+    let obj = file_on_disk(&pool, &os, &pattern(12, 4 * RECORD as usize));
+    let zio = pool.zio().clone();
+    let (_, bps) = os.block_pointers(obj, 0, 4).unwrap().expect("synced");
+    let gate = std::sync::Arc::new(tarn_dmu::txg::TxgGate::new(pool.synced_txg() + 100, 1 << 30));
+    let mine = Objset::open(zio.clone(), gate.clone(), &os.root_bp(), 0).unwrap();
+    let tx = mine.hold_tx().unwrap();
+    let txg = tx.txg;
+    mine.write(&tx, obj, 0, &pattern(13, 2 * RECORD as usize)).unwrap(); // two whole records
+    mine.write(&tx, obj, 2 * RECORD + 5, &[7u8; 8192]).unwrap(); // partial: filled
+    mine.write(&tx, obj, 3 * RECORD + 5, &[8u8; 8192]).unwrap(); // partial: its fill fails
+    drop(tx);
+    assert_eq!(gate.dirty_bytes(), 4 * RECORD, "partial records count whole");
+    // Record 3's old block: garbage on both mirror sides, and out of the ARC.
+    zio.clear_cache();
+    for leaf in zio.vdevs()[0].leaves() {
+        let at = tarn_phys::label::DATA_START_BYTES + bps[3].dva[0].offset_bytes;
+        let path = leaf.path().clone().expect("a file leaf");
+        let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, &vec![0xEE; RECORD as usize], at).unwrap();
+    }
+    let mut batch = mine.sync_collect(txg);
+    mine.sync_write_data(&mut batch, 2).unwrap();
+    assert_eq!(gate.dirty_bytes(), RECORD, "after phase 2 only the failed fill is counted");
+    mine.sync_finish(batch).unwrap();
+    assert_eq!(gate.dirty_bytes(), 0, "phase 3 takes the rest");
+    assert_eq!(mine.fill_stats().failed_fills, 1);
+    drop(mine);
+    pool.export().unwrap();
+}
+
 /// A synchronous write into a record on disk: the intent log records only the written
 /// bytes, fetched from the partial record without reading the old block, and after a
 /// power cut replay rebuilds the file with the new bytes over the old.

@@ -39,6 +39,9 @@ pub struct SyncBatch {
     /// (a fill that failed keeps the old block).
     written: Vec<Option<BlkPtr>>,
     dirty_bytes: u64,
+    /// Of `dirty_bytes`, what phase 2 already took off the gate's count (records
+    /// written); phase 3 takes the rest.
+    undirtied_bytes: u64,
     /// Objects with changes in this txg (data, attributes or frees).
     objects: usize,
     /// Records whose early block phase 2 installed (module `early`).
@@ -119,6 +122,7 @@ impl Objset {
             blocks,
             written: Vec::new(),
             dirty_bytes,
+            undirtied_bytes: 0,
             objects: st.syncing.len(),
             early_blocks: 0,
         }
@@ -176,6 +180,7 @@ impl Objset {
         // Whole records written early (module `early`) keep the block they have.
         batch.written = self.early_take(txg, &batch.blocks);
         batch.early_blocks = batch.written.iter().flatten().count();
+        self.undirty_written(batch, 0..batch.blocks.len());
         let mut first_err = None;
         // One batch through zio: compressed and checksummed in parallel, then written
         // with adjacent blocks merged into larger device writes.
@@ -211,6 +216,7 @@ impl Objset {
             }
         }
         drop(items);
+        self.undirty_written(batch, full.iter().copied());
         // Cloned records: the shared pointer itself, counted now in the block
         // reference table (or the dedup table) — in syncing context, so that the
         // tables written at the end of this txg match its trees.
@@ -224,6 +230,8 @@ impl Objset {
                 batch.written[i] = Some(*bp);
             }
         }
+        let clones: Vec<usize> = (0..batch.blocks.len()).filter(|&i| matches!(batch.blocks[i].3, Dirty::Clone(_))).collect();
+        self.undirty_written(batch, clones);
         // Deferred fills: what each partial record lies over, from the synced tree
         // (unchanged since the write, see the theory statement).
         let mut fills: Vec<(usize, Src, u32)> = Vec::new(); // (batch index, old block, blksz)
@@ -306,7 +314,7 @@ impl Objset {
                 idx.push(*i);
                 items.push((Arc::new(v), props(*i, *otype)));
             }
-            for (i, r) in idx.into_iter().zip(self.write_bps(&items, threads)) {
+            for (&i, r) in idx.iter().zip(self.write_bps(&items, threads)) {
                 match r {
                     Ok(bp) => batch.written[i] = Some(bp),
                     Err(e) => {
@@ -314,6 +322,7 @@ impl Objset {
                     }
                 }
             }
+            self.undirty_written(batch, idx);
             let mut total = self.fill_stats.lock();
             total.synced_fills += stats.synced_fills;
             total.hole_fills += stats.hole_fills;
@@ -485,8 +494,26 @@ impl Objset {
         self.kill(&old_root, txg);
         st.used_bytes = (st.used_bytes as i64 + used_delta).max(0) as u64;
         drop(st);
-        self.gate.add_dirty(-(batch.dirty_bytes as i64));
+        self.gate.add_dirty(-((batch.dirty_bytes - batch.undirtied_bytes) as i64));
         Ok(Some(root))
+    }
+
+    /// Records `idx` of `batch` that phase 2 wrote (or installed) leave the gate's
+    /// dirty count now, as OpenZFS undirties each record when its write is done
+    /// (`dbuf_write_done` → `dsl_pool_undirty_space`), not when the whole txg is: the
+    /// write throttle then sees the sync's progress, and the space check stops
+    /// counting a block both as dirty data and as allocated space. Phase 3 takes the
+    /// rest (records dropped or freed, a failed fill's).
+    fn undirty_written(&self, batch: &mut SyncBatch, idx: impl IntoIterator<Item = usize>) {
+        let bytes: u64 = idx
+            .into_iter()
+            .filter(|&i| batch.written[i].is_some())
+            .map(|i| batch.blocks[i].3.dirty_bytes())
+            .sum();
+        if bytes > 0 {
+            batch.undirtied_bytes += bytes;
+            self.gate.add_dirty(-(bytes as i64));
+        }
     }
 
     /// A block leaves the tree in txg `txg`: hand it to the kill hook, or free it

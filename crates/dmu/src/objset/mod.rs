@@ -49,7 +49,9 @@
 //! - *Dirty accounting counts what the sync will allocate*: a partial record counts a
 //!   whole `blksz` (`Dirty::dirty_bytes`), like a full one, although it holds only its
 //!   written bytes in memory: the space check weighs dirty bytes against free space,
-//!   and the fill turns every partial record into a whole new block.
+//!   and the fill turns every partial record into a whole new block. A record's bytes
+//!   leave the count when phase 2 has written it (OpenZFS `dbuf_write_done`), so a
+//!   block being written is never counted both as dirty and as allocated.
 //!
 //! A read of a partial record merges: bytes one extent holds are copied out directly
 //! (the intent log fetches written ranges this way, so a sync write logs only its own
@@ -546,8 +548,12 @@ impl Objset {
     /// new dirty data would fail [`Objset::space_check`] only because space is still
     /// on its way back (frees deferred for a few txgs, or dirty overwrites whose old
     /// blocks their sync will free), wait for txg syncs instead of failing with ENOSPC,
-    /// as OpenZFS's `dmu_tx_assign` waits and retries on ERESTART. Gives up after
-    /// [`SPACE_WAIT_SYNCS_MAX`] syncs; the check under the hold then decides.
+    /// as OpenZFS's `dmu_tx_assign` waits and retries on ERESTART. Each wait is for
+    /// the next sync to end — the one running if any (its end returns the frees that
+    /// aged past `TXG_DEFER_SIZE` and ends the double count of its dirty data), else
+    /// the open txg's — then the check runs again; waiting for the open txg while
+    /// another syncs would stall the writer for two syncs where one may do. Gives up
+    /// after [`SPACE_WAIT_SYNCS_MAX`] syncs; the check under the hold then decides.
     fn wait_for_space(&self) {
         for _ in 0..SPACE_WAIT_SYNCS_MAX {
             if self.space_check(SPACE_WAIT_HEADROOM_BYTES).is_ok() {
@@ -556,7 +562,7 @@ impl Objset {
             if self.zio.deferred_bytes() == 0 && self.gate.dirty_bytes() == 0 {
                 return;
             }
-            if self.gate.wait_synced(self.gate.open_txg()).is_err() {
+            if self.gate.wait_synced(self.gate.synced_txg() + 1).is_err() {
                 return;
             }
         }
