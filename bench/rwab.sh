@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# bench/rwab.sh — buffered 8 KiB random writes into a laid-out file, per build,
+# alternating the builds round by round, with the daemon's CPU time per write: the
+# deferred fill and the txg sync behind `fio.sh`'s "rand write 8K x4, buffered" row,
+# of two builds compared in one run.
+#
+#   bash bench/rwab.sh --bins OLD/tarn,NEW/tarn [--rounds 3] [--runtime 15] [--work DIR]
+#
+# Each round and build: a new 2-way mirror of two 4 GiB files written full of zeros
+# once; fio lays out a 1 GiB file (1 MiB writes, end_fsync); the pool is exported, the
+# page cache dropped and the pool imported (cold, as fio.sh's row); then fio
+# `rw=randwrite bs=8k numjobs=4 end_fsync=1`, time-based. Prints IOPS and daemon CPU
+# per write for each build and round, then each build's median. Run by hand as root,
+# never by CI; needs fio.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/bench/lib.sh"
+bins="" rounds=3 runtime=15 work=/var/tmp/tarn-rwab
+while [ $# -gt 0 ]; do
+    case $1 in
+        --bins) bins=$2; shift 2 ;;
+        --rounds) rounds=$2; shift 2 ;;
+        --runtime) runtime=$2; shift 2 ;;
+        --work) work=$2; shift 2 ;;
+        *) echo "usage: bash bench/rwab.sh --bins A[,B...] [--rounds N] [--runtime S] [--work DIR]" >&2; exit 2 ;;
+    esac
+done
+tarn_bins "$bins"
+has fio || die "fio is missing: apt-get install fio"
+[ "$(id -u)" -eq 0 ] || die "run as root (it drops the page cache)"
+mkdir -p "$work"
+for f in a b; do
+    [ -f "$work/$f.img" ] || dd if=/dev/zero of="$work/$f.img" bs=1M count=4096 conv=fsync status=none
+done
+export TARN_STATE_DIR=$work/state TARN_CACHEFILE=$work/state/tarn.cache TARN_SOCKET=$work/run/tarn.sock
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
+out=$work/results.tsv; : > "$out"
+for r in $(seq 1 "$rounds"); do
+    for i in "${!BINS[@]}"; do
+        bin=$(readlink -f "${BINS[$i]}")
+        rm -rf "$work/state" "$work/run"; mkdir -p "$work/state"
+        (cd "$work" && "$bin" zpool create -f -m "$work/mnt" rwab mirror a.img b.img >/dev/null)
+        fio --name=lay --directory="$work/mnt" --filename=f.dat --rw=write --bs=1M --size=1G \
+            --end_fsync=1 --output=/dev/null
+        "$bin" zpool export rwab
+        sync; echo 3 > /proc/sys/vm/drop_caches
+        "$bin" zpool import -d "$work" rwab
+        pid=$(cat "$work/state/daemon.pid")
+        c0=$(cpu_ticks "$pid")
+        iops=$(fio --name=rw --directory="$work/mnt" --filename=f.dat --rw=randwrite --bs=8k --size=1G \
+            --numjobs=4 --time_based --runtime="$runtime" --end_fsync=1 --output-format=terse |
+            awk -F';' '{ s += $49 } END { print s }')
+        c1=$(cpu_ticks "$pid")
+        us_per_write=$(( (c1 - c0) * 1000000 / hz / (iops * runtime > 0 ? iops * runtime : 1) ))
+        printf 'bin%s\t%s\t%s\t%s\n' "$i" "$r" "$iops" "$us_per_write" >> "$out"
+        printf '%-40s round %s  %6s IOPS  daemon CPU %4s us per write\n' "$bin" "$r" "$iops" "$us_per_write"
+        "$bin" zpool destroy rwab >/dev/null 2>&1 || true
+        "$bin" daemon --stop >/dev/null 2>&1 || true
+    done
+done
+python3 - "$out" "${BINS[@]}" <<'PY'
+import sys, statistics
+rows = [l.split('\t') for l in open(sys.argv[1]).read().split('\n') if l]
+med = lambda k, col: statistics.median(int(row[col]) for row in rows if row[0] == k)
+print(f"{'build':<40} {'median IOPS':>11} {'us/write':>8}")
+for i, b in enumerate(sys.argv[2:]):
+    print(f"{b:<40} {med(f'bin{i}', 2):11.0f} {med(f'bin{i}', 3):8.0f}")
+PY
