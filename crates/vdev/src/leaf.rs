@@ -145,14 +145,18 @@ impl AlignedBuf {
         let buf = reused.unwrap_or_else(|| Bounce::with_capacity(len));
         let mut at = 0usize;
         for (bytes, slot) in parts {
-            // SAFETY: `at + slot <= len <= cap` (the slots sum to `len`); the source is
-            // a live slice that cannot overlap a buffer allocated here.
+            // Checked again: a second pass of the iterator need not yield the same.
+            assert!(bytes.len() <= slot && slot <= len - at, "parts changed between passes");
+            // SAFETY: `at + slot <= len <= cap` (checked above); the source is a live
+            // slice that cannot overlap a buffer this function owns.
             unsafe {
                 std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.ptr.add(at), bytes.len());
                 std::ptr::write_bytes(buf.ptr.add(at + bytes.len()), 0, slot - bytes.len());
             }
             at += slot;
         }
+        // SAFETY: `at <= len <= cap`; every byte below `len` is now written.
+        unsafe { std::ptr::write_bytes(buf.ptr.add(at), 0, len - at) };
         AlignedBuf { buf: Some(buf), len }
     }
 }
@@ -616,6 +620,34 @@ mod tests {
         assert_eq!(&again[..], &b[..]);
         let empty = AlignedBuf::concat_padded(std::iter::empty::<(&[u8], usize)>());
         assert!(empty.is_empty());
+    }
+
+    /// Parts that grow between the sizing pass and the copying pass (a `Clone` whose
+    /// copies differ) panic instead of writing past the allocation.
+    #[test]
+    #[should_panic(expected = "parts changed between passes")]
+    fn aligned_buf_refuses_parts_that_change_between_passes() {
+        use std::cell::Cell;
+        #[derive(Clone)]
+        struct Growing<'a> {
+            passes: &'a Cell<usize>,
+            left: usize,
+        }
+        impl<'a> Iterator for Growing<'a> {
+            type Item = (&'a [u8], usize);
+            fn next(&mut self) -> Option<Self::Item> {
+                if self.left == 0 {
+                    return None;
+                }
+                if self.left == 2 {
+                    self.passes.set(self.passes.get() + 1);
+                }
+                self.left -= 1;
+                Some((&[9u8; 16][..], 4096 * self.passes.get()))
+            }
+        }
+        let passes = Cell::new(0);
+        let _ = AlignedBuf::concat_padded(Growing { passes: &passes, left: 2 });
     }
 
     #[test]
