@@ -27,15 +27,8 @@ done
 tarn_bins "$bins"
 [ -d "$src" ] || die "--src $src is not a directory"
 [ "$(id -u)" -eq 0 ] || die "run as root (it drops the page cache)"
-mkdir -p "$work"
-for f in a b; do
-    [ -f "$work/$f.img" ] || dd if=/dev/zero of="$work/$f.img" bs=1M count=4096 conv=fsync status=none
-done
-export TARN_STATE_DIR=$work/state TARN_CACHEFILE=$work/state/tarn.cache TARN_SOCKET=$work/run/tarn.sock
-# cpu_ticks PID: user + system clock ticks of a process so far.
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-hz=$(getconf CLK_TCK)
-out=$work/results.tsv; : > "$out"
+ab_setup "$work"
+out=$OUT
 for r in $(seq 1 "$rounds"); do
     for i in "${!BINS[@]}"; do
         bin=$(readlink -f "${BINS[$i]}")
@@ -44,10 +37,10 @@ for r in $(seq 1 "$rounds"); do
         "$bin" zfs create cpab/cp
         pid=$(cat "$work/state/daemon.pid")
         sync; echo 3 > /proc/sys/vm/drop_caches
-        c0=$(cpu_ticks "$pid"); t0=$EPOCHREALTIME
+        c0=$(cpu_ms "$pid"); t0=$EPOCHREALTIME
         cp -a "$src" "$work/mnt/cp/"
-        t1=$EPOCHREALTIME; c1=$(cpu_ticks "$pid")
-        us=$(( ${t1/./} - ${t0/./} )); cpu_ms=$(( (c1 - c0) * 1000 / hz ))
+        t1=$EPOCHREALTIME; c1=$(cpu_ms "$pid")
+        us=$(( ${t1/./} - ${t0/./} )); cpu_ms=$(( c1 - c0 ))
         printf 'bin%s\t%s\t%s\t%s\n' "$i" "$r" "$us" "$cpu_ms" >> "$out"
         awk -v b="$bin" -v r="$r" -v us="$us" -v c="$cpu_ms" 'BEGIN { printf "%-40s round %s  %.2f s  daemon CPU %.2f s\n", b, r, us / 1e6, c / 1000 }'
         "$bin" zpool destroy cpab >/dev/null 2>&1 || true

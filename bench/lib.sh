@@ -66,6 +66,23 @@ tarn_bins() {
     for b in "${BINS[@]}"; do [ -x "$b" ] || die "not a tarn binary: $b"; done
 }
 
+# ab_setup WORK: for the scripts that compare builds on one 2-way mirror of WORK/a.img
+# and WORK/b.img (4 GiB each, written full of zeros once, so the host file system
+# allocates nothing during a run): make them, point the TARN_* variables at WORK's
+# private daemon, and empty WORK/results.tsv (path in OUT).
+ab_setup() {
+    local work=$1 f
+    mkdir -p "$work"
+    for f in a b; do
+        [ -f "$work/$f.img" ] || dd if=/dev/zero of="$work/$f.img" bs=1M count=4096 conv=fsync status=none
+    done
+    export TARN_STATE_DIR=$work/state TARN_CACHEFILE=$work/state/tarn.cache TARN_SOCKET=$work/run/tarn.sock
+    OUT=$work/results.tsv; : > "$OUT"
+}
+
+# cpu_ms PID: user + system CPU time of a process so far, milliseconds.
+cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{ print int(($14 + $15) * 1000 / hz) }' "/proc/$1/stat"; }
+
 # on_signal: the INT/TERM trap of a script that runs each part in the background in its
 # own process group, pid in CHILD: stop that whole group, let its EXIT trap tear down.
 on_signal() {

@@ -28,14 +28,8 @@ done
 tarn_bins "$bins"
 has fio || die "fio is missing: apt-get install fio"
 [ "$(id -u)" -eq 0 ] || die "run as root (it drops the page cache)"
-mkdir -p "$work"
-for f in a b; do
-    [ -f "$work/$f.img" ] || dd if=/dev/zero of="$work/$f.img" bs=1M count=4096 conv=fsync status=none
-done
-export TARN_STATE_DIR=$work/state TARN_CACHEFILE=$work/state/tarn.cache TARN_SOCKET=$work/run/tarn.sock
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-hz=$(getconf CLK_TCK)
-out=$work/results.tsv; : > "$out"
+ab_setup "$work"
+out=$OUT
 for r in $(seq 1 "$rounds"); do
     for i in "${!BINS[@]}"; do
         bin=$(readlink -f "${BINS[$i]}")
@@ -47,12 +41,12 @@ for r in $(seq 1 "$rounds"); do
         sync; echo 3 > /proc/sys/vm/drop_caches
         "$bin" zpool import -d "$work" rwab
         pid=$(cat "$work/state/daemon.pid")
-        c0=$(cpu_ticks "$pid")
+        c0=$(cpu_ms "$pid")
         iops=$(fio --name=rw --directory="$work/mnt" --filename=f.dat --rw=randwrite --bs=8k --size=1G \
             --numjobs=4 --time_based --runtime="$runtime" --end_fsync=1 --output-format=terse |
             awk -F';' '{ s += $49 } END { print s }')
-        c1=$(cpu_ticks "$pid")
-        us_per_write=$(( (c1 - c0) * 1000000 / hz / (iops * runtime > 0 ? iops * runtime : 1) ))
+        c1=$(cpu_ms "$pid")
+        us_per_write=$(( (c1 - c0) * 1000 / (iops * runtime > 0 ? iops * runtime : 1) ))
         printf 'bin%s\t%s\t%s\t%s\n' "$i" "$r" "$iops" "$us_per_write" >> "$out"
         printf '%-40s round %s  %6s IOPS  daemon CPU %4s us per write\n' "$bin" "$r" "$iops" "$us_per_write"
         "$bin" zpool destroy rwab >/dev/null 2>&1 || true
