@@ -344,21 +344,22 @@ impl VdevSpace {
     /// allocatable, until `sync_done(txg + TXG_DEFER_SIZE)`. Panics if the range is
     /// unaligned, outside the vdev, or not currently allocated (double free).
     pub fn free(&mut self, txg: u64, offset: u64, size_bytes: u64) {
-        self.assert_size(size_bytes);
-        assert_eq!(offset % self.align_bytes, 0, "VdevSpace: unaligned offset {offset}");
-        assert!(
-            self.try_free(txg, offset, size_bytes),
-            "VdevSpace: free of [{offset}, +{size_bytes}) which is not allocated (double free?)"
-        );
+        self.release_or_panic(RecordKind::Free, txg, offset, size_bytes);
     }
 
     /// Frees an allocated block immediately. Only for blocks born in the same open txg
     /// that no synced state can reference. Panics like [`VdevSpace::free`].
     pub fn free_now(&mut self, offset: u64, size_bytes: u64) {
+        self.release_or_panic(RecordKind::FreeNow, 0, offset, size_bytes);
+    }
+
+    /// [`VdevSpace::try_release`] for internal callers, whose refused free is a bug:
+    /// panics with what was wrong (size, alignment, or not allocated).
+    fn release_or_panic(&mut self, kind: RecordKind, txg: u64, offset: u64, size_bytes: u64) {
         self.assert_size(size_bytes);
         assert_eq!(offset % self.align_bytes, 0, "VdevSpace: unaligned offset {offset}");
         assert!(
-            self.try_free_now(offset, size_bytes),
+            self.try_release(kind, txg, offset, size_bytes),
             "VdevSpace: free of [{offset}, +{size_bytes}) which is not allocated (double free?)"
         );
     }

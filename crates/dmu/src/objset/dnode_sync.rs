@@ -220,6 +220,7 @@ impl Objset {
         // Cloned records: the shared pointer itself, counted now in the block
         // reference table (or the dedup table) — in syncing context, so that the
         // tables written at the end of this txg match its trees.
+        let mut clones = Vec::new();
         for (i, (_, _, _, record)) in batch.blocks.iter().enumerate() {
             if let Dirty::Clone(bp) = record {
                 // A deduplicated block missing from its table (a damaged pool) counts
@@ -228,9 +229,9 @@ impl Objset {
                     self.zio.clone_ref(bp);
                 }
                 batch.written[i] = Some(*bp);
+                clones.push(i);
             }
         }
-        let clones: Vec<usize> = (0..batch.blocks.len()).filter(|&i| matches!(batch.blocks[i].3, Dirty::Clone(_))).collect();
         self.undirty_written(batch, clones);
         // Deferred fills: what each partial record lies over, from the synced tree
         // (unchanged since the write, see the theory statement).
