@@ -84,6 +84,20 @@ struct SyncState {
     wanted_txg: u64,
     /// Set when a sync failed: the pool is suspended, and how writers are treated.
     suspended: Option<SuspendMode>,
+    /// Threads in [`TxgGate::wait_synced`] (or its `nowait` form) for a txg not yet
+    /// synced.
+    waiters: usize,
+}
+
+/// A thread counted as waiting for a sync ([`TxgGate::sync_waiter`]) until dropped.
+pub struct SyncWaiter<'a> {
+    gate: &'a TxgGate,
+}
+
+impl Drop for SyncWaiter<'_> {
+    fn drop(&mut self) {
+        self.gate.sync.lock().waiters -= 1;
+    }
 }
 
 /// The txg gate shared by the pool and all its object sets.
@@ -110,6 +124,7 @@ impl TxgGate {
                 synced_txg: open_txg.saturating_sub(1),
                 wanted_txg: 0,
                 suspended: None,
+                waiters: 0,
             }),
             sync_cv: Condvar::new(),
             dirty_max_bytes,
@@ -288,18 +303,41 @@ impl TxgGate {
     fn wait_synced_inner(&self, txg: u64, block: bool) -> Result<()> {
         self.request_sync(txg);
         let mut s = self.sync.lock();
-        while s.synced_txg < txg {
+        if s.synced_txg >= txg {
+            return Ok(());
+        }
+        s.waiters += 1;
+        let r = loop {
+            if s.synced_txg >= txg {
+                break Ok(());
+            }
             match s.suspended {
                 Some(SuspendMode::Wait) if block => {}
-                Some(_) => return Err(DmuError::Io(SUSPENDED_MESSAGE.into())),
+                Some(_) => break Err(DmuError::Io(SUSPENDED_MESSAGE.into())),
                 None => {}
             }
             if s.suspended.is_some() && self.is_readonly() {
-                return Err(DmuError::ReadOnly);
+                break Err(DmuError::ReadOnly);
             }
             self.sync_cv.wait_for(&mut s, Duration::from_millis(200));
-        }
-        Ok(())
+        };
+        s.waiters -= 1;
+        r
+    }
+
+    /// Whether some thread waits for a sync: in [`TxgGate::wait_synced`] for a txg
+    /// not yet synced (`zpool sync`, an intent-log fallback, a writer short of space)
+    /// or holding a [`SyncWaiter`] (a sync task such as a snapshot).
+    pub fn has_sync_waiters(&self) -> bool {
+        self.sync.lock().waiters > 0
+    }
+
+    /// Count the caller as waiting for a sync until the guard is dropped (for waits
+    /// that do not go through [`TxgGate::wait_synced`] alone: a sync task waits for
+    /// its task to run first). See [`TxgGate::has_sync_waiters`].
+    pub fn sync_waiter(&self) -> SyncWaiter<'_> {
+        self.sync.lock().waiters += 1;
+        SyncWaiter { gate: self }
     }
 
     /// Sync thread: wait up to `timeout` for a sync request. Returns true if one is

@@ -89,6 +89,20 @@
 //! Sizes are upper bounds computed before allocating (each allocation adds at most
 //! one record and one free range); overrunning one is a bug (asserted).
 //!
+//! **Allocations ahead of the sync.** A txg's drain must log exactly that txg's
+//! changes: a block allocated in open context for the *next* txg while this one
+//! syncs (an early write, `tarn_dmu`'s module `early`) is not referenced by the tree
+//! this sync writes, so logging its allocation here would leak it on a crash after
+//! this txg (OpenZFS keeps such allocations in `ms_allocating[txg & TXG_MASK]` and
+//! writes only the syncing txg's). Such an allocation is made *ahead*
+//! ([`VdevSpace::alloc_with`], for a birth txg past `synced_txg + 1`,
+//! [`SpaceMap::allocates_ahead`]): applied in memory at once, its record kept in a
+//! list of its own, and a map flushed meanwhile shows the range free. A free of such
+//! a range is recorded after it in the same list and applied only when
+//! [`SpaceMap::sync_done`] hands the list to the pending records, so no allocation
+//! logged by this txg can take a range whose own allocation it does not log (a replay
+//! would then allocate it twice).
+//!
 //! **Invariants** (each with the check that enforces it):
 //! 1. FREE and every DEFERRED(txg) are pairwise disjoint — `RangeTree::add` asserts
 //!    no overlap; `Metaslab::apply` refuses illegal transitions and `VdevSpace` panics
@@ -113,7 +127,8 @@
 //! **Crash.** Nothing written by a sync is referenced until its uberblock is; a crash
 //! imports the root of the last synced uberblock, whose maps and log blocks were
 //! freed (deferred) only by later txgs, so they are intact. Allocations of the lost
-//! txg were never recorded, so they are FREE again with no leak; intent-log blocks
+//! txg were never recorded (those made ahead while the last sync ran included), so
+//! they are FREE again with no leak; intent-log blocks
 //! allocated after the last sync are claimed by the ZIL at import. Cursors and the
 //! active metaslab are not persisted.
 //!
@@ -289,6 +304,9 @@ pub struct SpaceMap {
     pub(crate) last_sync_bytes: u64,
     /// Directory pages and maps of vdevs removed since the last sync, freed by it.
     pub(crate) retired: Vec<BlkPtr>,
+    /// The last txg [`SpaceMap::sync_done`] was called for: the next drain logs txg
+    /// `synced_txg + 1`, and allocations for a later txg are made ahead.
+    synced_txg: u64,
 }
 
 impl Clone for SpaceMap {
@@ -302,6 +320,7 @@ impl Clone for SpaceMap {
             root_bp: self.root_bp,
             last_sync_bytes: self.last_sync_bytes,
             retired: self.retired.clone(),
+            synced_txg: self.synced_txg,
         }
     }
 }
@@ -324,6 +343,7 @@ impl SpaceMap {
             root_bp: BlkPtr::HOLE,
             last_sync_bytes: 0,
             retired: Vec::new(),
+            synced_txg: 0,
         }
     }
 
@@ -424,11 +444,24 @@ impl SpaceMap {
 
     /// Txg `synced_txg` has synced: release aged deferred frees on every vdev, except
     /// those freed in or after the txg given to [`SpaceMap::hold_frees_from`].
+    ///
+    /// Records of allocations made ahead (for txg `synced_txg + 1`) then join the
+    /// pending records ([`VdevSpace::sync_done`]).
     pub fn sync_done(&mut self, synced_txg: u64) {
         let hold = self.hold_from_txg.unwrap_or(u64::MAX);
         for v in &mut self.vdevs {
             v.sync_done(synced_txg, hold);
         }
+        self.synced_txg = synced_txg;
+    }
+
+    /// Whether an allocation for a block born in `birth_txg`, made in open context,
+    /// is made ahead ([`VdevSpace::alloc_with`]): its txg comes after the one the next
+    /// drain logs (`birth_txg > synced_txg + 1`, a sync is in progress). Decided under
+    /// the caller's space lock, against this map's own last [`SpaceMap::sync_done`]:
+    /// the hand-over of the records made ahead happens there.
+    pub fn allocates_ahead(&self, birth_txg: u64) -> bool {
+        birth_txg > self.synced_txg + 1
     }
 
     /// Keep every block freed in txg `txg` or later out of the free trees (they stay

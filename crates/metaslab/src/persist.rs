@@ -269,7 +269,7 @@ impl SpaceMap {
             .map(|&(vi, mi)| {
                 let m = &self.vdevs[vi].ms[mi];
                 let deferred: usize = m.deferred.values().map(|t| t.len()).sum();
-                m.free.len() * MAP_FREE_BYTES + deferred * MAP_DEFERRED_BYTES
+                self.vdevs[vi].map_free_ranges(mi).len() * MAP_FREE_BYTES + deferred * MAP_DEFERRED_BYTES
             })
             .collect();
         let mut log_count = 1usize;
@@ -344,10 +344,11 @@ impl SpaceMap {
         //    deferred frees); chunks are sealed last to first, each pointing at the
         //    next.
         for ((&(vi, mi), dvas), sizes) in flush.iter().zip(map_dva).zip(map_psize) {
+            // The state at the end of this txg: ranges allocated ahead are free in it.
+            let free = self.vdevs[vi].map_free_ranges(mi);
             let m = &mut self.vdevs[vi].ms[mi];
             m.flush_txg = txg;
             m.unflushed_txg = None;
-            let free: Vec<(u64, u64)> = m.free.iter().collect();
             let deferred: Vec<(u64, u64, u64)> = m.deferred.iter().flat_map(|(&t, tree)| tree.iter().map(move |(s, l)| (t, s, l))).collect();
             let mut chunks: Vec<MapPhys> = Vec::with_capacity(sizes.len());
             let (mut fi, mut di) = (0, 0);

@@ -604,6 +604,9 @@ enum POp {
     PowerCut(usize),
     Reimport,
     Rewind(u8),
+    /// A sync during which a block of the next txg is allocated ahead (vdev, units,
+    /// freed again ahead, made after the drain rather than before, power cut).
+    AheadSync(u8, u8, bool, bool, Option<usize>),
 }
 
 fn pop() -> impl Strategy<Value = POp> {
@@ -616,6 +619,8 @@ fn pop() -> impl Strategy<Value = POp> {
         1 => any::<usize>().prop_map(POp::PowerCut),
         1 => Just(POp::Reimport),
         1 => (0u8..5).prop_map(POp::Rewind),
+        3 => (any::<u8>(), 1u8..9, any::<bool>(), any::<bool>(), prop::option::weighted(0.2, any::<usize>()))
+            .prop_map(|(v, n, again, late, cut)| POp::AheadSync(v, n, again, late, cut)),
     ]
 }
 
@@ -684,8 +689,11 @@ proptest! {
         let mut committed: Vec<Committed> = Vec::new();
         let mut structures: Vec<(u32, u64, u64)> = Vec::new();
         let mut open = 1u64;
-        let sync = |sm: &mut SpaceMap, disk: &mut Disk, open: &mut u64, cut: Option<usize>| -> Option<BlkPtr> {
+        // One sync of txg `open`; `mid` runs between its drain and its end (where an
+        // allocation ahead made while the structures are written lands).
+        let sync = |sm: &mut SpaceMap, disk: &mut Disk, open: &mut u64, cut: Option<usize>, mid: &mut dyn FnMut(&mut SpaceMap)| -> Option<BlkPtr> {
             let plan = sm.sync_plan(*open, &mut alloc_one).expect("space");
+            mid(sm);
             let n = cut.map_or(plan.blocks.len(), |k| k % (plan.blocks.len() + 1));
             for b in &plan.blocks[..n] {
                 disk.write(b);
@@ -727,13 +735,69 @@ proptest! {
                 POp::Sync | POp::PowerCut(_) => {
                     let cut = if let POp::PowerCut(k) = op { Some(k) } else { None };
                     let txg = open;
-                    match sync(&mut sm, &mut disk, &mut open, cut) {
+                    match sync(&mut sm, &mut disk, &mut open, cut, &mut |_| {}) {
                         Some(root) => {
                             structures = reachable(&disk, &root);
                             committed.push(Committed { txg, root, state: snapshot(&sm), live: live.clone() });
                         }
                         None => {
                             // Power cut mid-sync: import the last committed txg.
+                            let Some(c) = committed.last() else {
+                                let (fresh, _) = sim_pool();
+                                sm = fresh;
+                                live.clear();
+                                structures.clear();
+                                open = 1;
+                                continue;
+                            };
+                            sm = load_at(&disk, &dims, c);
+                            prop_assert_eq!(&snapshot(&sm), &c.state);
+                            live = c.live.clone();
+                            open = c.txg + 1;
+                        }
+                    }
+                }
+                POp::AheadSync(v, n, again, late, cut) => {
+                    // A block of txg `open + 1` (an early write's) allocated while txg
+                    // `open` syncs: this sync must log none of it.
+                    let v = v as usize % 3;
+                    let size = n as u64 * sm.vdevs[v].align_bytes();
+                    prop_assert!(sm.allocates_ahead(open + 1) && !sm.allocates_ahead(open));
+                    let mut ahead: Option<u64> = None;
+                    let mut make = |sm: &mut SpaceMap| {
+                        let off = sm.vdevs[v].alloc_with(size, true);
+                        if let (Some(o), true) = (off, again) {
+                            assert!(sm.vdevs[v].try_free_now(o, size), "the ahead block's free was refused");
+                            assert!(!sm.vdevs[v].try_free_now(o, size), "an ahead block was freed twice");
+                            assert!(sm.vdevs[v].is_allocated(o, size), "an ahead free took effect before the sync's end");
+                        }
+                        ahead = off;
+                    };
+                    if !late {
+                        make(&mut sm);
+                    }
+                    let txg = open;
+                    let r = if late { sync(&mut sm, &mut disk, &mut open, cut, &mut make) } else { sync(&mut sm, &mut disk, &mut open, cut, &mut |_| {}) };
+                    match r {
+                        Some(root) => {
+                            structures = reachable(&disk, &root);
+                            // What this txg logged: the block is free in it.
+                            let mut state = snapshot(&sm);
+                            if let (Some(o), false) = (ahead, again) {
+                                let mut t = RangeTree::new();
+                                for &(s, l) in &state[v].0 {
+                                    t.add(s, l);
+                                }
+                                t.add(o, size);
+                                state[v].0 = t.iter().collect();
+                            }
+                            committed.push(Committed { txg, root, state, live: live.clone() });
+                            if let (Some(o), false) = (ahead, again) {
+                                disk.clobber(v as u32, o, size);
+                                live.push((v as u32, o, size, open));
+                            }
+                        }
+                        None => {
                             let Some(c) = committed.last() else {
                                 let (fresh, _) = sim_pool();
                                 sm = fresh;
@@ -838,6 +902,69 @@ fn load_refuses_mismatched_config_and_old_format() {
     let err = SpaceMap::load(&dims, &plan.root, &mut |_| Ok(b"TARNSPMP\x02\0\0\0\0\0\0\0".to_vec())).unwrap_err();
     assert!(err.to_string().contains("older Tarn format"), "{err}");
     assert!(SpaceMap::load(&dims, &BlkPtr::HOLE, &mut |bp| disk.read(bp)).is_err());
+}
+
+/// A block allocated ahead while txg 2 syncs (an early write of txg 3), in the very
+/// metaslab txg 2 flushes: txg 2's map shows it free and its log does not allocate
+/// it; txg 3 logs it. Freed again ahead, it stays allocated in memory (nothing may
+/// reuse it) until txg 2's sync is done, and txg 3 logs both changes.
+#[test]
+fn allocations_ahead_are_logged_by_their_own_txg() {
+    for again in [false, true] {
+        let vdev = VdevSpace::with_ms_shift(4 << 20, 4096, 20);
+        let dims = vec![VdevDims {
+            asize_bytes: vdev.asize_bytes(),
+            align_bytes: 4096,
+            class: AllocClass::Normal,
+        }];
+        let mut sm = SpaceMap::new(vec![vdev]);
+        let mut disk = Disk::default();
+        let sync = |sm: &mut SpaceMap, disk: &mut Disk, txg: u64| {
+            let plan = sm.sync_plan(txg, &mut alloc_one).unwrap();
+            for b in &plan.blocks {
+                disk.write(b);
+            }
+            sm.sync_done(txg);
+            plan.root
+        };
+        let a = sm.vdevs[0].alloc(8192).unwrap();
+        sync(&mut sm, &mut disk, 1);
+        // Txg 2 syncs; its drain would flush metaslab 0 (dirty since txg 1).
+        assert!(sm.allocates_ahead(3) && !sm.allocates_ahead(2));
+        let b = sm.vdevs[0].alloc_with(16384, true).unwrap();
+        assert_eq!(a >> 20, b >> 20, "the ahead block is not in the flushed metaslab");
+        assert_eq!(sm.vdevs[0].ahead_records(), 1);
+        if again {
+            assert!(sm.vdevs[0].try_free_now(b, 16384));
+            assert!(!sm.vdevs[0].try_free_now(b, 16384), "freed twice");
+            assert!(sm.vdevs[0].is_allocated(b, 16384), "reusable before txg 2 is done");
+        }
+        let plan = sm.sync_plan(2, &mut alloc_one).unwrap();
+        assert!(
+            plan.blocks.iter().any(|blk| blk.bp.otype == tarn_phys::ObjectType::MetaslabMap),
+            "txg 2 flushed no map"
+        );
+        for blk in &plan.blocks {
+            disk.write(blk);
+        }
+        let root2 = plan.root;
+        let mut at2 = SpaceMap::load(&dims, &root2, &mut |bp| disk.read(bp)).unwrap();
+        at2.sync_done(2);
+        assert!(at2.vdevs[0].is_allocated(a, 8192), "txg 2 lost a block of txg 1");
+        assert!(
+            at2.vdevs[0].free_tree().contains(b, 16384),
+            "txg 2 logged an allocation of txg 3 (again = {again})"
+        );
+        sm.sync_done(2);
+        assert_eq!(sm.vdevs[0].ahead_records(), 0);
+        assert!(sm.allocates_ahead(4) && !sm.allocates_ahead(3));
+        assert_eq!(sm.vdevs[0].is_allocated(b, 16384), !again);
+        let root3 = sync(&mut sm, &mut disk, 3);
+        let mut at3 = SpaceMap::load(&dims, &root3, &mut |bp| disk.read(bp)).unwrap();
+        at3.sync_done(3);
+        assert_eq!(at3.vdevs[0].is_allocated(b, 16384), !again, "txg 3 did not log the ahead changes");
+        assert_eq!(snapshot(&at3), snapshot(&sm));
+    }
 }
 
 #[test]

@@ -3,8 +3,12 @@
 //! Owns the metaslab array, the active metaslab, and the vdev's *pending records*:
 //! every state change since the last txg sync drained them, in order, as
 //! [`LogRecord`]s (merged with the previous record when adjacent and of the same kind).
-//! The records are what the space-map log persists. See the crate theory statement
-//! for states, policy and invariants; called by [`crate::SpaceMap`], `zio` and the ZIL.
+//! The records are what the space-map log persists. Allocations made *ahead* (for the
+//! txg after the one the next drain logs, while a sync runs) keep their records, and
+//! those of the frees of their ranges, in a list of their own until
+//! [`VdevSpace::sync_done`] (crate theory statement, "Allocations ahead of the sync").
+//! See the crate theory statement for states, policy and invariants; called by
+//! [`crate::SpaceMap`], `zio` and the ZIL.
 
 use crate::metaslab::Metaslab;
 use crate::range_tree::RangeTree;
@@ -74,6 +78,17 @@ pub struct VdevSpace {
     allocatable: bool,
     /// Changes since the last drain, in order.
     pub(crate) pending: Vec<LogRecord>,
+    /// Records of allocations made ahead and of frees of their ranges, in order; handed
+    /// to `pending` by [`VdevSpace::sync_done`]. The allocations are applied in memory
+    /// when made, the frees only when handed over.
+    ahead: Vec<LogRecord>,
+    /// Ranges allocated ahead and not freed since: allocated in memory, free in the
+    /// state the next drain logs.
+    ahead_allocated: RangeTree,
+    /// Ranges allocated ahead and freed again: allocated in memory until
+    /// [`VdevSpace::sync_done`] applies the free, so that no allocation whose record
+    /// the next drain logs can take a range whose own allocation it does not.
+    ahead_freed: RangeTree,
     /// Created (or attached) since the last sync: its directory is written whole then.
     pub(crate) fresh: bool,
     /// Directory page pointers (see `ondisk`), [`crate::DIR_PAGES`] of them for a
@@ -110,6 +125,9 @@ impl VdevSpace {
             class: AllocClass::Normal,
             allocatable: true,
             pending: Vec::new(),
+            ahead: Vec::new(),
+            ahead_allocated: RangeTree::new(),
+            ahead_freed: RangeTree::new(),
             fresh: true,
             page_bps: Vec::new(),
         };
@@ -234,6 +252,12 @@ impl VdevSpace {
 
     /// The counters and the log record of a transition a metaslab has just applied.
     fn count_recorded(&mut self, kind: RecordKind, start: u64, len: u64, txg: u64) {
+        self.count(kind, len);
+        self.record(kind, start, len, txg);
+    }
+
+    /// The counters of a transition a metaslab has just applied.
+    fn count(&mut self, kind: RecordKind, len: u64) {
         match kind {
             RecordKind::Alloc => self.free_bytes -= len,
             RecordKind::Free => self.deferred_bytes += len,
@@ -243,11 +267,32 @@ impl VdevSpace {
                 self.free_bytes += len;
             }
         }
-        self.record(kind, start, len, txg);
     }
 
-    fn take(&mut self, i: usize, offset: u64, size_bytes: u64) -> u64 {
-        self.apply_recorded(i, RecordKind::Alloc, offset, size_bytes, 0);
+    /// Allocates `[offset, offset + size_bytes)` in metaslab `i` (free: the caller
+    /// found it there), recorded in `pending`, or in `ahead` when `ahead`.
+    fn alloc_range(&mut self, i: usize, offset: u64, size_bytes: u64, ahead: bool) {
+        if ahead {
+            assert!(
+                self.ms[i].apply(RecordKind::Alloc, offset, size_bytes, 0),
+                "VdevSpace: ahead allocation of [{offset}, +{size_bytes}) which is not free"
+            );
+            self.count(RecordKind::Alloc, size_bytes);
+            self.ahead.push(LogRecord {
+                vdev: 0,
+                kind: RecordKind::Alloc,
+                start_bytes: offset,
+                len_bytes: size_bytes,
+                txg: 0,
+            });
+            self.ahead_allocated.add(offset, size_bytes);
+        } else {
+            self.apply_recorded(i, RecordKind::Alloc, offset, size_bytes, 0);
+        }
+    }
+
+    fn take(&mut self, i: usize, offset: u64, size_bytes: u64, ahead: bool) -> u64 {
+        self.alloc_range(i, offset, size_bytes, ahead);
         self.ms[i].set_cursor(offset + size_bytes);
         self.check();
         offset
@@ -259,13 +304,21 @@ impl VdevSpace {
     /// [`Metaslab::weight`]; inside a metaslab first fit from its cursor, or best fit
     /// once it is fragmented ([`Metaslab::pick`]). `None` if nothing fits.
     pub fn alloc(&mut self, size_bytes: u64) -> Option<u64> {
+        self.alloc_with(size_bytes, false)
+    }
+
+    /// [`VdevSpace::alloc`], made ahead when `ahead`: for the txg after the one the
+    /// next drain logs (a sync is in progress). Its record waits in a list of its own
+    /// until [`VdevSpace::sync_done`], and a map flushed before that shows the range
+    /// free (crate theory statement, "Allocations ahead of the sync").
+    pub fn alloc_with(&mut self, size_bytes: u64, ahead: bool) -> Option<u64> {
         self.assert_size(size_bytes);
         if size_bytes > self.free_bytes {
             return None;
         }
         if let Some(a) = self.active {
             if let Some(off) = self.ms[a].pick(size_bytes) {
-                return Some(self.take(a, off, size_bytes));
+                return Some(self.take(a, off, size_bytes, ahead));
             }
         }
         let n = self.ms.len();
@@ -277,7 +330,7 @@ impl VdevSpace {
         for (_, i) in order {
             if let Some(off) = self.ms[i].pick(size_bytes) {
                 self.active = Some(i);
-                return Some(self.take(i, off, size_bytes));
+                return Some(self.take(i, off, size_bytes, ahead));
             }
         }
         None
@@ -289,6 +342,12 @@ impl VdevSpace {
     /// and the active metaslab stays, so the ditto does not disturb sequential
     /// placement. `None` if nothing fits.
     pub fn alloc_near(&mut self, size_bytes: u64, avoid_offset: u64) -> Option<u64> {
+        self.alloc_near_with(size_bytes, avoid_offset, false)
+    }
+
+    /// [`VdevSpace::alloc_near`], made ahead when `ahead` (see
+    /// [`VdevSpace::alloc_with`]).
+    pub fn alloc_near_with(&mut self, size_bytes: u64, avoid_offset: u64, ahead: bool) -> Option<u64> {
         self.assert_size(size_bytes);
         let gap = self.asize_bytes / 8;
         let after = self.first_fit(size_bytes, avoid_offset.saturating_add(gap), u64::MAX);
@@ -297,7 +356,7 @@ impl VdevSpace {
             None => None,
         };
         let (i, offset) = after.or_else(before).or_else(|| self.first_fit(size_bytes, 0, u64::MAX))?;
-        self.apply_recorded(i, RecordKind::Alloc, offset, size_bytes, 0);
+        self.alloc_range(i, offset, size_bytes, ahead);
         self.check();
         Some(offset)
     }
@@ -388,6 +447,28 @@ impl VdevSpace {
             return false;
         }
         let Some(pieces) = self.pieces(offset, size_bytes) else { return false };
+        if self.ahead_freed.overlaps(offset, size_bytes) {
+            // Freed already (its free waits for `sync_done`).
+            return false;
+        }
+        if self.ahead_allocated.overlaps(offset, size_bytes) {
+            // A block allocated ahead: its free is recorded after its allocation and
+            // applied with it in `sync_done`. No block lies partly ahead.
+            if !self.ahead_allocated.contains(offset, size_bytes) {
+                return false;
+            }
+            self.ahead_allocated.remove(offset, size_bytes);
+            self.ahead_freed.add(offset, size_bytes);
+            self.ahead.push(LogRecord {
+                vdev: 0,
+                kind,
+                start_bytes: offset,
+                len_bytes: size_bytes,
+                txg,
+            });
+            self.check();
+            return true;
+        }
         if pieces.len() > 1 && !pieces.iter().all(|&(i, s, l)| self.ms[i].is_allocated(s, l)) {
             return false;
         }
@@ -406,6 +487,12 @@ impl VdevSpace {
     /// Called after txg `synced_txg` has synced: every deferred free with
     /// `free_txg + TXG_DEFER_SIZE <= synced_txg` — and `free_txg < hold_from_txg` —
     /// becomes allocatable (and is logged as a `Release` record).
+    ///
+    /// Then the records of allocations made ahead (for the txg after `synced_txg`)
+    /// and of the frees of their ranges join `pending`, in order, for that txg's
+    /// drain, and those frees take effect. The releases touch no such range (it was
+    /// allocated when the release's free was made, or free then and allocated after),
+    /// so the order between the two sets of records does not matter.
     pub fn sync_done(&mut self, synced_txg: u64, hold_from_txg: u64) {
         for i in 0..self.ms.len() {
             for (txg, s, l) in self.ms[i].sync_done(synced_txg, hold_from_txg) {
@@ -414,7 +501,50 @@ impl VdevSpace {
                 self.record(RecordKind::Release, s, l, txg);
             }
         }
+        for r in std::mem::take(&mut self.ahead) {
+            if r.kind == RecordKind::Alloc {
+                // Applied when made.
+                self.record(r.kind, r.start_bytes, r.len_bytes, r.txg);
+                continue;
+            }
+            let pieces = self.pieces(r.start_bytes, r.len_bytes).expect("an ahead free lies inside the vdev");
+            for (i, s, l) in pieces {
+                self.apply_recorded(i, r.kind, s, l, r.txg);
+            }
+        }
+        self.ahead_allocated.clear();
+        self.ahead_freed.clear();
         self.check();
+    }
+
+    /// Records made ahead and not yet handed to `pending` (see
+    /// [`VdevSpace::alloc_with`]).
+    pub fn ahead_records(&self) -> usize {
+        self.ahead.len()
+    }
+
+    /// The free ranges metaslab `i`'s map records when flushed: its free tree and
+    /// every range allocated ahead in it (free in the state the drain logs), sorted
+    /// and with adjacent ranges merged.
+    pub(crate) fn map_free_ranges(&self, i: usize) -> Vec<(u64, u64)> {
+        let m = &self.ms[i];
+        if self.ahead_allocated.is_empty() && self.ahead_freed.is_empty() {
+            return m.free_tree().iter().collect();
+        }
+        let (start, end) = (m.start_bytes(), m.start_bytes() + m.size_bytes());
+        let inside = |t: &RangeTree| t.iter().filter(|&(s, l)| s >= start && s + l <= end).collect::<Vec<_>>();
+        let mut all: Vec<(u64, u64)> = m.free_tree().iter().collect();
+        all.extend(inside(&self.ahead_allocated));
+        all.extend(inside(&self.ahead_freed));
+        all.sort_unstable();
+        let mut out: Vec<(u64, u64)> = Vec::with_capacity(all.len());
+        for (s, l) in all {
+            match out.last_mut() {
+                Some(last) if last.0 + last.1 == s => last.1 += l,
+                _ => out.push((s, l)),
+            }
+        }
+        out
     }
 
     /// Bytes allocatable now.
@@ -510,6 +640,24 @@ impl VdevSpace {
         assert_eq!(next, self.asize_bytes, "VdevSpace: metaslabs do not cover asize");
         assert_eq!(free, self.free_bytes, "VdevSpace: stale free_bytes");
         assert_eq!(deferred, self.deferred_bytes, "VdevSpace: stale deferred_bytes");
+        for t in [&self.ahead_allocated, &self.ahead_freed] {
+            for (s, l) in t.iter() {
+                assert!(self.is_allocated(s, l), "VdevSpace: ahead range [{s}, +{l}) is not allocated");
+                assert!(
+                    self.pieces(s, l).is_some_and(|p| p.len() == 1),
+                    "VdevSpace: ahead range [{s}, +{l}) spans metaslabs"
+                );
+            }
+        }
+        assert!(
+            self.ahead_allocated.iter().all(|(s, l)| !self.ahead_freed.overlaps(s, l)),
+            "VdevSpace: a range both allocated and freed ahead"
+        );
+        assert_eq!(
+            self.ahead.is_empty(),
+            self.ahead_allocated.is_empty() && self.ahead_freed.is_empty(),
+            "VdevSpace: ahead records and ranges disagree"
+        );
     }
 
     /// Runs [`VdevSpace::verify`] when tests or the `verify` feature ask for it.

@@ -1290,6 +1290,16 @@ impl Pool {
         self.gate.wait_synced_nowait(txg).map_err(dmu_err)
     }
 
+    /// Ask for a sync of the txg open now without waiting for it (as dirty data over
+    /// the sync mark does); returns that txg, which [`Pool::synced_txg`] reaches when
+    /// the sync is done. Unlike [`Pool::sync`], nothing counts as waiting for it
+    /// (early writes of the next txg go on meanwhile: `tarn_dmu`'s module `early`).
+    pub fn request_sync(&self) -> u64 {
+        let txg = self.gate.open_txg();
+        self.gate.request_sync(txg);
+        txg
+    }
+
     fn close(&self, state: PoolState) -> Result<()> {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Err(SpaError::NotFound(format!("cannot export '{}': no such pool", self.name)));

@@ -50,6 +50,8 @@ impl Pool {
     /// task ran or before its txg synced.
     pub(crate) fn run_sync_task<T: Send + 'static>(&self, task: impl FnOnce(&Pool, &TxHold) -> Result<T> + Send + 'static) -> Result<T> {
         let (tx, rx) = std::sync::mpsc::channel();
+        // Early writes of the next txg leave the device to the syncs this waits for.
+        let _waiting = self.gate.sync_waiter();
         let min_txg = self.gate.open_txg();
         self.sync_tasks.lock().push(SyncTask {
             min_txg,

@@ -202,6 +202,54 @@ fn an_adopted_record_written_again_keeps_its_block_until_its_txg_syncs() {
     pool.export().unwrap();
 }
 
+/// Records fsynced while the sync of the txg before is still writing (slowed by a
+/// delay on every leaf write): their blocks are allocated ahead, so that sync's space
+/// records do not log them. A power cut right after that sync imports its txg, where
+/// they are free: the log claims them and replay reads them (logged by the running
+/// sync, they would be allocated in that txg and named by no tree).
+#[test]
+fn records_adopted_while_a_sync_runs_are_claimed_after_a_power_cut_that_follows_it() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(d.path()).unwrap();
+    let (pool, fs) = setup(&dir, "adopt5");
+    let slow = fs.create(fs.root(), b"slow", 0o644, 0, 0).unwrap().ino;
+    fs.write(slow, 0, &pattern(51, 3 * RECORD + 100)).unwrap();
+    let handlers = common::slow_mirror_writes(&dir, 100);
+    let synced_before = pool.synced_txg();
+    // Asked for, not waited for (a waiter pauses early writes).
+    let syncing = pool.request_sync();
+    std::thread::sleep(Duration::from_millis(40));
+    let data = pattern(52, 8 * RECORD);
+    let f = fs.create(fs.root(), b"big", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, &data).unwrap();
+    let fsyncing = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.fsync(f).unwrap())
+    };
+    let t = Instant::now();
+    while adopted(&pool, "adopt5") < 8 {
+        assert!(t.elapsed() < Duration::from_secs(30), "the fsync adopted {} records", adopted(&pool, "adopt5"));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(pool.synced_txg(), synced_before, "the sync ended before the records were adopted");
+    fsyncing.join().unwrap();
+    while pool.synced_txg() < syncing {
+        assert!(t.elapsed() < Duration::from_secs(30), "the sync never ended");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    for id in handlers {
+        inject::remove_handler(id);
+    }
+    let pool = power_cut_and_import(pool, fs, &dir, "adopt5");
+    leak_free(&pool, "imported, the adopted blocks claimed by the log");
+    let fs = mount(&pool, "adopt5");
+    assert!(file(&fs, f) == data, "the records adopted during the sync, after the power cut");
+    common::settle(&pool);
+    leak_free(&pool, "after replay");
+    drop(fs);
+    pool.export().unwrap();
+}
+
 /// Contents of the files `inos` (in order).
 fn contents(fs: &Fs, inos: &[u64]) -> Vec<Vec<u8>> {
     inos.iter().map(|&i| file(fs, i)).collect()

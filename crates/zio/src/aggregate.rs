@@ -342,6 +342,19 @@ impl Zio {
     /// staged may be read until written. Errors: `NoSpace` for a block that found no
     /// room (nothing staged for it).
     pub fn stage_blocks(&self, blocks: &[(Arc<Vec<u8>>, WriteProps)], threads: usize, staged: &mut StagedWrites) -> Vec<Result<BlkPtr>> {
+        self.stage_blocks_with(blocks, threads, staged, false)
+    }
+
+    /// [`Zio::stage_blocks`] in open context, for blocks born in the open txg
+    /// (`WriteProps::txg`) while that txg's sync may not have begun: when a sync of an
+    /// earlier txg is in progress, the allocations are made ahead and logged by the
+    /// blocks' own txg, not by that sync ([`tarn_metaslab::SpaceMap::allocates_ahead`]).
+    /// The early writer's path.
+    pub fn stage_blocks_open(&self, blocks: &[(Arc<Vec<u8>>, WriteProps)], threads: usize, staged: &mut StagedWrites) -> Vec<Result<BlkPtr>> {
+        self.stage_blocks_with(blocks, threads, staged, true)
+    }
+
+    fn stage_blocks_with(&self, blocks: &[(Arc<Vec<u8>>, WriteProps)], threads: usize, staged: &mut StagedWrites, open: bool) -> Vec<Result<BlkPtr>> {
         let (prepared, _) = prepare_all(blocks, threads);
         prepared
             .into_iter()
@@ -349,7 +362,11 @@ impl Zio {
             .map(|(p, (data, props))| {
                 debug_assert!(props.nop_prev.is_none() && matches!(props.dedup, crate::Dedup::Off), "staged writes are plain");
                 let mut bp = p.bp;
-                bp.dva = self.allocate(p.payload.len() as u64, props.copies)?;
+                bp.dva = if open {
+                    self.allocate_open(p.payload.len() as u64, props.copies, props.txg)?
+                } else {
+                    self.allocate(p.payload.len() as u64, props.copies)?
+                };
                 // A borrowed payload is the logical bytes themselves: keep no copy.
                 let payload = match p.payload {
                     Cow::Owned(v) => Some(v),

@@ -513,11 +513,22 @@ impl Zio {
     fn allocate(&self, psize_bytes: u64, copies: u8) -> Result<[Dva; 3]> {
         let vdevs = self.vdevs.read();
         let mut space = self.space.lock();
-        Self::allocate_in(&vdevs, &mut space, psize_bytes, copies)
+        Self::allocate_in(&vdevs, &mut space, psize_bytes, copies, false)
     }
 
-    /// [`Zio::allocate`] with both locks already held by the caller.
-    fn allocate_in(vdevs: &[Arc<Vdev>], space: &mut SpaceMap, psize_bytes: u64, copies: u8) -> Result<[Dva; 3]> {
+    /// [`Zio::allocate`] in open context for a block born in `birth_txg`: made ahead
+    /// when that txg comes after the one the next space sync logs
+    /// ([`SpaceMap::allocates_ahead`], decided under the space lock).
+    pub(crate) fn allocate_open(&self, psize_bytes: u64, copies: u8, birth_txg: u64) -> Result<[Dva; 3]> {
+        let vdevs = self.vdevs.read();
+        let mut space = self.space.lock();
+        let ahead = space.allocates_ahead(birth_txg);
+        Self::allocate_in(&vdevs, &mut space, psize_bytes, copies, ahead)
+    }
+
+    /// [`Zio::allocate`] with both locks already held by the caller; `ahead` as
+    /// [`tarn_metaslab::VdevSpace::alloc_with`] takes it.
+    fn allocate_in(vdevs: &[Arc<Vdev>], space: &mut SpaceMap, psize_bytes: u64, copies: u8, ahead: bool) -> Result<[Dva; 3]> {
         let mut out = [Dva::default(); 3];
         let mut used: Vec<u32> = Vec::new();
         for i in 0..copies.clamp(1, 3) as usize {
@@ -526,8 +537,8 @@ impl Zio {
             let asize = vdevs[v as usize].psize_to_asize(psize_bytes);
             let vs = &mut space.vdevs[v as usize];
             let off = match used.iter().position(|&u| u == v) {
-                Some(j) => vs.alloc_near(asize, out[j].offset_bytes),
-                None => vs.alloc(asize),
+                Some(j) => vs.alloc_near_with(asize, out[j].offset_bytes, ahead),
+                None => vs.alloc_with(asize, ahead),
             };
             let off = match off {
                 Some(o) => o,
@@ -540,7 +551,7 @@ impl Zio {
                             continue;
                         }
                         let a = d.psize_to_asize(psize_bytes);
-                        if let Some(o) = space.vdevs[k].alloc(a) {
+                        if let Some(o) = space.vdevs[k].alloc_with(a, ahead) {
                             found = Some((k as u32, a, o));
                             break;
                         }
@@ -604,7 +615,7 @@ impl Zio {
         let vdevs = self.vdevs.read();
         let mut space = self.space.lock();
         space
-            .sync_plan(txg, &mut |sm, psize| Self::allocate_in(&vdevs, sm, psize, 3).ok())
+            .sync_plan(txg, &mut |sm, psize| Self::allocate_in(&vdevs, sm, psize, 3, false).ok())
             .map_err(|_| ZioError::NoSpace)
     }
 
