@@ -37,8 +37,9 @@
 //!   early block allocated on disk by a txg that does not reference it. So the early
 //!   writer keeps writing the open txg's records while the previous txg syncs; before,
 //!   it waited for that sync, and under writers that kept syncs back to back it wrote
-//!   almost nothing (20 `fio` writers of 1 MiB after a 1 GiB file was deleted:
-//!   283–481 MiB/s, against 643–670 with ahead allocations, `bench/README.md`).
+//!   almost nothing (20 `fio` writers of 1 MiB right after a 1 GiB file was deleted:
+//!   345 and 381 MiB/s in the medians of two `bench/swab.sh` runs, 639 and 632 with
+//!   allocations ahead).
 //! - *Writers wait for a long backlog*: a writer that completes records faster than
 //!   the early writer writes them (a stream that outruns the device) waits before its
 //!   next hold while more than [`EARLY_BACKLOG_RECORDS`] records are queued, at most
