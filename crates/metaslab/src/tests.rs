@@ -967,6 +967,42 @@ fn allocations_ahead_are_logged_by_their_own_txg() {
     }
 }
 
+/// Blocks allocated ahead on both sides of a metaslab boundary merge into one range in
+/// the ahead tree: each metaslab's map still shows its own part free, and a block freed
+/// ahead can be freed only once, and is reusable only after `sync_done`.
+#[test]
+fn ranges_allocated_ahead_across_a_metaslab_boundary_are_free_in_both_maps() {
+    let mut v = VdevSpace::with_ms_shift(1 << 20, 4096, 16);
+    assert_eq!(v.alloc(56 << 10), Some(0));
+    let a = v.alloc_with(8 << 10, true).unwrap();
+    let b = v.alloc_with(8 << 10, true).unwrap();
+    assert_eq!((a, b), (56 << 10, 64 << 10), "the two ahead blocks do not meet at the boundary");
+    assert_eq!(v.map_free_ranges(0), vec![(56 << 10, 8 << 10)]);
+    assert_eq!(v.map_free_ranges(1), vec![(64 << 10, 64 << 10)]);
+    assert_eq!(v.map_free_ranges(2), vec![(128 << 10, 64 << 10)]);
+    assert!(v.is_freeable(a, 8 << 10) && v.try_free_now(a, 8 << 10));
+    assert!(!v.is_freeable(a, 8 << 10) && !v.try_free_now(a, 8 << 10), "an ahead block freed twice");
+    assert!(!v.is_freeable(a, 16 << 10), "a range over a freed ahead block");
+    assert_eq!(v.map_free_ranges(0), vec![(56 << 10, 8 << 10)]);
+    assert!(v.is_allocated(a, 8 << 10));
+    assert_eq!(v.ahead_records(), 3);
+    v.sync_done(1, u64::MAX);
+    assert_eq!(v.ahead_records(), 0);
+    assert!(v.free_tree().contains(a, 8 << 10) && v.is_allocated(b, 8 << 10));
+    assert_eq!(v.map_free_ranges(1), vec![(72 << 10, 56 << 10)]);
+    // In order, merged where adjacent within a metaslab: the normal allocation and
+    // the first ahead block, the second, then the free.
+    let got: Vec<(RecordKind, u64, u64)> = v.pending.iter().map(|r| (r.kind, r.start_bytes, r.len_bytes)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (RecordKind::Alloc, 0, 64 << 10),
+            (RecordKind::Alloc, 64 << 10, 8 << 10),
+            (RecordKind::FreeNow, a, 8 << 10)
+        ]
+    );
+}
+
 #[test]
 fn log_is_truncated_as_metaslabs_flush() {
     // 512 metaslabs of 16 KiB: far more than a sync flushes.

@@ -532,7 +532,13 @@ impl VdevSpace {
             return m.free_tree().iter().collect();
         }
         let (start, end) = (m.start_bytes(), m.start_bytes() + m.size_bytes());
-        let inside = |t: &RangeTree| t.iter().filter(|&(s, l)| s >= start && s + l <= end).collect::<Vec<_>>();
+        // The trees merge adjacent blocks, also across a metaslab boundary: clip.
+        let inside = |t: &RangeTree| {
+            t.iter()
+                .filter(|&(s, l)| s < end && s + l > start)
+                .map(|(s, l)| (s.max(start), (s + l).min(end) - s.max(start)))
+                .collect::<Vec<_>>()
+        };
         let mut all: Vec<(u64, u64)> = m.free_tree().iter().collect();
         all.extend(inside(&self.ahead_allocated));
         all.extend(inside(&self.ahead_freed));
@@ -592,11 +598,15 @@ impl VdevSpace {
 
     /// Whether [`VdevSpace::free`] / [`VdevSpace::free_now`] accept this range (they
     /// panic otherwise, as a double free is a bug): non-empty, aligned, inside the
-    /// vdev and allocated. Callers freeing a range read from disk (a block pointer
+    /// vdev and allocated (and, for a range allocated ahead, within one such range not
+    /// freed already). Callers freeing a range read from disk (a block pointer
     /// that may be crafted) use [`VdevSpace::try_free`] / [`VdevSpace::try_free_now`],
     /// which free exactly the ranges this accepts and refuse the rest.
     pub fn is_freeable(&self, offset: u64, size_bytes: u64) -> bool {
-        self.is_aligned(offset, size_bytes) && self.is_allocated(offset, size_bytes)
+        self.is_aligned(offset, size_bytes)
+            && self.is_allocated(offset, size_bytes)
+            && !self.ahead_freed.overlaps(offset, size_bytes)
+            && (!self.ahead_allocated.overlaps(offset, size_bytes) || self.ahead_allocated.contains(offset, size_bytes))
     }
 
     /// A non-empty range of whole allocation units on a vdev that has space (not a
@@ -643,10 +653,6 @@ impl VdevSpace {
         for t in [&self.ahead_allocated, &self.ahead_freed] {
             for (s, l) in t.iter() {
                 assert!(self.is_allocated(s, l), "VdevSpace: ahead range [{s}, +{l}) is not allocated");
-                assert!(
-                    self.pieces(s, l).is_some_and(|p| p.len() == 1),
-                    "VdevSpace: ahead range [{s}, +{l}) spans metaslabs"
-                );
             }
         }
         assert!(
