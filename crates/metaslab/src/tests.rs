@@ -732,47 +732,29 @@ proptest! {
                     }
                 }
                 POp::Free(_) | POp::FreeNow(_) => {}
-                POp::Sync | POp::PowerCut(_) => {
-                    let cut = if let POp::PowerCut(k) = op { Some(k) } else { None };
-                    let txg = open;
-                    match sync(&mut sm, &mut disk, &mut open, cut, &mut |_| {}) {
-                        Some(root) => {
-                            structures = reachable(&disk, &root);
-                            committed.push(Committed { txg, root, state: snapshot(&sm), live: live.clone() });
-                        }
-                        None => {
-                            // Power cut mid-sync: import the last committed txg.
-                            let Some(c) = committed.last() else {
-                                let (fresh, _) = sim_pool();
-                                sm = fresh;
-                                live.clear();
-                                structures.clear();
-                                open = 1;
-                                continue;
-                            };
-                            sm = load_at(&disk, &dims, c);
-                            prop_assert_eq!(&snapshot(&sm), &c.state);
-                            live = c.live.clone();
-                            open = c.txg + 1;
-                        }
-                    }
-                }
-                POp::AheadSync(v, n, again, late, cut) => {
-                    // A block of txg `open + 1` (an early write's) allocated while txg
-                    // `open` syncs: this sync must log none of it.
-                    let v = v as usize % 3;
-                    let size = n as u64 * sm.vdevs[v].align_bytes();
+                POp::Sync | POp::PowerCut(_) | POp::AheadSync(..) => {
+                    let (cut, spec) = match op {
+                        POp::PowerCut(k) => (Some(k), None),
+                        POp::AheadSync(v, n, again, late, cut) => (cut, Some((v as usize % 3, n, again, late))),
+                        _ => (None, None),
+                    };
+                    // With `AheadSync`, a block of txg `open + 1` (an early write's)
+                    // allocated while txg `open` syncs: this sync must log none of it.
+                    // (vdev, offset, size, freed again ahead)
+                    let mut ahead: Option<(usize, u64, u64, bool)> = None;
                     prop_assert!(sm.allocates_ahead(open + 1) && !sm.allocates_ahead(open));
-                    let mut ahead: Option<u64> = None;
                     let mut make = |sm: &mut SpaceMap| {
-                        let off = sm.vdevs[v].alloc_with(size, true);
-                        if let (Some(o), true) = (off, again) {
+                        let Some((v, n, again, _)) = spec else { return };
+                        let size = n as u64 * sm.vdevs[v].align_bytes();
+                        let Some(o) = sm.vdevs[v].alloc_with(size, true) else { return };
+                        if again {
                             assert!(sm.vdevs[v].try_free_now(o, size), "the ahead block's free was refused");
                             assert!(!sm.vdevs[v].try_free_now(o, size), "an ahead block was freed twice");
                             assert!(sm.vdevs[v].is_allocated(o, size), "an ahead free took effect before the sync's end");
                         }
-                        ahead = off;
+                        ahead = Some((v, o, size, again));
                     };
+                    let late = spec.is_some_and(|s| s.3);
                     if !late {
                         make(&mut sm);
                     }
@@ -781,9 +763,9 @@ proptest! {
                     match r {
                         Some(root) => {
                             structures = reachable(&disk, &root);
-                            // What this txg logged: the block is free in it.
+                            // What this txg logged: a block allocated ahead is free in it.
                             let mut state = snapshot(&sm);
-                            if let (Some(o), false) = (ahead, again) {
+                            if let Some((v, o, size, false)) = ahead {
                                 let mut t = RangeTree::new();
                                 for &(s, l) in &state[v].0 {
                                     t.add(s, l);
@@ -792,12 +774,13 @@ proptest! {
                                 state[v].0 = t.iter().collect();
                             }
                             committed.push(Committed { txg, root, state, live: live.clone() });
-                            if let (Some(o), false) = (ahead, again) {
+                            if let Some((v, o, size, false)) = ahead {
                                 disk.clobber(v as u32, o, size);
                                 live.push((v as u32, o, size, open));
                             }
                         }
                         None => {
+                            // Power cut mid-sync: import the last committed txg.
                             let Some(c) = committed.last() else {
                                 let (fresh, _) = sim_pool();
                                 sm = fresh;
