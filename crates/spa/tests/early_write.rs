@@ -73,6 +73,20 @@ fn wait_written(os: &Objset, n: u64) -> EarlyStats {
     }
 }
 
+/// Dirty data for a slow sync: a new file of three whole records, which the early
+/// writer writes (waited for), and a partial one; then every leaf write of the mirror
+/// in `dir` takes `latency_ms`. Returns the early-write counters once those three are
+/// written, and the delay handlers (for `inject::remove_handler`).
+fn dirty_for_a_slow_sync(dir: &std::path::Path, os: &Objset, seed: u64, latency_ms: u64) -> (EarlyStats, Vec<u64>) {
+    let start = os.early_stats().written;
+    let slow = new_file(os);
+    let tx = os.hold_tx().unwrap();
+    os.write(&tx, slow, 0, &pattern(seed, 3 * RECORD + 100)).unwrap();
+    drop(tx);
+    let before = wait_written(os, start + 3);
+    (before, slow_mirror_writes(dir, latency_ms))
+}
+
 fn leak_free(pool: &Pool, ctx: &str) {
     pool.leak_check().unwrap_or_else(|e| panic!("{ctx}: leak check: {e}"));
 }
@@ -160,13 +174,7 @@ fn early_blocks_of_an_unsynced_txg_are_not_allocated_after_a_crash() {
     let kept = new_file(&os);
     append(&os, kept, 0, &base);
     pool.sync().unwrap();
-    // Dirty data for a slow sync.
-    let slow = new_file(&os);
-    let tx = os.hold_tx().unwrap();
-    os.write(&tx, slow, 0, &pattern(23, 3 * RECORD + 100)).unwrap();
-    drop(tx);
-    wait_written(&os, 3);
-    let delays = slow_mirror_writes(d.path(), 60);
+    let (_, delays) = dirty_for_a_slow_sync(d.path(), &os, 23, 60);
     let synced_before = pool.synced_txg();
     // Asked for, not waited for: a thread waiting for a sync pauses early writes.
     let syncing = pool.request_sync();
@@ -313,13 +321,7 @@ fn writers_wait_for_a_long_early_backlog_but_not_for_ever() {
 #[test]
 fn records_completed_while_a_sync_runs_are_written_early_at_once() {
     let (d, pool, os) = fresh_pool("early8");
-    let slow = new_file(&os);
-    let tx = os.hold_tx().unwrap();
-    os.write(&tx, slow, 0, &pattern(71, 3 * RECORD + 100)).unwrap();
-    drop(tx);
-    wait_written(&os, 3);
-    let before = os.early_stats();
-    let delays = slow_mirror_writes(d.path(), 100);
+    let (before, delays) = dirty_for_a_slow_sync(d.path(), &os, 71, 100);
     let synced_before = pool.synced_txg();
     // Asked for, not waited for: a thread waiting for a sync pauses early writes.
     let syncing = pool.request_sync();
@@ -359,13 +361,7 @@ fn records_completed_while_a_sync_runs_are_written_early_at_once() {
 #[test]
 fn records_of_the_next_txg_wait_while_a_thread_waits_for_a_sync() {
     let (d, pool, os) = fresh_pool("early9");
-    let slow = new_file(&os);
-    let tx = os.hold_tx().unwrap();
-    os.write(&tx, slow, 0, &pattern(91, 3 * RECORD + 100)).unwrap();
-    drop(tx);
-    wait_written(&os, 3);
-    let before = os.early_stats();
-    let delays = slow_mirror_writes(d.path(), 100);
+    let (before, delays) = dirty_for_a_slow_sync(d.path(), &os, 91, 100);
     let synced_before = pool.synced_txg();
     let syncing = {
         let pool = pool.clone();

@@ -53,6 +53,15 @@ fn adopted(pool: &Pool, name: &str) -> u64 {
     pool.zilog(name).unwrap().stats.adopted.load(Ordering::Relaxed)
 }
 
+/// Wait (at most 30 s) until the log of `name` has adopted `n` records.
+fn wait_adopted(pool: &Pool, name: &str, n: u64) {
+    let t = Instant::now();
+    while adopted(pool, name) < n {
+        assert!(t.elapsed() < Duration::from_secs(30), "the fsync adopted {} records", adopted(pool, name));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 fn leak_free(pool: &Pool, ctx: &str) {
     pool.leak_check().unwrap_or_else(|e| panic!("{ctx}: leak check: {e}"));
 }
@@ -118,11 +127,7 @@ fn an_adopted_block_its_txg_installed_is_not_claimed_again_at_import() {
         let fs = fs.clone();
         std::thread::spawn(move || fs.fsync(f).unwrap())
     };
-    let t = Instant::now();
-    while adopted(&pool, "adopt2") < 8 {
-        assert!(t.elapsed() < Duration::from_secs(30), "the fsync adopted {} records", adopted(&pool, "adopt2"));
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_adopted(&pool, "adopt2", 8);
     // The log block is in flight (each write takes 150 ms): this sync installs the
     // adopted blocks and keeps the log block.
     pool.sync().unwrap();
@@ -226,13 +231,10 @@ fn records_adopted_while_a_sync_runs_are_claimed_after_a_power_cut_that_follows_
         let fs = fs.clone();
         std::thread::spawn(move || fs.fsync(f).unwrap())
     };
-    let t = Instant::now();
-    while adopted(&pool, "adopt5") < 8 {
-        assert!(t.elapsed() < Duration::from_secs(30), "the fsync adopted {} records", adopted(&pool, "adopt5"));
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_adopted(&pool, "adopt5", 8);
     assert_eq!(pool.synced_txg(), synced_before, "the sync ended before the records were adopted");
     fsyncing.join().unwrap();
+    let t = Instant::now();
     while pool.synced_txg() < syncing {
         assert!(t.elapsed() < Duration::from_secs(30), "the sync never ended");
         std::thread::sleep(Duration::from_millis(2));
