@@ -887,6 +887,18 @@ fn load_refuses_mismatched_config_and_old_format() {
     assert!(SpaceMap::load(&dims, &BlkPtr::HOLE, &mut |bp| disk.read(bp)).is_err());
 }
 
+/// A space map of one normal vdev (`asize_bytes`, `align_bytes`, metaslabs of
+/// `2^ms_shift`) and the dimensions `SpaceMap::load` takes for it.
+fn one_vdev_map(asize_bytes: u64, align_bytes: u64, ms_shift: u32) -> (SpaceMap, Vec<VdevDims>) {
+    let vdev = VdevSpace::with_ms_shift(asize_bytes, align_bytes, ms_shift);
+    let dims = vec![VdevDims {
+        asize_bytes: vdev.asize_bytes(),
+        align_bytes,
+        class: AllocClass::Normal,
+    }];
+    (SpaceMap::new(vec![vdev]), dims)
+}
+
 /// A block allocated ahead while txg 2 syncs (an early write of txg 3), in the very
 /// metaslab txg 2 flushes: txg 2's map shows it free and its log does not allocate
 /// it; txg 3 logs it. Freed again ahead, it stays allocated in memory (nothing may
@@ -894,13 +906,7 @@ fn load_refuses_mismatched_config_and_old_format() {
 #[test]
 fn allocations_ahead_are_logged_by_their_own_txg() {
     for again in [false, true] {
-        let vdev = VdevSpace::with_ms_shift(4 << 20, 4096, 20);
-        let dims = vec![VdevDims {
-            asize_bytes: vdev.asize_bytes(),
-            align_bytes: 4096,
-            class: AllocClass::Normal,
-        }];
-        let mut sm = SpaceMap::new(vec![vdev]);
+        let (mut sm, dims) = one_vdev_map(4 << 20, 4096, 20);
         let mut disk = Disk::default();
         let sync = |sm: &mut SpaceMap, disk: &mut Disk, txg: u64| {
             let plan = sm.sync_plan(txg, &mut alloc_one).unwrap();
@@ -989,13 +995,7 @@ fn ranges_allocated_ahead_across_a_metaslab_boundary_are_free_in_both_maps() {
 #[test]
 fn log_is_truncated_as_metaslabs_flush() {
     // 512 metaslabs of 16 KiB: far more than a sync flushes.
-    let vdev = VdevSpace::with_ms_shift(8 << 20, 4096, 14);
-    let dims = vec![VdevDims {
-        asize_bytes: vdev.asize_bytes(),
-        align_bytes: 4096,
-        class: AllocClass::Normal,
-    }];
-    let mut sm = SpaceMap::new(vec![vdev]);
+    let (mut sm, dims) = one_vdev_map(8 << 20, 4096, 14);
     let mut disk = Disk::default();
     let mut root = BlkPtr::HOLE;
     let mut max_log = 0;
@@ -1095,13 +1095,7 @@ fn layouts_match_format_md() {
 fn large_maps_are_chained_chunks() {
     // One 64 MiB metaslab at 512-byte units, every other unit of its first half
     // allocated: 32 Ki free ranges, a 512 KiB map.
-    let vdev = VdevSpace::with_ms_shift(64 << 20, 512, 26);
-    let dims = vec![VdevDims {
-        asize_bytes: vdev.asize_bytes(),
-        align_bytes: 512,
-        class: AllocClass::Normal,
-    }];
-    let mut sm = SpaceMap::new(vec![vdev]);
+    let (mut sm, dims) = one_vdev_map(64 << 20, 512, 26);
     // Build the state directly (claiming unit by unit would verify 64 Ki times).
     let n = (64u64 << 20) / 512;
     let mut free = RangeTree::new();
