@@ -2,7 +2,7 @@
 # The daemon's resident memory against its bound (issue 14): RSS sampled every 0.2 s
 # while a mixed workload runs over a data set several times the ARC, next to the ARC's
 # own size (`tarn kstat arcstats`). The bound to check (tarn_cli::memory) is
-#   arc_max + dirty-data limit + hdr_size + l2_hdr_size + 64 MiB + 16 MiB per mount;
+#   arc_max + dirty-data limit + hdr_size + l2_hdr_size + 64 MiB + 32 MiB per mount;
 # the script prints the largest RSS per phase, the ARC's size at the largest, what is
 # left beyond arc_max + the dirty limit, the daemon's VmHWM, and the ratio of the
 # largest RSS to the bound, then the fio results of each phase (MiB/s, IOPS).

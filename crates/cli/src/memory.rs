@@ -26,8 +26,8 @@
 //! returned, and its mmap threshold rises to the largest mapped block freed (up to
 //! 32 MiB), after which even large buffers come from the heaps. Worse, a large zeroed
 //! request that finds a free chunk of the right size in a heap is cleared byte by
-//! byte: each FUSE worker's 16 MiB request buffer (fuser's `FuseReadBuf`, 8 per mount)
-//! became wholly resident when a file system was mounted after a pool had been
+//! byte: each FUSE worker's 16 MiB request buffer (fuser's `FuseReadBuf`, 8 per mount
+//! then) became wholly resident when a file system was mounted after a pool had been
 //! exported, 128 MiB per mount. Three measures, taken when the daemon starts:
 //!
 //! - [`MapLarge`], the `tarn` binary's global allocator: the system allocator, except
@@ -72,11 +72,18 @@ use std::time::Duration;
 /// header bytes, bytes (see the module theory for what it covers).
 pub const FIXED_OVERHEAD_BYTES: u64 = 64 << 20;
 
-/// Memory of each mounted file system beyond the caches, bytes: its FUSE workers
-/// (`tarn_fuse::MountOptions::threads`, 8 for the daemon's mounts) each keep a
-/// request buffer of which a 1 MiB write touches 1 MiB + a page, and a read reply
-/// buffer of up to 1 MiB that it keeps between requests.
-pub const MOUNT_OVERHEAD_BYTES: u64 = 16 << 20;
+/// FUSE worker threads of each of the daemon's mounts (`tarn_fuse::MountOptions::
+/// threads`). A worker that sends a write to the intent log waits for its commit, so
+/// at most this many synchronous writes meet in one log commit: with 128 threads of
+/// 8 KiB `O_SYNC` writes (`bench/eleven.sh`), 16 workers gave 3,800 and 3,955 IOPS
+/// against 3,272 and 3,237 with 8, 32 workers 4,160 and 4,439 (`bench/README.md`).
+pub const MOUNT_FUSE_THREADS: usize = 16;
+
+/// Memory of each mounted file system beyond the caches, bytes: its
+/// [`MOUNT_FUSE_THREADS`] FUSE workers each keep a request buffer of which a 1 MiB
+/// write touches 1 MiB + a page, and a read reply buffer of up to 1 MiB that it keeps
+/// between requests: 2 MiB each.
+pub const MOUNT_OVERHEAD_BYTES: u64 = MOUNT_FUSE_THREADS as u64 * (2 << 20);
 
 /// Largest number of malloc arenas (`M_ARENA_MAX`; glibc's default is 8 per CPU).
 pub const ARENA_MAX: i32 = 2;

@@ -215,7 +215,7 @@ mod imp {
             auto_unmount: true,
             default_permissions: true,
             // Enough workers that concurrent fsyncs meet in one log commit.
-            threads: 8,
+            threads: crate::memory::MOUNT_FUSE_THREADS,
         };
         let vfs = tarn_zpl::Vfs::new(fs, snapshots, opts.snapdir);
         // A panic in a FUSE worker suspends the dataset's pool (tarn_spa `suspend.rs`).

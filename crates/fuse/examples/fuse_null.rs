@@ -466,7 +466,8 @@ fn main() {
         allow_other: true,
         auto_unmount: true,
         default_permissions: true,
-        threads: 8,
+        // tarn_cli::memory::MOUNT_FUSE_THREADS
+        threads: 16,
     };
     let cfg = tarn_fuse::session_config(&opts);
     let session = match fuser::spawn_mount(fs, &mountpoint, &cfg) {
