@@ -84,8 +84,8 @@ struct SyncState {
     wanted_txg: u64,
     /// Set when a sync failed: the pool is suspended, and how writers are treated.
     suspended: Option<SuspendMode>,
-    /// Threads in [`TxgGate::wait_synced`] (or its `nowait` form) for a txg not yet
-    /// synced.
+    /// Live [`SyncWaiter`]s: threads in [`TxgGate::wait_synced`] (or its `nowait`
+    /// form) and sync tasks waiting for their txg.
     waiters: usize,
 }
 
@@ -302,32 +302,25 @@ impl TxgGate {
 
     fn wait_synced_inner(&self, txg: u64, block: bool) -> Result<()> {
         self.request_sync(txg);
+        let _waiting = self.sync_waiter();
         let mut s = self.sync.lock();
-        if s.synced_txg >= txg {
-            return Ok(());
-        }
-        s.waiters += 1;
-        let r = loop {
-            if s.synced_txg >= txg {
-                break Ok(());
-            }
+        while s.synced_txg < txg {
             match s.suspended {
                 Some(SuspendMode::Wait) if block => {}
-                Some(_) => break Err(DmuError::Io(SUSPENDED_MESSAGE.into())),
+                Some(_) => return Err(DmuError::Io(SUSPENDED_MESSAGE.into())),
                 None => {}
             }
             if s.suspended.is_some() && self.is_readonly() {
-                break Err(DmuError::ReadOnly);
+                return Err(DmuError::ReadOnly);
             }
             self.sync_cv.wait_for(&mut s, Duration::from_millis(200));
-        };
-        s.waiters -= 1;
-        r
+        }
+        Ok(())
     }
 
-    /// Whether some thread waits for a sync: in [`TxgGate::wait_synced`] for a txg
-    /// not yet synced (`zpool sync`, an intent-log fallback, a writer short of space)
-    /// or holding a [`SyncWaiter`] (a sync task such as a snapshot).
+    /// Whether some thread waits for a sync: in [`TxgGate::wait_synced`] (`zpool
+    /// sync`, an intent-log fallback, a writer short of space) or holding a
+    /// [`SyncWaiter`] (a sync task such as a snapshot).
     pub fn has_sync_waiters(&self) -> bool {
         self.sync.lock().waiters > 0
     }
