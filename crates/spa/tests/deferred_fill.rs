@@ -280,6 +280,52 @@ fn warm_fill_takes_the_old_blocks_out_of_the_arc() {
     pool.export().unwrap();
 }
 
+/// The indirect block a sync rewrites leaves the ARC (`Zio::take_block`): the sync
+/// edits the cached buffer instead of a copy of it. A snapshot keeps the old block
+/// allocated (a plain free would also drop it from the cache), so the test can see
+/// that it left the ARC, and that no device read brought it in; the file reads back
+/// as written, before and after export and import.
+#[test]
+fn a_rewritten_indirect_block_leaves_the_arc() {
+    const N: u64 = 6;
+    let d = tempfile::tempdir().unwrap();
+    let pool = mirror_pool(d.path(), "indtake", 64 << 20);
+    let os = pool.objset_concrete("indtake").unwrap();
+    let mut model = pattern(8, (N * RECORD) as usize);
+    let obj = file_on_disk(&pool, &os, &model);
+    let zio = pool.zio().clone();
+    let l1 = |pool: &Pool| {
+        let dump = pool.dataset_dump("indtake", &[obj]).unwrap();
+        let dn = &dump.objects.iter().find(|o| o.object == obj).expect("dumped").dnode;
+        assert_eq!((dn.nlevels, dn.blkptr.level), (2, 1), "one level-1 block over the records");
+        dn.blkptr
+    };
+    let old = l1(&pool);
+    assert!(zio.arc().contains(&zio.arc_key(&old)), "a block just written is cached");
+    pool.snapshot(&["indtake@keep".to_string()], false).unwrap();
+    let tx = os.hold_tx().unwrap();
+    let bytes = pattern(81, 8192);
+    os.write(&tx, obj, 2 * RECORD + 100, &bytes).unwrap();
+    model[2 * RECORD as usize + 100..2 * RECORD as usize + 100 + bytes.len()].copy_from_slice(&bytes);
+    drop(tx);
+    let blocks_read = zio.blocks_read.load(Ordering::Relaxed);
+    pool.sync().unwrap();
+    let new = l1(&pool);
+    assert_ne!(old.dva[0], new.dva[0], "copy-on-write: a new indirect block");
+    assert!(!zio.arc().contains(&zio.arc_key(&old)), "the replaced indirect block left the ARC");
+    assert_eq!(
+        zio.blocks_read.load(Ordering::Relaxed),
+        blocks_read,
+        "taken from the ARC, not read from a device"
+    );
+    assert!(zio.arc().contains(&zio.arc_key(&new)), "the new one is");
+    check_whole(&*os, obj, &model, "after the sync");
+    let pool = reimport(pool, d.path(), "indtake");
+    let os = pool.objset("indtake").unwrap();
+    check_whole(&*os, obj, &model, "after export and import");
+    pool.export().unwrap();
+}
+
 /// A partial write into a record whose only copy is damaged: the sync does not fail
 /// (the pool stays healthy for everything else), the write is dropped, and reading the
 /// record reports the checksum error instead of returning zeros or half-new bytes.

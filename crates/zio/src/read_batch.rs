@@ -25,8 +25,11 @@
 //! turn the old block's buffer into the new record in place instead of copying 128 KiB
 //! into a fresh allocation. Every block read from a device counts in `blocks_read`.
 //!
-//! Called by: dmu (phase 2 of a txg sync, the fill of partial records) and send (its
-//! read-ahead of data blocks).
+//! [`Zio::take_block`] is the same take for one block, on the caller's thread (the
+//! sync's read of an indirect block it rewrites).
+//!
+//! Called by: dmu (phase 2 of a txg sync, the fill of partial records; phase 3, the
+//! indirect blocks) and send (its read-ahead of data blocks).
 
 use crate::arc::Access;
 use crate::{CachePolicy, Result, Zio, AGGREGATE_MAX_BYTES};
@@ -59,6 +62,23 @@ impl Zio {
     /// as `read_blocks`.
     pub fn take_blocks(&self, bps: &[BlkPtr], threads: usize) -> Vec<Result<Arc<Vec<u8>>>> {
         self.read_blocks_with(bps, threads, true)
+    }
+
+    /// [`Zio::take_blocks`] of one block, on the calling thread: the cached buffer
+    /// leaves the ARC, or the block is read, verified and decompressed like
+    /// [`Zio::read_block`] without entering the cache. For an indirect block its txg
+    /// sync is about to rewrite: the ARC usually held the only other reference, so the
+    /// caller can `Arc::try_unwrap` it and edit the bytes in place instead of copying
+    /// 128 KiB into fresh memory (OpenZFS `arc_release` detaches a dirtied dbuf's
+    /// buffer from the hash table for the same reason). Holes read as zeros. Errors as
+    /// [`Zio::read_block`].
+    pub fn take_block(&self, bp: &BlkPtr) -> Result<Arc<Vec<u8>>> {
+        if !bp.is_hole() {
+            if let Some(d) = self.arc.take(&self.arc_key(bp)) {
+                return Ok(d);
+            }
+        }
+        self.read_block_as(bp, Access::Demand, CachePolicy::None)
     }
 
     fn read_blocks_with(&self, bps: &[BlkPtr], threads: usize, take: bool) -> Vec<Result<Arc<Vec<u8>>>> {
@@ -105,54 +125,56 @@ impl Zio {
             }
         }
         let workers = threads.clamp(1, 8).min(runs.len().max(1));
-        let results: Vec<Vec<(usize, BlockRead)>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..workers)
-                .map(|w| {
-                    let (vdevs, order, runs) = (&vdevs, &order, &runs);
-                    s.spawn(move || {
-                        let mut got = Vec::new();
-                        for (v, off, len, members) in runs.iter().skip(w).step_by(workers) {
-                            // One device read for the run; `None` when it failed (every
-                            // member is then read alone below).
-                            let raw = if members.len() > 1 {
-                                vdevs.get(*v as usize).and_then(|t| t.read(*off, *len, &|_| true).ok())
+        // Worker `w` of `workers`: issue and verify every `workers`-th run from `w`.
+        let work = |w: usize| {
+            let mut got = Vec::new();
+            for (v, off, len, members) in runs.iter().skip(w).step_by(workers) {
+                // One device read for the run; `None` when it failed (every
+                // member is then read alone below).
+                let raw = if members.len() > 1 {
+                    vdevs.get(*v as usize).and_then(|t| t.read(*off, *len, &|_| true).ok())
+                } else {
+                    None
+                };
+                for &k in members {
+                    let (_, boff, _, i) = order[k];
+                    let bp = &bps[i];
+                    let from_run = raw.as_ref().and_then(|raw| {
+                        let at = (boff - off) as usize;
+                        let phys = raw.get(at..at + bp.psize_bytes as usize)?;
+                        (bp.checksum_alg.compute(phys) == bp.checksum).then_some(phys)
+                    });
+                    let r = match from_run {
+                        Some(phys) => {
+                            self.blocks_read.fetch_add(1, Ordering::Relaxed);
+                            if bp.compression == Compression::Off && phys.len() >= bp.lsize_bytes as usize {
+                                Ok(Arc::new(phys[..bp.lsize_bytes as usize].to_vec()))
                             } else {
-                                None
-                            };
-                            for &k in members {
-                                let (_, boff, _, i) = order[k];
-                                let bp = &bps[i];
-                                let from_run = raw.as_ref().and_then(|raw| {
-                                    let at = (boff - off) as usize;
-                                    let phys = raw.get(at..at + bp.psize_bytes as usize)?;
-                                    (bp.checksum_alg.compute(phys) == bp.checksum).then_some(phys)
-                                });
-                                let r = match from_run {
-                                    Some(phys) => {
-                                        self.blocks_read.fetch_add(1, Ordering::Relaxed);
-                                        if bp.compression == Compression::Off && phys.len() >= bp.lsize_bytes as usize {
-                                            Ok(Arc::new(phys[..bp.lsize_bytes as usize].to_vec()))
-                                        } else {
-                                            bp.compression.decompress(phys, bp.lsize_bytes as usize).map(Arc::new).map_err(Into::into)
-                                        }
-                                    }
-                                    // Alone, or not verified in its run: the full
-                                    // single-block path, with every copy, healing and
-                                    // error counting.
-                                    // (The fill's blocks stay out of the cache
-                                    // there too: they are about to be replaced.)
-                                    None if take => self.read_block_as(bp, Access::Demand, CachePolicy::None),
-                                    None => self.read_block(bp),
-                                };
-                                got.push((i, r));
+                                bp.compression.decompress(phys, bp.lsize_bytes as usize).map(Arc::new).map_err(Into::into)
                             }
                         }
-                        got
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().expect("batched read")).collect()
-        });
+                        // Alone, or not verified in its run: the full
+                        // single-block path, with every copy, healing and
+                        // error counting.
+                        // (The fill's blocks stay out of the cache
+                        // there too: they are about to be replaced.)
+                        None if take => self.read_block_as(bp, Access::Demand, CachePolicy::None),
+                        None => self.read_block(bp),
+                    };
+                    got.push((i, r));
+                }
+            }
+            got
+        };
+        // One worker (or nothing left to read after the ARC) needs no thread of its own.
+        let results: Vec<Vec<(usize, BlockRead)>> = if workers == 1 {
+            vec![work(0)]
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = (0..workers).map(|w| s.spawn(move || work(w))).collect();
+                handles.into_iter().map(|h| h.join().expect("batched read")).collect()
+            })
+        };
         for (i, r) in results.into_iter().flatten() {
             out[i] = Some(r);
         }

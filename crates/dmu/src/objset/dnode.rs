@@ -55,20 +55,43 @@ impl Objset {
     /// of another type, or a block that is not exactly one indirect block long is
     /// `Corrupt` (a crafted pool), never an index panic further down.
     pub(super) fn read_indirect(&self, bp: &BlkPtr, level: u32) -> Result<Arc<Vec<u8>>> {
+        Self::check_indirect_bp(bp, level)?;
+        let ind = self.read_bp(bp).map_err(zio_err)?;
+        Self::check_indirect_len(&ind, level)?;
+        Ok(ind)
+    }
+
+    /// [`Objset::read_indirect`] of a block that this txg's sync replaces (its
+    /// pointers are about to change): the cached copy leaves the ARC
+    /// ([`tarn_zio::Zio::take_block`]) and, when nothing else holds it, becomes the
+    /// returned buffer without a copy. A reader that still walks the old tree while
+    /// the sync runs reads the old block again from disk, where it stays until its
+    /// deferred free. Same checks and errors as `read_indirect`.
+    pub(super) fn take_indirect(&self, bp: &BlkPtr, level: u32) -> Result<Vec<u8>> {
+        Self::check_indirect_bp(bp, level)?;
+        let ind = self.zio.take_block(bp).map_err(zio_err)?;
+        Self::check_indirect_len(&ind, level)?;
+        Ok(Arc::try_unwrap(ind).unwrap_or_else(|shared| shared.as_ref().clone()))
+    }
+
+    fn check_indirect_bp(bp: &BlkPtr, level: u32) -> Result<()> {
         if bp.level as u32 != level || bp.otype != ObjectType::Indirect {
             return Err(DmuError::Corrupt(tarn_phys::Corrupt::new(
                 "indirect",
                 format!("expected a level-{level} indirect block, found level {} {:?}", bp.level, bp.otype),
             )));
         }
-        let ind = self.read_bp(bp).map_err(zio_err)?;
+        Ok(())
+    }
+
+    fn check_indirect_len(ind: &[u8], level: u32) -> Result<()> {
         if ind.len() != 1 << INDBLKSHIFT {
             return Err(DmuError::Corrupt(tarn_phys::Corrupt::new(
                 "indirect",
                 format!("indirect block of {} bytes (level {level})", ind.len()),
             )));
         }
-        Ok(ind)
+        Ok(())
     }
 
     /// The level-0 pointer for `blkid` in `tree` (hole if beyond the tree).

@@ -686,7 +686,7 @@ impl Objset {
             let bytes = if bp.is_hole() {
                 vec![0u8; 1 << INDBLKSHIFT]
             } else {
-                self.read_indirect(&bp, l)?.as_ref().clone()
+                self.take_indirect(&bp, l)?
             };
             dirty.insert((l, idx), bytes);
         }

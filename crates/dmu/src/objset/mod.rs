@@ -109,11 +109,13 @@
 //! Errors: a failed block read returns `DmuError::Io` (zio already counted it); a
 //! failed write or allocation in phase 2/3 is returned to spa, which suspends the pool.
 //!
-//! Untrusted trees: every indirect block is read through `read_indirect`, which
-//! checks the pointer's level and type against its place in the tree and the block's
-//! length (exactly 128 KiB) before anything indexes it, in open context
-//! (`tree_lookup`) and in syncing context (`load_indirect`, `l1_exists`,
-//! `free_subtree`, and so `trees_write`, which only sees blocks loaded that way). A
+//! Untrusted trees: every indirect block is read through `read_indirect` (or
+//! `take_indirect`, the sync's read of a block it is about to rewrite, which takes the
+//! cached buffer out of the ARC instead of copying it), both of which check the
+//! pointer's level and type against its place in the tree and the block's length
+//! (exactly 128 KiB) before anything indexes it, in open context (`tree_lookup`) and
+//! in syncing context (`load_indirect`, `l1_exists`, `free_subtree`, and so
+//! `trees_write`, which only sees blocks loaded that way). A
 //! damaged or crafted tree gives `DmuError::Corrupt`, never a panic in the sync
 //! thread. Freeing a tree remembers the blocks it freed, so a pointer repeated in a
 //! crafted DAG is freed once and its subtree walked once.
