@@ -765,3 +765,63 @@ fn a_log_block_flushed_by_one_mirror_side_survives_a_power_cut() {
     drop(fs);
     pool.export().unwrap();
 }
+
+/// Bytes written so far to the log device `la` of a `make_pool_with_log` pool.
+fn log_leaf_write_bytes(pool: &Pool) -> u64 {
+    let tops = pool.zio().vdevs();
+    let leaf = tops
+        .iter()
+        .flat_map(|t| t.leaves())
+        .find(|l| l.path().as_deref().is_some_and(|p| p.ends_with("/la")))
+        .expect("the log leaf");
+    leaf.stats().write_bytes.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The next log block is pre-allocated for the largest of the recent commits, so a
+/// large commit after a small one still fits one block (one write and flush instead
+/// of several blocks in parallel and a flush of every leaf); and a block is written
+/// only up to its used part, so the room a small commit leaves empty costs no device
+/// bytes.
+#[test]
+fn a_large_commit_after_a_small_one_fits_one_log_block() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(d.path()).unwrap();
+    let prefix = dir.display().to_string();
+    let pool = make_pool_with_log(&dir, "lwbsize", false);
+    let (fs, _) = mount(&pool, "lwbsize");
+    let root = fs.root();
+    let f = fs.create(root, b"f", 0o644, 0, 0).unwrap().ino;
+    fs.fsync(f).unwrap();
+    let zl = pool.zilog("lwbsize").unwrap();
+    let lwbs = || zl.stats.lwbs_written.load(std::sync::atomic::Ordering::Relaxed);
+    // Five 8 KiB writes, one commit of about 41 KiB of records.
+    let large = |at: u64| {
+        for i in 0..5u64 {
+            fs.write(f, at + i * 8192, &[i as u8 + 1; 8192]).unwrap();
+        }
+        fs.fsync(f).unwrap();
+    };
+    large(0);
+    // A small commit: about 8 KiB of records in a block sized for the large one.
+    let (blocks, bytes) = (lwbs(), log_leaf_write_bytes(&pool));
+    fs.write(f, 1 << 20, &[9u8; 8192]).unwrap();
+    fs.fsync(f).unwrap();
+    assert_eq!(lwbs() - blocks, 1, "a small commit is one block");
+    let written = log_leaf_write_bytes(&pool) - bytes;
+    assert!(written <= 12 << 10, "the small commit wrote {written} bytes: more than its used part");
+    // The large one again: it fits the block pre-allocated after the small commit.
+    let blocks = lwbs();
+    large(2 << 20);
+    assert_eq!(lwbs() - blocks, 1, "the large commit after a small one took more than one block");
+    // Blocks written only in part replay whole: the log is the only copy of these.
+    let expect = snapshot(&fs);
+    drop(zl);
+    crash(pool, Some(fs), &prefix, 0);
+    let pool = Pool::import("lwbsize", &[PathBuf::from(&dir)], Rewind::None, None).unwrap();
+    let (fs, stats) = mount(&pool, "lwbsize");
+    assert!(stats.applied >= 11, "replay applied {stats:?}");
+    assert_eq!(stats.failed, 0, "{stats:?}");
+    assert_eq!(snapshot(&fs), expect);
+    drop(fs);
+    pool.export().unwrap();
+}

@@ -11,7 +11,10 @@
 //!
 //! The chain. The object-set root holds a [`ZilHeader`] naming the chain and its first
 //! live block. Each block names the next one, allocated before the block itself was
-//! written, so block N can be written while N+1 is still being filled. A new chain's
+//! written, so block N can be written while N+1 is still being filled. That successor
+//! is sized for the largest of the last few commits, so a group commit usually fits
+//! one block (one write and flush per mirror side), and only a block's used part is
+//! written on a leaf or mirror (the checksum covers only that part). A new chain's
 //! header must be on disk before anything in it is acknowledged (one txg sync per
 //! chain, as `zil_create` does); after that the chain lives on and the header only moves
 //! forward as txg syncs make its oldest blocks unnecessary ([`Zilog::sync`]).
@@ -70,6 +73,9 @@ pub type Result<T> = std::result::Result<T, ZilError>;
 /// Largest write carried inside one record; longer writes are logged as several itxs
 /// so that every record fits one log block.
 pub const WRITE_CHUNK_BYTES: u64 = 64 << 10;
+
+/// How many recent issues size the next pre-allocated log block.
+const RECENT_ISSUES: usize = 8;
 
 /// Writes longer than this go to a block of their own and the record points at it
 /// (`WR_INDIRECT`) when there is no SLOG or `logbias=throughput` (OpenZFS
@@ -194,8 +200,13 @@ struct ZilState {
     replayed: BTreeMap<u64, u64>,
     /// Seq of the record being replayed (0 when not replaying).
     replaying_seq: u64,
-    /// Size for the next pre-allocated block.
-    next_size_bytes: u32,
+    /// Bytes of the last [`RECENT_ISSUES`] issues (header and records), a ring: the
+    /// next pre-allocated block is sized for the largest, so that the next group
+    /// commit of that size fits one block (OpenZFS `zil_lwb_predict` keeps the
+    /// recent commit sizes for the same reason).
+    recent_issue_bytes: [u32; RECENT_ISSUES],
+    /// Where the next issue's size goes in `recent_issue_bytes`.
+    recent_at: usize,
     /// Blocks in flight (issued, not done).
     in_flight: usize,
     /// Vdevs a log write failed on: no more log blocks there until the next import.
@@ -302,7 +313,7 @@ impl Zilog {
                 next_seq: 1,
                 header,
                 replay_pending: !header.is_empty(),
-                next_size_bytes: LWB_MIN_SIZE_BYTES * 4,
+                recent_issue_bytes: [LWB_MIN_SIZE_BYTES * 4; RECENT_ISSUES],
                 ..ZilState::default()
             }),
             cv: Condvar::new(),
@@ -648,8 +659,17 @@ impl Zilog {
             cur.indirect.extend(ind);
         }
         if result.is_ok() {
-            // The successor of the last block: sized like the recent commits.
-            let hint = self.st.lock().next_size_bytes as usize;
+            // The successor of the last block: sized for the largest recent issue,
+            // this one included. Only its used part is written (`log_write_len`), so
+            // room that a smaller commit leaves empty costs no device time on a leaf
+            // or mirror.
+            let hint = {
+                let mut st = self.st.lock();
+                let at = st.recent_at;
+                st.recent_issue_bytes[at] = (LWB_HEADER_SIZE_BYTES + total).min(LWB_MAX_SIZE_BYTES as usize) as u32;
+                st.recent_at = (at + 1) % RECENT_ISSUES;
+                st.recent_issue_bytes.iter().copied().max().unwrap_or(LWB_MIN_SIZE_BYTES) as usize
+            };
             match self.alloc_next(hint.max(cur.used)) {
                 Ok(next) => {
                     cur.seal(guid, next);
@@ -673,7 +693,6 @@ impl Zilog {
         }
         let last = blocks.last().expect("at least one block");
         st.tail = last.next;
-        st.next_size_bytes = round_lwb_size(last.used);
         for b in &blocks {
             st.lwbs.push_back(Lwb {
                 ptr: b.ptr,
@@ -803,9 +822,9 @@ impl Zilog {
         let ok = match blocks.as_slice() {
             // The usual commit: one block and nothing else to flush. Each mirror side
             // writes and flushes on its own, one fan-out instead of two.
-            [b] if b.indirect.is_empty() => self.zio.write_raw_flushed(&b.ptr.dva(), &b.buf),
+            [b] if b.indirect.is_empty() => self.zio.write_raw_flushed(&b.ptr.dva(), b.written_part(&self.zio)),
             _ => {
-                let write = |b: &Building| self.zio.write_raw(&b.ptr.dva(), &b.buf);
+                let write = |b: &Building| self.zio.write_raw(&b.ptr.dva(), b.written_part(&self.zio));
                 let wrote: std::result::Result<(), ZioError> = tarn_zio::each_parallel(&blocks, write).into_iter().collect();
                 wrote.and_then(|()| self.zio.flush_vdevs(&vdevs))
             }
@@ -1217,6 +1236,14 @@ impl Building {
             indirect: Vec::new(),
             next: LwbPtr::default(),
         }
+    }
+
+    /// The bytes a write of this sealed block must cover: the used part rounded to
+    /// sectors where the vdev allows it ([`Zio::log_write_len`]), else all of it.
+    /// The checksum covers only the used part, so what the block's tail held before
+    /// is never read as records.
+    fn written_part(&self, zio: &Zio) -> &[u8] {
+        &self.buf[..zio.log_write_len(&self.ptr.dva(), self.used, self.buf.len())]
     }
 
     fn seal(&mut self, guid: u64, mut next: LwbPtr) {

@@ -83,6 +83,26 @@ impl Zio {
         Ok(())
     }
 
+    /// How many leading bytes of a `size_bytes` log block at `dva` a write must cover
+    /// so that its first `used_bytes` land where a read of the whole block finds
+    /// them: `used_bytes` rounded up to whole sectors (at least 4 KiB) on a leaf or
+    /// mirror top-level vdev, which lay a block's bytes out in order; the whole block
+    /// on raidz, whose columns depend on the length written, and on an unknown vdev.
+    /// Never more than `size_bytes`. (OpenZFS writes an lwb's used part the same way:
+    /// `zil_lwb_write_issue` rounds `lwb_nused` up to `ZIL_MIN_BLKSZ`.)
+    pub fn log_write_len(&self, dva: &Dva, used_bytes: usize, size_bytes: usize) -> usize {
+        let Some(top) = self.vdevs.read().get(dva.vdev as usize).cloned() else {
+            return size_bytes;
+        };
+        match top.kind() {
+            tarn_vdev::VdevKind::Leaf(_) | tarn_vdev::VdevKind::Mirror(_) => {
+                let want = used_bytes.max(1).next_multiple_of(4 << 10) as u64;
+                (top.psize_to_asize(want) as usize).min(size_bytes)
+            }
+            _ => size_bytes,
+        }
+    }
+
     /// [`Zio::write_raw`] and the flush of the block's top-level vdev in one step, each
     /// mirror side writing and then flushing on its own ([`tarn_vdev::Vdev::write_flush`]):
     /// durable when it returns Ok. For a commit whose only block is this one. Errors:
