@@ -915,19 +915,20 @@ impl Zilog {
             h = ZilHeader::default();
         } else if !st.replay_pending && !st.tail.is_none() {
             // Free the prefix of blocks whose changes are all in txgs ≤ txg.
+            let mut freed = Vec::new();
             while st.lwbs.front().is_some_and(|l| l.done && l.max_txg <= txg) {
                 let l = st.lwbs.pop_front().unwrap();
-                self.zio.free_dva(&l.ptr.dva(), txg);
+                freed.push(l.ptr.dva());
                 for bp in &l.indirect {
                     self.zio.free_block(bp, txg);
                 }
             }
+            self.zio.free_log_dvas(&mut freed, txg);
             h.head = st.lwbs.front().map(|l| l.ptr).unwrap_or(st.tail);
         }
         if st.in_flight == 0 && !st.replay_pending && st.tail.is_none() {
-            for d in std::mem::take(&mut st.retired) {
-                self.zio.free_dva(&d, txg);
-            }
+            let mut retired = std::mem::take(&mut st.retired);
+            self.zio.free_log_dvas(&mut retired, txg);
             for bp in std::mem::take(&mut st.retired_bps) {
                 self.zio.free_block(&bp, txg);
             }
