@@ -24,15 +24,7 @@ fn leaf(dir: &tempfile::TempDir, name: &str, id: u32, guid: u64, size_bytes: u64
 }
 
 fn block(i: u64, len: usize) -> Vec<u8> {
-    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    common::incompressible(i, len)
 }
 
 /// A pipeline over one 80 MiB data leaf with its own ARC of `arc_bytes`.

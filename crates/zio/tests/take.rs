@@ -4,22 +4,9 @@
 
 mod common;
 
-use common::{data_props, leaf, zio_over};
+use common::{data_props, incompressible, leaf, zio_over};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-/// Bytes that lz4 cannot shrink, so the ARC keeps them as they are.
-fn incompressible(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 #[test]
 fn a_cached_block_is_taken_out_of_the_arc_without_a_copy() {
