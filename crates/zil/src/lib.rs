@@ -668,7 +668,7 @@ impl Zilog {
                 let at = st.recent_at;
                 st.recent_issue_bytes[at] = (LWB_HEADER_SIZE_BYTES + total).min(LWB_MAX_SIZE_BYTES as usize) as u32;
                 st.recent_at = (at + 1) % RECENT_ISSUES;
-                st.recent_issue_bytes.iter().copied().max().unwrap_or(LWB_MIN_SIZE_BYTES) as usize
+                st.recent_issue_bytes.iter().copied().max().expect("RECENT_ISSUES > 0") as usize
             };
             match self.alloc_next(hint.max(cur.used)) {
                 Ok(next) => {
@@ -1202,19 +1202,17 @@ impl Zilog {
     /// it (deferred) and forget everything. Nothing may be in flight (it is unmounted).
     pub fn destroy(&self, txg: u64) {
         let mut st = self.st.lock();
-        let lwbs: Vec<Lwb> = st.lwbs.drain(..).collect();
-        for l in lwbs {
-            self.zio.free_dva(&l.ptr.dva(), txg);
+        let mut freed = std::mem::take(&mut st.retired);
+        for l in st.lwbs.drain(..) {
+            freed.push(l.ptr.dva());
             for bp in &l.indirect {
                 self.zio.free_block(bp, txg);
             }
         }
         if !st.tail.is_none() {
-            self.zio.free_dva(&st.tail.dva(), txg);
+            freed.push(st.tail.dva());
         }
-        for d in std::mem::take(&mut st.retired) {
-            self.zio.free_dva(&d, txg);
-        }
+        self.zio.free_log_dvas(&mut freed, txg);
         for bp in std::mem::take(&mut st.retired_bps) {
             self.zio.free_block(&bp, txg);
         }

@@ -1040,6 +1040,23 @@ mod tests {
         Arc::new(Vdev::new_raidz(id, 500 + id as u64, 12, p, ch))
     }
 
+    /// A log block is written only up to its used part, rounded to 4 KiB, on a leaf
+    /// (and so on a mirror); whole on raidz, whose column layout depends on the
+    /// length written.
+    #[test]
+    fn log_writes_cover_the_used_part_on_a_leaf_and_the_whole_block_on_raidz() {
+        let dir = tempfile::tempdir().unwrap();
+        for (top, whole) in [(leaf_vdev(&dir, "lwl", 0), false), (raidz_vdev(&dir, "lwr", 0, 3, 1), true)] {
+            let space = SpaceMap::new(vec![VdevSpace::new(top.asize_bytes(), top.alloc_align_bytes())]);
+            let zio = Zio::new(vec![top], space, 1 << 20);
+            let dva = zio.alloc_log_block(64 << 10, 0, &[]).unwrap();
+            let want = |used: usize| if whole { 64 << 10 } else { used };
+            assert_eq!(zio.log_write_len(&dva, 128 + 8300, 64 << 10), want(12 << 10));
+            assert_eq!(zio.log_write_len(&dva, 128, 64 << 10), want(4 << 10));
+            assert_eq!(zio.log_write_len(&dva, 64 << 10, 64 << 10), 64 << 10);
+        }
+    }
+
     #[test]
     fn raidz_blocks_get_openzfs_asize_and_deflate_ratio_matches() {
         let dir = tempfile::tempdir().unwrap();

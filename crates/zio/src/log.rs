@@ -14,6 +14,7 @@
 
 use crate::{Result, Zio, ZioError};
 use std::sync::atomic::Ordering;
+use tarn_phys::zil::LWB_MIN_SIZE_BYTES;
 use tarn_phys::Dva;
 
 impl Zio {
@@ -85,18 +86,17 @@ impl Zio {
 
     /// How many leading bytes of a `size_bytes` log block at `dva` a write must cover
     /// so that its first `used_bytes` land where a read of the whole block finds
-    /// them: `used_bytes` rounded up to whole sectors (at least 4 KiB) on a leaf or
+    /// them: `used_bytes` rounded up to whole sectors (at least the 4 KiB of
+    /// [`LWB_MIN_SIZE_BYTES`]) on a leaf or
     /// mirror top-level vdev, which lay a block's bytes out in order; the whole block
     /// on raidz, whose columns depend on the length written, and on an unknown vdev.
     /// Never more than `size_bytes`. (OpenZFS writes an lwb's used part the same way:
     /// `zil_lwb_write_issue` rounds `lwb_nused` up to `ZIL_MIN_BLKSZ`.)
     pub fn log_write_len(&self, dva: &Dva, used_bytes: usize, size_bytes: usize) -> usize {
-        let Some(top) = self.vdevs.read().get(dva.vdev as usize).cloned() else {
-            return size_bytes;
-        };
+        let Ok(top) = self.log_top(dva) else { return size_bytes };
         match top.kind() {
             tarn_vdev::VdevKind::Leaf(_) | tarn_vdev::VdevKind::Mirror(_) => {
-                let want = used_bytes.max(1).next_multiple_of(4 << 10) as u64;
+                let want = used_bytes.max(1).next_multiple_of(LWB_MIN_SIZE_BYTES as usize) as u64;
                 (top.psize_to_asize(want) as usize).min(size_bytes)
             }
             _ => size_bytes,
@@ -138,12 +138,7 @@ impl Zio {
     /// Free one DVA, deferred like every other free (see [`Zio::free_block`]). A range
     /// that is not allocated (a log block claimed twice) is left alone and reported.
     pub fn free_dva(&self, dva: &Dva, txg: u64) {
-        let mut space = self.space.lock();
-        let Some(vs) = space.vdevs.get_mut(dva.vdev as usize) else { return };
-        if !vs.try_free(txg, dva.offset_bytes, dva.asize_bytes) {
-            self.refused_frees.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::error!("log block {dva:?} freed but not allocated; ignored");
-        }
+        self.free_log_dvas(&mut [*dva], txg);
     }
 
     /// [`Zio::free_dva`] of many log blocks at once, as a txg sync frees the blocks its
@@ -155,23 +150,27 @@ impl Zio {
     /// a block that is not allocated is refused and counted alone, as by `free_dva`.
     pub fn free_log_dvas(&self, dvas: &mut [Dva], txg: u64) {
         dvas.sort_unstable_by_key(|d| (d.vdev, d.offset_bytes));
+        let end = |d: &Dva| d.offset_bytes.checked_add(d.asize_bytes);
         let mut space = self.space.lock();
-        let refuse = |d: &Dva| {
-            self.refused_frees.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::error!("log block {d:?} freed but not allocated; ignored");
-        };
-        for run in dvas.chunk_by(|a, b| a.vdev == b.vdev && a.offset_bytes + a.asize_bytes == b.offset_bytes) {
+        for run in dvas.chunk_by(|a, b| a.vdev == b.vdev && end(a) == Some(b.offset_bytes)) {
             let Some(vs) = space.vdevs.get_mut(run[0].vdev as usize) else { continue };
-            let len: u64 = run.iter().map(|d| d.asize_bytes).sum();
-            if vs.try_free(txg, run[0].offset_bytes, len) {
+            let whole = run.len() > 1 && end(&run[run.len() - 1]).is_some_and(|e| vs.try_free(txg, run[0].offset_bytes, e - run[0].offset_bytes));
+            if whole {
                 continue;
             }
             for d in run {
-                if run.len() == 1 || !vs.try_free(txg, d.offset_bytes, d.asize_bytes) {
-                    refuse(d);
+                if !vs.try_free(txg, d.offset_bytes, d.asize_bytes) {
+                    self.refused_log_free(d);
                 }
             }
         }
+    }
+
+    /// Count and report the free of a log block that is not allocated (leaked space,
+    /// never a double free).
+    fn refused_log_free(&self, dva: &Dva) {
+        self.refused_frees.fetch_add(1, Ordering::Relaxed);
+        tracing::error!("log block {dva:?} freed but not allocated; ignored");
     }
 
     /// Free one DVA at once (it was never referenced by anything durable). A range
@@ -183,8 +182,7 @@ impl Zio {
             .get_mut(dva.vdev as usize)
             .is_some_and(|vs| vs.try_free_now(dva.offset_bytes, dva.asize_bytes));
         if !freed {
-            self.refused_frees.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::error!("log block {dva:?} freed but not allocated; ignored");
+            self.refused_log_free(dva);
         }
     }
 

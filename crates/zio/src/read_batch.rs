@@ -73,12 +73,7 @@ impl Zio {
     /// buffer from the hash table for the same reason). Holes read as zeros. Errors as
     /// [`Zio::read_block`].
     pub fn take_block(&self, bp: &BlkPtr) -> Result<Arc<Vec<u8>>> {
-        if !bp.is_hole() {
-            if let Some(d) = self.arc.take(&self.arc_key(bp)) {
-                return Ok(d);
-            }
-        }
-        self.read_block_as(bp, Access::Demand, CachePolicy::None)
+        self.take_blocks(std::slice::from_ref(bp), 1).pop().expect("one result per block")
     }
 
     fn read_blocks_with(&self, bps: &[BlkPtr], threads: usize, take: bool) -> Vec<Result<Arc<Vec<u8>>>> {

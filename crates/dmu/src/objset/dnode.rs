@@ -71,7 +71,7 @@ impl Objset {
         Self::check_indirect_bp(bp, level)?;
         let ind = self.zio.take_block(bp).map_err(zio_err)?;
         Self::check_indirect_len(&ind, level)?;
-        Ok(Arc::try_unwrap(ind).unwrap_or_else(|shared| shared.as_ref().clone()))
+        Ok(Arc::unwrap_or_clone(ind))
     }
 
     fn check_indirect_bp(bp: &BlkPtr, level: u32) -> Result<()> {
