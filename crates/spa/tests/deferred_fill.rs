@@ -231,6 +231,48 @@ fn full_record_overwrites_need_no_fill() {
     pool.export().unwrap();
 }
 
+/// A record on disk overwritten whole in small pieces within one txg (a file rewritten
+/// 8 KiB at a time, in order or not) becomes a whole record as its last piece lands:
+/// its sync reads and fills nothing. A record left one piece short is filled.
+#[test]
+fn a_record_overwritten_piece_by_piece_needs_no_fill() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = mirror_pool(d.path(), "piecefill", 64 << 20);
+    let os = pool.objset_concrete("piecefill").unwrap();
+    let mut model = pattern(5, 4 * RECORD as usize);
+    let obj = file_on_disk(&pool, &os, &model);
+    pool.zio().clear_cache();
+    const PIECE: u64 = 8 << 10;
+    let pieces = RECORD / PIECE;
+    let tx = os.hold_tx().unwrap();
+    let mut put = |off: u64, seed: u64| {
+        let data = pattern(seed, PIECE as usize);
+        os.write(&tx, obj, off, &data).unwrap();
+        model[off as usize..(off + PIECE) as usize].copy_from_slice(&data);
+    };
+    // Record 1 in order, record 2 backwards, record 3 all but its last piece.
+    for k in 0..pieces {
+        put(RECORD + k * PIECE, 10 + k);
+    }
+    for k in (0..pieces).rev() {
+        put(2 * RECORD + k * PIECE, 40 + k);
+    }
+    for k in 0..pieces - 1 {
+        put(3 * RECORD + k * PIECE, 70 + k);
+    }
+    drop(tx);
+    let before = os.fill_stats();
+    pool.sync().unwrap();
+    let after = os.fill_stats();
+    assert_eq!(after.synced_fills - before.synced_fills, 1, "only the record one piece short is filled");
+    check_whole(&*os, obj, &model, "after sync");
+    drop(os);
+    let pool = reimport(pool, d.path(), "piecefill");
+    let os = pool.objset("piecefill").unwrap();
+    check_whole(&*os, obj, &model, "after import");
+    pool.export().unwrap();
+}
+
 /// A warm fill takes its old blocks out of the ARC (`Zio::take_blocks`): the records
 /// written by the previous txg are filled from memory without a device read, the
 /// replaced blocks are no longer cached, the new ones are, and the file reads back

@@ -32,7 +32,10 @@
 //! syncing generation the tree. A write makes a record partial only when the content
 //! below would need a read (a block on disk, or a partial syncing record); over a
 //! hole, a freed range or a whole syncing record it copies from memory and makes it
-//! `Full`, as before. Invariants:
+//! `Full`, as before. A partial record whose written extents come to cover all of it
+//! (a file rewritten a few KiB at a time) becomes `Full` with its last piece: nothing
+//! below it is read, and a record completed that way may be written early (module
+//! `early`). Invariants:
 //! - *The content below a partial record does not change while it is partial*: the
 //!   syncing generation is frozen after phase 1, and the tree changes only in phase 3,
 //!   for exactly the blocks of the syncing generation; those it replaces hold the same
