@@ -75,7 +75,28 @@ fn partial_records_match_model() {
             let ctx = format!("seed {seed} round {round} step {step}");
             let op = rng.below(100);
             match op {
-                0..=54 => {
+                52..=54 => {
+                    // A whole record rewritten in pieces, in order or backwards: it
+                    // becomes a full record with its last piece (no fill).
+                    let rec = rng.below(size_max / RECORD);
+                    let piece = [4096, 8192, 16384][rng.below(3) as usize];
+                    let mut offs: Vec<u64> = (0..RECORD / piece).map(|k| rec * RECORD + k * piece).collect();
+                    if rng.below(2) == 0 {
+                        offs.reverse();
+                    }
+                    let tx = os.hold_tx().unwrap();
+                    for off in offs {
+                        let data = pattern(rng.next(), piece as usize);
+                        os.write(&tx, obj, off, &data).unwrap();
+                        let end = (off + piece) as usize;
+                        if model.len() < end {
+                            model.resize(end, 0);
+                        }
+                        model[off as usize..end].copy_from_slice(&data);
+                    }
+                    drop(tx);
+                }
+                0..=51 => {
                     let off = rng.below(size_max);
                     let len = match rng.below(10) {
                         0 => 1 + rng.below(3 * RECORD),
