@@ -23,10 +23,6 @@ fn leaf(dir: &tempfile::TempDir, name: &str, id: u32, guid: u64, size_bytes: u64
     Arc::new(Vdev::new_leaf(id, guid, 12, p.display().to_string(), Some(l)))
 }
 
-fn block(i: u64, len: usize) -> Vec<u8> {
-    common::incompressible(i, len)
-}
-
 /// A pipeline over one 80 MiB data leaf with its own ARC of `arc_bytes`.
 fn pipeline(dir: &tempfile::TempDir, arc_bytes: u64) -> Arc<Zio> {
     let a = leaf(dir, "data", 0, 100, 80 << 20);
@@ -37,7 +33,7 @@ fn pipeline(dir: &tempfile::TempDir, arc_bytes: u64) -> Arc<Zio> {
 
 /// Write `n` blocks of `len` bytes born in `txg` (batched writes also cache them).
 fn write_all(zio: &Zio, n: u64, len: usize, txg: u64) -> Vec<(BlkPtr, Vec<u8>)> {
-    let datas: Vec<Vec<u8>> = (0..n).map(|i| block(i + txg * 1000, len)).collect();
+    let datas: Vec<Vec<u8>> = (0..n).map(|i| common::pattern(i + txg * 1000, len)).collect();
     let items: Vec<(Arc<Vec<u8>>, WriteProps)> = datas.iter().map(|d| (Arc::new(d.clone()), data_props(txg))).collect();
     let bps = zio.write_blocks(&items, 2);
     bps.into_iter().map(|r| r.unwrap()).zip(datas).collect()

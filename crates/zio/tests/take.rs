@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{data_props, incompressible, leaf, zio_over};
+use common::{data_props, leaf, pattern, zio_over};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -12,7 +12,7 @@ use std::sync::Arc;
 fn a_cached_block_is_taken_out_of_the_arc_without_a_copy() {
     let dir = tempfile::tempdir().unwrap();
     let zio = zio_over(leaf(&dir, "take", 21, 80 << 20), 64 << 20);
-    let data = Arc::new(incompressible(5, 128 << 10));
+    let data = Arc::new(pattern(5, 128 << 10));
     let bp = zio.write_blocks(&[(data.clone(), data_props(3))], 1).pop().unwrap().unwrap();
     let key = zio.arc_key(&bp);
     let cached_at = zio.arc().peek(&key).expect("a block just written is cached").as_ptr() as usize;
@@ -30,7 +30,7 @@ fn a_cached_block_is_taken_out_of_the_arc_without_a_copy() {
 fn an_uncached_block_is_read_and_verified_but_not_cached() {
     let dir = tempfile::tempdir().unwrap();
     let zio = zio_over(leaf(&dir, "cold", 22, 80 << 20), 64 << 20);
-    let data = Arc::new(incompressible(9, 64 << 10));
+    let data = Arc::new(pattern(9, 64 << 10));
     let bp = zio.write_blocks(&[(data.clone(), data_props(4))], 1).pop().unwrap().unwrap();
     zio.clear_cache();
     let reads = zio.blocks_read.load(Ordering::Relaxed);

@@ -54,18 +54,10 @@ pub fn fs_recordsize(os: &Arc<Objset>, recordsize_bytes: u32) -> Arc<Fs> {
     .unwrap()
 }
 
-/// Deterministic pseudo-random bytes.
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e3779b97f4a7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+/// Deterministic incompressible bytes: [`tarn_testkit::pattern`].
+// Not every test binary that includes this module uses it.
+#[allow(unused_imports)]
+pub use tarn_testkit::pattern;
 
 /// Compressible bytes (text-like).
 pub fn text(seed: u64, len: usize) -> Vec<u8> {

@@ -55,18 +55,10 @@ fn locked(path: &str) -> bool {
     unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) != 0 }
 }
 
-/// Deterministic pseudo-random bytes (xorshift64 seeded from `seed`).
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e3779b97f4a7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+/// Deterministic incompressible bytes: [`tarn_testkit::pattern`].
+// Not every test binary that includes this module uses it.
+#[allow(unused_imports)]
+pub use tarn_testkit::pattern;
 
 /// Store `data` in a new file-data object whose bonus holds its length; returns the id.
 pub fn put(os: &dyn tarn_dmu::ObjectStore, data: &[u8]) -> u64 {

@@ -41,16 +41,7 @@ pub fn data_props(txg: u64) -> WriteProps {
     }
 }
 
-/// `len` bytes that no compressor shrinks (xorshift64 from `seed`), so the ARC keeps
-/// them as they are; the same seed gives the same bytes.
-pub fn incompressible(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+/// Deterministic incompressible bytes: [`tarn_testkit::pattern`].
+// Not every test binary that includes this module uses it.
+#[allow(unused_imports)]
+pub use tarn_testkit::pattern;
