@@ -297,14 +297,13 @@ impl Objset {
                 }
                 return Ok(());
             }
-            Some(rec @ Dirty::Partial(_)) => {
-                let Dirty::Partial(p) = rec else { unreachable!("matched above") };
+            Some(Dirty::Partial(p)) => {
                 let part = Arc::make_mut(p);
                 part.insert(in_blk, data);
                 // Overwritten whole: a full record, which needs no fill at sync and may
                 // be written early. Counted whole before and after (`Dirty::dirty_bytes`).
                 if let Some(bytes) = part.take_whole(blksz) {
-                    *rec = Dirty::Full(Arc::new(bytes));
+                    dn.open.blocks.insert(blkid, Dirty::Full(Arc::new(bytes)));
                 }
                 if blkid > dn.attrs.maxblkid {
                     dn.attrs.maxblkid = blkid;
