@@ -32,8 +32,7 @@ out=$OUT
 for r in $(seq 1 "$rounds"); do
     for i in "${!BINS[@]}"; do
         bin=$(readlink -f "${BINS[$i]}")
-        rm -rf "$work/state" "$work/run"; mkdir -p "$work/state"
-        (cd "$work" && "$bin" zpool create -f -m "$work/mnt" cpab mirror a.img b.img >/dev/null)
+        ab_pool "$bin" cpab
         "$bin" zfs create cpab/cp
         pid=$(cat "$work/state/daemon.pid")
         sync; echo 3 > /proc/sys/vm/drop_caches
@@ -43,8 +42,7 @@ for r in $(seq 1 "$rounds"); do
         us=$(( ${t1/./} - ${t0/./} )); cpu_ms=$(( c1 - c0 ))
         printf 'bin%s\t%s\t%s\t%s\n' "$i" "$r" "$us" "$cpu_ms" >> "$out"
         awk -v b="$bin" -v r="$r" -v us="$us" -v c="$cpu_ms" 'BEGIN { printf "%-40s round %s  %.2f s  daemon CPU %.2f s\n", b, r, us / 1e6, c / 1000 }'
-        "$bin" zpool destroy cpab >/dev/null 2>&1 || true
-        "$bin" daemon --stop >/dev/null 2>&1 || true
+        ab_teardown "$bin" cpab
     done
     rm -rf "$work/raw"; mkdir -p "$work/raw"
     sync; echo 3 > /proc/sys/vm/drop_caches

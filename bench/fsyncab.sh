@@ -40,20 +40,13 @@ out=$OUT
 for r in $(seq 1 "$rounds"); do
     for i in "${!BINS[@]}"; do
         bin=$(readlink -f "${BINS[$i]}")
-        rm -rf "$work/state" "$work/run"; mkdir -p "$work/state"
-        (cd "$work" && "$bin" zpool create -f -m "$work/mnt" fsab mirror a.img b.img >/dev/null)
+        ab_pool "$bin" fsab
         mkdir -p "$work/mnt/d"
-        if [ "$rw" = randwrite ]; then
-            fio --name=layout --directory="$work/mnt/d" --filename=f --rw=write --bs=1M --size="$size" \
-                --end_fsync=1 >/dev/null
-            "$bin" zpool export fsab
-            sync; echo 3 > /proc/sys/vm/drop_caches
-            (cd "$work" && "$bin" zpool import -d "$work" fsab >/dev/null)
-        fi
+        [ "$rw" = write ] || ab_cold_file "$bin" fsab "$work/mnt/d" "$size"
         sync
         pid=$(cat "$work/state/daemon.pid")
         c0=$(cpu_ms "$pid")
-        fio --name=fsab --directory="$work/mnt/d" --filename=f --rw="$rw" --bs=8k --size="$size" --fsync=1 \
+        fio --name=fsab --directory="$work/mnt/d" --filename=f.dat --rw="$rw" --bs=8k --size="$size" --fsync=1 \
             --runtime="$runtime" --time_based --percentile_list=50:99 --output-format=json > "$work/fio.json"
         c1=$(cpu_ms "$pid")
         python3 - "$work/fio.json" "$bin" "$r" "$i" "$(( c1 - c0 ))" >> "$out" <<'PY'
@@ -67,8 +60,7 @@ print('\t'.join([f"bin{sys.argv[4]}", sys.argv[3], f"{job['write']['iops']:.0f}"
                  f"{pct.get('50.000000', 0) / 1000:.0f}", f"{pct.get('99.000000', 0) / 1000:.0f}"]))
 PY
         tail -n 1 "$out" | awk -F'\t' -v b="$bin" '{ printf "%-40s round %s  %7s IOPS  daemon CPU %6s us/op  fsync p50 %5s us  p99 %6s us\n", b, $2, $3, $4, $5, $6 }'
-        "$bin" zpool destroy fsab >/dev/null 2>&1 || true
-        "$bin" daemon --stop >/dev/null 2>&1 || true
+        ab_teardown "$bin" fsab
     done
 done
 python3 - "$out" "${BINS[@]}" <<'PY'

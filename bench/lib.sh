@@ -78,6 +78,31 @@ ab_setup() {
     done
     export TARN_STATE_DIR=$work/state TARN_CACHEFILE=$work/state/tarn.cache TARN_SOCKET=$work/run/tarn.sock
     OUT=$work/results.tsv; : > "$OUT"
+    AB_WORK=$work
+}
+
+# ab_pool BIN NAME: after ab_setup, a fresh daemon state and a new pool NAME on the
+# mirror of AB_WORK/a.img and b.img, mounted at AB_WORK/mnt (BIN starts the daemon).
+ab_pool() {
+    rm -rf "$AB_WORK/state" "$AB_WORK/run"; mkdir -p "$AB_WORK/state"
+    (cd "$AB_WORK" && "$1" zpool create -f -m "$AB_WORK/mnt" "$2" mirror a.img b.img >/dev/null)
+}
+
+# ab_cold_file BIN NAME DIR SIZE: lay out DIR/f.dat (SIZE, 1 MiB writes, end_fsync) in
+# pool NAME, then export it, drop the host's page cache and import it, so what follows
+# starts with nothing of the file cached (the daemon keeps running).
+ab_cold_file() {
+    fio --name=layout --directory="$3" --filename=f.dat --rw=write --bs=1M --size="$4" \
+        --end_fsync=1 --output=/dev/null
+    "$1" zpool export "$2"
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    "$1" zpool import -d "$AB_WORK" "$2" >/dev/null
+}
+
+# ab_teardown BIN NAME: destroy pool NAME and stop the daemon (errors ignored).
+ab_teardown() {
+    "$1" zpool destroy "$2" >/dev/null 2>&1 || true
+    "$1" daemon --stop >/dev/null 2>&1 || true
 }
 
 # cpu_ms PID: user + system CPU time of a process so far, milliseconds.

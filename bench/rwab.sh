@@ -11,9 +11,9 @@
 # once; fio lays out a 1 GiB file (1 MiB writes, end_fsync); the pool is exported, the
 # page cache dropped and the pool imported (cold, as fio.sh's row); then fio
 # `rw=randwrite bs=8k numjobs=4 end_fsync=1`, time-based (`--rw write --jobs 1`: the
-# file rewritten in order, 8 KiB at a time, a record's pieces landing one by one). Prints IOPS and daemon CPU
-# per write for each build and round, then each build's median. Run by hand as root,
-# never by CI; needs fio.
+# file rewritten in order, 8 KiB at a time, a record's pieces landing one by one).
+# Prints IOPS and daemon CPU per write for each build and round, then each build's
+# median. Run by hand as root, never by CI; needs fio.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$REPO/bench/lib.sh"
@@ -38,13 +38,8 @@ out=$OUT
 for r in $(seq 1 "$rounds"); do
     for i in "${!BINS[@]}"; do
         bin=$(readlink -f "${BINS[$i]}")
-        rm -rf "$work/state" "$work/run"; mkdir -p "$work/state"
-        (cd "$work" && "$bin" zpool create -f -m "$work/mnt" rwab mirror a.img b.img >/dev/null)
-        fio --name=lay --directory="$work/mnt" --filename=f.dat --rw=write --bs=1M --size=1G \
-            --end_fsync=1 --output=/dev/null
-        "$bin" zpool export rwab
-        sync; echo 3 > /proc/sys/vm/drop_caches
-        "$bin" zpool import -d "$work" rwab
+        ab_pool "$bin" rwab
+        ab_cold_file "$bin" rwab "$work/mnt" 1G
         pid=$(cat "$work/state/daemon.pid")
         c0=$(cpu_ms "$pid")
         iops=$(fio --name=rw --directory="$work/mnt" --filename=f.dat --rw="$rw" --bs=8k --size=1G \
@@ -54,8 +49,7 @@ for r in $(seq 1 "$rounds"); do
         us_per_write=$(( (c1 - c0) * 1000 / (iops * runtime > 0 ? iops * runtime : 1) ))
         printf 'bin%s\t%s\t%s\t%s\n' "$i" "$r" "$iops" "$us_per_write" >> "$out"
         printf '%-40s round %s  %6s IOPS  daemon CPU %4s us per write\n' "$bin" "$r" "$iops" "$us_per_write"
-        "$bin" zpool destroy rwab >/dev/null 2>&1 || true
-        "$bin" daemon --stop >/dev/null 2>&1 || true
+        ab_teardown "$bin" rwab
     done
 done
 python3 - "$out" "${BINS[@]}" <<'PY'

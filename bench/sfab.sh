@@ -45,8 +45,7 @@ switches() {
 for r in $(seq 1 "$rounds"); do
     for i in "${!BINS[@]}"; do
         bin=$(readlink -f "${BINS[$i]}")
-        rm -rf "$work/state" "$work/run"; mkdir -p "$work/state"
-        (cd "$work" && "$bin" zpool create -f -m "$work/mnt" sfab mirror a.img b.img >/dev/null)
+        ab_pool "$bin" sfab
         mkdir -p "$work/mnt/d"
         sync
         pid=$(cat "$work/state/daemon.pid")
@@ -59,8 +58,7 @@ for r in $(seq 1 "$rounds"); do
         awk -v b="$bin" -v r="$r" -v f="$rate" -v us="$(( (c1 - c0) * 1000 / files ))" \
             -v fs="$(( (f1 - f0) * 100 / files ))" -v vs="$(( (v1 - v0) * 100 / files ))" \
             'BEGIN { printf "%-40s round %s  %8.1f files/s  daemon CPU %d us/file  switches/file: FUSE %.2f, I/O pool %.2f\n", b, r, f, us, fs / 100, vs / 100 }'
-        "$bin" zpool destroy sfab >/dev/null 2>&1 || true
-        "$bin" daemon --stop >/dev/null 2>&1 || true
+        ab_teardown "$bin" sfab
     done
 done
 python3 - "$out" "${BINS[@]}" <<'PY'

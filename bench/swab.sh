@@ -39,8 +39,7 @@ for r in $(seq 1 "$rounds"); do
     for case in fresh after-delete; do
         for i in "${!BINS[@]}"; do
             bin=$(readlink -f "${BINS[$i]}")
-            rm -rf "$work/state" "$work/run"; mkdir -p "$work/state"
-            (cd "$work" && "$bin" zpool create -f -m "$work/mnt" swab mirror a.img b.img >/dev/null)
+            ab_pool "$bin" swab
             mkdir -p "$work/mnt/e"
             if [ "$case" = after-delete ]; then
                 fio --name=one "${FIO[@]}" --rw=write --bs=1M --size="${mib}m" --end_fsync=1 >/dev/null
@@ -59,8 +58,7 @@ for r in $(seq 1 "$rounds"); do
             printf 'bin%s\t%s\t%s\t%s\t%s\n' "$i" "$case" "$r" "$kib" "$(( c1 - c0 ))" >> "$out"
             awk -v b="$bin" -v c="$case" -v r="$r" -v k="$kib" -v ms="$(( c1 - c0 ))" \
                 'BEGIN { printf "%-40s %-12s round %s  %7.1f MiB/s  daemon CPU %.2f s\n", b, c, r, k / 1024, ms / 1000 }'
-            "$bin" zpool destroy swab >/dev/null 2>&1 || true
-            "$bin" daemon --stop >/dev/null 2>&1 || true
+            ab_teardown "$bin" swab
         done
     done
 done
