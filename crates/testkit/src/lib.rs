@@ -35,5 +35,8 @@ mod tests {
         assert_eq!(pattern(7, 100), pattern(7, 4096)[..100]);
         let distinct = pattern(3, 4096).iter().collect::<std::collections::BTreeSet<_>>().len();
         assert!(distinct > 200, "only {distinct} distinct byte values");
+        let bytes = pattern(11, 128 << 10);
+        let packed = lz4_flex::block::compress(&bytes).len();
+        assert!(packed >= bytes.len(), "lz4 shrank 128 KiB of the pattern to {packed} bytes");
     }
 }
