@@ -14,6 +14,10 @@
 //! Only leaf and mirror vdevs aggregate: a raidz block's columns are laid out per
 //! block (its parity covers that block alone), so raidz blocks go out one by one.
 //!
+//! While the intent log is active, each run goes out through `queue::IoQueue` in
+//! pieces of at most `queue::ASYNC_PIECE_BYTES`, one at a time, so that a log write
+//! does not wait behind megabytes of them.
+//!
 //! Errors: a run that fails is a failed copy for every block in it; a block with no
 //! copy written fails with `Io` and its allocation is given back, as in `write_block`.
 //!
@@ -281,20 +285,27 @@ impl Zio {
         // A block counts as written when any of its copies landed. With one worker
         // (a small batch) the runs go out from this thread; a mirror still writes its
         // children in parallel, from the vdev I/O pool.
-        let workers = if threads <= 1 { 1 } else { threads.max(2).min(runs.len().max(1)) };
+        // While the intent log is active its writes go first (module `queue`): the runs
+        // go out one at a time anyway, so from this thread alone, without helpers
+        // taking turns at the gate.
+        let workers = if threads <= 1 || self.queue.sync_active() {
+            1
+        } else {
+            threads.max(2).min(runs.len().max(1))
+        };
         let issue = |w: usize| -> Vec<usize> {
             let mut ok_copies: Vec<usize> = Vec::new();
             for (v, off, members) in runs.iter().skip(w).step_by(workers) {
                 let top = &vdevs[*v as usize];
                 let ok = if members.len() == 1 {
-                    top.write(*off, payloads[copies[members[0]].3]).is_ok()
+                    self.write_async(top, *off, payloads[copies[members[0]].3], aggregatable(*v))
                 } else {
                     // The copies lie back to back (each starts where the previous
                     // allocation ends), so the run is their payloads, each padded to
                     // its allocated size. Built once in a buffer aligned for direct
                     // I/O: every mirror side writes it as it is, without a bounce copy.
                     let buf = AlignedBuf::concat_padded(members.iter().map(|&k| (payloads[copies[k].3], copies[k].2 as usize)));
-                    top.write(*off, &buf).is_ok()
+                    self.write_async(top, *off, &buf, true)
                 };
                 if ok {
                     ok_copies.extend(members.iter().copied());
@@ -315,6 +326,19 @@ impl Zio {
             landed[copies[k].3] = true;
         }
         landed
+    }
+
+    /// Write `data` at `off` on `top` as asynchronous I/O (module `queue`): in pieces
+    /// while the intent log is active when `splittable` (a leaf or mirror lays bytes
+    /// out in order; a raidz block's columns depend on its whole length, so it goes
+    /// whole), one I/O at a time then. Whether all of it was written.
+    fn write_async(&self, top: &tarn_vdev::Vdev, off: u64, data: &[u8], splittable: bool) -> bool {
+        if splittable {
+            self.queue
+                .issue_async(data.len(), |at, len| top.write(off + at as u64, &data[at..at + len]).is_ok())
+        } else {
+            self.queue.gated(|| top.write(off, data).is_ok())
+        }
     }
 
     /// A block has just been written: the ARC takes over its (compressed) payload, as

@@ -10,6 +10,9 @@
 //! block allocated in open context is recorded as allocated by the next space-map
 //! write, and import claims the blocks of chains that outlived their space map.
 //!
+//! Every write and flush here is the intent log's, so each counts as synchronous I/O
+//! while it runs (`queue::IoQueue::sync_io`): the pool's bulk I/O yields to it.
+//!
 //! Called by: the zil crate.
 
 use crate::{Result, Zio, ZioError};
@@ -79,6 +82,7 @@ impl Zio {
     /// [`Zio::flush_vdevs`]. Errors: `Io` when no copy of the write landed.
     pub fn write_raw(&self, dva: &Dva, data: &[u8]) -> Result<()> {
         let top = self.log_top(dva)?;
+        let _sync = self.queue.sync_io();
         top.write(dva.offset_bytes, data).map_err(|e| ZioError::Io(e.to_string()))?;
         self.blocks_written.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -109,6 +113,7 @@ impl Zio {
     /// `Io` when no copy both landed and flushed.
     pub fn write_raw_flushed(&self, dva: &Dva, data: &[u8]) -> Result<()> {
         let top = self.log_top(dva)?;
+        let _sync = self.queue.sync_io();
         top.write_flush(dva.offset_bytes, data).map_err(|e| ZioError::Io(e.to_string()))?;
         self.blocks_written.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -132,6 +137,7 @@ impl Zio {
     /// Flush the leaves of the given top-level vdevs, in parallel. Errors: `Io` when a
     /// top-level vdev had no leaf that flushed.
     pub fn flush_vdevs(&self, ids: &[u32]) -> Result<()> {
+        let _sync = self.queue.sync_io();
         self.flush_tops(Some(ids))
     }
 

@@ -25,6 +25,10 @@
 //! turn the old block's buffer into the new record in place instead of copying 128 KiB
 //! into a fresh allocation. Every block read from a device counts in `blocks_read`.
 //!
+//! While the intent log is active (module `queue`), runs are at most
+//! `queue::ASYNC_PIECE_BYTES` and each device read takes the pool's
+//! asynchronous-I/O gate, one at a time.
+//!
 //! [`Zio::take_block`] is the same take for one block, on the caller's thread (the
 //! sync's read of an indirect block it rewrites).
 //!
@@ -32,6 +36,7 @@
 //! indirect blocks) and send (its read-ahead of data blocks).
 
 use crate::arc::Access;
+use crate::queue::ASYNC_PIECE_BYTES;
 use crate::{CachePolicy, Result, Zio, AGGREGATE_MAX_BYTES};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -106,11 +111,16 @@ impl Zio {
                 .is_some_and(|t| matches!(t.kind(), VdevKind::Leaf(_) | VdevKind::Mirror(_)))
         };
         // Runs of adjacent blocks: (vdev, offset, length, members as indexes in `order`).
+        // While the intent log is active (module `queue`), runs are at most
+        // `ASYNC_PIECE_BYTES` and every device read goes through the gate, one at a
+        // time, so a log write does not wait behind them.
+        let yielding = self.queue.sync_active();
+        let run_max = if yielding { ASYNC_PIECE_BYTES as u64 } else { AGGREGATE_MAX_BYTES };
         let mut runs: Vec<(u32, u64, u64, Vec<usize>)> = Vec::new();
         for (k, &(v, off, asize, _)) in order.iter().enumerate() {
             let extend = runs
                 .last()
-                .is_some_and(|(rv, roff, rlen, _)| *rv == v && aggregatable(v) && off == roff + rlen && rlen + asize <= AGGREGATE_MAX_BYTES);
+                .is_some_and(|(rv, roff, rlen, _)| *rv == v && aggregatable(v) && off == roff + rlen && rlen + asize <= run_max);
             if extend {
                 let r = runs.last_mut().unwrap();
                 r.2 += asize;
@@ -119,15 +129,18 @@ impl Zio {
                 runs.push((v, off, asize, vec![k]));
             }
         }
-        let workers = threads.clamp(1, 8).min(runs.len().max(1));
+        let workers = if yielding { 1 } else { threads.clamp(1, 8).min(runs.len().max(1)) };
         // Worker `w` of `workers`: issue and verify every `workers`-th run from `w`.
         let work = |w: usize| {
             let mut got = Vec::new();
             for (v, off, len, members) in runs.iter().skip(w).step_by(workers) {
                 // One device read for the run; `None` when it failed (every
                 // member is then read alone below).
-                let raw = if members.len() > 1 {
-                    vdevs.get(*v as usize).and_then(|t| t.read(*off, *len, &|_| true).ok())
+                // (A single block on a leaf or mirror is read this way too while
+                // yielding, so that its read also takes the gate; one that fails to
+                // verify is read again below with every copy.)
+                let raw = if members.len() > 1 || (yielding && aggregatable(*v)) {
+                    vdevs.get(*v as usize).and_then(|t| self.queue.gated(|| t.read(*off, *len, &|_| true)).ok())
                 } else {
                     None
                 };
