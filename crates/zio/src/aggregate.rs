@@ -23,7 +23,7 @@
 //!
 //! Called by: dmu (phase 2 of a txg sync).
 
-use crate::{Result, WriteProps, Zio, ZioError};
+use crate::{IoClass, Result, WriteProps, Zio, ZioError};
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -247,7 +247,7 @@ impl Zio {
     pub fn write_sealed_all(&self, blocks: &[tarn_metaslab::SyncBlock]) -> Result<()> {
         let payloads: Vec<&[u8]> = blocks.iter().map(|b| b.payload.as_slice()).collect();
         let bps: Vec<BlkPtr> = blocks.iter().map(|b| b.bp).collect();
-        let landed = self.write_copies(&payloads, &bps, &vec![true; blocks.len()], 1);
+        let landed = self.write_copies(&payloads, &bps, &vec![true; blocks.len()], 1, IoClass::Async);
         if let Some(i) = landed.iter().position(|ok| !ok) {
             return Err(ZioError::Io(format!("no copy of space-map block {i} of this txg was written")));
         }
@@ -258,8 +258,12 @@ impl Zio {
     /// Write `payloads[i]` to every DVA of `bps[i]` where `wanted[i]`, merging copies
     /// adjacent on one leaf or mirror top-level vdev into runs of at most
     /// [`AGGREGATE_MAX_BYTES`] (each copy padded to its allocated size), issued from
-    /// `threads` workers (1: this thread). Returns, per block, whether any copy landed.
-    fn write_copies(&self, payloads: &[&[u8]], bps: &[BlkPtr], wanted: &[bool], threads: usize) -> Vec<bool> {
+    /// `threads` workers (1: this thread), as I/O of `class` (module `queue`). Returns,
+    /// per block, whether any copy landed.
+    fn write_copies(&self, payloads: &[&[u8]], bps: &[BlkPtr], wanted: &[bool], threads: usize, class: IoClass) -> Vec<bool> {
+        // Synchronous writes count as the log's I/O while they run; bulk ones yield.
+        let _sync = (class == IoClass::Sync).then(|| self.queue.sync_io());
+        let yielding = class == IoClass::Async && self.queue.sync_active();
         let mut copies: Vec<(u32, u64, u64, usize)> = Vec::new(); // (vdev, offset, asize, block)
         for (i, bp) in bps.iter().enumerate() {
             if wanted[i] {
@@ -288,24 +292,20 @@ impl Zio {
         // While the intent log is active its writes go first (module `queue`): the runs
         // go out one at a time anyway, so from this thread alone, without helpers
         // taking turns at the gate.
-        let workers = if threads <= 1 || self.queue.sync_active() {
-            1
-        } else {
-            threads.max(2).min(runs.len().max(1))
-        };
+        let workers = if threads <= 1 || yielding { 1 } else { threads.max(2).min(runs.len().max(1)) };
         let issue = |w: usize| -> Vec<usize> {
             let mut ok_copies: Vec<usize> = Vec::new();
             for (v, off, members) in runs.iter().skip(w).step_by(workers) {
                 let top = &vdevs[*v as usize];
                 let ok = if members.len() == 1 {
-                    self.write_async(top, *off, payloads[copies[members[0]].3], aggregatable(*v))
+                    self.write_run(top, *off, payloads[copies[members[0]].3], aggregatable(*v), class)
                 } else {
                     // The copies lie back to back (each starts where the previous
                     // allocation ends), so the run is their payloads, each padded to
                     // its allocated size. Built once in a buffer aligned for direct
                     // I/O: every mirror side writes it as it is, without a bounce copy.
                     let buf = AlignedBuf::concat_padded(members.iter().map(|&k| (payloads[copies[k].3], copies[k].2 as usize)));
-                    self.write_async(top, *off, &buf, true)
+                    self.write_run(top, *off, &buf, true, class)
                 };
                 if ok {
                     ok_copies.extend(members.iter().copied());
@@ -328,16 +328,18 @@ impl Zio {
         landed
     }
 
-    /// Write `data` at `off` on `top` as asynchronous I/O (module `queue`): in pieces
-    /// while the intent log is active when `splittable` (a leaf or mirror lays bytes
-    /// out in order; a raidz block's columns depend on its whole length, so it goes
-    /// whole), one I/O at a time then. Whether all of it was written.
-    fn write_async(&self, top: &tarn_vdev::Vdev, off: u64, data: &[u8], splittable: bool) -> bool {
-        if splittable {
-            self.queue
-                .issue_async(data.len(), |at, len| top.write(off + at as u64, &data[at..at + len]).is_ok())
-        } else {
-            self.queue.gated(|| top.write(off, data).is_ok())
+    /// Write `data` at `off` on `top` as I/O of `class`: synchronous at once and
+    /// whole; asynchronous through the queue (module `queue`), in pieces while the
+    /// intent log is active when `splittable` (a leaf or mirror lays bytes out in
+    /// order; a raidz block's columns depend on its whole length, so it goes whole),
+    /// one I/O at a time then. Whether all of it was written.
+    fn write_run(&self, top: &tarn_vdev::Vdev, off: u64, data: &[u8], splittable: bool, class: IoClass) -> bool {
+        match class {
+            IoClass::Sync => top.write(off, data).is_ok(),
+            IoClass::Async if splittable => self
+                .queue
+                .issue_async(data.len(), |at, len| top.write(off + at as u64, &data[at..at + len]).is_ok()),
+            IoClass::Async => self.queue.gated(|| top.write(off, data).is_ok()),
         }
     }
 
@@ -414,13 +416,13 @@ impl Zio {
         }
     }
 
-    /// Issue every write of `staged` (aggregated, from `threads` workers) and cache the
-    /// blocks that landed. Returns the pointers written, in staging order. Errors: `Io`
-    /// when some block has no copy written; every such block is freed (the txg that
-    /// staged it fails).
+    /// Issue every write of `staged` (aggregated, from `threads` workers, as
+    /// [`IoClass::Async`]: a txg sync's) and cache the blocks that landed. Returns the
+    /// pointers written, in staging order. Errors: `Io` when some block has no copy
+    /// written; every such block is freed (the txg that staged it fails).
     pub fn write_staged(&self, staged: StagedWrites, threads: usize) -> Result<Vec<BlkPtr>> {
         let bps: Vec<BlkPtr> = staged.blocks.iter().map(|b| b.bp).collect();
-        let landed = self.write_staged_each(staged, threads);
+        let landed = self.write_staged_each(staged, threads, IoClass::Async);
         match bps.iter().zip(&landed).find(|(_, ok)| !**ok) {
             Some((bp, _)) => Err(ZioError::Io(format!(
                 "no copy of a block at vdev {} offset {} could be written",
@@ -430,17 +432,17 @@ impl Zio {
         }
     }
 
-    /// [`Zio::write_staged`], reporting each block: `true` where a copy landed (the
-    /// block is cached), `false` where none did (its allocation is freed at once).
-    /// In staging order.
-    pub fn write_staged_each(&self, staged: StagedWrites, threads: usize) -> Vec<bool> {
+    /// [`Zio::write_staged`] as I/O of `class`, reporting each block: `true` where a
+    /// copy landed (the block is cached), `false` where none did (its allocation is
+    /// freed at once). In staging order.
+    pub fn write_staged_each(&self, staged: StagedWrites, threads: usize, class: IoClass) -> Vec<bool> {
         let StagedWrites { blocks } = staged;
         let payloads: Vec<&[u8]> = blocks.iter().map(|b| b.payload.as_deref().unwrap_or(&b.data)).collect();
         let bps: Vec<BlkPtr> = blocks.iter().map(|b| b.bp).collect();
         // A small batch (an idle txg's) goes out from this thread: helpers cost more.
         let bytes: usize = payloads.iter().map(|p| p.len()).sum();
         let threads = if bytes <= INLINE_BATCH_MAX_BYTES { 1 } else { threads };
-        let landed = self.write_copies(&payloads, &bps, &vec![true; blocks.len()], threads);
+        let landed = self.write_copies(&payloads, &bps, &vec![true; blocks.len()], threads, class);
         drop(payloads);
         for (StagedBlock { payload, bp, data }, ok) in blocks.into_iter().zip(&landed) {
             if *ok {
@@ -498,6 +500,7 @@ impl Zio {
             &prepared.iter().map(|p| p.bp).collect::<Vec<_>>(),
             &wanted,
             if inline { 1 } else { threads },
+            IoClass::Async,
         );
         let mut written = landed;
         self.dedup_finish(blocks, &mut prepared, &dedup, &mut written);

@@ -85,6 +85,7 @@ mod log;
 mod queue;
 mod read_batch;
 pub use aggregate::{StagedWrites, AGGREGATE_MAX_BYTES};
+pub use queue::IoClass;
 pub mod arc;
 pub use arc::{Access, ArcCache};
 pub mod l2arc;
@@ -1231,8 +1232,8 @@ mod tests {
     }
 
     /// Batched writes and reads go out whole while the intent log is idle and in
-    /// pieces of at most `ASYNC_PIECE_BYTES` while it is active, with the same bytes
-    /// on disk either way.
+    /// pieces of at most `ASYNC_PIECE_BYTES` while it is active, synchronous writes
+    /// whole either way, with the same bytes on disk in every case.
     #[test]
     fn batched_io_yields_to_the_intent_log_in_pieces() {
         let dir = tempfile::tempdir().unwrap();
@@ -1253,6 +1254,17 @@ mod tests {
         let idle_bps: Vec<BlkPtr> = zio.write_blocks(&idle, 2).into_iter().map(|r| r.unwrap()).collect();
         let idle_writes = ops(&a.stats().write_ops) - w0;
         assert!(idle_writes <= 3, "{idle_writes} writes for 2 MiB with the log idle");
+        // Writes an fsync waits for are synchronous: whole runs, and the bulk I/O
+        // yields to them as to the log's own.
+        assert!(!zio.queue.sync_active());
+        let fsynced = batch(201);
+        let mut staged = StagedWrites::default();
+        let fsynced_bps: Vec<BlkPtr> = zio.stage_blocks(&fsynced, 2, &mut staged).into_iter().map(|r| r.unwrap()).collect();
+        let w2 = ops(&a.stats().write_ops);
+        assert!(zio.write_staged_each(staged, 2, IoClass::Sync).iter().all(|&ok| ok));
+        let sync_writes = ops(&a.stats().write_ops) - w2;
+        assert!(sync_writes <= 3, "{sync_writes} writes for 2 MiB of synchronous blocks");
+        assert!(zio.queue.sync_active(), "a synchronous batch counts as log I/O");
         // The log active (a log write in flight): pieces.
         let busy = batch(101);
         let log = zio.queue.sync_io();
@@ -1273,7 +1285,7 @@ mod tests {
         drop(log);
         // Both batches read back exactly, through the single-block path too.
         zio.clear_cache();
-        for (bps, items) in [(&idle_bps, &idle), (&busy_bps, &busy)] {
+        for (bps, items) in [(&idle_bps, &idle), (&busy_bps, &busy), (&fsynced_bps, &fsynced)] {
             for (bp, (d, _)) in bps.iter().zip(items.iter()) {
                 assert_eq!(&zio.read_block(bp).unwrap()[..], &d[..]);
             }

@@ -27,6 +27,9 @@
 //! Invariants: `inflight` counts live [`SyncIo`] guards exactly (incremented on
 //! creation, decremented on drop); pieces of one run cover it exactly, in order.
 //!
+//! Block writes that an `fsync` waits for (the early blocks it adopts) are
+//! [`IoClass::Sync`]: whole, ungated, and counted like the log's own I/O.
+//!
 //! Called by: `log` (every intent-log write and flush holds a [`SyncIo`]),
 //! `aggregate::write_copies` and `read_batch` (each device I/O through
 //! [`IoQueue::issue_async`] or [`IoQueue::gated`]).
@@ -48,6 +51,19 @@ pub const ASYNC_PIECE_BYTES: usize = 256 << 10;
 /// fsyncs every write (a few hundred microseconds here), short enough that a single
 /// `fsync` slows the bulk I/O after it for no noticeable time.
 pub const SYNC_WINDOW_NS: u64 = 20_000_000;
+
+/// Which class a batch of block writes belongs to (OpenZFS's `zio_priority_t`
+/// `ZIO_PRIORITY_SYNC_WRITE` and `ZIO_PRIORITY_ASYNC_WRITE`, reduced to two).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoClass {
+    /// Someone waits for it now: the blocks an `fsync` writes before logging their
+    /// pointers. Issued whole, and counted as log I/O while it runs, so the bulk I/O
+    /// yields to it as to the log's own writes.
+    Sync,
+    /// The txg's bulk I/O: a sync's writes and fills, the early writer's. Yields while
+    /// the log is active.
+    Async,
+}
 
 /// The pool's two I/O classes (see the module's theory statement).
 pub(crate) struct IoQueue {

@@ -250,7 +250,7 @@ impl Objset {
     /// to the sync.
     fn early_write(&self, batch: &[(u64, u64)]) {
         if let Some(hold) = self.early_hold() {
-            self.early_write_with(hold, batch, EARLY_WRITE_THREADS);
+            self.early_write_with(hold, batch, EARLY_WRITE_THREADS, tarn_zio::IoClass::Async);
         }
     }
 
@@ -284,7 +284,7 @@ impl Objset {
     /// waits for it before it takes early blocks ([`Objset::early_take`]): the sync
     /// never drains these allocations, or publishes a tree, before the blocks are on
     /// disk and known. Written blocks are recorded for the sync; failed ones freed.
-    fn early_write_with(&self, hold: TxHold, batch: &[(u64, u64)], threads: usize) {
+    fn early_write_with(&self, hold: TxHold, batch: &[(u64, u64)], threads: usize, class: tarn_zio::IoClass) {
         let zero_is_hole = self.compression().alg != tarn_phys::Compression::Off;
         let records: Vec<(u64, u64, Arc<Vec<u8>>)> = {
             let st = self.st.lock();
@@ -323,7 +323,7 @@ impl Objset {
         let bps = self.zio.stage_blocks_open(&items, threads, &mut staged);
         let _in_flight = InFlight::start(&self.early, txg);
         drop(hold);
-        let landed = self.zio.write_staged_each(staged, threads);
+        let landed = self.zio.write_staged_each(staged, threads, class);
         let mut landed = landed.into_iter();
         let written: Vec<Option<BlkPtr>> = bps.into_iter().map(|r| r.ok().filter(|_| landed.next().unwrap_or(false))).collect();
         self.cache_policy(written.iter().flatten());
@@ -454,7 +454,8 @@ impl Objset {
         } else {
             // The early writer need not write these again.
             self.early.inner.lock().queue.retain(|r| !missing.contains(r));
-            self.early_write_with(hold, &missing, EARLY_WRITE_THREADS);
+            // An fsync waits for these: synchronous I/O, ahead of the bulk.
+            self.early_write_with(hold, &missing, EARLY_WRITE_THREADS, tarn_zio::IoClass::Sync);
         }
         // Without the hold now: a record that moved on to its sync meanwhile is no
         // longer the open txg's, and is left to the log's own copy.
