@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# bench/fsyncab.sh — one fio job of 8 KiB writes with an fsync after each (fio.sh's
+# bench/fsyncab.sh — one fio job of 8 KiB (--bs) writes with an fsync after each (fio.sh's
 # "fsync=1, 1 job" row, and the fsynced appender of bench/snaplat.sh) per build,
 # alternating the builds round by round, with the daemon's CPU time per operation and
 # the fsync latency's median and 99th percentile.
 #
 #   bash bench/fsyncab.sh --bins OLD/tarn,NEW/tarn [--rounds 4] [--runtime 10]
-#                         [--rw write|randwrite] [--size 1G] [--work DIR]
+#                         [--rw write|randwrite] [--size 1G] [--bs 8k] [--work DIR]
 #
 # Each round and build: a new 2-way mirror of two 4 GiB files written full of zeros
 # once (no intent-log device: the log blocks go to the mirror). `--rw write` appends
@@ -13,13 +13,14 @@
 # early); `--rw randwrite` first lays the file out (`--size`, 1 MiB writes, then an
 # export and import with the host's page cache dropped) and then overwrites it at
 # random, so every write dirties part of a record on disk (the txg syncs rewrite whole
-# records, as in fio.sh). Prints per build and round: IOPS, daemon CPU µs per write
+# records, as in fio.sh). `--bs 128k` makes every write a whole record, which an
+# fsync writes in place and logs by pointer. Prints per build and round: IOPS, daemon CPU µs per write
 # and fsync, fsync p50 / p99 (µs); then each build's medians. Run by hand as root,
 # never by CI; needs fio.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$REPO/bench/lib.sh"
-bins="" rounds=4 runtime=10 rw=write size=1G work=/var/tmp/tarn-fsyncab
+bins="" rounds=4 runtime=10 rw=write size=1G bs=8k work=/var/tmp/tarn-fsyncab
 while [ $# -gt 0 ]; do
     case $1 in
         --bins) bins=$2; shift 2 ;;
@@ -27,8 +28,9 @@ while [ $# -gt 0 ]; do
         --runtime) runtime=$2; shift 2 ;;
         --rw) rw=$2; shift 2 ;;
         --size) size=$2; shift 2 ;;
+        --bs) bs=$2; shift 2 ;;
         --work) work=$2; shift 2 ;;
-        *) echo "usage: bash bench/fsyncab.sh --bins A[,B...] [--rounds N] [--runtime S] [--rw write|randwrite] [--size SIZE] [--work DIR]" >&2; exit 2 ;;
+        *) echo "usage: bash bench/fsyncab.sh --bins A[,B...] [--rounds N] [--runtime S] [--rw write|randwrite] [--size SIZE] [--bs SIZE] [--work DIR]" >&2; exit 2 ;;
     esac
 done
 tarn_bins "$bins"
@@ -46,7 +48,7 @@ for r in $(seq 1 "$rounds"); do
         sync
         pid=$(cat "$work/state/daemon.pid")
         c0=$(cpu_ms "$pid")
-        fio --name=fsab --directory="$work/mnt/d" --filename=f.dat --rw="$rw" --bs=8k --size="$size" --fsync=1 \
+        fio --name=fsab --directory="$work/mnt/d" --filename=f.dat --rw="$rw" --bs="$bs" --size="$size" --fsync=1 \
             --runtime="$runtime" --time_based --percentile_list=50:99 --output-format=json > "$work/fio.json"
         c1=$(cpu_ms "$pid")
         python3 - "$work/fio.json" "$bin" "$r" "$i" "$(( c1 - c0 ))" >> "$out" <<'PY'
