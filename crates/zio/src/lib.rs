@@ -58,6 +58,11 @@
 //! on it, and losing it loses at most unsynced log records (DESIGN "Caching and
 //! logging").
 //!
+//! I/O classes (module `queue`): the intent log's writes and flushes, and the blocks
+//! an `fsync` writes itself ([`IoClass::Sync`]), go ahead of the bulk I/O; while they
+//! run or ran in the last 20 ms, batched writes and reads go out in 256 KiB pieces,
+//! one at a time for the pool (OpenZFS `vdev_queue.c` issues synchronous I/O first).
+//!
 //! Live reconfiguration: the vdev vector is behind an `RwLock` that the hot paths only
 //! read-lock (one uncontended atomic per block). `zpool add` appends a top-level vdev
 //! or fills a hole ([`Zio::attach_vdev`]); `zpool remove` of a log vdev swaps it for a
