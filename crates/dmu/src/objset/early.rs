@@ -488,9 +488,7 @@ impl Objset {
         if missing.is_empty() {
             drop(hold);
         } else {
-            // The early writer need not write these again.
-            self.early.inner.lock().queue.retain(|r| !missing.contains(r));
-            // An fsync waits for these: synchronous I/O, ahead of the bulk.
+            // (`early_claim` took them off the writer's queue.) An fsync waits for these: synchronous I/O, ahead of the bulk.
             self.early_write_with(hold, &missing, EARLY_WRITE_THREADS, tarn_zio::IoClass::Sync);
         }
         // Without the hold now: a record that moved on to its sync meanwhile is no
