@@ -65,12 +65,4 @@ PY
         ab_teardown "$bin" fsab
     done
 done
-python3 - "$out" "${BINS[@]}" <<'PY'
-import sys, statistics
-rows = [l.split('\t') for l in open(sys.argv[1]).read().split('\n') if l]
-med = lambda k, col: statistics.median(float(row[col]) for row in rows if row[0] == k)
-print(f"{'build':<40} {'median IOPS':>11} {'CPU us/op':>9} {'fsync p50':>9} {'fsync p99':>9}")
-for i, b in enumerate(sys.argv[2:]):
-    k = f'bin{i}'
-    print(f"{b:<40} {med(k, 2):11.0f} {med(k, 3):9.1f} {med(k, 4):9.0f} {med(k, 5):9.0f}")
-PY
+ab_medians "$out" "median IOPS:11:0,CPU us/op:9:1,fsync p50:9:0,fsync p99:9:0" "${BINS[@]}"

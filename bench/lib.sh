@@ -1,6 +1,8 @@
 # Helpers shared by the benchmark scripts (fio.sh, sync.sh, scan.sh); source it after
 # setting REPO. Defines log, die, apt_install, has, in_new_namespace, wait_for,
-# wait_gone, find_tarn, tarn_bins and on_signal. Nothing here runs on its own.
+# wait_gone, find_tarn, tarn_bins, on_signal, cpu_ms and the helpers of the scripts
+# that compare builds (ab_setup, ab_pool, ab_cold_file, ab_teardown, ab_medians).
+# Nothing here runs on its own.
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -103,6 +105,26 @@ ab_cold_file() {
 ab_teardown() {
     "$1" zpool destroy "$2" >/dev/null 2>&1 || true
     "$1" daemon --stop >/dev/null 2>&1 || true
+}
+
+# ab_medians OUT COLUMNS BIN...: each build's medians over the rounds in OUT (rows
+# `binI<TAB>round<TAB>value...`, as the *ab.sh scripts write them), one line per build
+# of BIN... under a heading. COLUMNS describes the values in order, comma-separated,
+# each `heading:width:decimals[:divisor]` (the median is divided by divisor).
+ab_medians() {
+    python3 - "$@" <<'PY'
+import sys, statistics
+out, spec, bins = sys.argv[1], sys.argv[2], sys.argv[3:]
+rows = [l.split('\t') for l in open(out).read().split('\n') if l]
+cols = [c.split(':') for c in spec.split(',')]
+print(f"{'build':<40}" + ''.join(f" {c[0]:>{c[1]}}" for c in cols))
+for i, b in enumerate(bins):
+    line = f"{b:<40}"
+    for j, c in enumerate(cols):
+        m = statistics.median(float(r[2 + j]) for r in rows if r[0] == f'bin{i}')
+        line += f" {m / float(c[3] if len(c) > 3 else 1):{c[1]}.{c[2]}f}"
+    print(line)
+PY
 }
 
 # cpu_ms PID: user + system CPU time of a process so far, milliseconds.

@@ -52,11 +52,4 @@ for r in $(seq 1 "$rounds"); do
         ab_teardown "$bin" rwab
     done
 done
-python3 - "$out" "${BINS[@]}" <<'PY'
-import sys, statistics
-rows = [l.split('\t') for l in open(sys.argv[1]).read().split('\n') if l]
-med = lambda k, col: statistics.median(int(row[col]) for row in rows if row[0] == k)
-print(f"{'build':<40} {'median IOPS':>11} {'us/write':>8}")
-for i, b in enumerate(sys.argv[2:]):
-    print(f"{b:<40} {med(f'bin{i}', 2):11.0f} {med(f'bin{i}', 3):8.0f}")
-PY
+ab_medians "$out" "median IOPS:11:0,us/write:8:0" "${BINS[@]}"

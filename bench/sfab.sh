@@ -61,12 +61,4 @@ for r in $(seq 1 "$rounds"); do
         ab_teardown "$bin" sfab
     done
 done
-python3 - "$out" "${BINS[@]}" <<'PY'
-import sys, statistics
-rows = [l.split('\t') for l in open(sys.argv[1]).read().split('\n') if l]
-med = lambda k, col: statistics.median(float(row[col]) for row in rows if row[0] == k)
-print(f"{'build':<40} {'median files/s':>14} {'CPU us/file':>11} {'FUSE sw/file':>12} {'I/O sw/file':>11}")
-for i, b in enumerate(sys.argv[2:]):
-    k = f'bin{i}'
-    print(f"{b:<40} {med(k, 2):14.1f} {med(k, 3):11.0f} {med(k, 4) / 100:12.2f} {med(k, 5) / 100:11.2f}")
-PY
+ab_medians "$out" "median files/s:14:1,CPU us/file:11:0,FUSE sw/file:12:2:100,I/O sw/file:11:2:100" "${BINS[@]}"
