@@ -99,6 +99,17 @@ fn physical_memory_bytes() -> Option<u64> {
 fn dirty_max_bytes() -> u64 {
     cache_limit() / 4
 }
+
+/// The txg gate of a pool whose I/O goes through `zio`, opening at `open_txg`, which
+/// asks `zio` whether the intent log is active (`tarn_dmu::txg`'s theory). The gate
+/// holds `zio` weakly: a sync thread waiting on the gate must not keep the devices
+/// open after the pool is gone.
+fn new_gate(open_txg: u64, zio: &Arc<Zio>) -> Arc<TxgGate> {
+    let gate = Arc::new(TxgGate::new(open_txg, dirty_max_bytes()));
+    let zio = Arc::downgrade(zio);
+    gate.watch_log(move || zio.upgrade().is_some_and(|z| z.log_active()));
+    gate
+}
 /// The top-level specs of a create or an add as `open_new_tops` takes them, flagged
 /// `true` for logs: normal vdevs, then logs, then spares (single-leaf tops) last, so
 /// the opened devices split at `len - spares.len()`.
@@ -510,7 +521,7 @@ impl Pool {
             ..VdevConfig::default()
         };
         let zio = Arc::new(Zio::with_arc(top, space, arc().clone()));
-        let gate = Arc::new(TxgGate::new(1, dirty_max_bytes()));
+        let gate = new_gate(1, &zio);
         let mos = Objset::create(zio.clone(), gate.clone(), OS_TYPE_MOS);
         let pool = Arc::new(Pool {
             name: spec.name.clone(),
@@ -1037,7 +1048,7 @@ impl Pool {
             *s = sm;
             s.sync_done(ub.txg);
         });
-        let gate = Arc::new(TxgGate::new(ub.txg + 1, dirty_max_bytes()));
+        let gate = new_gate(ub.txg + 1, &zio);
         let mos =
             Objset::open(zio.clone(), gate.clone(), &ub.rootbp, 0).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': MOS unreadable: {e}")))?;
         let mut dir = Dir::load(&*mos).map_err(|e| SpaError::Corrupt(format!("cannot import '{name}': pool directory unreadable: {e}")))?;

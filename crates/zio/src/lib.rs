@@ -483,6 +483,14 @@ impl Zio {
         self.vdevs.read().get(vdev as usize).map_or(psize_bytes, |v| v.psize_to_asize(psize_bytes))
     }
 
+    /// Whether intent-log I/O is in flight or ended less than 20 ms ago (the I/O
+    /// classes' window, module `queue`): synchronous writers are waiting on the log.
+    /// The txg gate asks it before it starts a sync for partial records
+    /// (`tarn_dmu::txg`).
+    pub fn log_active(&self) -> bool {
+        self.queue.sync_active()
+    }
+
     /// Worst-case allocated/physical ratio over the normal-class top-level vdevs for a
     /// 128 KiB block (used by the write throttle to reserve space before accepting
     /// dirty data). Fixed by the vdev tree, so computed when it changes, not per call.

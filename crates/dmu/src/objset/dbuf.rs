@@ -38,6 +38,23 @@ impl Dirty {
             Dirty::Clone(_) => 0,
         }
     }
+
+    /// Of [`Dirty::dirty_bytes`], what the txg gate counts as partial records' (the
+    /// whole record for a partial one, else 0): see `tarn_dmu::txg`'s theory.
+    pub(super) fn partial_bytes(&self) -> u64 {
+        match self {
+            Dirty::Partial(p) => p.record_bytes,
+            _ => 0,
+        }
+    }
+}
+
+/// Sum of [`Dirty::dirty_bytes`] and of [`Dirty::partial_bytes`] over `records`, as
+/// the signed deltas of [`crate::txg::TxgGate::add_dirty_split`].
+pub(super) fn dirty_split<'a>(records: impl IntoIterator<Item = &'a Dirty>) -> (i64, i64) {
+    records
+        .into_iter()
+        .fold((0, 0), |(b, p), r| (b + r.dirty_bytes() as i64, p + r.partial_bytes() as i64))
 }
 
 /// The written ranges of a partial record: offset in the record → bytes. Extents are
@@ -258,16 +275,15 @@ impl Objset {
     /// Make `record` the open generation's block `blkid` of `obj`, accounting the
     /// change of dirty bytes.
     pub(super) fn put_block(&self, st: &mut OsState, obj: u64, blkid: u64, record: Dirty) {
-        let len = record.dirty_bytes() as i64;
+        let (len, partial) = dirty_split([&record]);
         let dn = st.dnodes.get_mut(&obj).unwrap();
-        let old = dn.open.blocks.insert(blkid, record);
-        let delta = len - old.map(|o| o.dirty_bytes() as i64).unwrap_or(0);
+        let (old_len, old_partial) = dirty_split(dn.open.blocks.insert(blkid, record).as_ref());
         if blkid > dn.attrs.maxblkid {
             dn.attrs.maxblkid = blkid;
         }
         Self::mark_dirty(st, obj);
-        if delta != 0 {
-            self.gate.add_dirty(delta);
+        if (len, partial) != (old_len, old_partial) {
+            self.gate.add_dirty_split(len - old_len, partial - old_partial);
         }
     }
 
@@ -301,9 +317,12 @@ impl Objset {
                 let part = Arc::make_mut(p);
                 part.insert(in_blk, data);
                 // Overwritten whole: a full record, which needs no fill at sync and may
-                // be written early. Counted whole before and after (`Dirty::dirty_bytes`).
+                // be written early. Counted whole before and after (`Dirty::dirty_bytes`),
+                // no longer as a partial record.
                 if let Some(bytes) = part.take_whole(blksz) {
+                    let record_bytes = part.record_bytes as i64;
                     dn.open.blocks.insert(blkid, Dirty::Full(Arc::new(bytes)));
+                    self.gate.add_dirty_split(0, -record_bytes);
                 }
                 if blkid > dn.attrs.maxblkid {
                     dn.attrs.maxblkid = blkid;

@@ -39,9 +39,12 @@ pub struct SyncBatch {
     /// (a fill that failed keeps the old block).
     written: Vec<Option<BlkPtr>>,
     dirty_bytes: u64,
-    /// Of `dirty_bytes`, what phase 2 already took off the gate's count (records
-    /// written); phase 3 takes the rest.
+    /// Of `dirty_bytes`, the partial records' (counted whole; `tarn_dmu::txg`).
+    partial_bytes: u64,
+    /// Of `dirty_bytes` and of `partial_bytes`, what phase 2 already took off the
+    /// gate's counts (records written); phase 3 takes the rest.
     undirtied_bytes: u64,
+    undirtied_partial_bytes: u64,
     /// Objects with changes in this txg (data, attributes or frees).
     objects: usize,
     /// Records whose early block phase 2 installed (module `early`).
@@ -98,7 +101,7 @@ impl Objset {
         let mut st = self.st.lock();
         let dirty = std::mem::take(&mut st.dirty);
         let mut blocks = Vec::new();
-        let mut dirty_bytes = 0u64;
+        let (mut dirty_bytes, mut partial_bytes) = (0u64, 0u64);
         for &obj in &dirty {
             let dn = st.dnodes.get_mut(&obj).unwrap();
             assert!(dn.syncing.is_none(), "object {obj} still syncing from an earlier txg");
@@ -106,6 +109,7 @@ impl Objset {
             let otype = dn.attrs.otype;
             for (blkid, record) in &open.blocks {
                 dirty_bytes += record.dirty_bytes();
+                partial_bytes += record.partial_bytes();
                 if !dn.attrs.freed {
                     blocks.push((obj, *blkid, otype, record.clone()));
                 }
@@ -122,7 +126,9 @@ impl Objset {
             blocks,
             written: Vec::new(),
             dirty_bytes,
+            partial_bytes,
             undirtied_bytes: 0,
+            undirtied_partial_bytes: 0,
             objects: st.syncing.len(),
             early_blocks: 0,
         }
@@ -495,7 +501,10 @@ impl Objset {
         self.kill(&old_root, txg);
         st.used_bytes = (st.used_bytes as i64 + used_delta).max(0) as u64;
         drop(st);
-        self.gate.add_dirty(-((batch.dirty_bytes - batch.undirtied_bytes) as i64));
+        self.gate.add_dirty_split(
+            -((batch.dirty_bytes - batch.undirtied_bytes) as i64),
+            -((batch.partial_bytes - batch.undirtied_partial_bytes) as i64),
+        );
         Ok(Some(root))
     }
 
@@ -506,14 +515,11 @@ impl Objset {
     /// counting a block both as dirty data and as allocated space. Phase 3 takes the
     /// rest (records dropped or freed, a failed fill's).
     fn undirty_written(&self, batch: &mut SyncBatch, idx: impl IntoIterator<Item = usize>) {
-        let bytes: u64 = idx
-            .into_iter()
-            .filter(|&i| batch.written[i].is_some())
-            .map(|i| batch.blocks[i].3.dirty_bytes())
-            .sum();
+        let (bytes, partial) = super::dbuf::dirty_split(idx.into_iter().filter(|&i| batch.written[i].is_some()).map(|i| &batch.blocks[i].3));
         if bytes > 0 {
-            batch.undirtied_bytes += bytes;
-            self.gate.add_dirty(-(bytes as i64));
+            batch.undirtied_bytes += bytes as u64;
+            batch.undirtied_partial_bytes += partial as u64;
+            self.gate.add_dirty_split(-bytes, -partial);
         }
     }
 

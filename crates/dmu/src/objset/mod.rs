@@ -751,11 +751,11 @@ impl ObjectStore for Objset {
         let mut st = self.st.lock();
         let dn = self.load_dnode(&mut st, obj)?;
         dn.attrs.freed = true;
-        let released: i64 = dn.open.blocks.values().map(|b| b.dirty_bytes() as i64).sum();
+        let (released, partial) = dbuf::dirty_split(dn.open.blocks.values());
         dn.open.blocks.clear();
         Self::mark_dirty(&mut st, obj);
         drop(st);
-        self.gate.add_dirty(-released);
+        self.gate.add_dirty_split(-released, -partial);
         Ok(())
     }
 
@@ -859,11 +859,11 @@ impl ObjectStore for Objset {
             self.write_in_block(&mut st, obj, b, from, &vec![0u8; to - from])?;
         }
         let dn = st.dnodes.get_mut(&obj).unwrap();
-        let mut released = 0i64;
+        let mut removed = Vec::new();
         if first_full < last_full {
             let doomed: Vec<u64> = dn.open.blocks.range(first_full..last_full).map(|(k, _)| *k).collect();
             for k in doomed {
-                released += dn.open.blocks.remove(&k).map(|b| b.dirty_bytes() as i64).unwrap_or(0);
+                removed.extend(dn.open.blocks.remove(&k));
             }
             dn.open.frees.push((first_full, last_full));
         }
@@ -872,11 +872,11 @@ impl ObjectStore for Objset {
             let keep_to = dn.attrs.maxblkid;
             let doomed: Vec<u64> = dn.open.blocks.range(keep_to + 1..).map(|(k, _)| *k).collect();
             for k in doomed {
-                released += dn.open.blocks.remove(&k).map(|b| b.dirty_bytes() as i64).unwrap_or(0);
+                removed.extend(dn.open.blocks.remove(&k));
             }
             if offset_bytes == 0 {
                 // Truncate to zero frees block 0 too.
-                released += dn.open.blocks.remove(&0).map(|b| b.dirty_bytes() as i64).unwrap_or(0);
+                removed.extend(dn.open.blocks.remove(&0));
                 dn.open.frees.push((0, u64::MAX));
             } else {
                 dn.open.frees.push((keep_to + 1, u64::MAX));
@@ -884,8 +884,9 @@ impl ObjectStore for Objset {
         }
         Self::mark_dirty(&mut st, obj);
         drop(st);
+        let (released, partial) = dbuf::dirty_split(&removed);
         if released != 0 {
-            self.gate.add_dirty(-released);
+            self.gate.add_dirty_split(-released, -partial);
         }
         Ok(())
     }
