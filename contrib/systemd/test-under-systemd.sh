@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # contrib/systemd/test-under-systemd.sh — run the shipped units under a real systemd.
 #
-#   bash contrib/systemd/test-under-systemd.sh [--tarn PATH]     (root; default target/release/tarn)
+#   bash contrib/systemd/test-under-systemd.sh [--tarn PATH]     (root; default target/release/tarn, with tarnd beside it)
 #
 # systemd runs as PID 1 of its own PID, mount and cgroup namespaces (a private /run
 # and /tmp, its own name=systemd cgroup hierarchy, every unit the default dependencies
@@ -32,6 +32,8 @@ done
 TARN=$(readlink -f "$TARN")
 [ "$(id -u)" -eq 0 ] || { echo "needs root" >&2; exit 2; }
 [ -x "$TARN" ] || { echo "no tarn binary at $TARN (cargo build --release -p tarn-cli --features fuse)" >&2; exit 2; }
+TARND=$(dirname "$TARN")/tarnd
+[ -x "$TARND" ] || { echo "no tarnd (the engine) beside $TARN (cargo build --release -p tarn-cli --features fuse)" >&2; exit 2; }
 [ -x /lib/systemd/systemd ] || { echo "systemd is missing: apt-get install systemd" >&2; exit 2; }
 W=$(mktemp -d /var/tmp/tarn-systemd.XXXXXX)
 mkdir -p "$W/units" "$W/state" "$W/etc" "$W/vdevs" "$W/mnt"
@@ -71,6 +73,7 @@ mkdir -p /var/lib/tarn /etc/tarn
 mount --bind "$W/state" /var/lib/tarn
 mount --bind "$W/etc" /etc/tarn
 mount --bind "$TARN" /usr/local/bin/tarn 2>/dev/null || { touch /usr/local/bin/tarn; mount --bind "$TARN" /usr/local/bin/tarn; }
+mount --bind "$TARND" /usr/local/bin/tarnd 2>/dev/null || { touch /usr/local/bin/tarnd; mount --bind "$TARND" /usr/local/bin/tarnd; }
 exec /lib/systemd/systemd --system --unit=tarn-test.target --log-target=kmsg --log-level=info
 INIT
 chmod +x "$W/init.sh"

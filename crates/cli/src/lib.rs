@@ -1,9 +1,11 @@
-//! # tarn-cli — the `tarn` binary: `zpool`/`zfs`/`zinject` command families and the daemon
+//! # tarn-cli — the `tarn` and `tarnd` binaries: `zpool`/`zfs`/`zinject` command families and the daemon
 //!
-//! Theory: the binary has two roles. As a client (`tarn zpool …`, `tarn zfs …`, or
-//! invoked through a `zpool`/`zfs` symlink) it is thin: it forwards its argv and cwd to
-//! the daemon over a Unix socket ([`proto`]) and prints the answer, starting the daemon
-//! when none answers. As the daemon (`tarn daemon`) it holds every imported pool, runs
+//! Theory: there are two roles, in two binaries built from this crate. As a client
+//! (`tarn zpool …`, `tarn zfs …`, or invoked through a `zpool`/`zfs` symlink) `tarn` is
+//! thin: it forwards its argv and cwd to the daemon over a Unix socket ([`proto`]) and
+//! prints the answer, starting the daemon when none answers; it links nothing else, so
+//! it starts fast. The engine, `tarnd` (beside `tarn`, which runs it for every other
+//! role, [`proto::exec_engine`]), is the daemon (`tarn daemon`): it holds every imported pool, runs
 //! commands against them ([`zpool`], [`zfs`]) one at a time under one lock, and owns
 //! the FUSE mounts of their datasets ([`mounts`]). `tarn zinject` ([`zinject`]) registers
 //! fault-injection handlers on the leaves of those pools, so faults hit the live pool. A pool is open in exactly one

@@ -19,7 +19,7 @@
 //! `/var/lib/tarn`).
 //!
 //! Starting: when the connect fails (no socket, or nobody listening), the client starts
-//! `tarn daemon --foreground` in a new session (setsid), stdin from /dev/null and
+//! `tarnd daemon --foreground` (the engine binary beside `tarn`, [`engine_exe`]) in a new session (setsid), stdin from /dev/null and
 //! stdout/stderr appended to `daemon.log`, then retries the connect every 50 ms for up
 //! to 10 s. Two clients racing to start a daemon are harmless: the daemon takes an
 //! exclusive lock beside the socket, and the loser exits.
@@ -221,13 +221,83 @@ pub fn exchange_fds(mut stream: UnixStream, req: &Request, fds: &[RawFd]) -> std
     serde_json::from_slice(&buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
-/// Start `tarn daemon --foreground` detached (new session, output to daemon.log), with
+/// The file name of the engine binary ([`engine_exe`]).
+pub const ENGINE_NAME: &str = "tarnd";
+
+/// The engine binary (`tarnd`: daemon, `zdb`, interval clients): this process's own
+/// executable when it is the engine, otherwise `tarnd` in the directory of this
+/// process's executable (symlinks resolved, so a `zfs` link to `tarn` finds it too).
+/// Errors: `NotFound` naming the missing file and what to install.
+pub fn engine_exe() -> std::io::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    if exe.file_name().is_some_and(|n| n == ENGINE_NAME) {
+        return Ok(exe);
+    }
+    let engine = exe.with_file_name(ENGINE_NAME);
+    if engine.is_file() {
+        return Ok(engine);
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        format!(
+            "{} is missing: install the {ENGINE_NAME} binary (built beside tarn by `cargo build --release -p tarn-cli`) in the same directory as {}",
+            engine.display(),
+            exe.display()
+        ),
+    ))
+}
+
+/// Replace this process with the engine binary run on `args` (what followed `tarn`,
+/// family word first). Returns only on failure, with the exit status to use after
+/// printing why.
+pub fn exec_engine(args: &[String]) -> i32 {
+    match engine_exe() {
+        Ok(engine) => {
+            let e = Command::new(&engine).args(args).exec();
+            eprintln!("tarn: cannot run {}: {e}", engine.display());
+            1
+        }
+        Err(e) => {
+            eprintln!("tarn: {e}");
+            1
+        }
+    }
+}
+
+/// The client side of one forwarded command: send `argv` (family word first) to the
+/// daemon, starting it if needed, print its stdout and stderr, and return the exit
+/// status it chose (1 with a message when the daemon cannot be reached).
+pub fn forward(argv: Vec<String>) -> i32 {
+    match run_remote(argv) {
+        Ok(resp) => {
+            print!("{}", resp.stdout);
+            eprint!("{}", resp.stderr);
+            let _ = std::io::stdout().flush();
+            resp.code
+        }
+        // The socket's directory is root's alone (mode 0700).
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            eprintln!("{PERMISSION_DENIED}");
+            1
+        }
+        Err(e) => {
+            eprintln!(
+                "tarn: cannot reach the daemon at {}: {e} (see {})",
+                socket_path().display(),
+                state_dir().join("daemon.log").display()
+            );
+            1
+        }
+    }
+}
+
+/// Start `tarnd daemon --foreground` ([`engine_exe`]) detached (new session, output to daemon.log), with
 /// a clean environment: cwd `/`, umask 077, `PATH` [`DAEMON_PATH`] (or
 /// `$TARN_DAEMON_PATH`), and of the client's variables only `TARN_*` and
 /// `RUST_BACKTRACE` (`TARN_SOCKET` and `TARN_STATE_DIR` absolute).
 pub fn spawn_daemon() -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    let exe = std::env::current_exe()?;
+    let exe = engine_exe()?;
     let dir = std::path::absolute(state_dir())?;
     let socket = std::path::absolute(socket_path())?;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
