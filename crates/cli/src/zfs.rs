@@ -370,11 +370,15 @@ fn known_prop(prop: &str) -> bool {
 /// File systems, snapshots and bookmarks of the pool in listing order; with `under`,
 /// only those in the subtree of that file system (its fs part when it names a
 /// snapshot or bookmark), which costs what the subtree costs, not the pool.
-fn all_datasets(entry: &PoolEntry, under: Option<&str>) -> Result<Vec<DatasetInfo>, String> {
+/// Without `snapshots` no snapshot is listed (nor its record read), unless `under`
+/// names one.
+fn all_datasets(entry: &PoolEntry, under: Option<&str>, snapshots: bool) -> Result<Vec<DatasetInfo>, String> {
     let fs_of = |n: &str| n.split(['@', '#']).next().unwrap_or(n).to_string();
+    let snapshots = snapshots || under.is_some_and(|n| n.contains('@'));
     let infos = match under {
-        Some(root) => entry.pool.list_under(&fs_of(root)),
-        None => entry.pool.list_all(),
+        Some(root) => entry.pool.list_under_kinds(&fs_of(root), snapshots),
+        None if snapshots => entry.pool.list_all(),
+        None => entry.pool.list_datasets(),
     }
     .map_err(|e| e.to_string())?;
     let mut marks = entry.pool.bookmarks().map_err(|e| e.to_string())?;
@@ -448,7 +452,7 @@ fn select_typed(st: &State, operands: &[String], recursive: bool, max_depth: Opt
     let limit = max_depth.unwrap_or(usize::MAX);
     if operands.is_empty() {
         for (pool, entry) in &st.pools {
-            match all_datasets(entry, None) {
+            match all_datasets(entry, None, want_snap) {
                 Ok(infos) => {
                     for i in infos {
                         if wanted(&i.name) && (max_depth.is_none() || list_depth(&i.name) <= limit) {
@@ -467,7 +471,7 @@ fn select_typed(st: &State, operands: &[String], recursive: bool, max_depth: Opt
     for name in operands {
         let name = name.trim_end_matches('/');
         let pool = pool_of(name);
-        let infos = match st.pools.get(pool).map(|e| all_datasets(e, Some(name))) {
+        let infos = match st.pools.get(pool).map(|e| all_datasets(e, Some(name), want_snap)) {
             Some(Ok(i)) => i,
             _ => {
                 resp.stderr.push_str(&format!("cannot open '{name}': dataset does not exist\n"));

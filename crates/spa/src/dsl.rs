@@ -1062,14 +1062,15 @@ impl Pool {
     /// All file systems, in listing order, with effective properties and space figures
     /// (`used`, `usedbydataset`, `usedbysnapshots`, `usedbychildren`,
     /// `usedbyrefreservation`, `written`, `origin`, …).
+    /// Costs what the file systems cost: no snapshot's record is read.
     pub fn list_datasets(&self) -> Result<Vec<DatasetInfo>> {
-        Ok(self.list_all()?.into_iter().filter(|i| !i.name.contains('@')).collect())
+        self.list_filtered(&|n: &str| !n.contains('@'))
     }
 
     /// Every snapshot, in listing order, with its figures (`used` = what destroying it
     /// alone frees, `referenced`, `written`, `clones`, `createtxg`, `userrefs`).
     pub fn list_snapshots(&self) -> Result<Vec<DatasetInfo>> {
-        Ok(self.list_all()?.into_iter().filter(|i| i.name.contains('@')).collect())
+        self.list_filtered(&|n: &str| n.contains('@'))
     }
 
     /// File systems and snapshots together, in OpenZFS's listing order.
@@ -1084,11 +1085,22 @@ impl Pool {
     /// not 10,000 (only a snapshot's `clones` needs every file system's origin).
     /// Empty when `root` does not exist.
     pub fn list_under(&self, root: &str) -> Result<Vec<DatasetInfo>> {
+        self.list_under_kinds(root, true)
+    }
+
+    /// [`Pool::list_under`] without the snapshots of the subtree when `snapshots` is
+    /// false (`root` naming a snapshot still lists that one): `zfs list fs`, which
+    /// shows file systems only, then costs what the file systems cost, however many
+    /// snapshots they have.
+    pub fn list_under_kinds(&self, root: &str, snapshots: bool) -> Result<Vec<DatasetInfo>> {
         let fs = root.split('@').next().unwrap_or(root);
         let snap = root.contains('@');
         self.list_filtered(&|n: &str| {
             if snap {
                 return n == root;
+            }
+            if !snapshots && n.contains('@') {
+                return false;
             }
             let nfs = n.split('@').next().unwrap_or(n);
             nfs == fs || crate::names::is_descendant(nfs, fs)
@@ -1096,8 +1108,9 @@ impl Pool {
     }
 
     /// The listing of every file system and snapshot whose name `keep` accepts; `keep`
-    /// must accept the descendants of every file system it accepts (a file system's
-    /// `used` sums its children's).
+    /// must accept the descendant file systems of every file system it accepts (a file
+    /// system's `used` sums its children's; its snapshots' share comes from its own
+    /// record, so they need not be accepted).
     fn list_filtered(&self, keep: &dyn Fn(&str) -> bool) -> Result<Vec<DatasetInfo>> {
         let d = self.dir.lock().clone();
         let slop = (self.size_bytes() >> 5).max(4 << 20);

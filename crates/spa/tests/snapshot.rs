@@ -410,3 +410,46 @@ fn snapshot_is_one_txg_and_freezes_acknowledged_writes() {
     }
     pool.export().unwrap();
 }
+
+/// The listings that leave snapshots out (`list_datasets`, `list_under_kinds(_, false)`)
+/// or file systems out (`list_snapshots`) read fewer records but give every row they
+/// keep exactly as the full listing does: space figures that count snapshots and
+/// children, `origin` of a clone whose origin snapshot is not listed, the snapshot count.
+#[test]
+fn partial_listings_match_the_full_listing() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = new_pool(d.path(), "sn6");
+    pool.create_dataset("sn6/fs", &BTreeMap::new()).unwrap();
+    pool.create_dataset("sn6/fs/kid", &BTreeMap::new()).unwrap();
+    for (fs, seed) in [("sn6/fs", 1), ("sn6/fs/kid", 2)] {
+        let os = pool.objset(fs).unwrap();
+        let a = put(&*os, &pattern(seed, 600 << 10));
+        pool.snapshot(&[format!("{fs}@one")], false).unwrap();
+        overwrite(&*os, a, 0, &[7u8; 300 << 10], &mut Image::from([(a, pattern(seed, 600 << 10))]));
+        pool.snapshot(&[format!("{fs}@two")], false).unwrap();
+    }
+    pool.clone_snapshot("sn6/fs@one", "sn6/c", &BTreeMap::new(), false).unwrap();
+    pool.sync().unwrap();
+    let rows = |v: Vec<tarn_spa::DatasetInfo>| -> Vec<String> {
+        v.iter()
+            .map(|i| format!("{} {} {} {} {:?}", i.name, i.used_bytes, i.avail_bytes, i.refer_bytes, i.props))
+            .collect()
+    };
+    let all = pool.list_all().unwrap();
+    let (fss, snaps): (Vec<_>, Vec<_>) = all.into_iter().partition(|i| !i.name.contains('@'));
+    assert_eq!(fss.len(), 4, "{:?}", rows(fss.clone()));
+    assert_eq!(snaps.len(), 4);
+    assert!(fss.iter().any(|i| i.name == "sn6/c" && i.props["origin"].0 == "sn6/fs@one"));
+    assert!(fss
+        .iter()
+        .any(|i| i.name == "sn6/fs" && i.props["snapshot_count"].0 == "2" && i.props["usedbysnapshots"].0 != "0"));
+    assert_eq!(rows(pool.list_datasets().unwrap()), rows(fss.clone()));
+    assert_eq!(rows(pool.list_snapshots().unwrap()), rows(snaps));
+    let under: Vec<_> = pool.list_under("sn6/fs").unwrap().into_iter().filter(|i| !i.name.contains('@')).collect();
+    assert_eq!(under.len(), 2);
+    assert_eq!(rows(pool.list_under_kinds("sn6/fs", false).unwrap()), rows(under));
+    assert_eq!(
+        rows(pool.list_under_kinds("sn6/fs@two", false).unwrap()),
+        rows(pool.list_under("sn6/fs@two").unwrap())
+    );
+}
