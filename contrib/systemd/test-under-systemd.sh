@@ -35,6 +35,8 @@ TARN=$(readlink -f "$TARN")
 TARND=$(dirname "$TARN")/tarnd
 [ -x "$TARND" ] || { echo "no tarnd (the engine) beside $TARN (cargo build --release -p tarn-cli --features fuse)" >&2; exit 2; }
 [ -x /lib/systemd/systemd ] || { echo "systemd is missing: apt-get install systemd" >&2; exit 2; }
+placeholders=()
+for f in /usr/local/bin/tarn /usr/local/bin/tarnd; do [ -e "$f" ] || placeholders+=("$f"); done
 W=$(mktemp -d /var/tmp/tarn-systemd.XXXXXX)
 mkdir -p "$W/units" "$W/state" "$W/etc" "$W/vdevs" "$W/mnt"
 cp "$here/tarn.service" "$here/tarn-import.service" "$W/units/"
@@ -100,6 +102,8 @@ IN=(nsenter -t "$SD" -m -p)
 T=(env TARN_SOCKET=/run/tarn/tarn.sock TARN_STATE_DIR=/var/lib/tarn TARN_CACHEFILE=/etc/tarn/tarn.cache /usr/local/bin/tarn)
 cleanup() {
     "${IN[@]}" systemctl stop tarn.service >/dev/null 2>&1 || true
+    # The empty files init.sh made as bind targets, if they were not there before.
+    for f in "${placeholders[@]}"; do [ -f "$f" ] && [ ! -s "$f" ] && rm -f "$f"; done
     [ -n "$SD" ] && kill -KILL "$SD" 2>/dev/null
     wait "$launcher" 2>/dev/null
     rmdir "$cg" 2>/dev/null
