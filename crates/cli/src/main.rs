@@ -17,15 +17,7 @@
 use tarn_cli::proto;
 
 fn main() {
-    let mut args: Vec<String> = std::env::args().collect();
-    let argv0 = args.remove(0);
-    let base = std::path::Path::new(&argv0)
-        .file_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    if base == "zpool" || base == "zfs" || base == "zinject" || base == "zdb" {
-        args.insert(0, base);
-    }
+    let args = proto::command_args();
     let code = match args.first().map(String::as_str) {
         Some("zpool") if args.get(1).map(String::as_str) == Some("iostat") => proto::exec_engine(&args),
         Some("zpool") | Some("zfs") | Some("zinject") | Some("kstat") => proto::forward(args),

@@ -19,9 +19,9 @@
 //! `/var/lib/tarn`).
 //!
 //! Starting: when the connect fails (no socket, or nobody listening), the client starts
-//! `tarnd daemon --foreground` (the engine binary beside `tarn`, [`engine_exe`]) in a new session (setsid), stdin from /dev/null and
-//! stdout/stderr appended to `daemon.log`, then retries the connect every 50 ms for up
-//! to 10 s. Two clients racing to start a daemon are harmless: the daemon takes an
+//! `tarnd daemon --foreground` (the engine binary beside `tarn`, [`engine_exe`]) in a
+//! new session (setsid), stdin from /dev/null and stdout/stderr appended to
+//! `daemon.log`, then retries the connect every 50 ms for up to 10 s. Two clients racing to start a daemon are harmless: the daemon takes an
 //! exclusive lock beside the socket, and the loser exits.
 //!
 //! The started daemon does not inherit the client's environment: it runs in `/` with
@@ -221,6 +221,22 @@ pub fn exchange_fds(mut stream: UnixStream, req: &Request, fds: &[RawFd]) -> std
     serde_json::from_slice(&buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
+/// This process's arguments after `argv[0]`, with the command family first: when
+/// `argv[0]` is named `zpool`, `zfs`, `zinject` or `zdb` (a symlink to `tarn` or
+/// `tarnd`), that name is put in front, as `tarn zfs …` would have it.
+pub fn command_args() -> Vec<String> {
+    let mut args: Vec<String> = std::env::args().collect();
+    let argv0 = args.remove(0);
+    let base = std::path::Path::new(&argv0)
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if matches!(base.as_str(), "zpool" | "zfs" | "zinject" | "zdb") {
+        args.insert(0, base);
+    }
+    args
+}
+
 /// The file name of the engine binary ([`engine_exe`]).
 pub const ENGINE_NAME: &str = "tarnd";
 
@@ -291,8 +307,8 @@ pub fn forward(argv: Vec<String>) -> i32 {
     }
 }
 
-/// Start `tarnd daemon --foreground` ([`engine_exe`]) detached (new session, output to daemon.log), with
-/// a clean environment: cwd `/`, umask 077, `PATH` [`DAEMON_PATH`] (or
+/// Start `tarnd daemon --foreground` ([`engine_exe`]) detached (new session, output
+/// to daemon.log), with a clean environment: cwd `/`, umask 077, `PATH` [`DAEMON_PATH`] (or
 /// `$TARN_DAEMON_PATH`), and of the client's variables only `TARN_*` and
 /// `RUST_BACKTRACE` (`TARN_SOCKET` and `TARN_STATE_DIR` absolute).
 pub fn spawn_daemon() -> std::io::Result<()> {

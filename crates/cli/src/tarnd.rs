@@ -11,7 +11,6 @@
 //! arguments as `tarn`, so `tarnd zfs list` works too; `argv[0]` named `zpool`, `zfs`,
 //! `zinject` or `zdb` (a symlink) means that command family.
 
-use std::path::Path;
 use std::time::Duration;
 
 use tarn_cli::{daemon, proto};
@@ -25,12 +24,7 @@ const USAGE: &str =
     "usage: tarn zpool <command> [args...]\n       tarn zfs <command> [args...]\n       tarn zinject [args...]\n       tarn zdb [args...]\n       tarn kstat arcstats\n       tarn arcstat [interval [count]]\n       tarn daemon [--foreground | --stop | --set NAME=VALUE...]\n";
 
 fn main() {
-    let mut args: Vec<String> = std::env::args().collect();
-    let argv0 = args.remove(0);
-    let base = Path::new(&argv0).file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    if base == "zpool" || base == "zfs" || base == "zinject" || base == "zdb" {
-        args.insert(0, base);
-    }
+    let args = proto::command_args();
     let code = match args.first().map(String::as_str) {
         None | Some("-h") | Some("--help") | Some("help") => {
             eprint!("{USAGE}");

@@ -1062,7 +1062,9 @@ impl Pool {
     /// All file systems, in listing order, with effective properties and space figures
     /// (`used`, `usedbydataset`, `usedbysnapshots`, `usedbychildren`,
     /// `usedbyrefreservation`, `written`, `origin`, …).
-    /// Costs what the file systems cost: no snapshot's record is read.
+    /// No snapshot gets a row or its own space figures; each file system's
+    /// `usedbysnapshots` still walks its snapshot chain (each snapshot's record and
+    /// dead-list summary).
     pub fn list_datasets(&self) -> Result<Vec<DatasetInfo>> {
         self.list_filtered(&|n: &str| !n.contains('@'))
     }
@@ -1090,8 +1092,9 @@ impl Pool {
 
     /// [`Pool::list_under`] without the snapshots of the subtree when `snapshots` is
     /// false (`root` naming a snapshot still lists that one): `zfs list fs`, which
-    /// shows file systems only, then costs what the file systems cost, however many
-    /// snapshots they have.
+    /// shows file systems only, then computes no snapshot's row (each snapshot's
+    /// figures read its successor's whole dead list); the file systems'
+    /// `usedbysnapshots` still walks their snapshot chains.
     pub fn list_under_kinds(&self, root: &str, snapshots: bool) -> Result<Vec<DatasetInfo>> {
         let fs = root.split('@').next().unwrap_or(root);
         let snap = root.contains('@');
