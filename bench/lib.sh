@@ -42,19 +42,14 @@ wait_gone() {  # wait_gone PID SECONDS: wait for a process to exit, SIGKILL it a
     kill -KILL "$pid" 2>/dev/null || true
 }
 
-# find_tarn: set TARN to $TARN_BIN, or build `cargo build --release -p tarn-cli`
-# (honouring CARGO_TARGET_DIR) and use that binary.
+# find_tarn: set TARN to $TARN_BIN, or build with scripts/build.sh (the release
+# binaries, the client linked statically; honours CARGO_TARGET_DIR) and use that binary.
 find_tarn() {
     if [ -n "${TARN_BIN:-}" ]; then
         TARN=$TARN_BIN
     else
-        local features=() target_dir
-        grep -Eq '^[[:space:]]*fuse[[:space:]]*=' "$REPO/crates/cli/Cargo.toml" && features=(--features fuse)
-        log "building tarn (cargo build --release -p tarn-cli)"
-        (cd "$REPO" && cargo build --release -q -p tarn-cli "${features[@]}")
-        target_dir=${CARGO_TARGET_DIR:-$REPO/target}
-        case $target_dir in /*) ;; *) target_dir=$REPO/$target_dir ;; esac
-        TARN=$target_dir/release/tarn
+        log "building tarn (bash scripts/build.sh)"
+        TARN=$(bash "$REPO/scripts/build.sh" -q | tail -n 1)
     fi
     [ -x "$TARN" ] || die "no tarn binary at $TARN"
 }

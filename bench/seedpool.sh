@@ -6,7 +6,7 @@
 #   sudo bash bench/seedpool.sh [--files N] [--tree DIR] [--work DIR]
 #
 # Needs root, /dev/fuse and about (files × 4 KiB × 22/19) of disk for the sparse
-# leaves' data. TARN_BIN picks the binary (default: cargo build --release). Prints one
+# leaves' data. TARN_BIN picks the binary (default: scripts/build.sh). Prints one
 # line per step with its time; exits non-zero if any step or the diff fails or the
 # scrub finds errors.
 set -euo pipefail
@@ -25,11 +25,7 @@ while [ $# -gt 0 ]; do
 done
 [ "$(id -u)" -eq 0 ] || die "run as root"
 has fusermount || apt_install fuse
-TARN=${TARN_BIN:-}
-if [ -z "$TARN" ]; then
-    (cd "$REPO" && cargo build --release -q -p tarn-cli --features fuse)
-    TARN=$REPO/target/release/tarn
-fi
+find_tarn
 mkdir -p "$WORK"
 mkdir -p "$WORK/run" && chmod 700 "$WORK/run"
 export TARN_STATE_DIR=$WORK/state TARN_SOCKET=$WORK/run/tarn.sock TARN_CACHEFILE=$WORK/state/tarn.cache

@@ -37,17 +37,14 @@ if ! command -v fusermount >/dev/null 2>&1; then
 fi
 
 # ---- build --------------------------------------------------------------------------
-say "building tarn (cargo build --release -p tarn-cli)"
-FEATURES=()
-# The CLI mounts datasets only when built with its `fuse` feature (if it declares one).
-if grep -Eq '^[[:space:]]*fuse[[:space:]]*=' "$REPO/crates/cli/Cargo.toml"; then
-    FEATURES=(--features fuse)
-fi
-(cd "$REPO" && cargo build --release -p tarn-cli "${FEATURES[@]}")
-TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
-case $TARGET_DIR in /*) ;; *) TARGET_DIR=$REPO/$TARGET_DIR ;; esac
-TARN=$TARGET_DIR/release/tarn
+say "building tarn (bash scripts/build.sh: cargo build --release -p tarn-cli, then the static client)"
+TARN=$(bash "$REPO/scripts/build.sh" | tail -n 1)
 [ -x "$TARN" ] || die "built binary not found at $TARN"
+[ -x "$(dirname "$TARN")/tarnd" ] || die "the engine binary tarnd was not built beside $TARN"
+# scripts/build.sh links the client statically: it must have no program interpreter.
+if LC_ALL=C readelf -lW "$TARN" | grep -q 'Requesting program interpreter'; then
+    die "$TARN is dynamically linked; scripts/build.sh should have linked it statically"
+fi
 
 # ---- private daemon environment ------------------------------------------------------
 mkdir -p "$SCRATCH"
