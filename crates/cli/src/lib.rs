@@ -34,7 +34,9 @@ pub mod format;
 pub mod iostat;
 pub mod memory;
 pub mod mounts;
-pub mod proto;
+/// The client ↔ daemon protocol, its own crate (`crates/proto`) so that the client
+/// binary can be built without the engine (`scripts/build.sh`, the static musl build).
+pub use tarn_proto as proto;
 pub mod scrub;
 pub mod state;
 pub mod zdb;

@@ -3,7 +3,7 @@
 //! Theory: pick the role from argv. `argv[0]` named `zpool`, `zfs`, `zinject` or `zdb`
 //! (a symlink) means that command family; otherwise the first argument chooses.
 //! `zpool …` (but `zpool iostat`), `zfs …`, `zinject …` and `kstat …` are one request
-//! each: forwarded to the daemon here (`tarn_cli::proto`), and the process exits with
+//! each: forwarded to the daemon here (`tarn_proto`), and the process exits with
 //! the status the daemon returns. Everything else (`daemon …`, `zdb`, `arcstat`, `zpool
 //! iostat`, usage) is the engine binary's (`tarnd`, installed beside this one), which
 //! replaces this process with the same arguments.
@@ -14,7 +14,7 @@
 //! it costs about 0.2 ms more on an idle 2-core VM and 0.6 ms more beside an fsynced
 //! writer, on every `tarn zfs snapshot` (bench/README.md, "The client binary").
 
-use tarn_cli::proto;
+use tarn_proto as proto;
 
 fn main() {
     let args = proto::command_args();

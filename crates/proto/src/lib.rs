@@ -1,4 +1,4 @@
-//! # proto — the client ↔ daemon protocol and the thin client
+//! # tarn-proto — the client ↔ daemon protocol and the thin client
 //!
 //! Theory: one connection carries one command. The client connects to the daemon's
 //! Unix socket, writes one JSON object and a newline,
