@@ -778,7 +778,10 @@ impl Pool {
             phys.prev_snap_txg = o.creation_txg;
             phys.origin_obj = oobj;
         }
-        phys.deadlist_obj = crate::snapshot::create_deadlist(&*self.mos, tx)?;
+        // A clone's `usedbysnapshots` asks each list of its chain about the origin's
+        // txg: its first list keeps that cut (`snapshot::DeadlistHeader`).
+        let cut_txg = (phys.origin_obj != 0).then_some(phys.prev_snap_txg);
+        phys.deadlist_obj = crate::snapshot::create_deadlist(&*self.mos, tx, cut_txg)?;
         let obj = self.mos.create_object(tx, ObjectType::DslDataset, 512, 512, &phys.encode()).map_err(dmu_err)?;
         self.save_ds_props(tx, obj, &clean)?;
         self.link_name(tx, name, obj)?;

@@ -40,7 +40,7 @@
 
 use crate::dsl::DslDatasetPhys;
 use crate::pool::Pool;
-use crate::snapshot::{deadlist_read, deadlist_summary};
+use crate::snapshot::{deadlist_header, deadlist_read};
 use std::collections::{BTreeMap, BTreeSet};
 use tarn_dmu::objset::Objset;
 use tarn_dmu::ObjectStore;
@@ -317,11 +317,20 @@ impl Pool {
             if !owned.contains(dl) {
                 return Err(format!("dead list {dl} belongs to no dataset record"));
             }
-            let (_, bytes) = deadlist_summary(&*mos, *dl).map_err(|e| e.to_string())?;
+            let header = deadlist_header(&*mos, *dl).map_err(|e| e.to_string())?;
+            let bytes = header.bytes;
             let entries = deadlist_read(&*mos, *dl).map_err(|e| e.to_string())?;
             let sum: u64 = entries.iter().map(|b| b.asize_total_bytes()).sum();
             if sum != bytes {
                 return Err(format!("dead list {dl}: header says {bytes} bytes, its {} entries hold {sum}", entries.len()));
+            }
+            if let Some((cut_txg, after)) = header.cut {
+                let real: u64 = entries.iter().filter(|b| b.birth_txg > cut_txg).map(|b| b.asize_total_bytes()).sum();
+                if real != after {
+                    return Err(format!(
+                        "dead list {dl}: header says {after} bytes born after txg {cut_txg}, its entries hold {real}"
+                    ));
+                }
             }
             if let Some(bp) = entries.iter().find(|b| !w.names(b)) {
                 return Err(format!(

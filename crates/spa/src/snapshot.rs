@@ -36,7 +36,9 @@
 //!
 //! On disk: a dead list is a MOS object of type `Deadlist` whose data is an array of
 //! 128-byte block pointers and whose bonus is `count u64, bytes u64` (allocated bytes
-//! of all entries). Taking snapshots is a sync task (`sync.rs`): it runs in the sync
+//! of all entries) and, in most lists, a cut: the bytes of the entries born after one
+//! txg, the one a snapshot's `used` asks about ([`DeadlistHeader`]), so that listing
+//! snapshots reads one header per snapshot, not its successor's whole list. Taking snapshots is a sync task (`sync.rs`): it runs in the sync
 //! of txg `t` right after the file systems wrote their roots and `flush_dead` emptied
 //! the kill hooks' pending lists, so one txg sync makes the command durable. Every
 //! other change here is made under `sync_lock` (no txg is syncing, so the pending
@@ -60,14 +62,56 @@ use tarn_phys::{BlkPtr, ObjectType, ZilHeader, BLKPTR_SIZE_BYTES};
 /// Largest dead list an operation reads (entries); a larger count is corruption.
 pub(crate) const DEADLIST_ENTRIES_MAX: u64 = 1 << 32;
 
-/// A new, empty dead list object.
-pub(crate) fn create_deadlist(mos: &dyn ObjectStore, tx: &TxHold) -> Result<u64> {
-    mos.create_object(tx, ObjectType::Deadlist, 16 << 10, 128 << 10, &[0u8; 16]).map_err(dmu_err)
+/// A new, empty dead list object; with `cut_txg`, its header keeps the bytes of its
+/// entries born after that txg (see [`DeadlistHeader`]).
+pub(crate) fn create_deadlist(mos: &dyn ObjectStore, tx: &TxHold, cut_txg: Option<u64>) -> Result<u64> {
+    let header = DeadlistHeader {
+        count: 0,
+        bytes: 0,
+        cut: cut_txg.map(|t| (t, 0)),
+    };
+    mos.create_object(tx, ObjectType::Deadlist, 16 << 10, 128 << 10, &header.encode())
+        .map_err(dmu_err)
 }
 
-/// (entry count, allocated bytes) of a dead list, from its bonus. The object must be
-/// a dead list whose data can hold `count` entries; anything else is `Corrupt`.
-pub(crate) fn deadlist_summary(mos: &dyn ObjectStore, obj: u64) -> Result<(u64, u64)> {
+/// A dead list's bonus (docs/format.md §11, "Dead list"): `count u64`, `bytes u64`
+/// (allocated bytes of all entries), and optionally a **cut**, `cut_txg u64` and
+/// `after_cut_bytes u64`: the allocated bytes of the entries born after `cut_txg`,
+/// kept exact by every change of the entries ([`deadlist_append`],
+/// [`deadlist_replace`]). A snapshot's `used` is the bytes of its successor's dead
+/// list born after the snapshot's own `prev_snap_txg`; a list whose cut is that txg
+/// answers it from the header instead of reading every entry (OpenZFS keeps
+/// `ds_unique_bytes` in the dataset record for the same listing). The cut is placed
+/// where a list gets its predecessor: a head's new list at a snapshot, the successor's
+/// list at a snapshot destroy, a clone's list (at its origin's txg, which its
+/// `usedbysnapshots` asks for). A list without a cut, or asked about another txg,
+/// is read whole, as before; so a stale cut costs time, never a wrong figure. A
+/// 16-byte bonus (pools written before the cut existed) has no cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeadlistHeader {
+    pub count: u64,
+    pub bytes: u64,
+    /// `(cut_txg, after_cut_bytes)`.
+    pub cut: Option<(u64, u64)>,
+}
+
+impl DeadlistHeader {
+    fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(32);
+        b.extend_from_slice(&self.count.to_le_bytes());
+        b.extend_from_slice(&self.bytes.to_le_bytes());
+        if let Some((txg, after)) = self.cut {
+            b.extend_from_slice(&txg.to_le_bytes());
+            b.extend_from_slice(&after.to_le_bytes());
+        }
+        b
+    }
+}
+
+/// The header of dead list `obj`. The object must be a dead list whose data can hold
+/// `count` entries, with a bonus of 16 or 32 bytes whose cut bytes are at most its
+/// total; anything else is `Corrupt`.
+pub(crate) fn deadlist_header(mos: &dyn ObjectStore, obj: u64) -> Result<DeadlistHeader> {
     let bad = |why: &str| SpaError::Corrupt(format!("dead list {obj}: {why}"));
     let info = mos.object_info(obj).map_err(dmu_err)?;
     if info.otype != ObjectType::Deadlist {
@@ -78,11 +122,30 @@ pub(crate) fn deadlist_summary(mos: &dyn ObjectStore, obj: u64) -> Result<(u64, 
     let (Some(count), Some(bytes)) = (u(0), u(8)) else {
         return Err(bad("bad header"));
     };
+    let cut = match b.len() {
+        16 => None,
+        32 => {
+            let (Some(txg), Some(after)) = (u(16), u(24)) else {
+                unreachable!("32 bytes hold both")
+            };
+            if after > bytes {
+                return Err(bad("more bytes after the cut than in the list"));
+            }
+            Some((txg, after))
+        }
+        _ => return Err(bad("bad header")),
+    };
     let room = info.maxblkid.saturating_add(1).saturating_mul(u64::from(info.datablksz_bytes));
     if count > DEADLIST_ENTRIES_MAX || count.saturating_mul(BLKPTR_SIZE_BYTES as u64) > room {
         return Err(bad("entry count larger than the object"));
     }
-    Ok((count, bytes))
+    Ok(DeadlistHeader { count, bytes, cut })
+}
+
+/// (entry count, allocated bytes) of a dead list ([`deadlist_header`]).
+pub(crate) fn deadlist_summary(mos: &dyn ObjectStore, obj: u64) -> Result<(u64, u64)> {
+    let h = deadlist_header(mos, obj)?;
+    Ok((h.count, h.bytes))
 }
 
 /// Every entry of a dead list.
@@ -107,33 +170,51 @@ pub(crate) fn deadlist_read(mos: &dyn ObjectStore, obj: u64) -> Result<Vec<BlkPt
     Ok(out)
 }
 
-/// Append entries to a dead list.
+/// Allocated bytes of dead list `obj`'s entries born after `txg`: from the header when
+/// its cut is `txg`, else by reading every entry.
+pub(crate) fn deadlist_bytes_born_after(mos: &dyn ObjectStore, obj: u64, txg: u64) -> Result<u64> {
+    match deadlist_header(mos, obj)?.cut {
+        Some((cut, after)) if cut == txg => Ok(after),
+        _ => Ok(bytes_born_after(&deadlist_read(mos, obj)?, txg)),
+    }
+}
+
+/// Append entries to a dead list (its cut, if any, counts those born after it).
 pub(crate) fn deadlist_append(mos: &dyn ObjectStore, tx: &TxHold, obj: u64, bps: &[BlkPtr]) -> Result<()> {
     if bps.is_empty() {
         return Ok(());
     }
-    let (count, bytes) = deadlist_summary(mos, obj)?;
+    let mut h = deadlist_header(mos, obj)?;
     let mut buf = vec![0u8; bps.len() * BLKPTR_SIZE_BYTES];
-    let mut add = 0u64;
     for (bp, c) in bps.iter().zip(buf.chunks_exact_mut(BLKPTR_SIZE_BYTES)) {
         bp.encode_into(c);
-        add += bp.asize_total_bytes();
     }
-    mos.write(tx, obj, count * BLKPTR_SIZE_BYTES as u64, &buf).map_err(dmu_err)?;
-    set_summary(mos, tx, obj, count + bps.len() as u64, bytes + add)
+    mos.write(tx, obj, h.count * BLKPTR_SIZE_BYTES as u64, &buf).map_err(dmu_err)?;
+    h.count += bps.len() as u64;
+    h.bytes += bps.iter().map(|b| b.asize_total_bytes()).sum::<u64>();
+    if let Some((txg, after)) = &mut h.cut {
+        *after += bytes_born_after(bps, *txg);
+    }
+    mos.set_bonus(tx, obj, &h.encode()).map_err(dmu_err)
 }
 
-/// Replace a dead list's entries.
+/// Replace a dead list's entries, keeping its cut txg.
 pub(crate) fn deadlist_replace(mos: &dyn ObjectStore, tx: &TxHold, obj: u64, bps: &[BlkPtr]) -> Result<()> {
-    mos.free_range(tx, obj, 0, u64::MAX).map_err(dmu_err)?;
-    set_summary(mos, tx, obj, 0, 0)?;
-    deadlist_append(mos, tx, obj, bps)
+    let cut_txg = deadlist_header(mos, obj)?.cut.map(|(t, _)| t);
+    deadlist_replace_cut(mos, tx, obj, bps, cut_txg)
 }
 
-fn set_summary(mos: &dyn ObjectStore, tx: &TxHold, obj: u64, count: u64, bytes: u64) -> Result<()> {
-    let mut b = count.to_le_bytes().to_vec();
-    b.extend_from_slice(&bytes.to_le_bytes());
-    mos.set_bonus(tx, obj, &b).map_err(dmu_err)
+/// Replace a dead list's entries and place its cut at `cut_txg` (none: no cut).
+pub(crate) fn deadlist_replace_cut(mos: &dyn ObjectStore, tx: &TxHold, obj: u64, bps: &[BlkPtr], cut_txg: Option<u64>) -> Result<()> {
+    deadlist_header(mos, obj)?;
+    mos.free_range(tx, obj, 0, u64::MAX).map_err(dmu_err)?;
+    let empty = DeadlistHeader {
+        count: 0,
+        bytes: 0,
+        cut: cut_txg.map(|t| (t, 0)),
+    };
+    mos.set_bonus(tx, obj, &empty.encode()).map_err(dmu_err)?;
+    deadlist_append(mos, tx, obj, bps)
 }
 
 /// Allocated bytes of the entries of `bps` born after `txg`.
@@ -305,7 +386,9 @@ impl Pool {
             }
             h.prev_snap_obj = sobj;
             h.prev_snap_txg = txg;
-            h.deadlist_obj = create_deadlist(&*self.mos, tx)?;
+            // The new snapshot's `used` is read from this list, born after its
+            // `prev_snap_txg`: the list's cut.
+            h.deadlist_obj = create_deadlist(&*self.mos, tx, Some(s.prev_snap_txg))?;
             self.set_ds_phys(tx, head, &h)?;
             // Blocks this txg's sync killed went to the old dead list (`flush_dead` ran
             // before the task); from the next txg on, blocks born up to `txg` are the
@@ -393,7 +476,16 @@ impl Pool {
         }
         let mut merged = keep;
         merged.extend(deadlist_read(mos, s.deadlist_obj)?);
-        deadlist_replace(mos, tx, n.deadlist_obj, &merged)?;
+        // `n`'s predecessor becomes `s`'s: in the same chain, that snapshot's `used` is
+        // read from `n`'s list from now on (the cut at its `prev_snap_txg`); otherwise
+        // (`s` was the first, or a clone's first after its origin) `n`'s list is asked
+        // about `s`'s `prev_snap_txg`, the clone's origin txg.
+        let prev = if s.prev_snap_obj != 0 { Some(self.ds_phys(s.prev_snap_obj)?) } else { None };
+        let cut_txg = match &prev {
+            Some(p) if p.next_snap_obj == sobj => p.prev_snap_txg,
+            _ => s.prev_snap_txg,
+        };
+        deadlist_replace_cut(mos, tx, n.deadlist_obj, &merged, Some(cut_txg))?;
         n.prev_snap_obj = s.prev_snap_obj;
         n.prev_snap_txg = s.prev_snap_txg;
         self.set_ds_phys(tx, nobj, &n)?;
@@ -402,8 +494,7 @@ impl Pool {
                 st.prev_snap_txg.store(n.prev_snap_txg, Ordering::SeqCst);
             }
         }
-        if s.prev_snap_obj != 0 {
-            let mut p = self.ds_phys(s.prev_snap_obj)?;
+        if let Some(mut p) = prev {
             if p.next_snap_obj == sobj {
                 p.next_snap_obj = nobj;
                 self.set_ds_phys(tx, s.prev_snap_obj, &p)?;
@@ -630,7 +721,7 @@ impl Pool {
         };
         if p.is_snapshot() {
             let n = rec(p.next_snap_obj)?;
-            out.unique = bytes_born_after(&deadlist_read(mos, n.deadlist_obj)?, p.prev_snap_txg);
+            out.unique = deadlist_bytes_born_after(mos, n.deadlist_obj, p.prev_snap_txg)?;
         } else {
             // The chain's dead lists, newest first: the head's, then each snapshot's.
             // Entries born after the origin count toward the snapshots; entries born
@@ -643,10 +734,10 @@ impl Pool {
                 if origin_txg == 0 {
                     snap_bytes += deadlist_summary(mos, d.deadlist_obj)?.1;
                 } else {
-                    let list = deadlist_read(mos, d.deadlist_obj)?;
-                    let after = bytes_born_after(&list, origin_txg);
+                    let after = deadlist_bytes_born_after(mos, d.deadlist_obj, origin_txg)?;
+                    let (_, total) = deadlist_summary(mos, d.deadlist_obj)?;
                     snap_bytes += after;
-                    unshared_origin_bytes += list.iter().map(|b| b.asize_total_bytes()).sum::<u64>() - after;
+                    unshared_origin_bytes += total.saturating_sub(after);
                 }
                 Ok(())
             };
@@ -715,8 +806,9 @@ mod tests {
     fn deadlist_append_replace_and_damage() {
         let mos = MemStore::new();
         let tx = mos.hold_tx().unwrap();
-        let dl = create_deadlist(&mos, &tx).unwrap();
+        let dl = create_deadlist(&mos, &tx, None).unwrap();
         assert_eq!(deadlist_summary(&mos, dl).unwrap(), (0, 0));
+        assert_eq!(deadlist_header(&mos, dl).unwrap().cut, None, "no cut asked, none kept");
         let v = vec![bp(3, 4096), bp(7, 8192), bp(9, 4096)];
         deadlist_append(&mos, &tx, dl, &v).unwrap();
         assert_eq!(deadlist_summary(&mos, dl).unwrap(), (3, 16384));
@@ -732,5 +824,74 @@ mod tests {
         assert!(deadlist_read(&mos, dl).is_err());
         let other = mos.create_object(&tx, ObjectType::Packed, 512, 512, &[0u8; 16]).unwrap();
         assert!(matches!(deadlist_summary(&mos, other), Err(SpaError::Corrupt(_))));
+    }
+
+    /// The cut's bytes follow every change of the entries exactly, survive a replace,
+    /// answer the cut's own txg from the header, and any other txg from the entries.
+    #[test]
+    fn deadlist_cut_counts_the_entries_born_after_it() {
+        let mos = MemStore::new();
+        let tx = mos.hold_tx().unwrap();
+        let dl = create_deadlist(&mos, &tx, Some(5)).unwrap();
+        let h = deadlist_header(&mos, dl).unwrap();
+        assert_eq!(
+            h,
+            DeadlistHeader {
+                count: 0,
+                bytes: 0,
+                cut: Some((5, 0))
+            }
+        );
+        let v = vec![bp(3, 4096), bp(7, 8192), bp(5, 4096), bp(9, 4096)];
+        deadlist_append(&mos, &tx, dl, &v[..2]).unwrap();
+        deadlist_append(&mos, &tx, dl, &v[2..]).unwrap();
+        assert_eq!(
+            deadlist_header(&mos, dl).unwrap(),
+            DeadlistHeader {
+                count: 4,
+                bytes: 20480,
+                cut: Some((5, 12288))
+            }
+        );
+        for txg in [0, 3, 5, 6, 7, 9, 100] {
+            assert_eq!(deadlist_bytes_born_after(&mos, dl, txg).unwrap(), bytes_born_after(&v, txg), "txg {txg}");
+        }
+        // A replace keeps the cut's txg and recounts it; a replace with a new cut moves it.
+        deadlist_replace(&mos, &tx, dl, &v[1..3]).unwrap();
+        assert_eq!(deadlist_header(&mos, dl).unwrap().cut, Some((5, 8192)));
+        deadlist_replace_cut(&mos, &tx, dl, &v, Some(7)).unwrap();
+        assert_eq!(deadlist_header(&mos, dl).unwrap().cut, Some((7, 4096)));
+        deadlist_replace(&mos, &tx, dl, &[]).unwrap();
+        assert_eq!(
+            deadlist_header(&mos, dl).unwrap(),
+            DeadlistHeader {
+                count: 0,
+                bytes: 0,
+                cut: Some((7, 0))
+            }
+        );
+        // The header answers its own txg: a header that disagrees with the entries (a
+        // damaged one) shows through there and nowhere else.
+        deadlist_append(&mos, &tx, dl, &v).unwrap();
+        let mut h = deadlist_header(&mos, dl).unwrap();
+        h.cut = Some((7, 1));
+        mos.set_bonus(&tx, dl, &h.encode()).unwrap();
+        assert_eq!(deadlist_bytes_born_after(&mos, dl, 7).unwrap(), 1);
+        assert_eq!(deadlist_bytes_born_after(&mos, dl, 6).unwrap(), bytes_born_after(&v, 6));
+        // More bytes after the cut than in the list, or a bonus of another length, is
+        // corruption, not a figure.
+        h.cut = Some((7, h.bytes + 1));
+        mos.set_bonus(&tx, dl, &h.encode()).unwrap();
+        assert!(matches!(deadlist_header(&mos, dl), Err(SpaError::Corrupt(_))));
+        let mut odd = h.encode();
+        odd.truncate(24);
+        mos.set_bonus(&tx, dl, &odd).unwrap();
+        assert!(matches!(deadlist_summary(&mos, dl), Err(SpaError::Corrupt(_))));
+        // A pool written before the cut: a 16-byte header, read whole when asked.
+        let old = mos.create_object(&tx, ObjectType::Deadlist, 16 << 10, 128 << 10, &[0u8; 16]).unwrap();
+        deadlist_append(&mos, &tx, old, &v).unwrap();
+        assert_eq!(deadlist_header(&mos, old).unwrap().cut, None);
+        assert_eq!(mos.bonus(old).unwrap().len(), 16, "an old header stays old");
+        assert_eq!(deadlist_bytes_born_after(&mos, old, 5).unwrap(), bytes_born_after(&v, 5));
     }
 }
