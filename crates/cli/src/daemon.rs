@@ -34,7 +34,9 @@
 //! serialized (they are short; file I/O through FUSE never takes it). Order: state
 //! mutex → pool internals (inside spa) → FUSE session teardown on unmount.
 //!
-//! Each connection is served by its own thread; a panic while running a command (a
+//! Each connection is served by its own thread, which then waits for the next
+//! connection rather than exiting (up to [`IDLE_CONN_THREADS`] wait; `ConnWorkers`);
+//! a panic while running a command (a
 //! bug, or an unimplemented engine path) is caught, logged, and answered as
 //! "internal error" with exit 1, leaving the daemon up.
 //!
@@ -498,6 +500,7 @@ pub fn run_foreground() -> i32 {
     tracing::info!("tarn daemon serving {} (pid {})", socket.display(), std::process::id());
     notify_ready();
     let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let workers = ConnWorkers::new(daemon.clone());
     for conn in listener.incoming() {
         match conn {
             Ok(mut stream) => {
@@ -509,22 +512,95 @@ pub fn run_foreground() -> i32 {
                     let _ = write_response(&mut stream, &Response::err("tarn daemon busy: too many connections, try again"));
                     continue;
                 }
-                // Counts the connection until its thread ends (or fails to start).
-                struct Slot(Arc<std::sync::atomic::AtomicUsize>);
-                impl Drop for Slot {
-                    fn drop(&mut self) {
-                        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-                    }
-                }
-                let slot = Slot(active.clone());
-                let d = daemon.clone();
-                let _ = std::thread::Builder::new().name("conn".into()).spawn(move || {
-                    let _slot = slot;
-                    d.handle(stream);
-                });
+                workers.serve(stream, Slot(active.clone()));
             }
             Err(e) => tracing::warn!("accept: {e}"),
         }
     }
     0
+}
+
+/// Counts one connection being served until dropped (after its answer, or when its
+/// thread fails to start or dies).
+struct Slot(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Idle connection threads kept for the next connections, at most this many: a
+/// command's connection then costs a hand-over to a waiting thread instead of a thread
+/// start and exit (stack mapping, the allocator's per-thread clean-up), about a tenth
+/// of a `zfs list`'s time in the daemon (bench/README, "Connection threads").
+pub const IDLE_CONN_THREADS: usize = 4;
+
+/// How long an idle connection thread waits for a connection before it exits.
+const IDLE_CONN_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The daemon's connection threads: one per connection being served, as before, but a
+/// thread whose connection is done waits for the next one (up to
+/// [`IDLE_CONN_THREADS`] of them) instead of exiting.
+///
+/// Invariant: `idle` counts the threads waiting for a connection that no accept has
+/// claimed. An accept claims one (decrements `idle`) before it sends a connection, so
+/// every connection sent has a thread that will take it; a waiting thread that times
+/// out leaves only if it can unclaim itself (decrement `idle`), otherwise a
+/// connection is on its way to it and it waits on.
+struct ConnWorkers {
+    daemon: Arc<Daemon>,
+    idle: Arc<std::sync::atomic::AtomicUsize>,
+    tx: std::sync::mpsc::Sender<(UnixStream, Slot)>,
+    rx: Arc<Mutex<std::sync::mpsc::Receiver<(UnixStream, Slot)>>>,
+}
+
+impl ConnWorkers {
+    fn new(daemon: Arc<Daemon>) -> ConnWorkers {
+        let (tx, rx) = std::sync::mpsc::channel();
+        ConnWorkers {
+            daemon,
+            idle: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            tx,
+            rx: Arc::new(Mutex::new(rx)),
+        }
+    }
+
+    /// Serve `stream` on an idle thread, or on a new one when none is idle.
+    fn serve(&self, stream: UnixStream, slot: Slot) {
+        use std::sync::atomic::Ordering;
+        if self.idle.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+            // A claimed thread holds the receiving end for as long as it waits.
+            let _ = self.tx.send((stream, slot));
+            return;
+        }
+        let (d, idle, rx) = (self.daemon.clone(), self.idle.clone(), self.rx.clone());
+        let _ = std::thread::Builder::new().name("conn".into()).spawn(move || {
+            let mut next = Some((stream, slot));
+            while let Some((stream, slot)) = next.take() {
+                d.handle(stream);
+                drop(slot);
+                // Wait for the next connection, unless enough threads wait already.
+                if idle
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < IDLE_CONN_THREADS).then_some(n + 1))
+                    .is_err()
+                {
+                    return;
+                }
+                loop {
+                    match rx.lock().recv_timeout(IDLE_CONN_WAIT) {
+                        Ok(job) => {
+                            next = Some(job);
+                            break;
+                        }
+                        Err(_) => {
+                            if idle.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    }
 }
