@@ -38,8 +38,8 @@
 //! 128-byte block pointers and whose bonus is `count u64, bytes u64` (allocated bytes
 //! of all entries) and, in most lists, a cut: the bytes of the entries born after one
 //! txg, the one a snapshot's `used` asks about ([`DeadlistHeader`]), so that listing
-//! snapshots reads one header per snapshot, not its successor's whole list. Taking snapshots is a sync task (`sync.rs`): it runs in the sync
-//! of txg `t` right after the file systems wrote their roots and `flush_dead` emptied
+//! snapshots reads one header per snapshot, not its successor's whole list. Taking
+//! snapshots is a sync task (`sync.rs`): it runs in the sync of txg `t` right after the file systems wrote their roots and `flush_dead` emptied
 //! the kill hooks' pending lists, so one txg sync makes the command durable. Every
 //! other change here is made under `sync_lock` (no txg is syncing, so the pending
 //! lists are empty), a txg hold and `admin`; the MOS changes become durable together
@@ -189,10 +189,22 @@ pub(crate) fn deadlist_append(mos: &dyn ObjectStore, tx: &TxHold, obj: u64, bps:
     for (bp, c) in bps.iter().zip(buf.chunks_exact_mut(BLKPTR_SIZE_BYTES)) {
         bp.encode_into(c);
     }
+    // A crafted header near the top of the range is corruption, not an overflow.
+    let too_big = || SpaError::Corrupt(format!("dead list {obj}: header counts overflow"));
+    let count = h
+        .count
+        .checked_add(bps.len() as u64)
+        .filter(|&c| c <= DEADLIST_ENTRIES_MAX)
+        .ok_or_else(too_big)?;
+    let bytes = h
+        .bytes
+        .checked_add(bps.iter().map(|b| b.asize_total_bytes()).sum::<u64>())
+        .ok_or_else(too_big)?;
     mos.write(tx, obj, h.count * BLKPTR_SIZE_BYTES as u64, &buf).map_err(dmu_err)?;
-    h.count += bps.len() as u64;
-    h.bytes += bps.iter().map(|b| b.asize_total_bytes()).sum::<u64>();
+    h.count = count;
+    h.bytes = bytes;
     if let Some((txg, after)) = &mut h.cut {
+        // At most `bytes`: the entries born after the cut are some of all the entries.
         *after += bytes_born_after(bps, *txg);
     }
     mos.set_bonus(tx, obj, &h.encode()).map_err(dmu_err)
@@ -887,6 +899,16 @@ mod tests {
         odd.truncate(24);
         mos.set_bonus(&tx, dl, &odd).unwrap();
         assert!(matches!(deadlist_summary(&mos, dl), Err(SpaError::Corrupt(_))));
+        // Header counts at the top of their range: an append is refused as corrupt.
+        let top = create_deadlist(&mos, &tx, Some(5)).unwrap();
+        let near = DeadlistHeader {
+            count: 0,
+            bytes: u64::MAX - 1,
+            cut: Some((5, 0)),
+        };
+        mos.set_bonus(&tx, top, &near.encode()).unwrap();
+        assert!(matches!(deadlist_append(&mos, &tx, top, &v), Err(SpaError::Corrupt(_))));
+        assert_eq!(deadlist_header(&mos, top).unwrap(), near, "nothing changed");
         // A pool written before the cut: a 16-byte header, read whole when asked.
         let old = mos.create_object(&tx, ObjectType::Deadlist, 16 << 10, 128 << 10, &[0u8; 16]).unwrap();
         deadlist_append(&mos, &tx, old, &v).unwrap();
