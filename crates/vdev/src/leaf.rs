@@ -28,8 +28,10 @@
 //! per-thread 4 KiB-aligned bounce buffer. That avoids the kernel
 //! copying every large block into page-cache folios, which profiling showed was most of
 //! the write path's CPU. Smaller writes (metadata) stay buffered so that the txg's one
-//! `fdatasync` per leaf flushes them together. Reads stay buffered: the kernel's
-//! readahead on the leaf complements the dmu's prefetch. When the file system refuses
+//! `fdatasync` per leaf flushes them together. Reads stay buffered (the kernel's
+//! readahead on the leaf complements the dmu's prefetch), except a scan's whole
+//! extents ([`Leaf::pread_direct`] into an [`AlignedVec`]): a scrub reads every
+//! allocated byte once, and the page-cache copy was most of its CPU. When the file system refuses
 //! `O_DIRECT` (tmpfs) or a request is not 512-byte aligned, the buffered descriptor is
 //! used; Linux keeps the two coherent
 //! (direct reads write back dirty cached pages first; direct writes invalidate them).
@@ -187,6 +189,61 @@ impl std::ops::Deref for AlignedBuf {
 // construction) and `&AlignedBuf` only gives out `&[u8]`, so sharing it between
 // threads is as safe as sharing a Vec<u8>.
 unsafe impl Sync for AlignedBuf {}
+
+/// An owned, zero-initialized heap buffer aligned for `O_DIRECT` whose length can be
+/// set anywhere up to its capacity (every byte of the capacity was zeroed when it was
+/// allocated, so any length shows initialized bytes): what a scan reads whole extents
+/// into with [`Leaf::pread_direct`], reused from extent to extent.
+pub struct AlignedVec {
+    buf: Bounce,
+    len: usize,
+}
+
+impl AlignedVec {
+    /// A buffer of `len_bytes` zero bytes (capacity rounded up to the alignment).
+    pub fn zeroed(len_bytes: usize) -> AlignedVec {
+        let cap = len_bytes.max(DIRECT_ALIGN_BYTES).next_multiple_of(DIRECT_ALIGN_BYTES);
+        // SAFETY: non-zero size, valid power-of-two alignment.
+        let ptr = unsafe { std::alloc::alloc_zeroed(Bounce::layout(cap)) };
+        assert!(!ptr.is_null(), "out of memory for a {cap}-byte I/O buffer");
+        AlignedVec {
+            buf: Bounce { ptr, cap },
+            len: len_bytes,
+        }
+    }
+
+    /// Bytes it can hold without reallocating.
+    pub fn capacity(&self) -> usize {
+        self.buf.cap
+    }
+
+    /// Set the length to `len_bytes` (at most [`AlignedVec::capacity`]; panics
+    /// otherwise). The bytes it then shows are whatever the buffer last held.
+    pub fn set_len(&mut self, len_bytes: usize) {
+        assert!(len_bytes <= self.buf.cap, "{len_bytes} bytes in a {}-byte buffer", self.buf.cap);
+        self.len = len_bytes;
+    }
+}
+
+impl std::ops::Deref for AlignedVec {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: ptr is valid for cap >= len bytes, all initialized (zeroed at
+        // allocation, written only through `&mut`); shared borrow of self.
+        unsafe { std::slice::from_raw_parts(self.buf.ptr, self.len) }
+    }
+}
+
+impl std::ops::DerefMut for AlignedVec {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, uniquely borrowed through `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(self.buf.ptr, self.len) }
+    }
+}
+
+// SAFETY: an AlignedVec owns its allocation outright; `&AlignedVec` gives out only
+// `&[u8]`, so sharing it between threads is as safe as sharing a Vec<u8>.
+unsafe impl Sync for AlignedVec {}
 
 thread_local! {
     static BOUNCE: std::cell::RefCell<Option<Bounce>> = const { std::cell::RefCell::new(None) };
@@ -350,6 +407,44 @@ impl Leaf {
         self.file.read_exact_at(buf, device_offset_bytes).map_err(|source| self.io(source))?;
         if let Some(r) = corrupt {
             inject::flip_bit(buf, r);
+        }
+        Ok(())
+    }
+
+    /// [`Leaf::pread`] through the direct descriptor (`O_DIRECT`: the device's bytes
+    /// straight into `buf`, no page-cache copy) when it can be: no injection
+    /// registered, `buf` 4 KiB-aligned, offset and length multiples of 512; otherwise,
+    /// or when the file system refuses the request (`EINVAL`), a plain
+    /// [`Leaf::pread`]. Linux writes dirty cached pages of the range back before a
+    /// direct read, so it returns what a buffered read would. For a scan's whole
+    /// extents: measured on this project's VM (2026-12-07), a cold 1 MiB-at-a-time read
+    /// of a laid-out file did 1,498–1,691 MiB/s buffered and 2,643–2,947 direct.
+    /// Errors: `Io` (a short read past the end is `UnexpectedEof`).
+    pub fn pread_direct(&self, device_offset_bytes: u64, buf: &mut [u8]) -> Result<(), VdevError> {
+        let aligned = (buf.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN_BYTES) && !buf.is_empty();
+        let fd = match &self.direct {
+            Some(d) if aligned && !inject::active() && device_offset_bytes.is_multiple_of(512) && buf.len().is_multiple_of(512) => d.as_raw_fd(),
+            _ => return self.pread(device_offset_bytes, buf),
+        };
+        let mut done = 0usize;
+        while done < buf.len() {
+            let want = buf.len() - done;
+            // SAFETY: the destination is the rest of `buf` (`want` bytes, uniquely
+            // borrowed); the kernel writes at most `want` bytes there.
+            let got = unsafe { libc::pread(fd, buf[done..].as_mut_ptr().cast(), want, (device_offset_bytes + done as u64) as libc::off_t) };
+            match got {
+                n if n > 0 => done += n as usize,
+                0 => return Err(self.io(std::io::ErrorKind::UnexpectedEof.into())),
+                _ => {
+                    let e = std::io::Error::last_os_error();
+                    match e.raw_os_error() {
+                        Some(libc::EINTR) => continue,
+                        // A file system that takes O_DIRECT opens but refuses this read.
+                        Some(libc::EINVAL) if done == 0 => return self.pread(device_offset_bytes, buf),
+                        _ => return Err(self.io(e)),
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -582,6 +677,38 @@ mod tests {
         drop(leaf);
         // The lock goes with the descriptor.
         Leaf::open(&p).unwrap();
+    }
+
+    /// A direct read returns what was written, dirty cached pages included (written
+    /// buffered a moment ago); an unaligned buffer or offset takes the buffered path
+    /// with the same bytes; a read past the end fails as `pread` does.
+    #[test]
+    fn pread_direct_sees_buffered_writes_and_falls_back_when_unaligned() {
+        let dir = tempfile::tempdir().unwrap();
+        let leaf = Leaf::open(&make_file(&dir, "a", 8 << 20)).unwrap();
+        assert!(leaf.direct.is_some(), "the test directory refuses O_DIRECT");
+        let data: Vec<u8> = (0..(256u32 << 10)).map(|i| (i * 31 + 7) as u8).collect();
+        // Small writes stay buffered: still dirty in the page cache when read back.
+        for (k, chunk) in data.chunks(4096).enumerate() {
+            leaf.pwrite((1 << 20) + (k as u64) * 4096, chunk).unwrap();
+        }
+        let mut buf = AlignedVec::zeroed(data.len());
+        assert!((buf.as_ptr() as usize).is_multiple_of(AlignedBuf::ALIGN_BYTES));
+        leaf.pread_direct(1 << 20, &mut buf).unwrap();
+        assert_eq!(&buf[..], &data[..]);
+        // A shorter length within the capacity, at an offset 512 bytes in.
+        buf.set_len(64 << 10);
+        leaf.pread_direct((1 << 20) + 512, &mut buf).unwrap();
+        assert_eq!(&buf[..], &data[512..512 + (64 << 10)]);
+        // Unaligned offset, and an unaligned slice of the buffer: the buffered path.
+        let mut odd = AlignedVec::zeroed(9000);
+        leaf.pread_direct((1 << 20) + 3, &mut odd).unwrap();
+        assert_eq!(&odd[..], &data[3..9003]);
+        leaf.pread_direct(1 << 20, &mut odd[1..]).unwrap();
+        assert_eq!(&odd[1..], &data[..8999]);
+        // Past the end of the file.
+        let mut tail = AlignedVec::zeroed(8192);
+        assert!(leaf.pread_direct((8 << 20) - 4096, &mut tail).is_err());
     }
 
     #[test]

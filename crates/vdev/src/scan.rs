@@ -43,6 +43,7 @@
 //!
 //! Called by: the scan engine, with extents of one top-level vdev. Calls: leaves.
 
+use crate::leaf::AlignedVec;
 use crate::tree::{bump, raidz_solve, Column};
 use crate::{Vdev, VdevKind};
 use parking_lot::Mutex;
@@ -131,7 +132,7 @@ impl IoTrace {
 struct Copy<'v> {
     leaf: &'v Vdev,
     /// Whether it was read, and what came back.
-    read: Option<Result<Vec<u8>, ()>>,
+    read: Option<Result<AlignedVec, ()>>,
 }
 
 impl Copy<'_> {
@@ -153,7 +154,7 @@ impl Copy<'_> {
 /// At most [`SCAN_BUFFERS_KEPT`] idle buffers are kept; they go when this does.
 #[derive(Default)]
 pub struct ScanBuffers {
-    idle: Mutex<Vec<Vec<u8>>>,
+    idle: Mutex<Vec<AlignedVec>>,
 }
 
 /// Idle read buffers a [`ScanBuffers`] keeps (enough for a few extents in flight on
@@ -163,7 +164,7 @@ pub const SCAN_BUFFERS_KEPT: usize = 32;
 impl ScanBuffers {
     /// A buffer of exactly `len_bytes` bytes whose contents are unspecified (the
     /// read overwrites all of them, or fails and the buffer is not looked at).
-    fn take(&self, len_bytes: usize) -> Vec<u8> {
+    fn take(&self, len_bytes: usize) -> AlignedVec {
         let reused = {
             let mut idle = self.idle.lock();
             let best = idle.iter().position(|b| b.capacity() >= len_bytes);
@@ -171,14 +172,14 @@ impl ScanBuffers {
         };
         match reused {
             Some(mut b) => {
-                b.resize(len_bytes, 0);
+                b.set_len(len_bytes);
                 b
             }
-            None => vec![0u8; len_bytes],
+            None => AlignedVec::zeroed(len_bytes),
         }
     }
 
-    fn give(&self, buf: Vec<u8>) {
+    fn give(&self, buf: AlignedVec) {
         let mut idle = self.idle.lock();
         if idle.len() < SCAN_BUFFERS_KEPT {
             idle.push(buf);
@@ -491,10 +492,10 @@ impl Vdev {
 
 /// One positional read of `len` bytes at data-area offset `off` of a leaf node, into
 /// a buffer from `buffers` (the caller records it in the trace).
-fn read_leaf(v: &Vdev, off: u64, len: u64, buffers: &ScanBuffers) -> Result<Vec<u8>, ()> {
+fn read_leaf(v: &Vdev, off: u64, len: u64, buffers: &ScanBuffers) -> Result<AlignedVec, ()> {
     let VdevKind::Leaf(Some(leaf)) = &v.kind else { return Err(()) };
     let mut buf = buffers.take(len as usize);
-    match leaf.pread(DATA_START_BYTES + off, &mut buf) {
+    match leaf.pread_direct(DATA_START_BYTES + off, &mut buf) {
         Ok(()) => {
             bump(&v.stats.read_ops, 1);
             bump(&v.stats.read_bytes, len);
