@@ -35,10 +35,10 @@
 //! mutex → pool internals (inside spa) → FUSE session teardown on unmount.
 //!
 //! Each connection is served by its own thread, which then waits for the next
-//! connection rather than exiting (up to [`IDLE_CONN_THREADS`] wait; `ConnWorkers`);
-//! a panic while running a command (a
-//! bug, or an unimplemented engine path) is caught, logged, and answered as
-//! "internal error" with exit 1, leaving the daemon up.
+//! connection rather than exiting (up to [`IDLE_CONN_THREADS`] wait; `ConnWorkers`).
+//! A panic while running a command (a bug, or an unimplemented engine path) is
+//! caught, logged, and answered as "internal error" with exit 1, leaving the daemon
+//! up.
 //!
 //! Memory: before any thread starts the daemon tunes glibc's allocator, and once the
 //! ARC has its tunables it starts the reaper that hands freed heap memory back
