@@ -550,9 +550,7 @@ fn scan_batch(pool: &Arc<Pool>) -> bool {
             pool.save_scan(&phys, &damaged, false).map(|_| true)
         }
         None => {
-            if phys.func == ScanKind::Resilver {
-                pool.resilver_done(phys.max_txg);
-            }
+            let (func, max_txg) = (phys.func, phys.max_txg);
             for (leaf, t) in pool.scan_io_report().leaves {
                 tracing::info!(
                     "pool {}: {:?} I/O on {leaf}: {} I/Os, {} bytes, average {} bytes, {:.1}% ascending",
@@ -564,7 +562,14 @@ fn scan_batch(pool: &Arc<Pool>) -> bool {
                     100.0 * t.ascending as f64 / t.ios.max(1) as f64
                 );
             }
-            pool.finish_scan(phys, ScanState::Finished, &damaged).map(|_| false)
+            // Recorded finished before the replace completes (OpenZFS's order too:
+            // `dsl_scan_done`, then the resilver-done task), so no status shows the
+            // new tree beside a resilver still in progress.
+            let r = pool.finish_scan(phys, ScanState::Finished, &damaged).map(|_| false);
+            if func == ScanKind::Resilver {
+                pool.resilver_done(max_txg);
+            }
+            r
         }
     };
     match r {
