@@ -1095,9 +1095,10 @@ impl Pool {
 
     /// [`Pool::list_under`] without the snapshots of the subtree when `snapshots` is
     /// false (`root` naming a snapshot still lists that one): `zfs list fs`, which
-    /// shows file systems only, then computes no snapshot's row (each snapshot's
-    /// figures read its successor's whole dead list); the file systems'
-    /// `usedbysnapshots` still walks their snapshot chains.
+    /// shows file systems only, then computes no snapshot's row (its `used` reads its
+    /// successor's dead-list header, or the whole list when the header's cut is not
+    /// the txg it needs); the file systems' `usedbysnapshots` still walks their
+    /// snapshot chains.
     pub fn list_under_kinds(&self, root: &str, snapshots: bool) -> Result<Vec<DatasetInfo>> {
         let fs = root.split('@').next().unwrap_or(root);
         let snap = root.contains('@');

@@ -40,7 +40,7 @@
 
 use crate::dsl::DslDatasetPhys;
 use crate::pool::Pool;
-use crate::snapshot::{deadlist_header, deadlist_read};
+use crate::snapshot::{bytes_born_after, deadlist_header, deadlist_read};
 use std::collections::{BTreeMap, BTreeSet};
 use tarn_dmu::objset::Objset;
 use tarn_dmu::ObjectStore;
@@ -325,7 +325,7 @@ impl Pool {
                 return Err(format!("dead list {dl}: header says {bytes} bytes, its {} entries hold {sum}", entries.len()));
             }
             if let Some((cut_txg, after)) = header.cut {
-                let real: u64 = entries.iter().filter(|b| b.birth_txg > cut_txg).map(|b| b.asize_total_bytes()).sum();
+                let real = bytes_born_after(&entries, cut_txg);
                 if real != after {
                     return Err(format!(
                         "dead list {dl}: header says {after} bytes born after txg {cut_txg}, its entries hold {real}"

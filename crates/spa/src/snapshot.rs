@@ -170,12 +170,14 @@ pub(crate) fn deadlist_read(mos: &dyn ObjectStore, obj: u64) -> Result<Vec<BlkPt
     Ok(out)
 }
 
-/// Allocated bytes of dead list `obj`'s entries born after `txg`: from the header when
-/// its cut is `txg`, else by reading every entry.
-pub(crate) fn deadlist_bytes_born_after(mos: &dyn ObjectStore, obj: u64, txg: u64) -> Result<u64> {
-    match deadlist_header(mos, obj)?.cut {
-        Some((cut, after)) if cut == txg => Ok(after),
-        _ => Ok(bytes_born_after(&deadlist_read(mos, obj)?, txg)),
+/// (Allocated bytes of all of dead list `obj`'s entries, of those born after `txg`),
+/// from one header read: the second from the header when its cut is `txg`, else by
+/// reading every entry.
+pub(crate) fn deadlist_bytes_born_after(mos: &dyn ObjectStore, obj: u64, txg: u64) -> Result<(u64, u64)> {
+    let h = deadlist_header(mos, obj)?;
+    match h.cut {
+        Some((cut, after)) if cut == txg => Ok((h.bytes, after)),
+        _ => Ok((h.bytes, bytes_born_after(&deadlist_read(mos, obj)?, txg))),
     }
 }
 
@@ -213,12 +215,17 @@ pub(crate) fn deadlist_append(mos: &dyn ObjectStore, tx: &TxHold, obj: u64, bps:
 /// Replace a dead list's entries, keeping its cut txg.
 pub(crate) fn deadlist_replace(mos: &dyn ObjectStore, tx: &TxHold, obj: u64, bps: &[BlkPtr]) -> Result<()> {
     let cut_txg = deadlist_header(mos, obj)?.cut.map(|(t, _)| t);
-    deadlist_replace_cut(mos, tx, obj, bps, cut_txg)
+    rewrite_deadlist(mos, tx, obj, bps, cut_txg)
 }
 
 /// Replace a dead list's entries and place its cut at `cut_txg` (none: no cut).
 pub(crate) fn deadlist_replace_cut(mos: &dyn ObjectStore, tx: &TxHold, obj: u64, bps: &[BlkPtr], cut_txg: Option<u64>) -> Result<()> {
     deadlist_header(mos, obj)?;
+    rewrite_deadlist(mos, tx, obj, bps, cut_txg)
+}
+
+/// The body of both replaces, for an object already checked to be a dead list.
+fn rewrite_deadlist(mos: &dyn ObjectStore, tx: &TxHold, obj: u64, bps: &[BlkPtr], cut_txg: Option<u64>) -> Result<()> {
     mos.free_range(tx, obj, 0, u64::MAX).map_err(dmu_err)?;
     let empty = DeadlistHeader {
         count: 0,
@@ -230,7 +237,7 @@ pub(crate) fn deadlist_replace_cut(mos: &dyn ObjectStore, tx: &TxHold, obj: u64,
 }
 
 /// Allocated bytes of the entries of `bps` born after `txg`.
-fn bytes_born_after(bps: &[BlkPtr], txg: u64) -> u64 {
+pub(crate) fn bytes_born_after(bps: &[BlkPtr], txg: u64) -> u64 {
     bps.iter().filter(|b| b.birth_txg > txg).map(|b| b.asize_total_bytes()).sum()
 }
 
@@ -733,7 +740,7 @@ impl Pool {
         };
         if p.is_snapshot() {
             let n = rec(p.next_snap_obj)?;
-            out.unique = deadlist_bytes_born_after(mos, n.deadlist_obj, p.prev_snap_txg)?;
+            out.unique = deadlist_bytes_born_after(mos, n.deadlist_obj, p.prev_snap_txg)?.1;
         } else {
             // The chain's dead lists, newest first: the head's, then each snapshot's.
             // Entries born after the origin count toward the snapshots; entries born
@@ -746,8 +753,7 @@ impl Pool {
                 if origin_txg == 0 {
                     snap_bytes += deadlist_summary(mos, d.deadlist_obj)?.1;
                 } else {
-                    let after = deadlist_bytes_born_after(mos, d.deadlist_obj, origin_txg)?;
-                    let (_, total) = deadlist_summary(mos, d.deadlist_obj)?;
+                    let (total, after) = deadlist_bytes_born_after(mos, d.deadlist_obj, origin_txg)?;
                     snap_bytes += after;
                     unshared_origin_bytes += total.saturating_sub(after);
                 }
@@ -866,7 +872,11 @@ mod tests {
             }
         );
         for txg in [0, 3, 5, 6, 7, 9, 100] {
-            assert_eq!(deadlist_bytes_born_after(&mos, dl, txg).unwrap(), bytes_born_after(&v, txg), "txg {txg}");
+            assert_eq!(
+                deadlist_bytes_born_after(&mos, dl, txg).unwrap(),
+                (20480, bytes_born_after(&v, txg)),
+                "txg {txg}"
+            );
         }
         // A replace keeps the cut's txg and recounts it; a replace with a new cut moves it.
         deadlist_replace(&mos, &tx, dl, &v[1..3]).unwrap();
@@ -888,8 +898,8 @@ mod tests {
         let mut h = deadlist_header(&mos, dl).unwrap();
         h.cut = Some((7, 1));
         mos.set_bonus(&tx, dl, &h.encode()).unwrap();
-        assert_eq!(deadlist_bytes_born_after(&mos, dl, 7).unwrap(), 1);
-        assert_eq!(deadlist_bytes_born_after(&mos, dl, 6).unwrap(), bytes_born_after(&v, 6));
+        assert_eq!(deadlist_bytes_born_after(&mos, dl, 7).unwrap().1, 1);
+        assert_eq!(deadlist_bytes_born_after(&mos, dl, 6).unwrap().1, bytes_born_after(&v, 6));
         // More bytes after the cut than in the list, or a bonus of another length, is
         // corruption, not a figure.
         h.cut = Some((7, h.bytes + 1));
@@ -914,6 +924,6 @@ mod tests {
         deadlist_append(&mos, &tx, old, &v).unwrap();
         assert_eq!(deadlist_header(&mos, old).unwrap().cut, None);
         assert_eq!(mos.bonus(old).unwrap().len(), 16, "an old header stays old");
-        assert_eq!(deadlist_bytes_born_after(&mos, old, 5).unwrap(), bytes_born_after(&v, 5));
+        assert_eq!(deadlist_bytes_born_after(&mos, old, 5).unwrap().1, bytes_born_after(&v, 5));
     }
 }
