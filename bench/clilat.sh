@@ -55,20 +55,13 @@ for kind in idle append; do
             printf '%s\tbin%s snapshot\t%s\n' "$kind" "$i" $(( ${t1/./} - ${t0/./} )) >> "$out"
             sleep 0.1
         done
-        python3 - "$TARN_SOCKET" "cl/fs@$kind-sock-$r" "$kind" >> "$out" <<'PY'
-import json, socket, sys, time
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-t0 = time.perf_counter()
-s.connect(sys.argv[1])
-s.sendall(json.dumps({"argv": ["zfs", "snapshot", sys.argv[2]], "cwd": "/"}).encode() + b"\n")
-s.shutdown(socket.SHUT_WR)
-answer = b""
-while chunk := s.recv(65536):
-    answer += chunk
-t1 = time.perf_counter()
-if json.loads(answer)["code"] != 0:
-    sys.exit(f"socket snapshot failed: {answer!r}")
-print(f"{sys.argv[3]}\tdaemon snapshot\t{(t1 - t0) * 1e6:.0f}")
+        python3 - "$REPO/bench" "$TARN_SOCKET" "cl/fs@$kind-sock-$r" "$kind" >> "$out" <<'PY'
+import sys
+sys.dont_write_bytecode = True  # no __pycache__ in the tree
+sys.path.insert(0, sys.argv[1])
+from tarnsock import request
+us, _ = request(sys.argv[2], ["zfs", "snapshot", sys.argv[3]])
+print(f"{sys.argv[4]}\tdaemon snapshot\t{us:.0f}")
 PY
         sleep 0.1
     done

@@ -42,31 +42,21 @@ for i in "${!BINS[@]}"; do
         dd if=/dev/urandom of="$work/mnt/fs/f" bs=1M count="$size_mib" conv=notrunc,fsync status=none
         "$bin" zfs snapshot "sl/fs@s$s"
     done
-    python3 - "$TARN_SOCKET" "bin$i" <<'PY'
-import json, socket, statistics, sys, time
-def request(argv):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    t0 = time.perf_counter()
-    s.connect(sys.argv[1])
-    s.sendall(json.dumps({"argv": argv, "cwd": "/"}).encode() + b"\n")
-    s.shutdown(socket.SHUT_WR)
-    answer = b""
-    while chunk := s.recv(65536):
-        answer += chunk
-    t = (time.perf_counter() - t0) * 1e6
-    a = json.loads(answer)
-    if a["code"] != 0:
-        sys.exit(f"{argv}: {a}")
-    return t, a["stdout"].count("\n")
+    python3 - "$REPO/bench" "$TARN_SOCKET" "bin$i" <<'PY'
+import statistics, sys, time
+sys.dont_write_bytecode = True  # no __pycache__ in the tree
+sys.path.insert(0, sys.argv[1])
+from tarnsock import request
 for what, argv in [("snapshots", ["zfs", "list", "-H", "-t", "snapshot", "-o", "name,used"]),
                    ("filesystems", ["zfs", "list", "-H", "-o", "name,used,usedbysnapshots"]),
                    ("all", ["zfs", "list", "-H", "-t", "all", "-o", "name,used,refer,written"])]:
     times = []
     for _ in range(15):
-        t, rows = request(argv)
+        t, answer = request(sys.argv[2], argv)
         times.append(t)
+        rows = answer["stdout"].count("\n")
         time.sleep(0.05)
-    print(f"{sys.argv[2]:<6} {what:<12} rows {rows:>5}  median {statistics.median(times):>9.0f} us")
+    print(f"{sys.argv[3]:<6} {what:<12} rows {rows:>5}  median {statistics.median(times):>9.0f} us")
 PY
     "$bin" daemon --stop >/dev/null
     bin=""

@@ -24,7 +24,7 @@
 # engine stays dynamic: it resolves users and groups for the socket's access checks
 # (`getpwuid_r`, `getgrouplist`), which static glibc cannot do without the shared NSS
 # modules of its own version. A client from a plain `cargo build` works the same, it
-# only starts slower. -q passes --quiet to cargo and rustup.
+# only starts slower. -q passes --quiet to cargo and silences this script's own lines.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 quiet=()

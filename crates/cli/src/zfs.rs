@@ -370,7 +370,7 @@ fn known_prop(prop: &str) -> bool {
 /// File systems, snapshots and bookmarks of the pool in listing order; with `under`,
 /// only those in the subtree of that file system (its fs part when it names a
 /// snapshot or bookmark), which costs what the subtree costs, not the pool.
-/// Without `snapshots` no snapshot is listed (nor its record read), unless `under`
+/// Without `snapshots` no snapshot is listed (nor its row computed), unless `under`
 /// names one.
 fn all_datasets(entry: &PoolEntry, under: Option<&str>, snapshots: bool) -> Result<Vec<DatasetInfo>, String> {
     let fs_of = |n: &str| n.split(['@', '#']).next().unwrap_or(n).to_string();
