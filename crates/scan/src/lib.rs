@@ -406,7 +406,7 @@ pub fn issue(zio: &Zio, mut entries: Vec<Entry>, params: &Params, progress: &Pro
             let damaged = &damaged;
             s.spawn(move || {
                 // The finisher: owns the buffers' pool so it outlives every read.
-                let buffers = tarn_vdev::scan::ScanBuffers::default();
+                let buffers = tarn_vdev::leaf::RunBuffers::default();
                 let buffers = &buffers;
                 let (tx, rx) = std::sync::mpsc::sync_channel(READ_AHEAD_GROUPS);
                 std::thread::scope(|inner| {

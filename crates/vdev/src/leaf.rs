@@ -245,6 +245,69 @@ impl std::ops::DerefMut for AlignedVec {
 // `&[u8]`, so sharing it between threads is as safe as sharing a Vec<u8>.
 unsafe impl Sync for AlignedVec {}
 
+/// Read buffers reused from one whole-extent read to the next: a scan's extents
+/// ([`crate::scan`]) and the runs of adjacent blocks that batched reads issue
+/// ([`crate::Vdev::read_run`]). A fresh multi-megabyte buffer per read cost more CPU
+/// than the read's copy itself (the kernel zeroing new pages and faulting them in,
+/// then the allocator handing them back). At most `kept` idle buffers are kept
+/// ([`RUN_BUFFERS_KEPT`] by default); they go when this does.
+pub struct RunBuffers {
+    idle: parking_lot::Mutex<Vec<AlignedVec>>,
+    kept: usize,
+}
+
+/// Idle read buffers a default [`RunBuffers`] keeps (enough for a few extents in
+/// flight on a wide raidz).
+pub const RUN_BUFFERS_KEPT: usize = 32;
+
+impl Default for RunBuffers {
+    fn default() -> Self {
+        RunBuffers::with_limit(RUN_BUFFERS_KEPT)
+    }
+}
+
+impl RunBuffers {
+    /// A pool that keeps at most `kept` idle buffers (their memory stays allocated
+    /// between reads: `kept` times the largest read).
+    pub fn with_limit(kept: usize) -> RunBuffers {
+        RunBuffers {
+            idle: parking_lot::Mutex::new(Vec::new()),
+            kept,
+        }
+    }
+
+    /// A buffer of exactly `len_bytes` bytes whose contents are unspecified (the
+    /// read overwrites all of them, or fails and the buffer is not looked at).
+    pub fn take(&self, len_bytes: usize) -> AlignedVec {
+        let reused = {
+            let mut idle = self.idle.lock();
+            let best = idle.iter().position(|b| b.capacity() >= len_bytes);
+            best.map(|i| idle.swap_remove(i))
+        };
+        match reused {
+            Some(mut b) => {
+                b.set_len(len_bytes);
+                b
+            }
+            None => AlignedVec::zeroed(len_bytes),
+        }
+    }
+
+    /// Buffers idle now (tests and diagnostics).
+    pub fn idle_count(&self) -> usize {
+        self.idle.lock().len()
+    }
+
+    /// Hand a buffer back for a later [`RunBuffers::take`] (dropped when `kept` are
+    /// already idle).
+    pub fn give(&self, buf: AlignedVec) {
+        let mut idle = self.idle.lock();
+        if idle.len() < self.kept {
+            idle.push(buf);
+        }
+    }
+}
+
 thread_local! {
     static BOUNCE: std::cell::RefCell<Option<Bounce>> = const { std::cell::RefCell::new(None) };
 }

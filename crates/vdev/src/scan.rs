@@ -23,7 +23,7 @@
 //!
 //! The work comes in two halves so that a scan can pipeline them: [`Vdev::scan_read`]
 //! (or [`Vdev::scan_read_many`], several extents' reads in flight together) does the
-//! I/O into buffers a [`ScanBuffers`] hands out and takes back, and
+//! I/O into buffers a [`RunBuffers`] hands out and takes back, and
 //! [`Vdev::scan_finish`] does the verifying and repairing; [`Vdev::scan_extent`] is
 //! the two in turn. A mirror block's truth is the verified copy itself, borrowed
 //! from the read buffer, unless its padding is not zeros.
@@ -43,7 +43,7 @@
 //!
 //! Called by: the scan engine, with extents of one top-level vdev. Calls: leaves.
 
-use crate::leaf::AlignedVec;
+use crate::leaf::{AlignedVec, RunBuffers};
 use crate::tree::{bump, raidz_solve, Column};
 use crate::{Vdev, VdevKind};
 use parking_lot::Mutex;
@@ -148,53 +148,14 @@ impl Copy<'_> {
     }
 }
 
-/// Read buffers a scan reuses from extent to extent: a fresh multi-megabyte buffer
-/// per leaf per extent cost more CPU than the reads' copies themselves (the kernel
-/// zeroing new pages and faulting them in, then the allocator handing them back).
-/// At most [`SCAN_BUFFERS_KEPT`] idle buffers are kept; they go when this does.
-#[derive(Default)]
-pub struct ScanBuffers {
-    idle: Mutex<Vec<AlignedVec>>,
-}
-
-/// Idle read buffers a [`ScanBuffers`] keeps (enough for a few extents in flight on
-/// a wide raidz).
-pub const SCAN_BUFFERS_KEPT: usize = 32;
-
-impl ScanBuffers {
-    /// A buffer of exactly `len_bytes` bytes whose contents are unspecified (the
-    /// read overwrites all of them, or fails and the buffer is not looked at).
-    fn take(&self, len_bytes: usize) -> AlignedVec {
-        let reused = {
-            let mut idle = self.idle.lock();
-            let best = idle.iter().position(|b| b.capacity() >= len_bytes);
-            best.map(|i| idle.swap_remove(i))
-        };
-        match reused {
-            Some(mut b) => {
-                b.set_len(len_bytes);
-                b
-            }
-            None => AlignedVec::zeroed(len_bytes),
-        }
-    }
-
-    fn give(&self, buf: AlignedVec) {
-        let mut idle = self.idle.lock();
-        if idle.len() < SCAN_BUFFERS_KEPT {
-            idle.push(buf);
-        }
-    }
-}
-
 /// What [`Vdev::scan_read`] read of one extent, for [`Vdev::scan_finish`]; its
-/// buffers go back to their [`ScanBuffers`] when it is dropped.
+/// buffers go back to their [`RunBuffers`] when it is dropped.
 pub struct ExtentRead<'v, 'b> {
     /// Leaf offset (data area, bytes) at which every leaf's read started.
     leaf_start: u64,
     /// Per column set (mirror: one), per leaf: what was read.
     copies: Vec<Vec<Copy<'v>>>,
-    buffers: &'b ScanBuffers,
+    buffers: &'b RunBuffers,
 }
 
 impl Drop for ExtentRead<'_, '_> {
@@ -233,7 +194,7 @@ impl Vdev {
     /// `unrecoverable` (and counted as a CKSUM error on this vdev); leaf read and
     /// write errors are counted on the leaves. Panics (a bug) on an empty extent.
     pub fn scan_extent(&self, func: ScanFunc, blocks: &[ScanBlock<'_>], trace: &IoTrace) -> ExtentReport {
-        let buffers = ScanBuffers::default();
+        let buffers = RunBuffers::default();
         let read = self.scan_read(func, blocks, trace, &buffers);
         self.scan_finish(blocks, read, trace)
     }
@@ -245,7 +206,7 @@ impl Vdev {
     /// same `blocks`; a scan may read the next extents while an earlier one is being
     /// finished. Read errors are counted on the leaves and leave that copy out.
     /// Panics (a bug) on an empty extent.
-    pub fn scan_read<'v, 'b>(&'v self, func: ScanFunc, blocks: &[ScanBlock<'_>], trace: &IoTrace, buffers: &'b ScanBuffers) -> ExtentRead<'v, 'b> {
+    pub fn scan_read<'v, 'b>(&'v self, func: ScanFunc, blocks: &[ScanBlock<'_>], trace: &IoTrace, buffers: &'b RunBuffers) -> ExtentRead<'v, 'b> {
         let mut reads = self.scan_read_many(func, &[blocks], trace, buffers);
         reads.pop().expect("one extent read")
     }
@@ -255,13 +216,7 @@ impl Vdev {
     /// leaf streams from one extent into the next instead of idling between two
     /// synchronous reads. The I/Os are recorded in `trace` in extent order, as
     /// submitted. One [`ExtentRead`] per extent, in order.
-    pub fn scan_read_many<'v, 'b>(
-        &'v self,
-        func: ScanFunc,
-        extents: &[&[ScanBlock<'_>]],
-        trace: &IoTrace,
-        buffers: &'b ScanBuffers,
-    ) -> Vec<ExtentRead<'v, 'b>> {
+    pub fn scan_read_many<'v, 'b>(&'v self, func: ScanFunc, extents: &[&[ScanBlock<'_>]], trace: &IoTrace, buffers: &'b RunBuffers) -> Vec<ExtentRead<'v, 'b>> {
         let mut reads: Vec<(ExtentRead<'v, 'b>, u64)> = extents.iter().map(|blocks| self.plan_read(func, blocks, buffers)).collect();
         // (extent, set, copy) of every leaf read, recorded in order, then all issued.
         let wanted: Vec<(usize, usize, usize)> = reads
@@ -291,7 +246,7 @@ impl Vdev {
     /// Which leaves an extent's scan reads, and where: an [`ExtentRead`] whose copies
     /// to read are marked (`read: Some(Err(()))` until read), and the length to read
     /// from each (bytes). Panics (a bug) on an empty extent.
-    fn plan_read<'v, 'b>(&'v self, func: ScanFunc, blocks: &[ScanBlock<'_>], buffers: &'b ScanBuffers) -> (ExtentRead<'v, 'b>, u64) {
+    fn plan_read<'v, 'b>(&'v self, func: ScanFunc, blocks: &[ScanBlock<'_>], buffers: &'b RunBuffers) -> (ExtentRead<'v, 'b>, u64) {
         assert!(!blocks.is_empty(), "empty scan extent");
         let geometry = self.geometry();
         let ext_start = blocks[0].offset_bytes;
@@ -492,7 +447,7 @@ impl Vdev {
 
 /// One positional read of `len` bytes at data-area offset `off` of a leaf node, into
 /// a buffer from `buffers` (the caller records it in the trace).
-fn read_leaf(v: &Vdev, off: u64, len: u64, buffers: &ScanBuffers) -> Result<AlignedVec, ()> {
+fn read_leaf(v: &Vdev, off: u64, len: u64, buffers: &RunBuffers) -> Result<AlignedVec, ()> {
     let VdevKind::Leaf(Some(leaf)) = &v.kind else { return Err(()) };
     let mut buf = buffers.take(len as usize);
     match leaf.pread_direct(DATA_START_BYTES + off, &mut buf) {
@@ -632,7 +587,7 @@ mod tests {
             .chain([(1 << 20, small.clone())])
             .collect();
         with_scan_blocks(&all, |sb| {
-            let buffers = ScanBuffers::default();
+            let buffers = RunBuffers::default();
             let trace = IoTrace::default();
             let mut reads = m.scan_read_many(ScanFunc::Scrub, &[&sb[..3], &sb[3..]], &trace, &buffers);
             assert_eq!(reads.len(), 2);
@@ -650,7 +605,7 @@ mod tests {
                     unrecoverable: vec![]
                 }
             );
-            assert_eq!(buffers.idle.lock().len(), 2, "the first extent's buffers are back");
+            assert_eq!(buffers.idle_count(), 2, "the first extent's buffers are back");
             // The first copy verifies but its padding is not zeros: rewritten, and counted.
             let r2 = m.scan_finish(&sb[3..], second, &trace);
             assert_eq!(
@@ -660,7 +615,7 @@ mod tests {
                     unrecoverable: vec![]
                 }
             );
-            assert_eq!(buffers.idle.lock().len(), 4);
+            assert_eq!(buffers.idle_count(), 4);
             assert_eq!(nodes[0].stats.checksum_errors.load(Ordering::Relaxed), 1);
             assert_eq!(nodes[1].stats.checksum_errors.load(Ordering::Relaxed), 1);
             let mut pad = vec![1u8; 4096];
@@ -671,7 +626,7 @@ mod tests {
             assert_eq!((&pad[..1000], pad[1000..].iter().all(|&x| x == 0)), (&small[..], true));
             // Reading again reuses the idle buffers, and finds nothing left to repair.
             let again = m.scan_read_many(ScanFunc::Scrub, &[&sb[..3], &sb[3..]], &IoTrace::default(), &buffers);
-            assert!(buffers.idle.lock().is_empty(), "all four buffers taken again");
+            assert!(buffers.idle_count() == 0, "all four buffers taken again");
             let repaired: u64 = again
                 .into_iter()
                 .zip([&sb[..3], &sb[3..]])

@@ -588,6 +588,79 @@ impl Vdev {
         self.read_birth(offset_bytes, psize_bytes, 0, verify)
     }
 
+    /// One unverified read of `len_bytes` at `offset_bytes` into a buffer from
+    /// `buffers` (give it back there when done), through `O_DIRECT` where the leaf
+    /// allows it ([`crate::Leaf::pread_direct`]): how batched reads fetch a run of
+    /// adjacent blocks, which the caller then verifies block by block, reading any
+    /// block that fails alone with [`Vdev::read_birth`] (which tries every copy and
+    /// heals). A leaf reads its device. A mirror reads one usable child, trying the
+    /// others in turn when a read fails; children with an empty DTL come first, and
+    /// among them the first is chosen by the run's 1 MiB region, so that concurrent
+    /// runs spread over the sides (OpenZFS `vdev_mirror_child_select` also balances
+    /// by offset). Counts `read_ops`/`read_bytes` on every node that read and
+    /// `read_errors` on a leaf that failed, as [`Vdev::read`] does.
+    ///
+    /// Errors: `Unavailable` for raidz (its columns need the block map), holes and
+    /// unusable nodes; `Io` for a range outside the vdev or a failed device read.
+    pub fn read_run(&self, offset_bytes: u64, len_bytes: u64, buffers: &crate::leaf::RunBuffers) -> Result<crate::leaf::AlignedVec, VdevError> {
+        if !self.state().is_usable() || self.is_hole() {
+            return Err(VdevError::Unavailable { vdev: self.id });
+        }
+        self.check_range(offset_bytes, len_bytes)?;
+        let r = match &self.kind {
+            VdevKind::Leaf(leaf) => {
+                let leaf = leaf.as_ref().expect("usable leaf is open");
+                let mut buf = buffers.take(len_bytes as usize);
+                match leaf.pread_direct(DATA_START_BYTES + offset_bytes, &mut buf) {
+                    Ok(()) => Ok(buf),
+                    Err(e) => {
+                        buffers.give(buf);
+                        bump(&self.stats.read_errors, 1);
+                        Err(e)
+                    }
+                }
+            }
+            VdevKind::Mirror(children) => {
+                let mut order: Vec<&Arc<Vdev>> = children.iter().filter(|c| c.state().is_usable()).collect();
+                if !order.is_empty() {
+                    let first = ((offset_bytes >> 20) % order.len() as u64) as usize;
+                    order.rotate_left(first);
+                }
+                // Stable: the rotation stays among children with the same DTL state.
+                order.sort_by_key(|c| !c.dtl_empty());
+                let mut first_err = None;
+                let mut got = None;
+                for c in order {
+                    match c.read_run(offset_bytes, len_bytes, buffers) {
+                        Ok(b) => {
+                            got = Some(b);
+                            break;
+                        }
+                        Err(e) => {
+                            first_err.get_or_insert(e);
+                        }
+                    }
+                }
+                got.ok_or_else(|| first_err.unwrap_or(VdevError::Unavailable { vdev: self.id }))
+            }
+            VdevKind::Raidz { .. } | VdevKind::Hole => Err(VdevError::Unavailable { vdev: self.id }),
+        };
+        if r.is_ok() {
+            bump(&self.stats.read_ops, 1);
+            bump(&self.stats.read_bytes, len_bytes);
+        }
+        r
+    }
+
+    /// True when no leaf under this node has a DTL entry (it missed no txg).
+    fn dtl_empty(&self) -> bool {
+        match &self.kind {
+            VdevKind::Leaf(_) => self.dtl.is_empty(),
+            VdevKind::Mirror(ch) | VdevKind::Raidz { children: ch, .. } => ch.iter().all(|c| c.dtl_empty()),
+            VdevKind::Hole => true,
+        }
+    }
+
     /// [`Vdev::read`] of a block born in `birth_txg` (0: unknown). Children whose DTL
     /// holds the txg are tried last (a mirror) or treated as absent (raidz), and a
     /// wrong copy found there is rewritten without counting a CKSUM error: it was
@@ -1109,6 +1182,54 @@ mod tests {
         assert!(matches!(m.read(65536, 8192, &ok), Err(VdevError::Checksum { vdev: 0, offset_bytes: 65536 })));
         assert_eq!(get(&m.stats.checksum_errors), 1);
         m.flush().unwrap();
+    }
+
+    #[test]
+    fn read_run_picks_a_side_by_region_prefers_complete_sides_and_falls_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = files(&dir, 2);
+        let m = mirror(&paths, &[]);
+        let ch = m.children();
+        // Different bytes on each side, so the result tells which side was read.
+        let side = |c: usize, region: u64| pattern(65536, (c as u8) * 16 + region as u8);
+        for region in 0..2u64 {
+            for (c, child) in ch.iter().enumerate() {
+                child.write(region << 20, &side(c, region)).unwrap();
+            }
+        }
+        let buffers = crate::leaf::RunBuffers::with_limit(2);
+        let run = |m: &Vdev, region: u64| {
+            let b = m.read_run(region << 20, 65536, &buffers).unwrap();
+            let v = b.to_vec();
+            buffers.give(b);
+            v
+        };
+        assert_eq!(run(&m, 0), side(0, 0), "region 0 starts with side 0");
+        assert_eq!(run(&m, 1), side(1, 1), "region 1 starts with side 1");
+        assert_eq!(get(&m.stats.read_ops), 2);
+        assert_eq!(get(&m.stats.read_bytes), 2 * 65536);
+        assert_eq!((get(&ch[0].stats.read_ops), get(&ch[1].stats.read_ops)), (1, 1));
+        assert_eq!(buffers.idle_count(), 1, "one buffer served both reads");
+        // A side that missed a txg is read only when no complete side is left.
+        ch[0].dtl.add(5, 5);
+        assert_eq!(run(&m, 0), side(1, 0));
+        ch[0].dtl.clear_through(5);
+        // A failed read counts on its leaf and the other side answers.
+        std::fs::OpenOptions::new().write(true).open(&paths[0]).unwrap().set_len(4096).unwrap();
+        assert_eq!(run(&m, 0), side(1, 0));
+        assert_eq!(get(&ch[0].stats.read_errors), 1);
+        std::fs::OpenOptions::new().write(true).open(&paths[1]).unwrap().set_len(4096).unwrap();
+        assert!(matches!(m.read_run(0, 65536, &buffers), Err(VdevError::Io { .. })));
+        assert_eq!(get(&m.stats.read_ops), 4, "failed runs are not counted as reads");
+        // Outside the vdev, a raidz, and an unusable mirror are refused.
+        assert!(m.read_run(m.asize_bytes(), 512, &buffers).is_err());
+        let dir2 = tempfile::tempdir().unwrap();
+        let more = files(&dir2, 3);
+        assert!(matches!(raidz(&more, 1, &[]).read_run(0, 65536, &buffers), Err(VdevError::Unavailable { .. })));
+        assert!(matches!(
+            mirror(&more[..2], &[0, 1]).read_run(0, 512, &buffers),
+            Err(VdevError::Unavailable { .. })
+        ));
     }
 
     #[test]

@@ -7,8 +7,9 @@
 //! (top-level vdev, offset), merges blocks whose first DVAs are adjacent on a leaf or
 //! mirror vdev into runs of at most [`crate::AGGREGATE_MAX_BYTES`] (OpenZFS
 //! `vdev_queue.c` aggregates reads the same way), issues one device read per run from
-//! a few workers, and then verifies every block of the run against its own checksum
-//! and decompresses it. Only raw bytes come back from the run read; the checksum of
+//! a few workers ([`tarn_vdev::Vdev::read_run`]: `O_DIRECT` into a reused aligned
+//! buffer, so the host's page cache neither copies nor keeps the bytes), and then
+//! verifies every block of the run against its own checksum and decompresses it. Only raw bytes come back from the run read; the checksum of
 //! each block is the oracle, exactly as for a single read.
 //!
 //! Invariants: a block is returned only after its checksum verified (DESIGN invariant
@@ -140,7 +141,9 @@ impl Zio {
                 // yielding, so that its read also takes the gate; one that fails to
                 // verify is read again below with every copy.)
                 let raw = if members.len() > 1 || (yielding && aggregatable(*v)) {
-                    vdevs.get(*v as usize).and_then(|t| self.queue.gated(|| t.read(*off, *len, &|_| true)).ok())
+                    vdevs
+                        .get(*v as usize)
+                        .and_then(|t| self.queue.gated(|| t.read_run(*off, *len, &self.run_buffers)).ok())
                 } else {
                     None
                 };
@@ -170,6 +173,10 @@ impl Zio {
                         None => self.read_block(bp),
                     };
                     got.push((i, r));
+                }
+                // A run of one large block (while yielding) is not kept.
+                if let Some(raw) = raw.filter(|r| r.capacity() as u64 <= AGGREGATE_MAX_BYTES) {
+                    self.run_buffers.give(raw);
                 }
             }
             got
