@@ -12,7 +12,7 @@
 //! walk never goes deeper than the dnode's `nlevels` (a corrupt tree is an error,
 //! never a runaway recursion). Memory is one block per level plus one record.
 
-use crate::stream::{flags, ObjectRec, Record, StreamHeader, StreamWriter, WriteRec, FREE_TO_END, OBJECT_ID_END, WRITE_FIXED_BYTES};
+use crate::stream::{flags, ObjectRec, Record, StreamHeader, StreamWriter, FREE_TO_END, OBJECT_ID_END, WRITE_FIXED_BYTES};
 use crate::token::ResumeToken;
 use crate::{Result, SendError};
 use std::io::Write;
@@ -108,21 +108,8 @@ pub const CHANGED_OBJECTS_MAX: u64 = 1 << 26;
 /// listed too; the caller compares. Errors: `Dmu` for unreadable or corrupt blocks,
 /// `Invalid` past [`CHANGED_OBJECTS_MAX`].
 pub fn changed_objects(zio: &Zio, root: &BlkPtr, from_txg: u64) -> Result<Vec<u64>> {
-    let mut w = Walk {
-        zio,
-        w: StreamWriter::new(None)?,
-        from_txg,
-        incremental: true,
-        opts: SendOpts::default(),
-        resume_object: 0,
-        resume_offset_bytes: 0,
-        pending_free: None,
-        pending_freeobjects: None,
-        stats: SendStats::default(),
-        object_end: 0,
-        collect: Some(Vec::new()),
-        ahead: None,
-    };
+    let mut w = Walk::new(zio, StreamWriter::new(None)?, Some(from_txg), &SendOpts::default(), (0, 0));
+    w.collect = Some(Vec::new());
     w.root(root)?;
     Ok(w.collect.take().unwrap_or_default())
 }
@@ -168,32 +155,68 @@ fn run(zio: &Zio, src: &SendSource, opts: &SendOpts, out: Option<&mut dyn Write>
         resume_offset_bytes,
         to_name: src.to_name.clone(),
     };
-    let mut w = Walk {
-        zio,
-        w: StreamWriter::new(out)?,
-        from_txg: src.from_txg.unwrap_or(0),
-        incremental: src.from_txg.is_some(),
-        opts: opts.clone(),
-        resume_object,
-        resume_offset_bytes,
-        pending_free: None,
-        pending_freeobjects: None,
-        stats: SendStats::default(),
-        object_end: 0,
-        collect: None,
-        ahead: None,
-    };
-    w.w.record(&Record::Begin(header))?;
-    w.root(&src.root)?;
-    w.flush_pending()?;
-    let n = w.w.records();
-    w.w.record(&Record::End {
-        record_count: n,
-        to_guid: src.to_guid,
-    })?;
-    w.stats.records = w.w.records();
-    w.stats.stream_bytes = w.w.offset_bytes();
-    Ok(w.stats)
+    let resume = (resume_object, resume_offset_bytes);
+    let writing = out.is_some();
+    let w = Walk::new(zio, StreamWriter::new(out)?, src.from_txg, opts, resume);
+    std::thread::scope(move |s| {
+        // Owned by this closure: dropped (with the read-ahead's receiver) when it
+        // returns, also by an error, which stops the reader and with it the predicting
+        // walk before the scope waits for them.
+        let mut w = w;
+        if writing {
+            // The same walk, counting only, names the data blocks this one will
+            // read, in order; a reader reads them in batches (see `READ_AHEAD_BLOCKS`).
+            let (bp_tx, bp_rx) = std::sync::mpsc::sync_channel(2 * READ_AHEAD_BLOCKS);
+            let (data_tx, data_rx) = std::sync::mpsc::sync_channel(READ_AHEAD_BLOCKS);
+            s.spawn(move || {
+                // Ends at the walk's end, at an error (the send meets it too and
+                // reports it), or when the reader is gone.
+                let Ok(counter) = StreamWriter::new(None) else { return };
+                let mut p = Walk::new(zio, counter, src.from_txg, opts, resume);
+                p.predict = Some(bp_tx);
+                let _ = p.root(&src.root);
+            });
+            s.spawn(move || read_ahead(zio, bp_rx, data_tx));
+            w.ahead = Some(data_rx);
+        }
+        w.w.record(&Record::Begin(header))?;
+        w.root(&src.root)?;
+        w.flush_pending()?;
+        let n = w.w.records();
+        w.w.record(&Record::End {
+            record_count: n,
+            to_guid: src.to_guid,
+        })?;
+        w.stats.records = w.w.records();
+        w.stats.stream_bytes = w.w.offset_bytes();
+        Ok(std::mem::take(&mut w.stats))
+    })
+}
+
+/// The read-ahead's reader: takes the block pointers the predicting walk sends, reads
+/// them with `Zio::read_blocks` in batches of up to [`READ_AHEAD_BLOCKS`] blocks and
+/// about [`READ_AHEAD_BATCH_BYTES`] (whatever has arrived when a batch starts), and
+/// passes each block on in order. Returns when the walk ends or the send stops
+/// listening.
+fn read_ahead(zio: &Zio, bps: std::sync::mpsc::Receiver<BlkPtr>, out: std::sync::mpsc::SyncSender<ReadAhead>) {
+    while let Ok(first) = bps.recv() {
+        let mut batch = vec![first];
+        let mut bytes = u64::from(first.lsize_bytes);
+        while batch.len() < READ_AHEAD_BLOCKS && bytes < READ_AHEAD_BATCH_BYTES {
+            match bps.try_recv() {
+                Ok(bp) => {
+                    bytes += u64::from(bp.lsize_bytes);
+                    batch.push(bp);
+                }
+                Err(_) => break,
+            }
+        }
+        for (c, r) in batch.iter().zip(zio.read_blocks(&batch, 2)) {
+            if out.send((*c, r)).is_err() {
+                return;
+            }
+        }
+    }
 }
 
 fn corrupt(kind: &'static str, detail: &'static str) -> SendError {
@@ -217,24 +240,31 @@ struct Walk<'z, 'o> {
     object_end: u64,
     /// [`changed_objects`]: collect object ids instead of writing records.
     collect: Option<Vec<u64>>,
-    /// Read-ahead of the data blocks under the indirect block being walked (see
-    /// `Walk::tree`): the blocks `write` will ask for, in that order, read by a helper
-    /// thread.
+    /// Read-ahead of data blocks: the blocks `write` will ask for, in that order,
+    /// read by a helper thread (see `run`).
     ahead: Option<std::sync::mpsc::Receiver<ReadAhead>>,
+    /// A counting walk that predicts the writing walk's data reads: `write` sends
+    /// each block pointer here instead of reading it.
+    predict: Option<std::sync::mpsc::SyncSender<BlkPtr>>,
 }
 
 /// One block of the read-ahead: which block, and what reading it gave.
 type ReadAhead = (BlkPtr, std::result::Result<Arc<Vec<u8>>, tarn_zio::ZioError>);
 
-/// Data blocks a send reads ahead of the one it is writing: the reading,
-/// checksumming and decompression of the next blocks run on a second thread while the
-/// stream is written. The reader takes them in batches of at most
-/// [`READ_AHEAD_BATCH_BYTES`] (logical), read with `Zio::read_blocks`, which merges
-/// blocks adjacent on disk into large device reads and verifies them on two workers.
+/// Data blocks a send reads ahead of the one it is writing. A second walk of the
+/// same tree, counting only, runs ahead on a helper thread (reading the dnode and
+/// indirect blocks first, so the writing walk finds them in the ARC) and names every
+/// data block the send will read, in order; a reader thread reads them in batches of
+/// at most this many blocks with `Zio::read_blocks`, which merges blocks adjacent on
+/// disk into large device reads and verifies them on two workers, while the stream is
+/// written. The read-ahead crosses object boundaries, so a tree of small files streams
+/// like one big file (OpenZFS's send likewise runs a traversal thread and a prefetch
+/// thread ahead of the thread that writes, `dmu_send.c`).
 pub const READ_AHEAD_BLOCKS: usize = 32;
 
-/// Logical bytes of one read-ahead batch (one batch waits in the channel while the
-/// next is read, so a send holds about twice this much read-ahead).
+/// Logical bytes of one read-ahead batch, about (a batch stops growing once it holds
+/// this much). One batch waits in the channel while the next is read, so a send holds
+/// about twice this much read-ahead.
 pub const READ_AHEAD_BATCH_BYTES: u64 = 4 << 20;
 
 fn zio_err(e: tarn_zio::ZioError) -> SendError {
@@ -244,7 +274,29 @@ fn zio_err(e: tarn_zio::ZioError) -> SendError {
     }
 }
 
-impl Walk<'_, '_> {
+impl<'z, 'o> Walk<'z, 'o> {
+    /// A walk of the blocks born after `from_txg` (`None`: every block, a full
+    /// stream) into `w`, resuming at `resume` (object, offset in bytes; `(0, 0)`: from
+    /// the start).
+    fn new(zio: &'z Zio, w: StreamWriter<'o>, from_txg: Option<u64>, opts: &SendOpts, resume: (u64, u64)) -> Self {
+        Walk {
+            zio,
+            w,
+            from_txg: from_txg.unwrap_or(0),
+            incremental: from_txg.is_some(),
+            opts: opts.clone(),
+            resume_object: resume.0,
+            resume_offset_bytes: resume.1,
+            pending_free: None,
+            pending_freeobjects: None,
+            stats: SendStats::default(),
+            object_end: 0,
+            collect: None,
+            ahead: None,
+            predict: None,
+        }
+    }
+
     fn read(&self, bp: &BlkPtr) -> Result<Arc<Vec<u8>>> {
         self.zio.read_block(bp).map_err(zio_err)
     }
@@ -477,9 +529,6 @@ impl Walk<'_, '_> {
                 .map(BlkPtr::decode)
                 .collect::<std::result::Result<Vec<_>, _>>()?;
             let first_child = blkid.saturating_mul(BPS_PER_INDIRECT);
-            if level == 1 && self.collect.is_none() && !self.w.is_counting() {
-                return self.data_children(object, blksz, end_bytes, &children, first_child);
-            }
             for (i, child) in children.iter().enumerate() {
                 self.tree(object, blksz, end_bytes, child, first_child.saturating_add(i as u64), level - 1)?;
             }
@@ -488,61 +537,16 @@ impl Walk<'_, '_> {
         self.write(object, first, bp)
     }
 
-    /// The data blocks under one level-1 indirect block (`children`, the first with
-    /// block id `first_child`), in order: those `write` will read (the tests of `tree`
-    /// for level 0) are read on a helper thread, in batches, up to [`READ_AHEAD_BLOCKS`]
-    /// ahead.
-    fn data_children(&mut self, object: u64, blksz: u64, end_bytes: u64, children: &[BlkPtr], first_child: u64) -> Result<()> {
-        let blkid = |i: usize| first_child.saturating_add(i as u64);
-        let wanted: Vec<BlkPtr> = children
-            .iter()
-            .enumerate()
-            .filter(|(i, c)| self.span(object, blksz, end_bytes, blkid(*i), 0).is_some() && self.changed(c) && c.level == 0)
-            .map(|(_, c)| *c)
-            .collect();
-        let walk = |w: &mut Self| -> Result<()> {
-            for (i, child) in children.iter().enumerate() {
-                w.tree(object, blksz, end_bytes, child, blkid(i), 0)?;
-            }
-            Ok(())
-        };
-        if wanted.len() < 2 {
-            return walk(self);
-        }
-        let zio = self.zio;
-        std::thread::scope(|s| {
-            let (tx, rx) = std::sync::mpsc::sync_channel(READ_AHEAD_BLOCKS);
-            s.spawn(move || {
-                let mut rest = wanted.as_slice();
-                while !rest.is_empty() {
-                    // At least one block per batch, then up to the batch's bytes.
-                    let mut n = 1;
-                    let mut bytes = u64::from(rest[0].lsize_bytes);
-                    while n < rest.len() && n < READ_AHEAD_BLOCKS && bytes + u64::from(rest[n].lsize_bytes) <= READ_AHEAD_BATCH_BYTES {
-                        bytes += u64::from(rest[n].lsize_bytes);
-                        n += 1;
-                    }
-                    let (batch, tail) = rest.split_at(n);
-                    rest = tail;
-                    for (c, r) in batch.iter().zip(zio.read_blocks(batch, 2)) {
-                        if tx.send((*c, r)).is_err() {
-                            return;
-                        }
-                    }
-                }
-            });
-            self.ahead = Some(rx);
-            let r = walk(self);
-            // Dropping the receiver stops the reader at its next block.
-            self.ahead = None;
-            r
-        })
-    }
-
     fn write(&mut self, object: u64, offset_bytes: u64, bp: &BlkPtr) -> Result<()> {
         self.flush_pending()?;
         let lsize = bp.lsize_bytes;
         let whole = self.opts.large_blocks || lsize <= SPLIT_BLOCK_BYTES;
+        if let Some(tx) = &self.predict {
+            // The writing walk reads every block that reaches here.
+            if tx.send(*bp).is_err() {
+                return Err(SendError::Invalid("read-ahead stopped"));
+            }
+        }
         if self.w.is_counting() {
             let mut off = 0u32;
             while off < lsize {
@@ -573,22 +577,18 @@ impl Walk<'_, '_> {
             let at = offset_bytes + off as u64;
             if !(object == self.resume_object && at < self.resume_offset_bytes) {
                 let piece = &data[off..off + n];
-                let (compression, payload) = match (whole && self.opts.compressed, bp.compression) {
+                let packed = match (whole && self.opts.compressed, bp.compression) {
                     // The block's own algorithm (zstd at its default level 3: the
                     // stored level is not kept once the block is decompressed).
-                    (true, c) if c != Compression::Off => match c.compress(piece) {
-                        Some(p) => (c, p),
-                        None => (Compression::Off, piece.to_vec()),
-                    },
-                    _ => (Compression::Off, piece.to_vec()),
+                    (true, c) if c != Compression::Off => c.compress(piece).map(|p| (c, p)),
+                    _ => None,
                 };
-                self.emit(&Record::Write(WriteRec {
-                    object,
-                    offset_bytes: at,
-                    lsize_bytes: n as u32,
-                    compression,
-                    payload,
-                }))?;
+                // Uncompressed data goes out borrowed, never copied into a record.
+                let (compression, payload) = match &packed {
+                    Some((c, p)) => (*c, &p[..]),
+                    None => (Compression::Off, piece),
+                };
+                self.w.write_record(object, at, n as u32, compression, payload)?;
                 self.stats.writes += 1;
                 self.stats.write_logical_bytes += n as u64;
             }

@@ -188,6 +188,29 @@ pub enum Record {
     },
 }
 
+/// The fixed part of a WRITE record's payload (the bytes before the data), after the
+/// checks [`Record::decode`] makes of it. Errors: `Invalid` when out of range.
+fn write_fixed(object: u64, offset_bytes: u64, lsize_bytes: u32, compression: Compression, payload_bytes: usize) -> Result<[u8; WRITE_FIXED_BYTES]> {
+    if !valid_object(object)
+        || lsize_bytes == 0
+        || lsize_bytes > WRITE_LSIZE_MAX_BYTES
+        || offset_bytes.checked_add(lsize_bytes as u64).is_none_or(|e| e > OFFSET_END_BYTES)
+        || (compression == Compression::Off && payload_bytes != lsize_bytes as usize)
+        || payload_bytes == 0
+        || payload_bytes > WRITE_LSIZE_MAX_BYTES as usize + 1024
+    {
+        return Err(SendError::Invalid("WRITE record out of range"));
+    }
+    let mut v = Vec::with_capacity(WRITE_FIXED_BYTES);
+    put64(&mut v, object);
+    put64(&mut v, offset_bytes);
+    put32(&mut v, lsize_bytes);
+    put32(&mut v, payload_bytes as u32);
+    v.push(compression as u8);
+    v.extend_from_slice(&[0u8; 7]);
+    Ok(v.try_into().expect("32 bytes"))
+}
+
 fn put64(v: &mut Vec<u8>, x: u64) {
     v.extend_from_slice(&x.to_le_bytes());
 }
@@ -335,23 +358,9 @@ impl Record {
                 v.extend_from_slice(&o.bonus);
             }
             Record::Write(w) => {
-                if !valid_object(w.object)
-                    || w.lsize_bytes == 0
-                    || w.lsize_bytes > WRITE_LSIZE_MAX_BYTES
-                    || w.offset_bytes.checked_add(w.lsize_bytes as u64).is_none_or(|e| e > OFFSET_END_BYTES)
-                    || (w.compression == Compression::Off && w.payload.len() != w.lsize_bytes as usize)
-                    || w.payload.is_empty()
-                    || w.payload.len() > WRITE_LSIZE_MAX_BYTES as usize + 1024
-                {
-                    return Err(SendError::Invalid("WRITE record out of range"));
-                }
+                let fixed = write_fixed(w.object, w.offset_bytes, w.lsize_bytes, w.compression, w.payload.len())?;
                 v.reserve(WRITE_FIXED_BYTES + w.payload.len());
-                put64(&mut v, w.object);
-                put64(&mut v, w.offset_bytes);
-                put32(&mut v, w.lsize_bytes);
-                put32(&mut v, w.payload.len() as u32);
-                v.push(w.compression as u8);
-                v.extend_from_slice(&[0u8; 7]);
+                v.extend_from_slice(&fixed);
                 v.extend_from_slice(&w.payload);
             }
             Record::Free {
@@ -568,15 +577,32 @@ impl<'a> StreamWriter<'a> {
         self.raw_record(r.rtype(), &payload)
     }
 
+    /// Append a WRITE record whose data is borrowed: the same bytes as
+    /// [`StreamWriter::record`] of a [`WriteRec`] with these fields, without first
+    /// copying `payload` into a record (a full send carries every data block this
+    /// way). Errors: `Invalid` for fields out of range (as `record`), `Io`.
+    pub fn write_record(&mut self, object: u64, offset_bytes: u64, lsize_bytes: u32, compression: Compression, payload: &[u8]) -> Result<()> {
+        let fixed = write_fixed(object, offset_bytes, lsize_bytes, compression, payload.len())?;
+        self.record_parts(rtype::WRITE, &[&fixed, payload])
+    }
+
     /// Append a record of type `t` with an already encoded payload (tests use this to
     /// build damaged streams; the checksum is still right).
     pub fn raw_record(&mut self, t: u16, payload: &[u8]) -> Result<()> {
+        self.record_parts(t, &[payload])
+    }
+
+    /// A record of type `t` whose payload is the concatenation of `parts`.
+    fn record_parts(&mut self, t: u16, parts: &[&[u8]]) -> Result<()> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
         let mut h = Vec::with_capacity(RECORD_HEADER_SIZE_BYTES);
         h.extend_from_slice(&t.to_le_bytes());
         h.extend_from_slice(&0u16.to_le_bytes());
-        put32(&mut h, payload.len() as u32);
+        put32(&mut h, len as u32);
         self.emit(&h)?;
-        self.emit(payload)?;
+        for p in parts {
+            self.emit(p)?;
+        }
         let sum = *self.hasher.finalize().as_bytes();
         self.emit(&sum)?;
         self.records += 1;
@@ -824,5 +850,38 @@ mod tests {
         assert_eq!(&out[p + 32..p + 36], b"abcd");
         assert_eq!(&out[p + 36..p + 68], blake3::hash(&out[..p + 36]).as_bytes());
         assert_eq!(out.len(), p + 68);
+    }
+
+    #[test]
+    fn borrowed_write_records_are_the_same_bytes() {
+        let recs = [
+            (3u64, 4096u64, 4u32, Compression::Off, b"abcd".to_vec()),
+            (9, 1 << 20, 131072, Compression::Lz4, vec![7u8; 600]),
+        ];
+        let (mut owned, mut borrowed) = (Vec::new(), Vec::new());
+        {
+            let mut a = StreamWriter::new(Some(&mut owned)).unwrap();
+            let mut b = StreamWriter::new(Some(&mut borrowed)).unwrap();
+            for (object, offset_bytes, lsize_bytes, compression, payload) in &recs {
+                a.record(&Record::Write(WriteRec {
+                    object: *object,
+                    offset_bytes: *offset_bytes,
+                    lsize_bytes: *lsize_bytes,
+                    compression: *compression,
+                    payload: payload.clone(),
+                }))
+                .unwrap();
+                b.write_record(*object, *offset_bytes, *lsize_bytes, *compression, payload).unwrap();
+            }
+            assert_eq!((a.records(), a.offset_bytes()), (b.records(), b.offset_bytes()));
+            // Out of range, as for `record`: a length that does not match, object 0,
+            // an empty payload. Nothing is written.
+            let at = b.offset_bytes();
+            assert!(matches!(b.write_record(3, 0, 5, Compression::Off, b"abcd"), Err(SendError::Invalid(_))));
+            assert!(matches!(b.write_record(0, 0, 4, Compression::Off, b"abcd"), Err(SendError::Invalid(_))));
+            assert!(matches!(b.write_record(3, 0, 4, Compression::Lz4, b""), Err(SendError::Invalid(_))));
+            assert_eq!(b.offset_bytes(), at);
+        }
+        assert_eq!(owned, borrowed);
     }
 }
