@@ -526,11 +526,23 @@ fn scan_batch(pool: &Arc<Pool>) -> bool {
     let progress = pool.scanner.progress.lock().clone();
     let trace = pool.scanner.trace.lock().clone();
     let roots = pool.scan_roots();
+    let t0 = std::time::Instant::now();
     let collected = tarn_scan::collect(&pool.zio, &roots, &params, phys.bookmark);
     let examined: u64 = collected.entries.iter().map(|e| e.asize_bytes).sum();
     progress.examined_bytes.fetch_add(examined, Ordering::Relaxed);
+    let (entries, t1) = (collected.entries.len(), std::time::Instant::now());
+    // The collect's own metadata reads are no application's: only I/O from here on
+    // makes the issue wait (they used to cost the batch's first `SCAN_IDLE_MS`).
+    *pool.scanner.activity.lock() = (pool.zio.io_activity(), None);
     let throttle = || pool.scan_throttle();
     let issued = tarn_scan::issue(&pool.zio, collected.entries, &params, &progress, &trace, &throttle);
+    tracing::debug!(
+        "pool {}: scan batch: {entries} blocks' DVAs ({examined} bytes) collected in {:?}, issued in {:?}, {} waits for application I/O so far",
+        pool.name,
+        t1 - t0,
+        t1.elapsed(),
+        pool.scanner.busy_delays.load(Ordering::Relaxed)
+    );
     pool.zio.with_space(|s| s.hold_frees_from(None));
     if pool.scanner.stop.load(Ordering::Relaxed) {
         // Stopped mid-batch: the batch is redone from the saved bookmark.
