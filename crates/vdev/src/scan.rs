@@ -148,6 +148,14 @@ impl Copy<'_> {
     }
 }
 
+/// An extent's leaf reads planned (and recorded) by [`Vdev::scan_plan`], not yet
+/// issued: give it to [`Vdev::scan_read_planned`].
+pub struct PlannedRead<'v, 'b> {
+    read: ExtentRead<'v, 'b>,
+    len_bytes: u64,
+    buffers: &'b RunBuffers,
+}
+
 /// What [`Vdev::scan_read`] read of one extent, for [`Vdev::scan_finish`]; its
 /// buffers go back to their [`RunBuffers`] when it is dropped.
 pub struct ExtentRead<'v, 'b> {
@@ -217,30 +225,52 @@ impl Vdev {
     /// synchronous reads. The I/Os are recorded in `trace` in extent order, as
     /// submitted. One [`ExtentRead`] per extent, in order.
     pub fn scan_read_many<'v, 'b>(&'v self, func: ScanFunc, extents: &[&[ScanBlock<'_>]], trace: &IoTrace, buffers: &'b RunBuffers) -> Vec<ExtentRead<'v, 'b>> {
-        let mut reads: Vec<(ExtentRead<'v, 'b>, u64)> = extents.iter().map(|blocks| self.plan_read(func, blocks, buffers)).collect();
-        // (extent, set, copy) of every leaf read, recorded in order, then all issued.
-        let wanted: Vec<(usize, usize, usize)> = reads
+        let planned: Vec<PlannedRead<'v, 'b>> = extents.iter().map(|blocks| self.scan_plan(func, blocks, trace, buffers)).collect();
+        Self::read_planned(planned)
+    }
+
+    /// The first half of [`Vdev::scan_read`]: which leaves the extent holding
+    /// `blocks` is read from, and where, with those reads recorded in `trace` at once
+    /// (so that readers working in parallel record their extents in the order they
+    /// took them); [`Vdev::scan_read_planned`] does the I/O. Panics (a bug) on an
+    /// empty extent.
+    pub fn scan_plan<'v, 'b>(&'v self, func: ScanFunc, blocks: &[ScanBlock<'_>], trace: &IoTrace, buffers: &'b RunBuffers) -> PlannedRead<'v, 'b> {
+        let (read, len_bytes) = self.plan_read(func, blocks, buffers);
+        for set in &read.copies {
+            for c in set.iter().filter(|c| c.read.is_some()) {
+                trace.record(c.leaf.guid, read.leaf_start, len_bytes);
+            }
+        }
+        PlannedRead { read, len_bytes, buffers }
+    }
+
+    /// The second half of [`Vdev::scan_read`]: the planned leaf reads, all in
+    /// parallel. Read errors are counted on the leaves and leave that copy out.
+    pub fn scan_read_planned<'v, 'b>(planned: PlannedRead<'v, 'b>) -> ExtentRead<'v, 'b> {
+        Self::read_planned(vec![planned]).pop().expect("one extent read")
+    }
+
+    fn read_planned<'v, 'b>(mut planned: Vec<PlannedRead<'v, 'b>>) -> Vec<ExtentRead<'v, 'b>> {
+        // (extent, set, copy) of every leaf read.
+        let wanted: Vec<(usize, usize, usize)> = planned
             .iter()
             .enumerate()
-            .flat_map(|(ei, (r, _))| {
-                r.copies
+            .flat_map(|(ei, p)| {
+                p.read
+                    .copies
                     .iter()
                     .enumerate()
                     .flat_map(move |(si, set)| set.iter().enumerate().filter(|(_, c)| c.read.is_some()).map(move |(ci, _)| (ei, si, ci)))
             })
             .collect();
-        for &(ei, si, ci) in &wanted {
-            let (r, len) = &reads[ei];
-            trace.record(r.copies[si][ci].leaf.guid, r.leaf_start, *len);
-        }
         let got = crate::iopool::each_parallel(&wanted, |&(ei, si, ci)| {
-            let (r, len) = &reads[ei];
-            read_leaf(r.copies[si][ci].leaf, r.leaf_start, *len, buffers)
+            let p = &planned[ei];
+            read_leaf(p.read.copies[si][ci].leaf, p.read.leaf_start, p.len_bytes, p.buffers)
         });
         for ((ei, si, ci), r) in wanted.into_iter().zip(got) {
-            reads[ei].0.copies[si][ci].read = Some(r);
+            planned[ei].read.copies[si][ci].read = Some(r);
         }
-        reads.into_iter().map(|(r, _)| r).collect()
+        planned.into_iter().map(|p| p.read).collect()
     }
 
     /// Which leaves an extent's scan reads, and where: an [`ExtentRead`] whose copies
