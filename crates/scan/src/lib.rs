@@ -267,7 +267,7 @@ type Verifier = Box<dyn Fn(&[u8]) -> bool + Send + Sync>;
 /// waits for its slowest leaf read, the other's reads keep the leaves busy. (One
 /// reader of two extents at a time left the leaves idle at every group's end: a
 /// scrub of a 2 GiB mirror took 1.81 s in the median of nine runs against 1.65 s with
-/// two readers; bench/README "Scrub readers".)
+/// two readers; bench/README "Scrub readers").
 pub const SCAN_READERS_PER_VDEV: usize = 2;
 
 /// Bytes of leaf reads one [`issue`] may hold in flight over all its top-level vdevs
