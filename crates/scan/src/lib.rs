@@ -350,8 +350,9 @@ fn group_read_bytes(vdev: &tarn_vdev::Vdev, group: &[Vec<Entry>]) -> u64 {
     span.saturating_mul(copies)
 }
 
-/// Extents the readers may have read ahead of the one being verified (besides the
-/// ones they are reading).
+/// Read extents that may wait in the channel while the finisher verifies (more wait
+/// in its reorder map while an earlier extent is still being read; the bytes of all of
+/// them are bounded by [`SCAN_IN_FLIGHT_BYTES_MAX`]).
 pub const READ_AHEAD_EXTENTS: usize = 2;
 
 /// Each entry's checksum check.

@@ -10,7 +10,10 @@
 //!
 //! Depth is bounded: a pointer's level must be one less than its parent's and the
 //! walk never goes deeper than the dnode's `nlevels` (a corrupt tree is an error,
-//! never a runaway recursion). Memory is one block per level plus one record.
+//! never a runaway recursion). Memory is one block per level plus one record, and
+//! for a send (not an estimate) the read-ahead's: a second walk of the same tree on a
+//! helper thread (one block per level) and about twice [`READ_AHEAD_BATCH_BYTES`] of
+//! data blocks read ahead of the one being written.
 
 use crate::stream::{flags, ObjectRec, Record, StreamHeader, StreamWriter, FREE_TO_END, OBJECT_ID_END, WRITE_FIXED_BYTES};
 use crate::token::ResumeToken;

@@ -239,9 +239,11 @@ pub fn bp_is_metadata(bp: &BlkPtr) -> bool {
 /// Cache user ids handed to pipelines (keys of pools sharing one [`ArcCache`]).
 static NEXT_ARC_USER: AtomicU64 = AtomicU64::new(1);
 
-/// Idle run buffers a pipeline keeps for [`Zio::read_blocks`]: one per worker of
-/// its largest batch (8), so at most 8 MiB stay allocated between batches.
-pub const RUN_BUFFERS_KEPT: usize = 8;
+/// Idle run buffers a pipeline keeps for [`Zio::read_blocks`]: enough for the two
+/// workers of its usual callers (a send's reader, a txg's fill) at once, so at most
+/// 4 MiB stay allocated between batches (part of the daemon's fixed overhead,
+/// `tarn_cli::memory`).
+pub const READ_RUN_BUFFERS_KEPT: usize = 4;
 
 /// Worker threads that read prefetched blocks into the cache.
 pub const PREFETCH_THREADS: usize = 2;
@@ -279,7 +281,7 @@ pub struct Zio {
     /// Blocks a prefetch worker is reading now, by cache key.
     prefetching: Mutex<std::collections::HashMap<arc::ArcKey, Arc<Flight>>>,
     /// Aligned buffers the runs of [`Zio::read_blocks`] are read into, reused (at
-    /// most [`RUN_BUFFERS_KEPT`] idle, each at most [`AGGREGATE_MAX_BYTES`]).
+    /// most [`READ_RUN_BUFFERS_KEPT`] idle, each at most [`AGGREGATE_MAX_BYTES`]).
     run_buffers: tarn_vdev::leaf::RunBuffers,
     vdevs: RwLock<Vec<Arc<Vdev>>>,
     space: Mutex<SpaceMap>,
@@ -348,7 +350,7 @@ impl Zio {
             inflation_bits: AtomicU64::new(inflation.to_bits()),
             prefetch_tx: Mutex::new(None),
             prefetching: Mutex::new(std::collections::HashMap::new()),
-            run_buffers: tarn_vdev::leaf::RunBuffers::with_limit(RUN_BUFFERS_KEPT),
+            run_buffers: tarn_vdev::leaf::RunBuffers::with_limit(READ_RUN_BUFFERS_KEPT),
             vdevs: RwLock::new(vdevs),
             space: Mutex::new(space),
             arc,

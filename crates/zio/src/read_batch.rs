@@ -9,8 +9,9 @@
 //! `vdev_queue.c` aggregates reads the same way), issues one device read per run from
 //! a few workers ([`tarn_vdev::Vdev::read_run`]: `O_DIRECT` into a reused aligned
 //! buffer, so the host's page cache neither copies nor keeps the bytes), and then
-//! verifies every block of the run against its own checksum and decompresses it. Only raw bytes come back from the run read; the checksum of
-//! each block is the oracle, exactly as for a single read.
+//! verifies every block of the run against its own checksum and decompresses it.
+//! Only raw bytes come back from the run read; the checksum of each block is the
+//! oracle, exactly as for a single read.
 //!
 //! Invariants: a block is returned only after its checksum verified (DESIGN invariant
 //! 6). A block that does not verify inside a run (a damaged sector, a mirror side that
