@@ -247,8 +247,12 @@ pub const READ_RUN_BUFFERS_KEPT: usize = 4;
 
 /// Worker threads that read prefetched blocks into the cache.
 pub const PREFETCH_THREADS: usize = 2;
-/// Prefetch requests queued at most; more are dropped (prefetch is only a hint).
+/// Prefetch requests (each a stream's next few blocks) queued at most; more are
+/// dropped (prefetch is only a hint).
 pub const PREFETCH_QUEUE: usize = 64;
+
+/// One prefetch request: a stream's next blocks, and what the cache may keep of them.
+type PrefetchRequest = (Vec<BlkPtr>, CachePolicy);
 
 /// A prefetch read in progress: set `done` and notified when it ends (whatever its
 /// outcome), so that demand reads of the same block can wait for it.
@@ -277,7 +281,7 @@ impl Drop for FlightGuard<'_> {
 pub struct Zio {
     /// `f64` bits of the worst normal-class asize/psize ratio (see [`Zio::inflation`]).
     inflation_bits: AtomicU64,
-    prefetch_tx: Mutex<Option<std::sync::mpsc::SyncSender<(BlkPtr, CachePolicy)>>>,
+    prefetch_tx: Mutex<Option<std::sync::mpsc::SyncSender<PrefetchRequest>>>,
     /// Blocks a prefetch worker is reading now, by cache key.
     prefetching: Mutex<std::collections::HashMap<arc::ArcKey, Arc<Flight>>>,
     /// Aligned buffers the runs of [`Zio::read_blocks`] are read into, reused (at
@@ -876,23 +880,47 @@ impl Zio {
         if bp.is_hole() || !cache.caches(bp_is_metadata(&bp)) || self.arc.contains(&self.arc_key(&bp)) {
             return;
         }
+        self.prefetch_blocks(std::slice::from_ref(&bp), cache)
+    }
+
+    /// [`Zio::prefetch_as`] of several blocks (a stream's next blocks, in order) as
+    /// one request: a worker reads those not yet cached or in flight with
+    /// [`Zio::read_blocks`]' aggregation (blocks adjacent on disk in one `O_DIRECT`
+    /// device read, each verified) and puts them in the cache. With an L2ARC, each
+    /// block is read alone as before, so that a cached copy there is used.
+    pub fn prefetch_blocks(self: &Arc<Self>, bps: &[BlkPtr], cache: CachePolicy) {
+        let wanted: Vec<BlkPtr> = bps
+            .iter()
+            .filter(|bp| !bp.is_hole() && cache.caches(bp_is_metadata(bp)) && !self.arc.contains(&self.arc_key(bp)))
+            .copied()
+            .collect();
+        if wanted.is_empty() {
+            return;
+        }
         let mut tx = self.prefetch_tx.lock();
         if tx.is_none() {
-            let (send, recv) = std::sync::mpsc::sync_channel::<(BlkPtr, CachePolicy)>(PREFETCH_QUEUE);
+            let (send, recv) = std::sync::mpsc::sync_channel::<PrefetchRequest>(PREFETCH_QUEUE);
             let recv = Arc::new(Mutex::new(recv));
             for i in 0..PREFETCH_THREADS {
                 let (recv, weak) = (recv.clone(), Arc::downgrade(self));
                 let _ = std::thread::Builder::new().name(format!("zio_prefetch{i}")).spawn(move || loop {
-                    let Ok((bp, cache)) = recv.lock().recv() else { break };
+                    let Ok((bps, cache)) = recv.lock().recv() else { break };
                     let Some(zio) = weak.upgrade() else { break };
-                    if let Some(_flight) = zio.begin_prefetch(&bp) {
-                        let _ = zio.read_block_as(&bp, Access::Prefetch, cache);
-                    };
+                    // Registered before any is read, so a demand read of any of them
+                    // waits for this batch instead of reading it a second time.
+                    let (mine, _flights): (Vec<BlkPtr>, Vec<FlightGuard<'_>>) = bps.iter().filter_map(|bp| zio.begin_prefetch(bp).map(|g| (*bp, g))).unzip();
+                    if mine.len() > 1 && zio.l2arc.is_empty() {
+                        zio.prefetch_read(&mine, cache);
+                    } else {
+                        for bp in &mine {
+                            let _ = zio.read_block_as(bp, Access::Prefetch, cache);
+                        }
+                    }
                 });
             }
             *tx = Some(send);
         }
-        let _ = tx.as_ref().unwrap().try_send((bp, cache));
+        let _ = tx.as_ref().unwrap().try_send((wanted, cache));
     }
 
     /// Register a prefetch read of `bp`; `None` when one is already in flight.

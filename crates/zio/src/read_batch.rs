@@ -48,6 +48,17 @@ use tarn_vdev::VdevKind;
 /// The outcome of one block's read: its logical bytes or the error.
 type BlockRead = Result<Arc<Vec<u8>>>;
 
+/// What a batched read does with the cache.
+#[derive(Clone, Copy)]
+enum Mode {
+    /// [`Zio::read_blocks`]: use a cached copy, never fill the cache.
+    Peek,
+    /// [`Zio::take_blocks`]: take cached copies out, never fill the cache.
+    Take,
+    /// [`Zio::prefetch_read`]: put what is read in the cache as prefetches.
+    Prefetch(CachePolicy),
+}
+
 impl Zio {
     /// Read and verify many blocks as [`Zio::read_block`] would, merging blocks that
     /// are adjacent on disk into larger device reads. `threads` (1..=8) issue the runs
@@ -58,7 +69,7 @@ impl Zio {
     /// `Io` when every copy failed, `Corrupt` when a verified block fails to
     /// decompress.
     pub fn read_blocks(&self, bps: &[BlkPtr], threads: usize) -> Vec<Result<Arc<Vec<u8>>>> {
-        self.read_blocks_with(bps, threads, false)
+        self.read_blocks_with(bps, threads, Mode::Peek)
     }
 
     /// [`Zio::read_blocks`] for blocks about to be replaced (the deferred fill): a
@@ -68,7 +79,16 @@ impl Zio {
     /// ARC (`read_blocks` caches those it has to read alone). Same results and errors
     /// as `read_blocks`.
     pub fn take_blocks(&self, bps: &[BlkPtr], threads: usize) -> Vec<Result<Arc<Vec<u8>>>> {
-        self.read_blocks_with(bps, threads, true)
+        self.read_blocks_with(bps, threads, Mode::Take)
+    }
+
+    /// The prefetch workers' read of a stream's next blocks (see
+    /// [`Zio::prefetch_blocks`]): [`Zio::read_blocks`] on the calling thread, each
+    /// block read from a device put in the cache as a prefetch (when `cache` keeps its
+    /// kind) instead of returned. A block that does not verify in its run is read
+    /// alone as [`Zio::read_block_as`] would, with every copy.
+    pub(crate) fn prefetch_read(&self, bps: &[BlkPtr], cache: CachePolicy) {
+        self.read_blocks_with(bps, 1, Mode::Prefetch(cache));
     }
 
     /// [`Zio::take_blocks`] of one block, on the calling thread: the cached buffer
@@ -83,7 +103,7 @@ impl Zio {
         self.take_blocks(std::slice::from_ref(bp), 1).pop().expect("one result per block")
     }
 
-    fn read_blocks_with(&self, bps: &[BlkPtr], threads: usize, take: bool) -> Vec<Result<Arc<Vec<u8>>>> {
+    fn read_blocks_with(&self, bps: &[BlkPtr], threads: usize, mode: Mode) -> Vec<Result<Arc<Vec<u8>>>> {
         let n = bps.len();
         let mut out: Vec<Option<Result<Arc<Vec<u8>>>>> = (0..n).map(|_| None).collect();
         // (vdev, offset, asize, index) of the first DVA of every non-hole block.
@@ -91,10 +111,9 @@ impl Zio {
         for (i, bp) in bps.iter().enumerate() {
             if bp.is_hole() {
                 out[i] = Some(Ok(Arc::new(vec![0u8; bp.lsize_bytes as usize])));
-            } else if let Some(d) = if take {
-                self.arc.take(&self.arc_key(bp))
-            } else {
-                self.arc.peek(&self.arc_key(bp))
+            } else if let Some(d) = match mode {
+                Mode::Take => self.arc.take(&self.arc_key(bp)),
+                Mode::Peek | Mode::Prefetch(_) => self.arc.peek(&self.arc_key(bp)),
             } {
                 // Verified when it entered the cache, as `read_block` trusts it.
                 out[i] = Some(Ok(d));
@@ -156,8 +175,18 @@ impl Zio {
                         let phys = raw.get(at..at + bp.psize_bytes as usize)?;
                         (bp.checksum_alg.compute(phys) == bp.checksum).then_some(phys)
                     });
-                    let r = match from_run {
-                        Some(phys) => {
+                    let r = match (from_run, mode) {
+                        (Some(phys), Mode::Prefetch(cache)) => {
+                            self.blocks_read.fetch_add(1, Ordering::Relaxed);
+                            self.logical_of_phys(bp, phys.to_vec()).map(|(logical, stored)| {
+                                let meta = crate::bp_is_metadata(bp);
+                                if cache.caches(meta) {
+                                    self.arc.insert_read_stored(self.arc_key(bp), stored, meta, Access::Prefetch);
+                                }
+                                logical
+                            })
+                        }
+                        (Some(phys), _) => {
                             self.blocks_read.fetch_add(1, Ordering::Relaxed);
                             if bp.compression == Compression::Off && phys.len() >= bp.lsize_bytes as usize {
                                 Ok(Arc::new(phys[..bp.lsize_bytes as usize].to_vec()))
@@ -170,8 +199,9 @@ impl Zio {
                         // error counting.
                         // (The fill's blocks stay out of the cache
                         // there too: they are about to be replaced.)
-                        None if take => self.read_block_as(bp, Access::Demand, CachePolicy::None),
-                        None => self.read_block(bp),
+                        (None, Mode::Take) => self.read_block_as(bp, Access::Demand, CachePolicy::None),
+                        (None, Mode::Prefetch(cache)) => self.read_block_as(bp, Access::Prefetch, cache),
+                        (None, Mode::Peek) => self.read_block(bp),
                     };
                     got.push((i, r));
                 }

@@ -3,7 +3,8 @@
 //! Theory: the object set remembers, per object, where the last read ended and how
 //! far it has prefetched; a read that continues a stream asks zio to read the next
 //! [`PREFETCH_BLOCKS`](super::PREFETCH_BLOCKS) blocks into the ARC as prefetches
-//! (counted apart from demand reads). At most `PREFETCH_STREAMS_MAX` streams are
+//! (counted apart from demand reads), as one request (`Zio::prefetch_blocks`), so
+//! that blocks adjacent on disk are read together. At most `PREFETCH_STREAMS_MAX` streams are
 //! kept. Called by the object set's read path, never under its lock for the I/O.
 
 use super::*;
@@ -42,8 +43,7 @@ impl Objset {
                 }
             }
         }
-        for bp in bps {
-            self.zio.prefetch_as(bp, self.primarycache());
-        }
+        // One request: blocks adjacent on disk are read together.
+        self.zio.prefetch_blocks(&bps, self.primarycache());
     }
 }
