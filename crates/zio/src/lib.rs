@@ -24,7 +24,8 @@
 //! Owns: the pool's [`SpaceMap`] (behind a mutex). Caches verified logical blocks in
 //! an [`ArcCache`] (module [`arc`]: the Adaptive Replacement Cache) keyed by (this
 //! pipeline's id, first DVA, birth txg), filled by verified reads (demand, or prefetch
-//! from [`Zio::prefetch`]'s workers) and by batched writes ([`Zio::write_blocks`]). A
+//! from [`Zio::prefetch_blocks`]' workers, which read a stream's next blocks together
+//! through the batched read of module `read_batch`) and by batched writes ([`Zio::write_blocks`]). A
 //! freed block leaves the cache; the key's birth txg keeps a reallocated DVA from ever
 //! matching an older entry. The ARC lives in zio rather than in a crate above it
 //! (OpenZFS's `arc.c` sits above `zio.c`) because zio itself fills it on writes, empties
@@ -877,9 +878,6 @@ impl Zio {
     /// prefetched that the cache would not keep. Prefetch reads count as prefetch
     /// hits or misses in the ARC statistics.
     pub fn prefetch_as(self: &Arc<Self>, bp: BlkPtr, cache: CachePolicy) {
-        if bp.is_hole() || !cache.caches(bp_is_metadata(&bp)) || self.arc.contains(&self.arc_key(&bp)) {
-            return;
-        }
         self.prefetch_blocks(std::slice::from_ref(&bp), cache)
     }
 

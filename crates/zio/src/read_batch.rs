@@ -34,8 +34,12 @@
 //! [`Zio::take_block`] is the same take for one block, on the caller's thread (the
 //! sync's read of an indirect block it rewrites).
 //!
+//! The prefetch workers ([`Zio::prefetch_blocks`]) use the same read for a stream's
+//! next blocks, and there each block read from a device does enter the ARC, as a
+//! prefetch (`Zio::prefetch_read`).
+//!
 //! Called by: dmu (phase 2 of a txg sync, the fill of partial records; phase 3, the
-//! indirect blocks) and send (its read-ahead of data blocks).
+//! indirect blocks), send (its read-ahead of data blocks) and zio's prefetch workers.
 
 use crate::arc::Access;
 use crate::queue::ASYNC_PIECE_BYTES;
