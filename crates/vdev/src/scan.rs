@@ -22,8 +22,10 @@
 //! the block's [`crate::raidz::Map`]. Skip sectors are neither checked nor written.
 //!
 //! The work comes in two halves so that a scan can pipeline them: [`Vdev::scan_read`]
-//! (or [`Vdev::scan_read_many`], several extents' reads in flight together) does the
-//! I/O into buffers a [`RunBuffers`] hands out and takes back, and
+//! (or [`Vdev::scan_read_many`], several extents' reads in flight together; or
+//! [`Vdev::scan_plan`] then [`Vdev::scan_read_planned`], for readers working in
+//! parallel that must record their reads in the order they took the extents) does
+//! the I/O into buffers a [`RunBuffers`] hands out and takes back, and
 //! [`Vdev::scan_finish`] does the verifying and repairing; [`Vdev::scan_extent`] is
 //! the two in turn. A mirror block's truth is the verified copy itself, borrowed
 //! from the read buffer, unless its padding is not zeros.
@@ -153,7 +155,6 @@ impl Copy<'_> {
 pub struct PlannedRead<'v, 'b> {
     read: ExtentRead<'v, 'b>,
     len_bytes: u64,
-    buffers: &'b RunBuffers,
 }
 
 /// What [`Vdev::scan_read`] read of one extent, for [`Vdev::scan_finish`]; its
@@ -241,7 +242,7 @@ impl Vdev {
                 trace.record(c.leaf.guid, read.leaf_start, len_bytes);
             }
         }
-        PlannedRead { read, len_bytes, buffers }
+        PlannedRead { read, len_bytes }
     }
 
     /// The second half of [`Vdev::scan_read`]: the planned leaf reads, all in
@@ -265,7 +266,7 @@ impl Vdev {
             .collect();
         let got = crate::iopool::each_parallel(&wanted, |&(ei, si, ci)| {
             let p = &planned[ei];
-            read_leaf(p.read.copies[si][ci].leaf, p.read.leaf_start, p.len_bytes, p.buffers)
+            read_leaf(p.read.copies[si][ci].leaf, p.read.leaf_start, p.len_bytes, p.read.buffers)
         });
         for ((ei, si, ci), r) in wanted.into_iter().zip(got) {
             planned[ei].read.copies[si][ci].read = Some(r);
