@@ -594,10 +594,10 @@ impl Vdev {
     /// adjacent blocks, which the caller then verifies block by block, reading any
     /// block that fails alone with [`Vdev::read_birth`] (which tries every copy and
     /// heals). A leaf reads its device. A mirror reads one usable child, trying the
-    /// others in turn when a read fails; children with an empty DTL come first, and
-    /// among them the first is chosen by the run's 1 MiB region, so that concurrent
-    /// runs spread over the sides (OpenZFS `vdev_mirror_child_select` also balances
-    /// by offset). Counts `read_ops`/`read_bytes` on every node that read and
+    /// others in turn when a read fails, in [`Vdev::read`]'s order with children
+    /// whose DTL is empty first: the same side a single read tries first, so a damaged
+    /// copy there is found (and healed by the block's own read) whichever way its
+    /// block is read. Counts `read_ops`/`read_bytes` on every node that read and
     /// `read_errors` on a leaf that failed, as [`Vdev::read`] does.
     ///
     /// Errors: `Unavailable` for raidz (its columns need the block map), holes and
@@ -622,11 +622,7 @@ impl Vdev {
             }
             VdevKind::Mirror(children) => {
                 let mut order: Vec<&Arc<Vdev>> = children.iter().filter(|c| c.state().is_usable()).collect();
-                if !order.is_empty() {
-                    let first = ((offset_bytes >> 20) % order.len() as u64) as usize;
-                    order.rotate_left(first);
-                }
-                // Stable: the rotation stays among children with the same DTL state.
+                // Stable: children keep their order among those of the same DTL state.
                 order.sort_by_key(|c| !c.dtl_empty());
                 let mut first_err = None;
                 let mut got = None;
@@ -1185,7 +1181,7 @@ mod tests {
     }
 
     #[test]
-    fn read_run_picks_a_side_by_region_prefers_complete_sides_and_falls_over() {
+    fn read_run_reads_the_first_complete_side_and_falls_over() {
         let dir = tempfile::tempdir().unwrap();
         let paths = files(&dir, 2);
         let m = mirror(&paths, &[]);
@@ -1204,11 +1200,11 @@ mod tests {
             buffers.give(b);
             v
         };
-        assert_eq!(run(&m, 0), side(0, 0), "region 0 starts with side 0");
-        assert_eq!(run(&m, 1), side(1, 1), "region 1 starts with side 1");
+        assert_eq!(run(&m, 0), side(0, 0), "side 0 first, as a single read");
+        assert_eq!(run(&m, 1), side(0, 1));
         assert_eq!(get(&m.stats.read_ops), 2);
         assert_eq!(get(&m.stats.read_bytes), 2 * 65536);
-        assert_eq!((get(&ch[0].stats.read_ops), get(&ch[1].stats.read_ops)), (1, 1));
+        assert_eq!((get(&ch[0].stats.read_ops), get(&ch[1].stats.read_ops)), (2, 0));
         assert_eq!(buffers.idle_count(), 1, "one buffer served both reads");
         // A side that missed a txg is read only when no complete side is left.
         ch[0].dtl.add(5, 5);
