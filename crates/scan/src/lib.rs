@@ -338,15 +338,15 @@ impl Drop for Held<'_> {
     }
 }
 
-/// Leaf bytes a group of extents reads at most: each extent's address span from
-/// every leaf of a mirror (or the single leaf), or about its span over all the
-/// children of a raidz (each child reads its share of the rows).
-fn group_read_bytes(vdev: &tarn_vdev::Vdev, group: &[Vec<Entry>]) -> u64 {
+/// Leaf bytes an extent's reads take at most: its address span from every leaf of a
+/// mirror (or the single leaf), or about its span over all the children of a raidz
+/// (each child reads its share of the rows).
+fn extent_read_bytes(vdev: &tarn_vdev::Vdev, ext: &[Entry]) -> u64 {
     let copies = if vdev.geometry().is_some() { 1 } else { vdev.leaves().len().max(1) as u64 };
-    let span: u64 = group
-        .iter()
-        .filter_map(|ext| Some(ext.last()?.offset_bytes.saturating_add(ext.last()?.asize_bytes) - ext.first()?.offset_bytes))
-        .fold(0u64, u64::saturating_add);
+    let span = match (ext.first(), ext.last()) {
+        (Some(first), Some(last)) => last.offset_bytes.saturating_add(last.asize_bytes) - first.offset_bytes,
+        _ => 0,
+    };
     span.saturating_mul(copies)
 }
 
@@ -431,7 +431,7 @@ pub fn issue(zio: &Zio, mut entries: Vec<Entry>, params: &Params, progress: &Pro
                             let (seq, ext, checks, planned, held) = {
                                 let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
                                 let Some((seq, ext)) = q.next() else { return };
-                                let held = in_flight.hold(v, group_read_bytes(vdev, std::slice::from_ref(&ext)));
+                                let held = in_flight.hold(v, extent_read_bytes(vdev, &ext));
                                 let checks: Vec<Verifier> = if readable { verifiers(&ext) } else { Vec::new() };
                                 let planned = readable.then(|| vdev.scan_plan(params.func, &scan_blocks(&ext, &checks), trace, buffers));
                                 (seq, ext, checks, planned, held)
@@ -518,7 +518,7 @@ mod tests {
         let b = InFlight::new(10, 2);
         let first = b.try_hold(0, 8).expect("room");
         assert!(b.try_hold(0, 4).is_none(), "over the cap while vdev 0 holds bytes");
-        // Vdev 1 holds nothing: it may always start one group, even over the cap.
+        // Vdev 1 holds nothing: it may always start one extent, even over the cap.
         let other = b.try_hold(1, 6).expect("an idle vdev always progresses");
         assert!(b.try_hold(1, 1).is_none());
         drop(first);
@@ -542,16 +542,17 @@ mod tests {
     }
 
     #[test]
-    fn group_read_bytes_counts_every_mirror_side_and_a_raidz_span_once() {
+    fn extent_read_bytes_counts_every_mirror_side_and_a_raidz_span_once() {
         use std::sync::Arc;
         use tarn_vdev::Vdev;
         let leaf = |i: u32| Arc::new(Vdev::new_leaf(i, 100 + i as u64, 12, format!("l{i}"), None));
         let k = 1024;
-        let group = vec![vec![entry(0, 0, 128 * k), entry(0, 128 * k, 128 * k)], vec![entry(0, 1 << 20, 4 * k)]];
+        let group = [vec![entry(0, 0, 128 * k), entry(0, 128 * k, 128 * k)], vec![entry(0, 1 << 20, 4 * k)]];
         let mirror = Vdev::new_mirror(0, 1, 12, vec![leaf(0), leaf(1)]);
-        assert_eq!(group_read_bytes(&mirror, &group), 2 * (256 + 4) * k);
+        let bytes = |v: &Vdev| group.iter().map(|ext| extent_read_bytes(v, ext)).sum::<u64>();
+        assert_eq!(bytes(&mirror), 2 * (256 + 4) * k);
         let raidz = Vdev::new_raidz(0, 1, 12, 1, vec![leaf(0), leaf(1), leaf(2)]);
-        assert_eq!(group_read_bytes(&raidz, &group), (256 + 4) * k);
+        assert_eq!(bytes(&raidz), (256 + 4) * k);
     }
 
     #[test]
@@ -567,7 +568,7 @@ mod tests {
         let leaf = |i: u32| Arc::new(tarn_vdev::Vdev::new_leaf(i, 100 + i as u64, 12, format!("l{i}"), None));
         let mirror = tarn_vdev::Vdev::new_mirror(0, 1, 12, vec![leaf(0), leaf(1)]);
         let group: Vec<Vec<Entry>> = ext.into_iter().map(|(_, x)| x).collect();
-        assert_eq!(group_read_bytes(&mirror, &group), 2 * (4 * k + 65535));
+        assert_eq!(group.iter().map(|ext| extent_read_bytes(&mirror, ext)).sum::<u64>(), 2 * (4 * k + 65535));
     }
 
     #[test]

@@ -22,10 +22,9 @@
 //! the block's [`crate::raidz::Map`]. Skip sectors are neither checked nor written.
 //!
 //! The work comes in two halves so that a scan can pipeline them: [`Vdev::scan_read`]
-//! (or [`Vdev::scan_read_many`], several extents' reads in flight together; or
-//! [`Vdev::scan_plan`] then [`Vdev::scan_read_planned`], for readers working in
-//! parallel that must record their reads in the order they took the extents) does
-//! the I/O into buffers a [`RunBuffers`] hands out and takes back, and
+//! (itself [`Vdev::scan_plan`] then [`Vdev::scan_read_planned`], which readers working
+//! in parallel call apart, to record their reads in the order they took the extents)
+//! does the I/O into buffers a [`RunBuffers`] hands out and takes back, and
 //! [`Vdev::scan_finish`] does the verifying and repairing; [`Vdev::scan_extent`] is
 //! the two in turn. A mirror block's truth is the verified copy itself, borrowed
 //! from the read buffer, unless its padding is not zeros.
@@ -216,18 +215,7 @@ impl Vdev {
     /// finished. Read errors are counted on the leaves and leave that copy out.
     /// Panics (a bug) on an empty extent.
     pub fn scan_read<'v, 'b>(&'v self, func: ScanFunc, blocks: &[ScanBlock<'_>], trace: &IoTrace, buffers: &'b RunBuffers) -> ExtentRead<'v, 'b> {
-        let mut reads = self.scan_read_many(func, &[blocks], trace, buffers);
-        reads.pop().expect("one extent read")
-    }
-
-    /// [`Vdev::scan_read`] of several extents at once (in ascending order, as the
-    /// scan plans them): every leaf read of every extent is in flight together, so a
-    /// leaf streams from one extent into the next instead of idling between two
-    /// synchronous reads. The I/Os are recorded in `trace` in extent order, as
-    /// submitted. One [`ExtentRead`] per extent, in order.
-    pub fn scan_read_many<'v, 'b>(&'v self, func: ScanFunc, extents: &[&[ScanBlock<'_>]], trace: &IoTrace, buffers: &'b RunBuffers) -> Vec<ExtentRead<'v, 'b>> {
-        let planned: Vec<PlannedRead<'v, 'b>> = extents.iter().map(|blocks| self.scan_plan(func, blocks, trace, buffers)).collect();
-        Self::read_planned(planned)
+        Self::scan_read_planned(self.scan_plan(func, blocks, trace, buffers))
     }
 
     /// The first half of [`Vdev::scan_read`]: which leaves the extent holding
@@ -248,30 +236,21 @@ impl Vdev {
     /// The second half of [`Vdev::scan_read`]: the planned leaf reads, all in
     /// parallel. Read errors are counted on the leaves and leave that copy out.
     pub fn scan_read_planned<'v, 'b>(planned: PlannedRead<'v, 'b>) -> ExtentRead<'v, 'b> {
-        Self::read_planned(vec![planned]).pop().expect("one extent read")
-    }
-
-    fn read_planned<'v, 'b>(mut planned: Vec<PlannedRead<'v, 'b>>) -> Vec<ExtentRead<'v, 'b>> {
-        // (extent, set, copy) of every leaf read.
-        let wanted: Vec<(usize, usize, usize)> = planned
+        let PlannedRead { mut read, len_bytes } = planned;
+        // (set, copy) of every leaf read.
+        let wanted: Vec<(usize, usize)> = read
+            .copies
             .iter()
             .enumerate()
-            .flat_map(|(ei, p)| {
-                p.read
-                    .copies
-                    .iter()
-                    .enumerate()
-                    .flat_map(move |(si, set)| set.iter().enumerate().filter(|(_, c)| c.read.is_some()).map(move |(ci, _)| (ei, si, ci)))
-            })
+            .flat_map(|(si, set)| set.iter().enumerate().filter(|(_, c)| c.read.is_some()).map(move |(ci, _)| (si, ci)))
             .collect();
-        let got = crate::iopool::each_parallel(&wanted, |&(ei, si, ci)| {
-            let p = &planned[ei];
-            read_leaf(p.read.copies[si][ci].leaf, p.read.leaf_start, p.len_bytes, p.read.buffers)
+        let got = crate::iopool::each_parallel(&wanted, |&(si, ci)| {
+            read_leaf(read.copies[si][ci].leaf, read.leaf_start, len_bytes, read.buffers)
         });
-        for ((ei, si, ci), r) in wanted.into_iter().zip(got) {
-            planned[ei].read.copies[si][ci].read = Some(r);
+        for ((si, ci), r) in wanted.into_iter().zip(got) {
+            read.copies[si][ci].read = Some(r);
         }
-        planned.into_iter().map(|p| p.read).collect()
+        read
     }
 
     /// Which leaves an extent's scan reads, and where: an [`ExtentRead`] whose copies
@@ -620,7 +599,10 @@ mod tests {
         with_scan_blocks(&all, |sb| {
             let buffers = RunBuffers::default();
             let trace = IoTrace::default();
-            let mut reads = m.scan_read_many(ScanFunc::Scrub, &[&sb[..3], &sb[3..]], &trace, &buffers);
+            let mut reads = vec![
+                m.scan_read(ScanFunc::Scrub, &sb[..3], &trace, &buffers),
+                m.scan_read(ScanFunc::Scrub, &sb[3..], &trace, &buffers),
+            ];
             assert_eq!(reads.len(), 2);
             // Both extents' reads were issued before either was finished, in order per leaf.
             for (guid, t) in trace.snapshot() {
@@ -656,7 +638,10 @@ mod tests {
                 .unwrap();
             assert_eq!((&pad[..1000], pad[1000..].iter().all(|&x| x == 0)), (&small[..], true));
             // Reading again reuses the idle buffers, and finds nothing left to repair.
-            let again = m.scan_read_many(ScanFunc::Scrub, &[&sb[..3], &sb[3..]], &IoTrace::default(), &buffers);
+            let again = [
+                m.scan_read(ScanFunc::Scrub, &sb[..3], &IoTrace::default(), &buffers),
+                m.scan_read(ScanFunc::Scrub, &sb[3..], &IoTrace::default(), &buffers),
+            ];
             assert!(buffers.idle_count() == 0, "all four buffers taken again");
             let repaired: u64 = again
                 .into_iter()
