@@ -24,8 +24,11 @@
 #             4 GiB files, pool created with -o cachefile=none
 #   btrfs     btrfs raid1 (data and metadata) over two loop devices on 4 GiB files
 #   fuse-null the FUSE ceiling: crates/fuse/examples/fuse_null.rs, a minimal `fuser`
-#             file system with Tarn's mount options and 8 threads; reads are zeros
+#             file system with Tarn's mount options and 16 threads; reads are zeros
 #             from memory, writes are discarded ($FUSE_NULL_BIN, or built with cargo)
+#   fuse-null-uring  the same over FUSE-over-io_uring (`fuse_null --uring`: a ring
+#             and a pinned thread per CPU); turns on the fuse module's enable_uring
+#             parameter for the run and puts it back after
 #   passthrough  the same program forwarding every request to a plain directory on
 #             the file system of `raw` (FUSE's cost over raw)
 #
@@ -45,7 +48,7 @@ ONLY=all
 VDEV_SIZE=4G
 PREFILL=0
 
-usage() { sed -n '2,33p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,36p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 # vdev_files SIZE FILE...: sparse files of SIZE, or written full with --prefill.
 vdev_files() {
     local size=$1 f; shift
@@ -183,6 +186,20 @@ setup_passthrough() {
 }
 cold_passthrough() { drop_caches; }
 teardown_passthrough() { stop_fuse_null passthrough; }
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+URING_WAS=""
+setup_fuse_null_uring() {
+    [ -w "$URING_PARAM" ] || die "this kernel has no FUSE over io_uring ($URING_PARAM missing: CONFIG_FUSE_IO_URING)"
+    URING_WAS=$(cat "$URING_PARAM")
+    echo Y > "$URING_PARAM"
+    rm -rf "$WORK/fuse-null-uring"; start_fuse_null fuse-null-uring --uring
+}
+cold_fuse_null_uring() { drop_caches; }
+teardown_fuse_null_uring() {
+    stop_fuse_null fuse-null-uring
+    [ -n "$URING_WAS" ] && echo "$URING_WAS" > "$URING_PARAM"
+    URING_WAS=""
+}
 
 # ---- target: zfs-fuse ----------------------------------------------------------------------
 ZF_POOL=zfsbench

@@ -1,11 +1,20 @@
 //! The FUSE ceiling for `bench/fio.sh`: a minimal file system on `fuser` mounted with
 //! exactly Tarn's session settings ([`tarn_fuse::session_config`] with the daemon's
-//! options: 8 worker threads, `allow_other`, `auto_unmount`, `default_permissions`,
+//! options: 16 worker threads, `allow_other`, `auto_unmount`, `default_permissions`,
 //! 1 MiB `max_write`, 1 MiB readahead). No file system on FUSE here can beat it.
 //!
-//! Two modes:
+//! Three modes:
 //! - `fuse_null MOUNTPOINT`: names and sizes live in memory; reads return zeros from
 //!   memory, writes are discarded (only the size grows), fsync does nothing.
+//! - `fuse_null --uring MOUNTPOINT`: the same, with the requests served over
+//!   FUSE-over-io_uring (kernel 6.14+, the fuse module's `enable_uring` parameter on):
+//!   at INIT it asks for `FUSE_OVER_IO_URING`, then one thread per CPU, pinned to it,
+//!   registers `ring::DEPTH` entries on a ring of its own and answers each request
+//!   with the command that also fetches the next (`ring` below). Only the requests a
+//!   benchmark sends are served there (lookup, getattr, setattr of size and mode,
+//!   open, create, read, write, statfs, flush, release, fsync, opendir, releasedir);
+//!   the rest get ENOSYS. Forgets and interrupts still come through /dev/fuse.
+//!   `fuse-null-uring` in `bench/fio.sh`.
 //! - `fuse_null --passthrough DIR MOUNTPOINT`: every request is forwarded to the same
 //!   path under `DIR` (open/pread/pwrite/fsync on real descriptors): FUSE's cost over
 //!   the raw directory.
@@ -25,6 +34,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const TTL: Duration = Duration::from_secs(1);
@@ -52,7 +62,9 @@ struct State {
 struct NullFs {
     /// Backing directory in passthrough mode.
     backing: Option<PathBuf>,
-    st: Mutex<State>,
+    /// Ask for FUSE over io_uring at INIT (`--uring`).
+    uring: bool,
+    st: Arc<Mutex<State>>,
 }
 
 fn errno(e: &std::io::Error) -> Errno {
@@ -129,23 +141,30 @@ impl NullFs {
     }
 
     fn remove(&self, parent: u64, name: &OsStr, dir: bool, reply: ReplyEmpty) {
+        match self.remove_name(parent, name, dir) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(Errno::from_i32(e)),
+        }
+    }
+
+    /// Remove `name` from directory `parent` (`dir`: it must be an empty directory);
+    /// errors are errno values.
+    fn remove_name(&self, parent: u64, name: &OsStr, dir: bool) -> Result<(), i32> {
         let mut st = self.st.lock();
         let Some(&ino) = st.names.get(&(parent, name.to_os_string())) else {
-            return reply.error(Errno::from_i32(libc::ENOENT));
+            return Err(libc::ENOENT);
         };
         if dir && st.names.range((ino, OsString::new())..).next().is_some_and(|((p, _), _)| *p == ino) {
-            return reply.error(Errno::from_i32(libc::ENOTEMPTY));
+            return Err(libc::ENOTEMPTY);
         }
         if let Some(p) = self.backing_path(&st, ino) {
             let r = if dir { std::fs::remove_dir(&p) } else { std::fs::remove_file(&p) };
-            if let Err(e) = r {
-                return reply.error(errno(&e));
-            }
+            r.map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
         }
         st.names.remove(&(parent, name.to_os_string()));
         st.nodes.remove(&ino);
         st.links.remove(&ino);
-        reply.ok();
+        Ok(())
     }
 
     fn open_backing(&self, st: &mut State, ino: u64, flags: i32, create: bool) -> Result<u64, Errno> {
@@ -165,6 +184,9 @@ impl Filesystem for NullFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         if let Err(nearest) = config.set_max_write(tarn_fuse::MAX_WRITE_BYTES) {
             let _ = config.set_max_write(nearest);
+        }
+        if self.uring && config.add_capabilities(fuser::InitFlags::FUSE_OVER_IO_URING).is_err() {
+            eprintln!("fuse_null: the kernel does not offer FUSE over io_uring (echo Y > /sys/module/fuse/parameters/enable_uring)");
         }
         Ok(())
     }
@@ -428,12 +450,16 @@ impl Filesystem for NullFs {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let uring = args.first().is_some_and(|a| a == "--uring");
+    if uring {
+        args.remove(0);
+    }
     let (backing, mountpoint) = match args.as_slice() {
         [m] => (None, PathBuf::from(m)),
-        [flag, dir, m] if flag == "--passthrough" => (Some(PathBuf::from(dir)), PathBuf::from(m)),
+        [flag, dir, m] if flag == "--passthrough" && !uring => (Some(PathBuf::from(dir)), PathBuf::from(m)),
         _ => {
-            eprintln!("usage: fuse_null [--passthrough DIR] MOUNTPOINT");
+            eprintln!("usage: fuse_null [--uring] MOUNTPOINT | fuse_null --passthrough DIR MOUNTPOINT");
             std::process::exit(2);
         }
     };
@@ -448,16 +474,18 @@ fn main() {
             perm: 0o755,
         },
     );
+    let st = Arc::new(Mutex::new(State {
+        nodes,
+        names: BTreeMap::new(),
+        next_ino: 2,
+        files: HashMap::new(),
+        next_fh: 1,
+        links: HashMap::new(),
+    }));
     let fs = NullFs {
         backing,
-        st: Mutex::new(State {
-            nodes,
-            names: BTreeMap::new(),
-            next_ino: 2,
-            files: HashMap::new(),
-            next_fh: 1,
-            links: HashMap::new(),
-        }),
+        uring,
+        st: st.clone(),
     };
     // The daemon's options (crates/cli/src/mounts.rs).
     let opts = tarn_fuse::MountOptions {
@@ -470,17 +498,408 @@ fn main() {
         threads: 16,
     };
     let cfg = tarn_fuse::session_config(&opts);
-    let session = match fuser::spawn_mount(fs, &mountpoint, &cfg) {
+    let session = match fuser::Session::new(fs, &mountpoint, &cfg) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("fuse_null: mount {}: {e}", mountpoint.display());
             std::process::exit(1);
         }
     };
+    use std::os::fd::AsFd;
+    let dev = match session.as_fd().try_clone_to_owned() {
+        Ok(fd) => fd,
+        Err(e) => {
+            eprintln!("fuse_null: dup /dev/fuse: {e}");
+            std::process::exit(1);
+        }
+    };
+    let session = match session.spawn() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("fuse_null: {e}");
+            std::process::exit(1);
+        }
+    };
+    // With io_uring negotiated the kernel holds every request until each CPU's queue
+    // has registered an entry, so the rings start before anything touches the mount.
+    let rings = uring.then(|| {
+        let null = Arc::new(NullFs { backing: None, uring, st });
+        std::thread::spawn(move || {
+            if let Err(e) = ring::serve(null, dev) {
+                eprintln!("fuse_null: io_uring: {e}");
+            }
+        })
+    });
     tarn_fuse::set_readahead(Path::new(&mountpoint), tarn_fuse::READAHEAD_KIB);
     // Serve until unmounted (`fusermount -u`, or the kernel's auto_unmount when this
     // process is killed).
     if let Err(e) = session.join() {
         eprintln!("fuse_null: {e}");
+    }
+    if let Some(r) = rings {
+        let _ = r.join();
+    }
+}
+
+/// FUSE over io_uring for the null mode (`--uring`; the kernel's
+/// Documentation/filesystems/fuse/fuse-io-uring.rst, `fs/fuse/dev_uring.c`, the
+/// structures of `include/uapi/linux/fuse.h`). One ring (128-byte SQEs) and thread
+/// per CPU queue, each with `DEPTH` entries registered by `FUSE_IO_URING_CMD_REGISTER`
+/// (a `URING_CMD` on the /dev/fuse descriptor whose 80-byte command holds flags,
+/// commit id and queue id, and whose `addr`/`len` name two iovecs): a 288-byte header
+/// (128 bytes for `fuse_in_header` on fetch and `fuse_out_header` on commit, 128 for
+/// the opcode's fixed argument, 32 for flags, commit id and payload size) and a
+/// payload of the largest write (the request's other arguments; on commit, every
+/// argument of the reply). A request arrives as the completion of an entry's
+/// command; its reply goes back with `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`, which
+/// also waits for the next request. The kernel holds every request until each CPU's
+/// queue has an entry.
+mod ring {
+    use super::*;
+    use io_uring::{cqueue, opcode, squeue, types, IoUring};
+    use std::os::fd::{AsRawFd, OwnedFd};
+
+    const DEPTH: usize = 8;
+    const CMD_REGISTER: u32 = 1;
+    const CMD_COMMIT_AND_FETCH: u32 = 2;
+    const HEADER_BYTES: usize = 288;
+    const IN_HEADER_BYTES: usize = 40;
+
+    struct Entry {
+        header: Box<[u8; HEADER_BYTES]>,
+        payload: Vec<u8>,
+        iov: Box<[libc::iovec; 2]>,
+    }
+
+    fn cmd(qid: u16, commit_id: u64) -> [u8; 80] {
+        let mut c = [0u8; 80];
+        c[8..16].copy_from_slice(&commit_id.to_le_bytes());
+        c[16..18].copy_from_slice(&qid.to_le_bytes());
+        c
+    }
+
+    fn sqe(fd: i32, op: u32, qid: u16, commit_id: u64, iov: Option<&[libc::iovec; 2]>, slot: usize) -> squeue::Entry128 {
+        let mut b = opcode::UringCmd80::new(types::Fd(fd), op).cmd(cmd(qid, commit_id));
+        if let Some(iov) = iov {
+            b = b.addr(Some(iov.as_ptr() as u64));
+        }
+        let mut e = b.build().user_data(slot as u64);
+        if iov.is_some() {
+            // sqe->len = 2 iovecs (the crate's builder has no field for it).
+            assert_eq!(std::mem::size_of::<squeue::Entry128>(), 128);
+            // SAFETY: Entry128 is repr(C), starting with the 64-byte io_uring_sqe, whose
+            // `len` (u32) is at offset 24.
+            unsafe { *((&mut e as *mut squeue::Entry128 as *mut u8).add(24) as *mut u32) = 2 };
+        }
+        e
+    }
+
+    pub fn serve(fs: Arc<NullFs>, dev: OwnedFd) -> std::io::Result<()> {
+        let queues = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let dev = Arc::new(dev);
+        let mut threads = Vec::new();
+        for qid in 0..queues {
+            let (fs, dev) = (fs.clone(), dev.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("fuse-ring-{qid}"))
+                    .spawn(move || queue(fs, dev.as_raw_fd(), qid as u16))?,
+            );
+        }
+        for t in threads {
+            match t.join() {
+                Ok(Err(e)) => eprintln!("fuse_null: ring: {e}"),
+                Err(_) => eprintln!("fuse_null: ring thread panicked"),
+                Ok(Ok(())) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// One CPU's queue: pin this thread to CPU `qid` (the kernel queues a request on
+    /// the queue of the CPU its caller runs on, so the reply is made there), register
+    /// `DEPTH` entries, then serve requests until the connection ends.
+    fn queue(fs: Arc<NullFs>, fd: i32, qid: u16) -> std::io::Result<()> {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; the call only reads it.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(qid as usize, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+        let mut ring: IoUring<squeue::Entry128, cqueue::Entry> = IoUring::builder().build(2 * DEPTH as u32)?;
+        let mut ents: Vec<Entry> = (0..DEPTH)
+            .map(|_| {
+                let mut header = Box::new([0u8; HEADER_BYTES]);
+                let mut payload = vec![0u8; tarn_fuse::MAX_WRITE_BYTES as usize];
+                let iov = Box::new([
+                    libc::iovec {
+                        iov_base: header.as_mut_ptr().cast(),
+                        iov_len: HEADER_BYTES,
+                    },
+                    libc::iovec {
+                        iov_base: payload.as_mut_ptr().cast(),
+                        iov_len: payload.len(),
+                    },
+                ]);
+                Entry { header, payload, iov }
+            })
+            .collect();
+        let register = |ring: &mut IoUring<squeue::Entry128, cqueue::Entry>, ents: &[Entry], slot: usize| {
+            let e = sqe(fd, CMD_REGISTER, qid, 0, Some(&ents[slot].iov), slot);
+            // SAFETY: the entry's buffers live in `ents` until this function returns,
+            // which it does only once the kernel has ended the commands (the
+            // connection's end completes them).
+            unsafe { ring.submission().push(&e).map_err(|_| std::io::Error::other("submission queue full")) }
+        };
+        for slot in 0..DEPTH {
+            register(&mut ring, &ents, slot)?;
+        }
+        loop {
+            ring.submit_and_wait(1)?;
+            let done: Vec<(u64, i32)> = ring.completion().map(|c| (c.user_data(), c.result())).collect();
+            for (ud, res) in done {
+                let slot = ud as usize;
+                match res {
+                    // The kernel answers a register with EAGAIN until INIT is done.
+                    r if r == -libc::EAGAIN => {
+                        std::thread::sleep(Duration::from_millis(1));
+                        register(&mut ring, &ents, slot)?;
+                    }
+                    // The connection ended (unmount): the kernel ends our commands.
+                    r if r == -libc::ENOTCONN || r == -libc::ECANCELED || r == -libc::ENODEV => return Ok(()),
+                    r if r < 0 => return Err(std::io::Error::from_raw_os_error(-r)),
+                    _ => handle(&fs, fd, qid, &mut ring, &mut ents, slot)?,
+                }
+            }
+        }
+    }
+
+    fn u32_at(b: &[u8], at: usize) -> u32 {
+        u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+    }
+    fn u64_at(b: &[u8], at: usize) -> u64 {
+        u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+    }
+
+    fn put_attr(out: &mut Vec<u8>, a: &FileAttr) {
+        let secs = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let (at, mt, ct) = (secs(a.atime), secs(a.mtime), secs(a.ctime));
+        let kind = match a.kind {
+            FileType::Directory => libc::S_IFDIR,
+            FileType::Symlink => libc::S_IFLNK,
+            _ => libc::S_IFREG,
+        };
+        for v in [a.ino.0, a.size, a.blocks, at.as_secs(), mt.as_secs(), ct.as_secs()] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [
+            at.subsec_nanos(),
+            mt.subsec_nanos(),
+            ct.subsec_nanos(),
+            kind | a.perm as u32,
+            a.nlink,
+            a.uid,
+            a.gid,
+            a.rdev,
+            a.blksize,
+            0,
+        ] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+
+    fn entry_out(out: &mut Vec<u8>, a: &FileAttr) {
+        for v in [a.ino.0, 0, 1, 1] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&[0u8; 8]);
+        put_attr(out, a);
+    }
+
+    fn name(payload: &[u8]) -> &OsStr {
+        let end = payload.iter().position(|&b| b == 0).unwrap_or(payload.len());
+        OsStr::from_bytes(&payload[..end])
+    }
+
+    /// Serve the request in entry `slot` and commit its reply (fetching the next).
+    fn handle(fs: &NullFs, fd: i32, qid: u16, ring: &mut IoUring<squeue::Entry128, cqueue::Entry>, ents: &mut [Entry], slot: usize) -> std::io::Result<()> {
+        let ent = &mut ents[slot];
+        let h = &ent.header[..];
+        let opcode = u32_at(h, 4);
+        let unique = u64_at(h, 8);
+        let nodeid = u64_at(h, 16);
+        let op = &h[128..256];
+        let payload_bytes = (u32_at(h, 256 + 16) as usize).min(ent.payload.len());
+        let mut out: Vec<u8> = Vec::new();
+        let mut error = 0i32;
+        let mut reply_in_payload = 0usize;
+        let mut reply_empty = false;
+        match opcode {
+            1 => {
+                // LOOKUP: payload = name
+                let st = fs.st.lock();
+                match st
+                    .names
+                    .get(&(nodeid, name(&ent.payload[..payload_bytes]).to_os_string()))
+                    .copied()
+                    .map(|i| fs.attr(&st, i))
+                {
+                    Some(Ok(a)) => entry_out(&mut out, &a),
+                    _ => error = -libc::ENOENT,
+                }
+            }
+            3 | 4 => {
+                // GETATTR / SETATTR (size and mode)
+                let mut st = fs.st.lock();
+                if opcode == 4 {
+                    let valid = u32_at(op, 0);
+                    if let Some(n) = st.nodes.get_mut(&nodeid) {
+                        if valid & (1 << 3) != 0 {
+                            n.size_bytes = u64_at(op, 16);
+                        }
+                        if valid & 1 != 0 {
+                            n.perm = (u32_at(op, 68) & 0o7777) as u16;
+                        }
+                    }
+                }
+                match fs.attr(&st, nodeid) {
+                    Ok(a) => {
+                        out.extend_from_slice(&1u64.to_le_bytes());
+                        out.extend_from_slice(&[0u8; 8]);
+                        put_attr(&mut out, &a);
+                    }
+                    Err(_) => error = -libc::ENOENT,
+                }
+            }
+            14 | 27 => {
+                // OPEN / OPENDIR
+                if opcode == 14 && u32_at(op, 0) as i32 & libc::O_TRUNC != 0 {
+                    if let Some(n) = fs.st.lock().nodes.get_mut(&nodeid) {
+                        n.size_bytes = 0;
+                    }
+                }
+                out.extend_from_slice(&[0u8; 16]);
+            }
+            35 => {
+                // CREATE: op = fuse_create_in, payload = name
+                let mode = u32_at(op, 4);
+                let mut st = fs.st.lock();
+                let nm = name(&ent.payload[..payload_bytes]).to_os_string();
+                let ino = match st.names.get(&(nodeid, nm.clone())) {
+                    Some(&i) => i,
+                    None => fs.add(&mut st, nodeid, &nm, FileType::RegularFile, (mode & 0o7777) as u16),
+                };
+                match fs.attr(&st, ino) {
+                    Ok(a) => {
+                        entry_out(&mut out, &a);
+                        out.extend_from_slice(&[0u8; 16]);
+                    }
+                    Err(_) => error = -libc::EIO,
+                }
+            }
+            15 => {
+                // READ: zeros up to the size
+                let (offset, size) = (u64_at(op, 8), u32_at(op, 16) as u64);
+                let file_size = fs.st.lock().nodes.get(&nodeid).map(|n| n.size_bytes).unwrap_or(0);
+                let n = file_size.saturating_sub(offset).min(size).min(ent.payload.len() as u64) as usize;
+                ent.payload[..n].fill(0);
+                reply_in_payload = n;
+            }
+            16 => {
+                // WRITE: op = fuse_write_in, payload = data (discarded)
+                let (offset, size) = (u64_at(op, 8), u32_at(op, 16));
+                if let Some(n) = fs.st.lock().nodes.get_mut(&nodeid) {
+                    n.size_bytes = n.size_bytes.max(offset + size as u64);
+                }
+                out.extend_from_slice(&size.to_le_bytes());
+                out.extend_from_slice(&[0u8; 4]);
+            }
+            17 => {
+                for v in [1u64 << 24, 1 << 23, 1 << 23, 1 << 20, 1 << 19] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+                for v in [4096u32, 255, 4096, 0, 0, 0, 0, 0, 0, 0] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            9 => {
+                // MKDIR: op = fuse_mkdir_in (mode, umask), payload = name
+                let mode = u32_at(op, 0);
+                let mut st = fs.st.lock();
+                let nm = name(&ent.payload[..payload_bytes]).to_os_string();
+                if st.names.contains_key(&(nodeid, nm.clone())) {
+                    error = -libc::EEXIST;
+                } else {
+                    let ino = fs.add(&mut st, nodeid, &nm, FileType::Directory, (mode & 0o7777) as u16);
+                    match fs.attr(&st, ino) {
+                        Ok(a) => entry_out(&mut out, &a),
+                        Err(_) => error = -libc::EIO,
+                    }
+                }
+            }
+            10 | 11 => {
+                // UNLINK / RMDIR: payload = name
+                let nm = name(&ent.payload[..payload_bytes]).to_os_string();
+                if let Err(e) = fs.remove_name(nodeid, &nm, opcode == 11) {
+                    error = -e;
+                }
+            }
+            28 => {
+                // READDIR: op = fuse_read_in (offset = entries to skip, size = room);
+                // each entry a fuse_dirent (ino, next offset, name length, type, name
+                // padded to 8 bytes).
+                let (skip, room) = (u64_at(op, 8), (u32_at(op, 16) as usize).min(ent.payload.len()));
+                let st = fs.st.lock();
+                let parent = st.nodes.get(&nodeid).map(|n| n.parent).unwrap_or(1);
+                let mut entries: Vec<(u64, u32, Vec<u8>)> = vec![(nodeid, libc::DT_DIR as u32, b".".to_vec()), (parent, libc::DT_DIR as u32, b"..".to_vec())];
+                for ((p, nm), &child) in st.names.range((nodeid, OsString::new())..) {
+                    if *p != nodeid {
+                        break;
+                    }
+                    let t = if st.nodes[&child].kind == FileType::Directory {
+                        libc::DT_DIR
+                    } else {
+                        libc::DT_REG
+                    };
+                    entries.push((child, t as u32, nm.as_bytes().to_vec()));
+                }
+                for (i, (ino, t, nm)) in entries.into_iter().enumerate().skip(skip as usize) {
+                    let len = (24 + nm.len()).next_multiple_of(8);
+                    if out.len() + len > room {
+                        break;
+                    }
+                    out.extend_from_slice(&ino.to_le_bytes());
+                    out.extend_from_slice(&(i as u64 + 1).to_le_bytes());
+                    out.extend_from_slice(&(nm.len() as u32).to_le_bytes());
+                    out.extend_from_slice(&t.to_le_bytes());
+                    out.extend_from_slice(&nm);
+                    out.resize(out.len().next_multiple_of(8), 0);
+                }
+                if out.is_empty() {
+                    // End of the directory: an empty reply, with no payload.
+                    reply_empty = true;
+                }
+            }
+            18 | 20 | 25 | 29 | 30 => {} // RELEASE, FSYNC, FLUSH, RELEASEDIR, FSYNCDIR: nothing to do
+            _ => error = -libc::ENOSYS,
+        }
+        if error == 0 && reply_in_payload == 0 && !reply_empty {
+            ent.payload[..out.len()].copy_from_slice(&out);
+            reply_in_payload = out.len();
+        }
+        if error != 0 {
+            reply_in_payload = 0;
+        }
+        let hdr = &mut ent.header[..];
+        hdr[..IN_HEADER_BYTES].fill(0);
+        hdr[0..4].copy_from_slice(&((16 + reply_in_payload) as u32).to_le_bytes());
+        hdr[4..8].copy_from_slice(&error.to_le_bytes());
+        hdr[8..16].copy_from_slice(&unique.to_le_bytes());
+        hdr[256 + 16..256 + 20].copy_from_slice(&(reply_in_payload as u32).to_le_bytes());
+        let e = sqe(fd, CMD_COMMIT_AND_FETCH, qid, unique, None, slot);
+        // SAFETY: as at registration: the entry's buffers outlive the command. The
+        // caller's next submit_and_wait submits it.
+        unsafe { ring.submission().push(&e).map_err(|_| std::io::Error::other("submission queue full"))? };
+        Ok(())
     }
 }
