@@ -559,10 +559,15 @@ mod ring {
     use io_uring::{cqueue, opcode, squeue, types, IoUring};
     use std::os::fd::{AsRawFd, OwnedFd};
 
+    /// Entries registered per queue: requests one CPU can have in flight.
     const DEPTH: usize = 8;
+    /// `FUSE_IO_URING_CMD_REGISTER`: hand an entry's buffers to the kernel and fetch.
     const CMD_REGISTER: u32 = 1;
+    /// `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`: reply to the entry's request and fetch.
     const CMD_COMMIT_AND_FETCH: u32 = 2;
+    /// `struct fuse_uring_req_header`: in/out header, op argument, entry fields.
     const HEADER_BYTES: usize = 288;
+    /// `struct fuse_in_header`, cleared before the reply's out header is written.
     const IN_HEADER_BYTES: usize = 40;
 
     struct Entry {
@@ -626,7 +631,8 @@ mod ring {
             libc::CPU_SET(qid as usize, &mut set);
             libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
         }
-        let mut ring: IoUring<squeue::Entry128, cqueue::Entry> = IoUring::builder().build(2 * DEPTH as u32)?;
+        // The entries are made before the ring, so that the ring (and with it any
+        // command still holding their buffers) is closed before they are freed.
         let mut ents: Vec<Entry> = (0..DEPTH)
             .map(|_| {
                 let mut header = Box::new([0u8; HEADER_BYTES]);
@@ -644,6 +650,7 @@ mod ring {
                 Entry { header, payload, iov }
             })
             .collect();
+        let mut ring: IoUring<squeue::Entry128, cqueue::Entry> = IoUring::builder().build(2 * DEPTH as u32)?;
         let register = |ring: &mut IoUring<squeue::Entry128, cqueue::Entry>, ents: &[Entry], slot: usize| {
             let e = sqe(fd, CMD_REGISTER, qid, 0, Some(&ents[slot].iov), slot);
             // SAFETY: the entry's buffers live in `ents` until this function returns,
@@ -654,7 +661,9 @@ mod ring {
         for slot in 0..DEPTH {
             register(&mut ring, &ents, slot)?;
         }
-        loop {
+        // Entries whose command the kernel has not ended yet.
+        let mut live = DEPTH;
+        while live > 0 {
             ring.submit_and_wait(1)?;
             let done: Vec<(u64, i32)> = ring.completion().map(|c| (c.user_data(), c.result())).collect();
             for (ud, res) in done {
@@ -665,13 +674,14 @@ mod ring {
                         std::thread::sleep(Duration::from_millis(1));
                         register(&mut ring, &ents, slot)?;
                     }
-                    // The connection ended (unmount): the kernel ends our commands.
-                    r if r == -libc::ENOTCONN || r == -libc::ECANCELED || r == -libc::ENODEV => return Ok(()),
+                    // The connection ended (unmount): the kernel ends every command.
+                    r if r == -libc::ENOTCONN || r == -libc::ECANCELED || r == -libc::ENODEV => live -= 1,
                     r if r < 0 => return Err(std::io::Error::from_raw_os_error(-r)),
                     _ => handle(&fs, fd, qid, &mut ring, &mut ents, slot)?,
                 }
             }
         }
+        Ok(())
     }
 
     fn u32_at(b: &[u8], at: usize) -> u32 {
