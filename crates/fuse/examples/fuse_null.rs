@@ -12,8 +12,9 @@
 //!   registers `ring::DEPTH` entries on a ring of its own and answers each request
 //!   with the command that also fetches the next (`ring` below). Only the requests a
 //!   benchmark sends are served there (lookup, getattr, setattr of size and mode,
-//!   open, create, read, write, statfs, flush, release, fsync, opendir, releasedir);
-//!   the rest get ENOSYS. Forgets and interrupts still come through /dev/fuse.
+//!   mkdir, unlink, rmdir, open, create, read, write, statfs, release, fsync,
+//!   opendir, readdir, releasedir); the rest get ENOSYS (flush too, as in the
+//!   other modes and in Tarn). Forgets and interrupts still come through /dev/fuse.
 //!   `fuse-null-uring` in `bench/fio.sh`.
 //! - `fuse_null --passthrough DIR MOUNTPOINT`: every request is forwarded to the same
 //!   path under `DIR` (open/pread/pwrite/fsync on real descriptors): FUSE's cost over
@@ -394,8 +395,10 @@ impl Filesystem for NullFs {
         reply.written(data.len() as u32);
     }
 
+    /// ENOSYS, as Tarn answers (`tarn_fuse`): the kernel then stops sending FLUSH at
+    /// every close, so the ceiling carries no request Tarn does not.
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        reply.ok();
+        reply.error(Errno::from_i32(libc::ENOSYS));
     }
 
     fn release(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, _lock_owner: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
@@ -890,7 +893,7 @@ mod ring {
                     reply_empty = true;
                 }
             }
-            18 | 20 | 25 | 29 | 30 => {} // RELEASE, FSYNC, FLUSH, RELEASEDIR, FSYNCDIR: nothing to do
+            18 | 20 | 29 | 30 => {} // RELEASE, FSYNC, RELEASEDIR, FSYNCDIR: nothing to do
             _ => error = -libc::ENOSYS,
         }
         if error == 0 && reply_in_payload == 0 && !reply_empty {
