@@ -196,9 +196,11 @@ setup_fuse_null_uring() {
 }
 cold_fuse_null_uring() { drop_caches; }
 teardown_fuse_null_uring() {
-    stop_fuse_null fuse-null-uring
+    # The parameter first (a connection that has io_uring keeps it), so that a stop
+    # that goes wrong cannot leave it on.
     [ -n "$URING_WAS" ] && echo "$URING_WAS" > "$URING_PARAM"
     URING_WAS=""
+    stop_fuse_null fuse-null-uring
 }
 
 # ---- target: zfs-fuse ----------------------------------------------------------------------

@@ -69,7 +69,12 @@ struct NullFs {
 }
 
 fn errno(e: &std::io::Error) -> Errno {
-    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+    Errno::from_i32(errno_code(e))
+}
+
+/// The errno value of `e` (EIO when it has none).
+fn errno_code(e: &std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
 }
 
 impl NullFs {
@@ -160,7 +165,7 @@ impl NullFs {
         }
         if let Some(p) = self.backing_path(&st, ino) {
             let r = if dir { std::fs::remove_dir(&p) } else { std::fs::remove_file(&p) };
-            r.map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+            r.map_err(|e| errno_code(&e))?;
         }
         st.names.remove(&(parent, name.to_os_string()));
         st.nodes.remove(&ino);
@@ -594,7 +599,7 @@ mod ring {
         let mut e = b.build().user_data(slot as u64);
         if iov.is_some() {
             // sqe->len = 2 iovecs (the crate's builder has no field for it).
-            assert_eq!(std::mem::size_of::<squeue::Entry128>(), 128);
+            const _: () = assert!(std::mem::size_of::<squeue::Entry128>() == 128);
             // SAFETY: Entry128 is repr(C), starting with the 64-byte io_uring_sqe, whose
             // `len` (u32) is at offset 24.
             unsafe { *((&mut e as *mut squeue::Entry128 as *mut u8).add(24) as *mut u32) = 2 };
@@ -602,8 +607,22 @@ mod ring {
         e
     }
 
+    /// The kernel's queue count: one per *possible* CPU (`num_possible_cpus()`, the
+    /// highest index in `/sys/devices/system/cpu/possible` plus one), which may exceed
+    /// the CPUs this process may run on; the rings are ready only once every queue
+    /// has an entry, and until then every request waits.
+    fn possible_cpus() -> usize {
+        let highest = std::fs::read_to_string("/sys/devices/system/cpu/possible")
+            .ok()
+            .and_then(|s| s.trim().split([',', '-']).filter_map(|n| n.parse::<usize>().ok()).max());
+        match highest {
+            Some(h) => h + 1,
+            None => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        }
+    }
+
     pub fn serve(fs: Arc<NullFs>, dev: OwnedFd) -> std::io::Result<()> {
-        let queues = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let queues = possible_cpus();
         let dev = Arc::new(dev);
         let mut threads = Vec::new();
         for qid in 0..queues {
@@ -628,11 +647,13 @@ mod ring {
     /// the queue of the CPU its caller runs on, so the reply is made there), register
     /// `DEPTH` entries, then serve requests until the connection ends.
     fn queue(fs: Arc<NullFs>, fd: i32, qid: u16) -> std::io::Result<()> {
-        // SAFETY: a zeroed cpu_set_t is a valid empty set; the call only reads it.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(qid as usize, &mut set);
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        if (qid as usize) < libc::CPU_SETSIZE as usize {
+            // SAFETY: a zeroed cpu_set_t is a valid empty set; the call only reads it.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(qid as usize, &mut set);
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            }
         }
         // The entries are made before the ring, so that the ring (and with it any
         // command still holding their buffers) is closed before they are freed.
@@ -743,10 +764,11 @@ mod ring {
         let nodeid = u64_at(h, 16);
         let op = &h[128..256];
         let payload_bytes = (u32_at(h, 256 + 16) as usize).min(ent.payload.len());
+        // The reply's arguments, copied into the payload below; a READ reply is
+        // written into the payload directly (`read_bytes`).
         let mut out: Vec<u8> = Vec::new();
         let mut error = 0i32;
-        let mut reply_in_payload = 0usize;
-        let mut reply_empty = false;
+        let mut read_bytes = None;
         match opcode {
             1 => {
                 // LOOKUP: payload = name
@@ -816,13 +838,13 @@ mod ring {
                 let file_size = fs.st.lock().nodes.get(&nodeid).map(|n| n.size_bytes).unwrap_or(0);
                 let n = file_size.saturating_sub(offset).min(size).min(ent.payload.len() as u64) as usize;
                 ent.payload[..n].fill(0);
-                reply_in_payload = n;
+                read_bytes = Some(n);
             }
             16 => {
                 // WRITE: op = fuse_write_in, payload = data (discarded)
                 let (offset, size) = (u64_at(op, 8), u32_at(op, 16));
                 if let Some(n) = fs.st.lock().nodes.get_mut(&nodeid) {
-                    n.size_bytes = n.size_bytes.max(offset + size as u64);
+                    n.size_bytes = n.size_bytes.max(offset.saturating_add(size as u64));
                 }
                 out.extend_from_slice(&size.to_le_bytes());
                 out.extend_from_slice(&[0u8; 4]);
@@ -888,21 +910,19 @@ mod ring {
                     out.extend_from_slice(&nm);
                     out.resize(out.len().next_multiple_of(8), 0);
                 }
-                if out.is_empty() {
-                    // End of the directory: an empty reply, with no payload.
-                    reply_empty = true;
-                }
+                // Nothing added: the end of the directory, an empty reply.
             }
             18 | 20 | 29 | 30 => {} // RELEASE, FSYNC, RELEASEDIR, FSYNCDIR: nothing to do
             _ => error = -libc::ENOSYS,
         }
-        if error == 0 && reply_in_payload == 0 && !reply_empty {
-            ent.payload[..out.len()].copy_from_slice(&out);
-            reply_in_payload = out.len();
-        }
-        if error != 0 {
-            reply_in_payload = 0;
-        }
+        let reply_in_payload = match (error, read_bytes) {
+            (0, Some(n)) => n,
+            (0, None) => {
+                ent.payload[..out.len()].copy_from_slice(&out);
+                out.len()
+            }
+            _ => 0,
+        };
         let hdr = &mut ent.header[..];
         hdr[..IN_HEADER_BYTES].fill(0);
         hdr[0..4].copy_from_slice(&((16 + reply_in_payload) as u32).to_le_bytes());
