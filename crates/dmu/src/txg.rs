@@ -45,13 +45,18 @@
 //! `dirty`: a writer waiting at the limit asks for a sync with the dirty lock released
 //! (with it held, a quiescer waiting for `open` and a hold waiting for `dirty`
 //! deadlocked the pool's writers). Never take a second hold while holding one (a
-//! waiting quiescer would deadlock the pair).
+//! waiting quiescer would deadlock the pair). Reading the open txg takes no lock
+//! ([`TxgGate::open_txg`] reads a copy the quiescer stores): a waiting quiescer keeps
+//! new readers of `open` out, so a thread that read it while holding a lock a holder
+//! waits for (the intent log's fallback, under its state lock, while a writer under
+//! a hold waits for that lock to log its write) deadlocked the quiescer, the holder
+//! and itself.
 //!
 //! Called by: objset (holds, dirty accounting), spa (quiesce, sync bookkeeping).
 
 use crate::{DmuError, Result, TxHold};
 use parking_lot::{Condvar, Mutex, RwLock};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -144,6 +149,10 @@ impl Drop for SyncWaiter<'_> {
 /// The txg gate shared by the pool and all its object sets.
 pub struct TxgGate {
     open: Arc<RwLock<u64>>,
+    /// The value under `open`, stored by [`TxgGate::quiesce`] while it holds the write
+    /// lock: [`TxgGate::open_txg`] reads it without taking `open` (module theory,
+    /// "Locks").
+    open_txg: AtomicU64,
     dirty: Mutex<DirtyCount>,
     dirty_cv: Condvar,
     sync: Mutex<SyncState>,
@@ -164,6 +173,7 @@ impl TxgGate {
     pub fn new(open_txg: u64, dirty_max_bytes: u64) -> TxgGate {
         TxgGate {
             open: Arc::new(RwLock::new(open_txg)),
+            open_txg: AtomicU64::new(open_txg),
             dirty: Mutex::new(DirtyCount::default()),
             dirty_cv: Condvar::new(),
             sync: Mutex::new(SyncState {
@@ -251,8 +261,7 @@ impl TxgGate {
                         // new readers out until the holds drain, and a hold adding
                         // dirty bytes needs the dirty lock to drain.
                         parking_lot::MutexGuard::unlocked(&mut d, || {
-                            let open = *self.open.read();
-                            self.request_sync(open);
+                            self.request_sync(self.open_txg());
                         });
                         self.dirty_cv.wait_for(&mut d, Duration::from_millis(100));
                         if self.is_readonly() {
@@ -296,9 +305,11 @@ impl TxgGate {
         })
     }
 
-    /// The open txg.
+    /// The open txg. Never waits: it does not take `open`, whose read lock a waiting
+    /// quiescer keeps new readers from (module theory, "Locks"); during a quiesce's
+    /// `collect` it is still the txg being quiesced.
     pub fn open_txg(&self) -> u64 {
-        *self.open.read()
+        self.open_txg.load(Ordering::SeqCst)
     }
 
     /// Quiesce: wait for all holds of the open txg, run `collect(txg)` while no hold
@@ -308,6 +319,7 @@ impl TxgGate {
         let txg = *g;
         collect(txg);
         *g = txg + 1;
+        self.open_txg.store(txg + 1, Ordering::SeqCst);
         txg
     }
 
@@ -331,7 +343,7 @@ impl TxgGate {
         drop(d);
         self.dirty_cv.notify_all();
         if over && grew {
-            let open = *self.open.read_recursive();
+            let open = self.open_txg();
             let mut s = self.sync.lock();
             if s.wanted_txg < open {
                 s.wanted_txg = open;
@@ -409,7 +421,7 @@ impl TxgGate {
     /// pending (or dirty data is waiting and the timeout passed); false while the gate
     /// is suspended (after waiting up to `timeout` for a resume).
     pub fn wait_for_work(&self, timeout: Duration) -> bool {
-        let open = *self.open.read();
+        let open = self.open_txg();
         let mut s = self.sync.lock();
         if s.suspended.is_some() {
             self.sync_cv.wait_for(&mut s, timeout);
@@ -544,5 +556,38 @@ mod tests {
         assert_eq!(wanted(&gate), 0);
         gate.add_dirty(-quarter - 5);
         assert_eq!((gate.dirty_bytes(), gate.dirty_partial_bytes()), (0, 0));
+    }
+
+    /// The intent log's fallback reads the open txg under its state lock, which a
+    /// writer holding the open txg waits for to log its write; with a quiescer waiting
+    /// for that hold, a read of `open` waited behind the quiescer and the three
+    /// deadlocked (found with eight fsynced writers and a larger dirty limit). The
+    /// open txg must be readable while a quiescer waits.
+    #[test]
+    fn the_open_txg_is_readable_while_a_quiescer_waits_for_a_hold() {
+        let gate = Arc::new(TxgGate::new(7, 1 << 30));
+        let hold = gate.hold().unwrap();
+        let quiescer = {
+            let gate = gate.clone();
+            std::thread::spawn(move || gate.quiesce(|_| {}))
+        };
+        // Until the quiescer waits: it then keeps new readers of `open` out.
+        let start = std::time::Instant::now();
+        while gate.open.try_read().is_some() {
+            assert!(start.elapsed() < Duration::from_secs(30), "the quiescer never waited for the hold");
+            std::thread::yield_now();
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = {
+            let gate = gate.clone();
+            std::thread::spawn(move || tx.send(gate.open_txg()).unwrap())
+        };
+        let read = rx.recv_timeout(Duration::from_secs(20));
+        // Release the hold either way, so a failure does not leave threads blocked.
+        drop(hold);
+        assert_eq!(read, Ok(7), "open_txg waited behind the quiescer");
+        reader.join().unwrap();
+        assert_eq!(quiescer.join().unwrap(), 7);
+        assert_eq!(gate.open_txg(), 8);
     }
 }
