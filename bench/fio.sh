@@ -280,6 +280,7 @@ WORKLOADS=(
     "randwrite|rand write 8K, 4 jobs, buffered|IOPS"
     "fsync1|rand write 8K, fsync=1, 1 job|IOPS"
     "fsync8|rand write 8K, fsync=1, 8 jobs|IOPS"
+    "fsync8f|rand write 8K, fsync=1, 8 jobs, a file each|IOPS"
     "small1|5k files 8K+fsync, 1 thread|files/s"
     "small4|5k files 8K+fsync, 4 threads|files/s"
     "cpshare|cp -a /usr/share, cold source|MB/s"
@@ -400,6 +401,18 @@ run_workloads() {
             --runtime="$RUNTIME" --time_based); record "$t" fsync8 "$v"
     fi
     "${RUN[@]}" rm -f "$DIR/bench.dat"
+    if want fsync8f; then
+        # Eight jobs, each with its own file of SIZE/8 (laid out and fsynced first, so
+        # the timed jobs only overwrite): no kernel inode lock is shared, so their
+        # fsyncs can meet in one log commit (issue 13's one-file-per-job variant).
+        log "$t: rand write 8K fsync=1 x8, a file each (${RUNTIME}s)"
+        local per_job_mib=$(( $(numfmt --from=iec "$SIZE") / 8 >> 20 ))
+        "${RUN[@]}" rm -rf "$DIR/eleven"
+        fio_dir 48 1024 f8 --rw=write --bs=1M --size="${per_job_mib}m" --numjobs=8 --end_fsync=1 >/dev/null
+        v=$(fio_dir 49 1 f8 --rw=randwrite --bs=8k --size="${per_job_mib}m" --numjobs=8 --fsync=1 \
+            --runtime="$RUNTIME" --time_based); record "$t" fsync8f "$v"
+        "${RUN[@]}" rm -rf "$DIR/eleven"
+    fi
     local threads
     for threads in 1 4; do
         want "small$threads" || continue
