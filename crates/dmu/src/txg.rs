@@ -17,14 +17,22 @@
 //! bytes in memory; random overwrites that land in the same record within one txg
 //! cost that record's fill and write once. While synchronous writers wait on the
 //! intent log ([`TxgGate::watch_log`]), whose latency every sync's device time
-//! lengthens, partial records may make up to half of the limit
-//! ([`SYNC_PARTIAL_DIRTY_PERCENT`], still below the throttle's 60%) before they ask
-//! for a sync, so that they coalesce into fewer, larger syncs: one fsynced 8 KiB
-//! random writer over a 1 GiB file did 1.2x the writes per second with half the
-//! 99th-percentile fsync latency (bench/README, "Longer txgs for partial records").
-//! Without the log (buffered writers) they keep the quarter: there the sync is the
-//! bottleneck, and a sync that waits leaves the device idle (4 buffered random
-//! writers lost a fifth of their rate with the half).
+//! lengthens, the sync trigger and the throttle count partial records for less: each
+//! at its written bytes (its memory) or a [`PARTIAL_COUNT_DIVISOR`]th of its record
+//! (the sync's read and write of it), whichever is more, summed over them; and they
+//! may make up to half of the limit so counted ([`SYNC_PARTIAL_DIRTY_PERCENT`], below
+//! the throttle's 60%) before they ask for a sync. So they coalesce into fewer, larger
+//! syncs that each write a record once for several writes: one fsynced 8 KiB random
+//! writer over a 1 GiB file did 1.2x the writes per second with half the
+//! 99th-percentile fsync latency with partial records counted whole up to half
+//! (bench/README, "Longer txgs for partial records"), and eight writers on a file
+//! each, 1.3x with the quarter (bench/README, "Partial records counted by what they
+//! hold"). The count never falls below the memory dirty data holds, so the daemon's
+//! memory bound (a dirty limit of memory) stands, and the space check still weighs
+//! every partial record whole ([`TxgGate::dirty_bytes`]). Without the log (buffered
+//! writers) they count whole and keep the quarter: there the sync is the bottleneck,
+//! and a sync that waits leaves the device idle (4 buffered random writers lost a
+//! fifth of their rate with the half).
 //! `hold` throttles writers smoothly, as OpenZFS's `dmu_tx_delay` does: below
 //! [`DELAY_MIN_DIRTY_PERCENT`] of the limit nothing waits; above it each hold sleeps
 //! `DELAY_SCALE_NS * (dirty - min) / (max - dirty)`, at most [`DELAY_MAX_NS`], a delay
@@ -71,6 +79,25 @@ pub const SYNC_DIRTY_PERCENT: u64 = 25;
 /// [`SYNC_DIRTY_PERCENT`] is partial records (module theory); below
 /// [`DELAY_MIN_DIRTY_PERCENT`], so the sync starts before any writer is delayed.
 pub const SYNC_PARTIAL_DIRTY_PERCENT: u64 = 50;
+/// While the intent log is active, a partial record counts for the sync trigger and
+/// the throttle at least its record's size divided by this (module theory).
+pub const PARTIAL_COUNT_DIVISOR: u64 = 4;
+
+/// Dirty bytes as the sync trigger and the throttle count them (module theory): all
+/// of them, partial records whole, unless the log is active, when partial records
+/// count their written bytes or a [`PARTIAL_COUNT_DIVISOR`]th of their size,
+/// whichever is more. `log_active` is asked only when there are partial records.
+fn counted_bytes(dirty: &DirtyCount, log_active: impl FnOnce() -> bool) -> u64 {
+    if dirty.partial_bytes == 0 || !log_active() {
+        return dirty.bytes;
+    }
+    let whole = dirty.bytes - dirty.partial_bytes;
+    whole
+        + dirty
+            .partial_held_bytes
+            .max(dirty.partial_bytes / PARTIAL_COUNT_DIVISOR)
+            .min(dirty.partial_bytes)
+}
 
 /// Whether `dirty` asks for a sync of the open txg (module theory); `log_active` is
 /// asked only when partial records decide it.
@@ -80,15 +107,17 @@ fn sync_due(dirty: &DirtyCount, max_bytes: u64, log_active: impl FnOnce() -> boo
         return false;
     }
     let whole = dirty.bytes.saturating_sub(dirty.partial_bytes);
-    whole > quarter || !log_active() || dirty.bytes > max_bytes / 100 * SYNC_PARTIAL_DIRTY_PERCENT
+    whole > quarter || !log_active() || counted_bytes(dirty, || true) > max_bytes / 100 * SYNC_PARTIAL_DIRTY_PERCENT
 }
 
-/// Dirty data not yet written, bytes: all of it (partial records counted whole), and
-/// the partial records' share of that.
+/// Dirty data not yet written, bytes: all of it (partial records counted whole), the
+/// partial records' share of that, and what the partial records hold.
 #[derive(Debug, Default, Clone, Copy)]
 struct DirtyCount {
     bytes: u64,
     partial_bytes: u64,
+    /// The partial records' written bytes (what they hold in memory).
+    partial_held_bytes: u64,
 }
 /// Delay of a hold when dirty data is midway between the delay threshold and the
 /// limit, nanoseconds (OpenZFS `zfs_delay_scale`).
@@ -254,7 +283,8 @@ impl TxgGate {
         let delay_ns = {
             let mut d = self.dirty.lock();
             loop {
-                match throttle_delay_ns(d.bytes, self.dirty_max_bytes) {
+                let counted = counted_bytes(&d, || self.log_active.get().is_some_and(|f| f()));
+                match throttle_delay_ns(counted, self.dirty_max_bytes) {
                     Some(ns) => break ns,
                     None => {
                         // Not under the dirty lock: a quiescer waiting for `open` keeps
@@ -326,20 +356,23 @@ impl TxgGate {
     /// Account `delta` bytes of dirty data of whole records (negative when synced or
     /// discarded); [`TxgGate::add_dirty_split`] with no partial records.
     pub fn add_dirty(&self, delta: i64) {
-        self.add_dirty_split(delta, 0);
+        self.add_dirty_split(delta, 0, 0);
     }
 
     /// Account `delta_bytes` of dirty data (negative when synced or discarded), of
-    /// which `delta_partial_bytes` are partial records counted whole (module theory;
-    /// a partial record completed in memory moves its bytes out of the partial share:
-    /// `(0, -record)`). Asks for a sync when the count passes a threshold.
-    pub fn add_dirty_split(&self, delta_bytes: i64, delta_partial_bytes: i64) {
+    /// which `delta_partial_bytes` are partial records counted whole, which hold
+    /// `delta_partial_held_bytes` written bytes (module theory; a partial record
+    /// completed in memory moves out of the partial share: `(0, -record, -held)`).
+    /// Asks for a sync when the count passes a threshold.
+    pub fn add_dirty_split(&self, delta_bytes: i64, delta_partial_bytes: i64, delta_partial_held_bytes: i64) {
         let mut d = self.dirty.lock();
         d.bytes = (d.bytes as i64 + delta_bytes).max(0) as u64;
         d.partial_bytes = ((d.partial_bytes as i64 + delta_partial_bytes).max(0) as u64).min(d.bytes);
+        d.partial_held_bytes = ((d.partial_held_bytes as i64 + delta_partial_held_bytes).max(0) as u64).min(d.partial_bytes);
         let over = sync_due(&d, self.dirty_max_bytes, || self.log_active.get().is_some_and(|f| f()));
-        // Either count grew: all dirty data, or the whole records among it.
-        let grew = delta_bytes > 0 || delta_bytes > delta_partial_bytes;
+        // A count grew: all dirty data, the whole records among it, or what partial
+        // records hold.
+        let grew = delta_bytes > 0 || delta_bytes > delta_partial_bytes || delta_partial_held_bytes > 0;
         drop(d);
         self.dirty_cv.notify_all();
         if over && grew {
@@ -360,6 +393,12 @@ impl TxgGate {
     /// Of [`TxgGate::dirty_bytes`], the partial records' share (counted whole).
     pub fn dirty_partial_bytes(&self) -> u64 {
         self.dirty.lock().partial_bytes
+    }
+
+    /// The bytes the partial records of [`TxgGate::dirty_partial_bytes`] hold (their
+    /// written bytes).
+    pub fn dirty_partial_held_bytes(&self) -> u64 {
+        self.dirty.lock().partial_held_bytes
     }
 
     /// Ask the sync thread to sync through `txg` now.
@@ -492,6 +531,7 @@ mod tests {
 
     #[test]
     fn partial_records_wait_for_half_the_limit_only_while_the_log_is_active() {
+        // Partial records holding all their bytes: they count whole either way.
         let max = 1000 << 20;
         let quarter = (max / 100 * SYNC_DIRTY_PERCENT) as i64;
         let half = (max / 100 * SYNC_PARTIAL_DIRTY_PERCENT) as i64;
@@ -504,21 +544,21 @@ mod tests {
         };
         // Partial records, log active: no sync up to half the limit, one past it.
         let gate = gate_with_log();
-        gate.add_dirty_split(half, half);
+        gate.add_dirty_split(half, half, half);
         assert_eq!(wanted(&gate), 0);
-        gate.add_dirty_split(1, 1);
+        gate.add_dirty_split(1, 1, 1);
         assert_eq!(wanted(&gate), 7);
         assert_eq!((gate.dirty_bytes(), gate.dirty_partial_bytes()), (half as u64 + 1, half as u64 + 1));
 
         // The same with the log idle, or with no log watched: asked for past a quarter.
         log.store(false, Ordering::SeqCst);
         let gate = gate_with_log();
-        gate.add_dirty_split(quarter, quarter);
+        gate.add_dirty_split(quarter, quarter, quarter);
         assert_eq!(wanted(&gate), 0);
-        gate.add_dirty_split(1, 1);
+        gate.add_dirty_split(1, 1, 1);
         assert_eq!(wanted(&gate), 7);
         let gate = TxgGate::new(7, max);
-        gate.add_dirty_split(quarter + 1, quarter + 1);
+        gate.add_dirty_split(quarter + 1, quarter + 1, quarter + 1);
         assert_eq!(wanted(&gate), 7);
         log.store(true, Ordering::SeqCst);
 
@@ -533,17 +573,17 @@ mod tests {
         // partial are half, still no sync; one more partial byte asks.
         let gate = gate_with_log();
         gate.add_dirty(quarter);
-        gate.add_dirty_split(half - quarter, half - quarter);
+        gate.add_dirty_split(half - quarter, half - quarter, half - quarter);
         assert_eq!(wanted(&gate), 0);
-        gate.add_dirty_split(1, 1);
+        gate.add_dirty_split(1, 1, 1);
         assert_eq!(wanted(&gate), 7);
 
         // Completing a partial record in memory turns its bytes whole, which may ask.
         let gate = gate_with_log();
-        gate.add_dirty_split(quarter, quarter);
+        gate.add_dirty_split(quarter, quarter, quarter);
         gate.add_dirty(1);
         assert_eq!(wanted(&gate), 0);
-        gate.add_dirty_split(0, -quarter);
+        gate.add_dirty_split(0, -quarter, -quarter);
         assert_eq!(wanted(&gate), 7);
         assert_eq!(gate.dirty_partial_bytes(), 0);
 
@@ -551,11 +591,74 @@ mod tests {
         // and the counts never go below zero.
         let gate = gate_with_log();
         gate.add_dirty(quarter);
-        gate.add_dirty_split(half - quarter, half - quarter);
-        gate.add_dirty_split(-(half - quarter), -(half - quarter));
+        gate.add_dirty_split(half - quarter, half - quarter, half - quarter);
+        gate.add_dirty_split(-(half - quarter), -(half - quarter), -(half - quarter));
         assert_eq!(wanted(&gate), 0);
         gate.add_dirty(-quarter - 5);
         assert_eq!((gate.dirty_bytes(), gate.dirty_partial_bytes()), (0, 0));
+    }
+
+    #[test]
+    fn partial_records_count_what_they_hold_or_a_quarter_while_the_log_is_active() {
+        let max = 1000u64 << 20;
+        let half = (max / 100 * SYNC_PARTIAL_DIRTY_PERCENT) as i64;
+        let log = Arc::new(AtomicBool::new(true));
+        let gate_with_log = || {
+            let gate = TxgGate::new(7, max);
+            let l = log.clone();
+            gate.watch_log(move || l.load(Ordering::SeqCst));
+            gate
+        };
+        let counted = |gate: &TxgGate, active: bool| counted_bytes(&gate.dirty.lock(), || active);
+
+        // 8 KiB written into each 128 KiB record: a sixteenth held, so a quarter
+        // counts. No sync until that quarter passes half the limit, though the
+        // records counted whole are twice the limit.
+        let gate = gate_with_log();
+        gate.add_dirty_split(4 * half, 4 * half, 4 * half / 16);
+        assert_eq!(counted(&gate, true), half as u64);
+        assert_eq!(counted(&gate, false), 4 * half as u64);
+        assert_eq!(gate.dirty_bytes(), 4 * half as u64, "the space check still counts them whole");
+        assert_eq!(wanted(&gate), 0);
+        gate.add_dirty_split(4, 4, 0);
+        assert_eq!(wanted(&gate), 7);
+
+        // Records mostly written count what they hold: their memory.
+        let gate = gate_with_log();
+        gate.add_dirty_split(2 * half, 2 * half, half * 3 / 4);
+        assert_eq!(counted(&gate, true), half as u64 * 3 / 4);
+        assert_eq!(wanted(&gate), 0);
+        // Written bytes growing in place (a write into a partial record) ask too.
+        gate.add_dirty_split(0, 0, half / 4 + 1);
+        assert_eq!(counted(&gate, true), half as u64 + 1);
+        assert_eq!(wanted(&gate), 7);
+
+        // Whole records count whole beside them.
+        let gate = gate_with_log();
+        gate.add_dirty(half / 2);
+        gate.add_dirty_split(2 * half, 2 * half, 0);
+        assert_eq!(counted(&gate, true), half as u64);
+        assert_eq!(wanted(&gate), 0);
+        gate.add_dirty_split(4, 4, 0);
+        assert_eq!(wanted(&gate), 7);
+
+        // With the log idle they count whole, and ask past a quarter.
+        log.store(false, Ordering::SeqCst);
+        let gate = gate_with_log();
+        gate.add_dirty_split(half / 2 + 1, half / 2 + 1, 0);
+        assert_eq!(wanted(&gate), 7);
+        log.store(true, Ordering::SeqCst);
+
+        // The throttle counts the same way: partial records counted whole past the
+        // limit, holding little, do not stop a writer while the log is active (with
+        // the count whole it would wait for a sync, which no thread runs here).
+        let gate = Arc::new(gate_with_log());
+        gate.add_dirty_split(max as i64 * 11 / 10, max as i64 * 11 / 10, 0);
+        assert!(counted(&gate, true) < max / 100 * DELAY_MIN_DIRTY_PERCENT);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let g = gate.clone();
+        std::thread::spawn(move || tx.send(g.hold().map(|h| h.txg)).unwrap());
+        assert_eq!(rx.recv_timeout(Duration::from_secs(20)).ok().map(|r| r.ok()), Some(Some(7)));
     }
 
     /// The intent log's fallback reads the open txg under its state lock, which a

@@ -492,6 +492,7 @@ fn written_records_leave_the_dirty_count_in_the_data_phase() {
     drop(tx);
     assert_eq!(gate.dirty_bytes(), 4 * RECORD, "partial records count whole");
     assert_eq!(gate.dirty_partial_bytes(), 2 * RECORD, "of which two partial records");
+    assert_eq!(gate.dirty_partial_held_bytes(), 2 * 8192, "holding their written bytes");
     // Record 3's old block: garbage on both mirror sides, and out of the ARC.
     zio.clear_cache();
     for leaf in zio.vdevs()[0].leaves() {
@@ -504,9 +505,11 @@ fn written_records_leave_the_dirty_count_in_the_data_phase() {
     mine.sync_write_data(&mut batch, 2).unwrap();
     assert_eq!(gate.dirty_bytes(), RECORD, "after phase 2 only the failed fill is counted");
     assert_eq!(gate.dirty_partial_bytes(), RECORD, "the failed fill is a partial record");
+    assert_eq!(gate.dirty_partial_held_bytes(), 8192);
     mine.sync_finish(batch).unwrap();
     assert_eq!(gate.dirty_bytes(), 0, "phase 3 takes the rest");
     assert_eq!(gate.dirty_partial_bytes(), 0);
+    assert_eq!(gate.dirty_partial_held_bytes(), 0);
     assert_eq!(mine.fill_stats().failed_fills, 1);
     drop(mine);
     pool.export().unwrap();
@@ -533,18 +536,25 @@ fn partial_records_are_counted_apart_until_completed_or_released() {
     }
     mine.write(&tx, other, 7, &[9u8; 100]).unwrap();
     assert_eq!((gate.dirty_bytes(), gate.dirty_partial_bytes()), (5 * RECORD, 5 * RECORD));
+    // What they hold: their written bytes, following writes into them.
+    assert_eq!(gate.dirty_partial_held_bytes(), 4 * 8192 + 100);
     // Record 0 completed piece by piece: a whole record now, still counted whole.
     mine.write(&tx, obj, 0, &[6u8; 5]).unwrap();
+    assert_eq!(gate.dirty_partial_held_bytes(), 4 * 8192 + 100 + 5);
     mine.write(&tx, obj, 5 + 8192, &vec![6u8; RECORD as usize - 5 - 8192]).unwrap();
     assert_eq!((gate.dirty_bytes(), gate.dirty_partial_bytes()), (5 * RECORD, 4 * RECORD));
+    assert_eq!(gate.dirty_partial_held_bytes(), 3 * 8192 + 100);
     // Record 1 replaced by one whole write.
     mine.write(&tx, obj, RECORD, &vec![7u8; RECORD as usize]).unwrap();
     assert_eq!((gate.dirty_bytes(), gate.dirty_partial_bytes()), (5 * RECORD, 3 * RECORD));
+    assert_eq!(gate.dirty_partial_held_bytes(), 2 * 8192 + 100);
     // Records 2 and 3 truncated away, then the other object freed.
     mine.free_range(&tx, obj, 2 * RECORD, u64::MAX).unwrap();
     assert_eq!((gate.dirty_bytes(), gate.dirty_partial_bytes()), (3 * RECORD, RECORD));
+    assert_eq!(gate.dirty_partial_held_bytes(), 100);
     mine.free_object(&tx, other).unwrap();
     assert_eq!((gate.dirty_bytes(), gate.dirty_partial_bytes()), (2 * RECORD, 0));
+    assert_eq!(gate.dirty_partial_held_bytes(), 0);
     let txg = tx.txg;
     drop(tx);
     let mut batch = mine.sync_collect(txg);

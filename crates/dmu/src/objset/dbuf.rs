@@ -47,14 +47,23 @@ impl Dirty {
             _ => 0,
         }
     }
+
+    /// The bytes a partial record holds in memory (its written bytes), else 0.
+    pub(super) fn partial_held_bytes(&self) -> u64 {
+        match self {
+            Dirty::Partial(p) => p.held_bytes(),
+            _ => 0,
+        }
+    }
 }
 
-/// Sum of [`Dirty::dirty_bytes`] and of [`Dirty::partial_bytes`] over `records`, as
-/// the signed deltas of [`crate::txg::TxgGate::add_dirty_split`].
-pub(super) fn dirty_split<'a>(records: impl IntoIterator<Item = &'a Dirty>) -> (i64, i64) {
-    records
-        .into_iter()
-        .fold((0, 0), |(b, p), r| (b + r.dirty_bytes() as i64, p + r.partial_bytes() as i64))
+/// Sums over `records` of [`Dirty::dirty_bytes`], [`Dirty::partial_bytes`] and
+/// [`Dirty::partial_held_bytes`], as the signed deltas of
+/// [`crate::txg::TxgGate::add_dirty_split`].
+pub(super) fn dirty_split<'a>(records: impl IntoIterator<Item = &'a Dirty>) -> (i64, i64, i64) {
+    records.into_iter().fold((0, 0, 0), |(b, p, h), r| {
+        (b + r.dirty_bytes() as i64, p + r.partial_bytes() as i64, h + r.partial_held_bytes() as i64)
+    })
 }
 
 /// The written ranges of a partial record: offset in the record → bytes. Extents are
@@ -68,6 +77,11 @@ pub(crate) struct Partial {
 }
 
 impl Partial {
+    /// Bytes the extents hold: the record's written bytes.
+    pub(super) fn held_bytes(&self) -> u64 {
+        self.extents.values().map(|e| e.len() as u64).sum()
+    }
+
     /// Record `data` as written at byte `at` of the record, over whatever was there.
     ///
     /// Extents that overlap or touch the new range merge with it into one. The lowest
@@ -275,15 +289,15 @@ impl Objset {
     /// Make `record` the open generation's block `blkid` of `obj`, accounting the
     /// change of dirty bytes.
     pub(super) fn put_block(&self, st: &mut OsState, obj: u64, blkid: u64, record: Dirty) {
-        let (len, partial) = dirty_split([&record]);
+        let (len, partial, held) = dirty_split([&record]);
         let dn = st.dnodes.get_mut(&obj).unwrap();
-        let (old_len, old_partial) = dirty_split(dn.open.blocks.insert(blkid, record).as_ref());
+        let (old_len, old_partial, old_held) = dirty_split(dn.open.blocks.insert(blkid, record).as_ref());
         if blkid > dn.attrs.maxblkid {
             dn.attrs.maxblkid = blkid;
         }
         Self::mark_dirty(st, obj);
-        if (len, partial) != (old_len, old_partial) {
-            self.gate.add_dirty_split(len - old_len, partial - old_partial);
+        if (len, partial, held) != (old_len, old_partial, old_held) {
+            self.gate.add_dirty_split(len - old_len, partial - old_partial, held - old_held);
         }
     }
 
@@ -315,6 +329,7 @@ impl Objset {
             }
             Some(Dirty::Partial(p)) => {
                 let part = Arc::make_mut(p);
+                let held_before = part.held_bytes() as i64;
                 part.insert(in_blk, data);
                 // Overwritten whole: a full record, which needs no fill at sync and may
                 // be written early. Counted whole before and after (`Dirty::dirty_bytes`),
@@ -322,7 +337,12 @@ impl Objset {
                 if let Some(bytes) = part.take_whole(blksz) {
                     let record_bytes = part.record_bytes as i64;
                     dn.open.blocks.insert(blkid, Dirty::Full(Arc::new(bytes)));
-                    self.gate.add_dirty_split(0, -record_bytes);
+                    self.gate.add_dirty_split(0, -record_bytes, -held_before);
+                } else {
+                    let grown = part.held_bytes() as i64 - held_before;
+                    if grown != 0 {
+                        self.gate.add_dirty_split(0, 0, grown);
+                    }
                 }
                 if blkid > dn.attrs.maxblkid {
                     dn.attrs.maxblkid = blkid;

@@ -41,10 +41,13 @@ pub struct SyncBatch {
     dirty_bytes: u64,
     /// Of `dirty_bytes`, the partial records' (counted whole; `tarn_dmu::txg`).
     partial_bytes: u64,
-    /// Of `dirty_bytes` and of `partial_bytes`, what phase 2 already took off the
-    /// gate's counts (records written); phase 3 takes the rest.
+    /// The partial records' written bytes (what they hold in memory).
+    partial_held_bytes: u64,
+    /// Of `dirty_bytes`, `partial_bytes` and `partial_held_bytes`, what phase 2
+    /// already took off the gate's counts (records written); phase 3 takes the rest.
     undirtied_bytes: u64,
     undirtied_partial_bytes: u64,
+    undirtied_partial_held_bytes: u64,
     /// Objects with changes in this txg (data, attributes or frees).
     objects: usize,
     /// Records whose early block phase 2 installed (module `early`).
@@ -101,7 +104,7 @@ impl Objset {
         let mut st = self.st.lock();
         let dirty = std::mem::take(&mut st.dirty);
         let mut blocks = Vec::new();
-        let (mut dirty_bytes, mut partial_bytes) = (0u64, 0u64);
+        let (mut dirty_bytes, mut partial_bytes, mut partial_held_bytes) = (0u64, 0u64, 0u64);
         for &obj in &dirty {
             let dn = st.dnodes.get_mut(&obj).unwrap();
             assert!(dn.syncing.is_none(), "object {obj} still syncing from an earlier txg");
@@ -110,6 +113,7 @@ impl Objset {
             for (blkid, record) in &open.blocks {
                 dirty_bytes += record.dirty_bytes();
                 partial_bytes += record.partial_bytes();
+                partial_held_bytes += record.partial_held_bytes();
                 if !dn.attrs.freed {
                     blocks.push((obj, *blkid, otype, record.clone()));
                 }
@@ -127,8 +131,10 @@ impl Objset {
             written: Vec::new(),
             dirty_bytes,
             partial_bytes,
+            partial_held_bytes,
             undirtied_bytes: 0,
             undirtied_partial_bytes: 0,
+            undirtied_partial_held_bytes: 0,
             objects: st.syncing.len(),
             early_blocks: 0,
         }
@@ -504,6 +510,7 @@ impl Objset {
         self.gate.add_dirty_split(
             -((batch.dirty_bytes - batch.undirtied_bytes) as i64),
             -((batch.partial_bytes - batch.undirtied_partial_bytes) as i64),
+            -((batch.partial_held_bytes - batch.undirtied_partial_held_bytes) as i64),
         );
         Ok(Some(root))
     }
@@ -515,11 +522,12 @@ impl Objset {
     /// counting a block both as dirty data and as allocated space. Phase 3 takes the
     /// rest (records dropped or freed, a failed fill's).
     fn undirty_written(&self, batch: &mut SyncBatch, idx: impl IntoIterator<Item = usize>) {
-        let (bytes, partial) = super::dbuf::dirty_split(idx.into_iter().filter(|&i| batch.written[i].is_some()).map(|i| &batch.blocks[i].3));
+        let (bytes, partial, held) = super::dbuf::dirty_split(idx.into_iter().filter(|&i| batch.written[i].is_some()).map(|i| &batch.blocks[i].3));
         if bytes > 0 {
             batch.undirtied_bytes += bytes as u64;
             batch.undirtied_partial_bytes += partial as u64;
-            self.gate.add_dirty_split(-bytes, -partial);
+            batch.undirtied_partial_held_bytes += held as u64;
+            self.gate.add_dirty_split(-bytes, -partial, -held);
         }
     }
 

@@ -751,11 +751,11 @@ impl ObjectStore for Objset {
         let mut st = self.st.lock();
         let dn = self.load_dnode(&mut st, obj)?;
         dn.attrs.freed = true;
-        let (released, partial) = dbuf::dirty_split(dn.open.blocks.values());
+        let (released, partial, held) = dbuf::dirty_split(dn.open.blocks.values());
         dn.open.blocks.clear();
         Self::mark_dirty(&mut st, obj);
         drop(st);
-        self.gate.add_dirty_split(-released, -partial);
+        self.gate.add_dirty_split(-released, -partial, -held);
         Ok(())
     }
 
@@ -884,9 +884,9 @@ impl ObjectStore for Objset {
         }
         Self::mark_dirty(&mut st, obj);
         drop(st);
-        let (released, partial) = dbuf::dirty_split(&removed);
+        let (released, partial, held) = dbuf::dirty_split(&removed);
         if released != 0 {
-            self.gate.add_dirty_split(-released, -partial);
+            self.gate.add_dirty_split(-released, -partial, -held);
         }
         Ok(())
     }
