@@ -529,6 +529,15 @@ mod tests {
         gate.sync.lock().wanted_txg
     }
 
+    /// A gate at txg 7 with a `max`-byte limit whose intent log is active while `log`
+    /// is set.
+    fn gate_watching(max: u64, log: &Arc<AtomicBool>) -> TxgGate {
+        let gate = TxgGate::new(7, max);
+        let l = log.clone();
+        gate.watch_log(move || l.load(Ordering::SeqCst));
+        gate
+    }
+
     #[test]
     fn partial_records_wait_for_half_the_limit_only_while_the_log_is_active() {
         // Partial records holding all their bytes: they count whole either way.
@@ -536,12 +545,7 @@ mod tests {
         let quarter = (max / 100 * SYNC_DIRTY_PERCENT) as i64;
         let half = (max / 100 * SYNC_PARTIAL_DIRTY_PERCENT) as i64;
         let log = Arc::new(AtomicBool::new(true));
-        let gate_with_log = || {
-            let gate = TxgGate::new(7, max);
-            let l = log.clone();
-            gate.watch_log(move || l.load(Ordering::SeqCst));
-            gate
-        };
+        let gate_with_log = || gate_watching(max, &log);
         // Partial records, log active: no sync up to half the limit, one past it.
         let gate = gate_with_log();
         gate.add_dirty_split(half, half, half);
@@ -603,12 +607,7 @@ mod tests {
         let max = 1000u64 << 20;
         let half = (max / 100 * SYNC_PARTIAL_DIRTY_PERCENT) as i64;
         let log = Arc::new(AtomicBool::new(true));
-        let gate_with_log = || {
-            let gate = TxgGate::new(7, max);
-            let l = log.clone();
-            gate.watch_log(move || l.load(Ordering::SeqCst));
-            gate
-        };
+        let gate_with_log = || gate_watching(max, &log);
         let counted = |gate: &TxgGate, active: bool| counted_bytes(&gate.dirty.lock(), || active);
 
         // 8 KiB written into each 128 KiB record: a sixteenth held, so a quarter
