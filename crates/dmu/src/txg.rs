@@ -29,7 +29,10 @@
 //! each, 1.3x with the quarter (bench/README, "Partial records counted by what they
 //! hold"). The count never falls below the memory dirty data holds, so the daemon's
 //! memory bound (a dirty limit of memory) stands, and the space check still weighs
-//! every partial record whole ([`TxgGate::dirty_bytes`]). Without the log (buffered
+//! every partial record whole ([`TxgGate::dirty_bytes`]). When the log goes idle with
+//! partial records counted whole past the throttle's threshold or the limit, later
+//! holds are delayed or wait for the sync that is asked for, as at any limit (a pause
+//! of the fsyncs, not an error). Without the log (buffered
 //! writers) they count whole and keep the quarter: there the sync is the bottleneck,
 //! and a sync that waits leaves the device idle (4 buffered random writers lost a
 //! fifth of their rate with the half).
