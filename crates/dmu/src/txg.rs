@@ -56,12 +56,12 @@
 //! `dirty`: a writer waiting at the limit asks for a sync with the dirty lock released
 //! (with it held, a quiescer waiting for `open` and a hold waiting for `dirty`
 //! deadlocked the pool's writers). Never take a second hold while holding one (a
-//! waiting quiescer would deadlock the pair). Reading the open txg takes no lock
-//! ([`TxgGate::open_txg`] reads a copy the quiescer stores): a waiting quiescer keeps
-//! new readers of `open` out, so a thread that read it while holding a lock a holder
-//! waits for (the intent log's fallback, under its state lock, while a writer under
-//! a hold waits for that lock to log its write) deadlocked the quiescer, the holder
-//! and itself.
+//! waiting quiescer would deadlock the pair). Reading the open txg takes no lock: it
+//! is an atomic the quiescer changes under `open`'s write lock. When it was the value
+//! under `open`, a waiting quiescer kept new readers out, so a thread that read it
+//! while holding a lock a holder waits for (the intent log's fallback, under its state
+//! lock, while a writer under a hold waits for that lock to log its write) deadlocked
+//! the quiescer, the holder and itself.
 //!
 //! Called by: objset (holds, dirty accounting), spa (quiesce, sync bookkeeping).
 
@@ -180,10 +180,11 @@ impl Drop for SyncWaiter<'_> {
 
 /// The txg gate shared by the pool and all its object sets.
 pub struct TxgGate {
-    open: Arc<RwLock<u64>>,
-    /// The value under `open`, stored by [`TxgGate::quiesce`] while it holds the write
-    /// lock: [`TxgGate::open_txg`] reads it without taking `open` (module theory,
-    /// "Locks").
+    /// Held for reading by every hold of the open txg, for writing by a quiesce.
+    open: Arc<RwLock<()>>,
+    /// The open txg: changed only by [`TxgGate::quiesce`] under `open`'s write lock,
+    /// so a hold reads the txg it holds; [`TxgGate::open_txg`] reads it without
+    /// taking `open` (module theory, "Locks").
     open_txg: AtomicU64,
     dirty: Mutex<DirtyCount>,
     dirty_cv: Condvar,
@@ -204,7 +205,7 @@ impl TxgGate {
     /// A gate whose open txg is `open_txg` and whose last synced txg is `open_txg - 1`.
     pub fn new(open_txg: u64, dirty_max_bytes: u64) -> TxgGate {
         TxgGate {
-            open: Arc::new(RwLock::new(open_txg)),
+            open: Arc::new(RwLock::new(())),
             open_txg: AtomicU64::new(open_txg),
             dirty: Mutex::new(DirtyCount::default()),
             dirty_cv: Condvar::new(),
@@ -286,7 +287,13 @@ impl TxgGate {
         let delay_ns = {
             let mut d = self.dirty.lock();
             loop {
-                let counted = counted_bytes(&d, || self.log_active.get().is_some_and(|f| f()));
+                // Counting partial records for less only lowers the count, so below the
+                // delay threshold the log is not asked (every write passes here).
+                let counted = if d.bytes <= self.dirty_max_bytes / 100 * DELAY_MIN_DIRTY_PERCENT {
+                    d.bytes
+                } else {
+                    counted_bytes(&d, || self.log_active.get().is_some_and(|f| f()))
+                };
                 match throttle_delay_ns(counted, self.dirty_max_bytes) {
                     Some(ns) => break ns,
                     None => {
@@ -313,7 +320,7 @@ impl TxgGate {
             std::thread::sleep(Duration::from_nanos(delay_ns));
         }
         let guard = self.open.read_arc();
-        let txg = *guard;
+        let txg = self.open_txg();
         Ok(TxHold {
             txg,
             _guard: Some(Box::new(guard)),
@@ -331,7 +338,7 @@ impl TxgGate {
             return None;
         }
         let guard = self.open.try_read_arc()?;
-        let txg = *guard;
+        let txg = self.open_txg();
         Some(TxHold {
             txg,
             _guard: Some(Box::new(guard)),
@@ -348,10 +355,9 @@ impl TxgGate {
     /// Quiesce: wait for all holds of the open txg, run `collect(txg)` while no hold
     /// can be taken, open the next txg. Returns the quiesced txg.
     pub fn quiesce(&self, collect: impl FnOnce(u64)) -> u64 {
-        let mut g = self.open.write();
-        let txg = *g;
+        let _g = self.open.write();
+        let txg = self.open_txg();
         collect(txg);
-        *g = txg + 1;
         self.open_txg.store(txg + 1, Ordering::SeqCst);
         txg
     }

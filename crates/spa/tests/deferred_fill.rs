@@ -468,6 +468,22 @@ fn partial_records_count_whole_records_as_dirty() {
     pool.export().unwrap();
 }
 
+/// A second handle of `os` with a txg gate of its own (1 GiB limit, its open txg well
+/// past the pool's), which the pool's sync thread never touches: the tests below drive
+/// its sync phases by hand and read its dirty counts.
+fn second_handle(pool: &Pool, os: &Objset) -> (std::sync::Arc<tarn_dmu::txg::TxgGate>, std::sync::Arc<Objset>) {
+    let gate = std::sync::Arc::new(tarn_dmu::txg::TxgGate::new(pool.synced_txg() + 100, 1 << 30));
+    let mine = Objset::open(pool.zio().clone(), gate.clone(), &os.root_bp(), 0).unwrap();
+    (gate, mine)
+}
+
+/// Sync txg `txg` of a [`second_handle`]: collect, write the data (two threads), finish.
+fn sync_by_hand(os: &Objset, txg: u64) {
+    let mut batch = os.sync_collect(txg);
+    os.sync_write_data(&mut batch, 2).unwrap();
+    os.sync_finish(batch).unwrap();
+}
+
 /// Each record leaves the dirty count when the sync's data phase has written it (as
 /// OpenZFS's `dbuf_write_done` undirties it), not when the whole txg ends: after phase
 /// 2 only what phase 2 could not write is still counted (here a fill whose old block
@@ -482,8 +498,7 @@ fn written_records_leave_the_dirty_count_in_the_data_phase() {
     let obj = file_on_disk(&pool, &os, &pattern(12, 4 * RECORD as usize));
     let zio = pool.zio().clone();
     let (_, bps) = os.block_pointers(obj, 0, 4).unwrap().expect("synced");
-    let gate = std::sync::Arc::new(tarn_dmu::txg::TxgGate::new(pool.synced_txg() + 100, 1 << 30));
-    let mine = Objset::open(zio.clone(), gate.clone(), &os.root_bp(), 0).unwrap();
+    let (gate, mine) = second_handle(&pool, &os);
     let tx = mine.hold_tx().unwrap();
     let txg = tx.txg;
     mine.write(&tx, obj, 0, &pattern(13, 2 * RECORD as usize)).unwrap(); // two whole records
@@ -528,8 +543,7 @@ fn partial_records_are_counted_apart_until_completed_or_released() {
     let os = pool.objset_concrete("partshare").unwrap();
     let obj = file_on_disk(&pool, &os, &pattern(14, 4 * RECORD as usize));
     let other = file_on_disk(&pool, &os, &pattern(15, 2 * RECORD as usize));
-    let gate = std::sync::Arc::new(tarn_dmu::txg::TxgGate::new(pool.synced_txg() + 100, 1 << 30));
-    let mine = Objset::open(pool.zio().clone(), gate.clone(), &os.root_bp(), 0).unwrap();
+    let (gate, mine) = second_handle(&pool, &os);
     let tx = mine.hold_tx().unwrap();
     for r in 0..4u64 {
         mine.write(&tx, obj, r * RECORD + 5, &[r as u8 + 1; 8192]).unwrap();
@@ -557,9 +571,7 @@ fn partial_records_are_counted_apart_until_completed_or_released() {
     assert_eq!(gate.dirty_partial_held_bytes(), 0);
     let txg = tx.txg;
     drop(tx);
-    let mut batch = mine.sync_collect(txg);
-    mine.sync_write_data(&mut batch, 2).unwrap();
-    mine.sync_finish(batch).unwrap();
+    sync_by_hand(&mine, txg);
     assert_eq!((gate.dirty_bytes(), gate.dirty_partial_bytes()), (0, 0));
     let mut back = vec![0u8; 2 * RECORD as usize];
     mine.read(obj, 0, &mut back).unwrap();
@@ -600,8 +612,7 @@ fn partial_record_counts_follow_a_random_model() {
     let os = pool.objset_concrete("heldmodel").unwrap();
     let mut model = pattern(31, (RECORDS * RECORD) as usize);
     let obj = file_on_disk(&pool, &os, &model);
-    let gate = std::sync::Arc::new(tarn_dmu::txg::TxgGate::new(pool.synced_txg() + 100, 1 << 30));
-    let mine = Objset::open(pool.zio().clone(), gate.clone(), &os.root_bp(), 0).unwrap();
+    let (gate, mine) = second_handle(&pool, &os);
     let mut recs = vec![RecState::Clean; RECORDS as usize];
     let mut rng = Rng(0x4E1D_B17E5);
     // How often each path of the accounting was taken: completed in pieces, grown in
@@ -687,9 +698,7 @@ fn partial_record_counts_follow_a_random_model() {
     );
     let txg = tx.txg;
     drop(tx);
-    let mut batch = mine.sync_collect(txg);
-    mine.sync_write_data(&mut batch, 2).unwrap();
-    mine.sync_finish(batch).unwrap();
+    sync_by_hand(&mine, txg);
     assert_eq!((gate.dirty_bytes(), gate.dirty_partial_bytes(), gate.dirty_partial_held_bytes()), (0, 0, 0));
     let mut back = vec![0u8; model.len()];
     mine.read(obj, 0, &mut back).unwrap();
